@@ -1,0 +1,18 @@
+#pragma once
+// Each subcommand registers its options on the CLI11 app; main runs the one that was parsed.
+#include <functional>
+
+#include <CLI/CLI.hpp>
+
+namespace longctx::cli {
+
+struct Command {
+  CLI::App* app = nullptr;
+  std::function<int()> run;  // returns the exit status
+};
+
+void add_version_flag(CLI::App& app, bool& requested);
+int print_version();
+Command add_models_command(CLI::App& app);
+
+}  // namespace longctx::cli

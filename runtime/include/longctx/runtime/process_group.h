@@ -1,0 +1,47 @@
+#pragma once
+// One rank's membership in a c10d group: Gloo on CPU, NCCL on CUDA.
+//
+// Ranks find each other through a TCPStore at MASTER_ADDR:MASTER_PORT (rank 0 hosts it),
+// the convention of torchrun, so any launcher that sets the torchrun environment works.
+#include <chrono>
+#include <cstdint>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+
+#include "longctx/planner/result.h"
+
+namespace c10d {
+class Backend;
+class Store;
+}  // namespace c10d
+
+namespace longctx::runtime {
+
+struct RankEnv {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string master_addr = "127.0.0.1";
+  int master_port = 29500;
+};
+
+// Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Unset means a single rank;
+// a malformed or inconsistent value is an error that names the variable.
+Result<RankEnv> rank_env_from_environment();
+
+enum class CommBackend { Gloo, Nccl };
+
+struct ProcessGroupOptions {
+  CommBackend backend = CommBackend::Gloo;
+  // A collective that waits longer than this fails instead of hanging: a dead peer is
+  // reported within this bound.
+  std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+};
+
+// Connects to (or, on rank 0, hosts) the store and creates the backend.
+// Errors (unreachable store, timeout) are returned, not thrown.
+Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& env,
+                                                                 const ProcessGroupOptions& options);
+
+}  // namespace longctx::runtime

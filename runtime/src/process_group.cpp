@@ -1,0 +1,76 @@
+#include "longctx/runtime/process_group.h"
+
+#include <cstdlib>
+#include <stdexcept>
+
+#include <c10/cuda/CUDAFunctions.h>
+#include <fmt/format.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+namespace longctx::runtime {
+namespace {
+
+Result<int> env_int(const char* name, int fallback, int min) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  const long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < min || x > 1 << 20)
+    return Error::bad_input(name, fmt::format("'{}' is not an integer >= {}; unset it or fix the launcher", v, min));
+  return static_cast<int>(x);
+}
+
+}  // namespace
+
+Result<RankEnv> rank_env_from_environment() {
+  RankEnv e;
+  LONGCTX_TRY(e.rank, env_int("RANK", 0, 0));
+  LONGCTX_TRY(e.world_size, env_int("WORLD_SIZE", 1, 1));
+  LONGCTX_TRY(e.local_rank, env_int("LOCAL_RANK", e.rank, 0));
+  LONGCTX_TRY(e.master_port, env_int("MASTER_PORT", 29500, 1));
+  if (const char* a = std::getenv("MASTER_ADDR"); a && *a) e.master_addr = a;
+  if (e.rank >= e.world_size)
+    return Error::bad_input("RANK", fmt::format("{} is not below WORLD_SIZE {}", e.rank, e.world_size));
+  return e;
+}
+
+Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& env,
+                                                                 const ProcessGroupOptions& options) {
+  try {
+    c10d::TCPStoreOptions so;
+    so.port = static_cast<std::uint16_t>(env.master_port);
+    so.isServer = env.rank == 0;
+    so.numWorkers = env.world_size;
+    so.waitWorkers = true;
+    so.timeout = options.timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    auto store = c10::make_intrusive<c10d::PrefixStore>("longctx", tcp);
+    if (options.backend == CommBackend::Gloo) {
+      auto o = c10d::ProcessGroupGloo::Options::create();
+      o->timeout = options.timeout;
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      if (env.master_addr != "127.0.0.1" && env.master_addr != "localhost") {
+        o->devices.back() = c10d::ProcessGroupGloo::createDefaultDevice();
+      }
+      c10::intrusive_ptr<c10d::Backend> pg =
+          c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, o);
+      return pg;
+    }
+    if (c10::cuda::device_count() == 0)
+      return Error::bad_input("--device", "NCCL needs a GPU and none is visible; use --device cpu");
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = options.timeout;
+    c10::intrusive_ptr<c10d::Backend> pg =
+        c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, o);
+    return pg;
+  } catch (const std::exception& e) {
+    return Error{ErrorKind::Internal, "process group",
+                 fmt::format("rank {} of {} could not join at {}:{}: {}", env.rank, env.world_size,
+                             env.master_addr, env.master_port, e.what())};
+  }
+}
+
+}  // namespace longctx::runtime

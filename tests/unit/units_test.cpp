@@ -1,0 +1,47 @@
+#include <gtest/gtest.h>
+
+#include "longctx/planner/units.h"
+
+namespace longctx {
+namespace {
+
+TEST(Units, TokensUsePowersOf1024) {
+  EXPECT_EQ(parse_tokens("128K", "--seq").value(), 131072);
+  EXPECT_EQ(parse_tokens("1M", "--seq").value(), 1048576);
+  EXPECT_EQ(parse_tokens("3m", "--seq").value(), 3 * 1048576);
+  EXPECT_EQ(parse_tokens("4096", "--seq").value(), 4096);
+  EXPECT_EQ(parse_tokens("1.5M", "--seq").value(), 1572864);
+}
+
+TEST(Units, BytesTakeBinaryUnits) {
+  EXPECT_EQ(parse_bytes("80GiB", "--budget").value(), 80LL << 30);
+  EXPECT_EQ(parse_bytes("512MiB", "--budget").value(), 512LL << 20);
+  EXPECT_EQ(parse_bytes("2TiB", "--host-mem").value(), 2LL << 40);
+  EXPECT_EQ(parse_bytes("2T", "--host-mem").value(), 2LL << 40);
+  EXPECT_EQ(parse_bytes("100", "--budget").value(), 100);
+}
+
+TEST(Units, BadSizesNameTheField) {
+  for (const char* bad : {"", "abc", "0", "-5", "12Q", "0.3", "1.5.2M"}) {
+    auto r = parse_tokens(bad, "--seq");
+    ASSERT_FALSE(r.ok()) << bad;
+    EXPECT_EQ(r.error().field, "--seq");
+    EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  }
+  // "GB" is ambiguous (10^9 or 2^30): refused with the unit to write instead.
+  auto r = parse_bytes("80GB", "--budget");
+  ASSERT_FALSE(r.ok());
+  EXPECT_NE(r.error().message.find("GiB"), std::string::npos);
+  EXPECT_FALSE(parse_bytes("80 parsecs", "--budget").ok());
+}
+
+TEST(Units, FormatsRoundTrip) {
+  EXPECT_EQ(format_tokens(131072), "128K");
+  EXPECT_EQ(format_tokens(3 * 1048576), "3M");
+  EXPECT_EQ(format_tokens(1000), "1000");
+  EXPECT_EQ(format_bytes(512), "512 B");
+  EXPECT_EQ(format_bytes(80LL << 30), "80.00 GiB");
+}
+
+}  // namespace
+}  // namespace longctx
