@@ -27,6 +27,9 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.internode_bytes_per_s, get_number(j, p, "internode_bytes_per_s"));
   LONGCTX_TRY(h.pcie_bytes_per_s, get_number(j, p, "pcie_bytes_per_s"));
   LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
+  if (j.contains("context_bytes")) {
+    LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0));
+  }
   return h;
 }
 
@@ -41,7 +44,8 @@ nlohmann::json hardware_to_json(const Hardware& h) {
           {"nvlink_bytes_per_s", h.nvlink_bytes_per_s},
           {"internode_bytes_per_s", h.internode_bytes_per_s},
           {"pcie_bytes_per_s", h.pcie_bytes_per_s},
-          {"host_flops", h.host_flops}};
+          {"host_flops", h.host_flops},
+          {"context_bytes", h.context_bytes}};
 }
 
 Result<Hardware> load_hardware(const std::string& name) {

@@ -24,6 +24,7 @@ struct Hardware {
   double internode_bytes_per_s = 0;  // per device, one direction, between nodes
   double pcie_bytes_per_s = 0;       // host <-> device, per device, one direction
   double host_flops = 0;             // host optimizer step, per node
+  std::int64_t context_bytes = 0;    // device memory outside the allocator: CUDA context, NCCL, handles
 };
 
 Result<Hardware> hardware_from_json(const nlohmann::json& j);

@@ -1,0 +1,39 @@
+#pragma once
+// Step time from first principles: each op's FLOPs and bytes against the hardware's peak
+// rates times an efficiency per op kind, collectives and copies against link bandwidths,
+// and explicit overlap rules. Simple and explained rather than fitted (docs/performance.md).
+//
+// Efficiencies (fraction of the preset's peak an op kind reaches; sources in the doc):
+//   matmul 0.70   large bf16 GEMMs in cuBLAS on Hopper
+//   attention 0.50  FlashAttention-2/3 forward and backward on Hopper, causal
+//   memory-bound ops 0.80 of HBM bandwidth
+//   collectives 0.80 of link bandwidth; host<->device copies 0.80 of PCIe
+// Overlap: zero3 all-gathers (prefetched one layer ahead), gradient reduce-scatters and
+// checkpoint offload/prefetch copies run on side streams and hide behind the compute of the
+// same layer; what exceeds it is exposed. Ulysses all-to-alls sit on the critical path. The
+// offloaded optimizer step runs on the host after backward and is not hidden.
+#include "longctx/planner/plan.h"
+#include "longctx/planner/step_graph.h"
+
+namespace longctx {
+
+struct StepEfficiency {
+  double matmul = 0.70;
+  double attention = 0.50;
+  double memory = 0.80;
+  double link = 0.80;
+};
+
+struct StepTime {
+  double total_s = 0;
+  double compute_s = 0;          // ops on the device, summed
+  double exposed_comm_s = 0;     // collectives and copies not hidden behind compute
+  double host_optimizer_s = 0;
+  double tokens_per_s = 0;       // global: every data-parallel replica's tokens
+  double model_flops = 0;        // per rank, without recompute: what MFU counts
+  double mfu = 0;
+};
+
+StepTime estimate_step_time(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
+
+}  // namespace longctx

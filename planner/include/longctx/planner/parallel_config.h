@@ -1,0 +1,75 @@
+#pragma once
+// One point of the search space: how a training step is distributed and which memory
+// techniques it uses. validate() is the one place that says what is allowed.
+#include <cstdint>
+#include <string>
+
+#include "longctx/planner/model_config.h"
+#include "longctx/planner/result.h"
+
+namespace longctx {
+
+enum class Sharding { None, Zero1, Zero2, Zero3 };
+std::string to_string(Sharding s);
+Result<Sharding> parse_sharding(const std::string& text, const std::string& field);
+
+// Activation checkpointing as a small type: which layers keep only their input.
+struct CheckpointPolicy {
+  enum class Kind { None, Full, EveryK };
+  Kind kind = Kind::None;
+  int every = 1;  // EveryK: layers l with l % every == 0 are checkpointed
+
+  static CheckpointPolicy none() { return {}; }
+  static CheckpointPolicy full() { return {Kind::Full, 1}; }
+  static CheckpointPolicy every_k(int k) { return {Kind::EveryK, k}; }
+  bool checkpoints_layer(std::int64_t layer) const {
+    return kind == Kind::Full || (kind == Kind::EveryK && layer % every == 0);
+  }
+  bool any() const { return kind != Kind::None; }
+  bool operator==(const CheckpointPolicy&) const = default;
+};
+std::string to_string(const CheckpointPolicy& c);  // "none", "full", "every:2"
+Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::string& field);
+
+enum class DType { BF16, FP32 };
+int bytes_of(DType t);
+std::string to_string(DType t);
+Result<DType> parse_dtype(const std::string& text, const std::string& field);
+
+struct TrainConfig {
+  std::int64_t seq = 0;          // tokens per sample (the whole sequence, before Ulysses splits it)
+  std::int64_t micro_batch = 1;  // samples per data-parallel rank per step
+  DType dtype = DType::BF16;     // parameters and activations as computed
+  DType grad_dtype = DType::FP32;
+  // fp32 master weights and AdamW moments always; with dtype FP32 the parameters are the master.
+};
+
+struct ParallelConfig {
+  Sharding sharding = Sharding::None;
+  int ulysses = 1;     // sequence-parallel degree u: each rank holds seq/u tokens
+  int head_chunk = 0;  // 0: attention over all local heads at once; c >= 1: Untied Ulysses stages of c heads
+  CheckpointPolicy checkpoint;
+  bool offload_checkpoints = false;
+  bool offload_optimizer = false;
+  bool offload_params = false;
+  int mlp_tiles = 1;   // 1: plain MLP; T > 1: tiled and recomputed per tile
+  int loss_tiles = 1;  // 1: full logits; T > 1: tiled output projection + cross-entropy
+
+  bool operator==(const ParallelConfig&) const = default;
+};
+
+struct Cluster {
+  std::int64_t nodes = 1;
+  std::int64_t gpus_per_node = 8;
+  std::int64_t world() const { return nodes * gpus_per_node; }
+};
+
+// Key/value heads each rank holds after the Ulysses all-to-all: K/u, or 1 replicated head
+// when u exceeds K (u % K == 0).
+std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses);
+
+// Every rule a configuration must satisfy, each failure naming the knob and the rule.
+Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t,
+                      const ParallelConfig& p);
+
+}  // namespace longctx

@@ -1,0 +1,23 @@
+#pragma once
+// Builds the graph of one training step (forward, loss, backward, optimizer) of a Llama
+// model on one rank under one configuration. docs/memory-model.md lists every tensor it
+// creates with its shape; the runtime allocates the same tensors.
+#include "longctx/planner/hardware.h"
+#include "longctx/planner/model_config.h"
+#include "longctx/planner/parallel_config.h"
+#include "longctx/planner/step_graph.h"
+
+namespace longctx {
+
+struct StepInputs {
+  ModelConfig model;
+  Cluster cluster;
+  Backend backend = Backend::Cuda;
+  TrainConfig train;
+  ParallelConfig parallel;
+};
+
+// REQUIRES: validate(model, cluster, train, parallel) holds.
+StepGraph build_step(const StepInputs& in);
+
+}  // namespace longctx

@@ -1,0 +1,71 @@
+#include "longctx/planner/cost_model.h"
+
+#include <algorithm>
+#include <map>
+
+namespace longctx {
+namespace {
+
+bool is_attention(const OpSpec& op) {
+  return op.name.find("attn.flash") != std::string::npos || op.name.find("attn.untied") != std::string::npos;
+}
+bool is_recompute(const OpSpec& op) { return op.name.find(".recompute") != std::string::npos; }
+
+// Seconds of one collective or copy.
+double comm_seconds(const Plan& p, const OpSpec& op, const StepEfficiency& eff) {
+  const Hardware& hw = p.cluster.hardware;
+  switch (op.comm) {
+    case CommKind::None: return 0;
+    case CommKind::HostToDevice:
+    case CommKind::DeviceToHost: return op.comm_bytes / (hw.pcie_bytes_per_s * eff.link);
+    default: break;
+  }
+  // A group within one node rides NVLink; one that spans nodes is bound by the network.
+  const bool inside_node = op.comm_group <= p.cluster.shape.gpus_per_node;
+  const double bw = inside_node ? hw.nvlink_bytes_per_s : hw.internode_bytes_per_s;
+  return op.comm_bytes / (bw * eff.link);
+}
+
+bool overlappable(const OpSpec& op) {
+  return op.comm == CommKind::AllGather || op.comm == CommKind::ReduceScatter ||
+         op.comm == CommKind::HostToDevice || op.comm == CommKind::DeviceToHost;
+}
+
+}  // namespace
+
+StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
+  const Hardware& hw = p.cluster.hardware;
+  StepTime t;
+  // Segments: one per (phase, layer); overlap happens inside a segment.
+  struct Segment { double compute = 0, hidden_comm = 0, exposed_comm = 0; };
+  std::map<std::pair<int, int>, Segment> segments;
+  for (const auto& op : g.ops()) {
+    auto& s = segments[{static_cast<int>(op.phase), op.layer}];
+    if (op.host_compute) {
+      // AdamW on the host is bound by reading and writing its states.
+      t.host_optimizer_s += op.memory_bytes / (hw.host_flops * 4 * eff.memory) + op.flops / hw.host_flops;
+      if (op.comm != CommKind::None) s.exposed_comm += comm_seconds(p, op, eff);
+      continue;
+    }
+    const double rate = is_attention(op) ? hw.peak_flops * eff.attention : hw.peak_flops * eff.matmul;
+    const double compute = std::max(op.flops / rate, op.memory_bytes / (hw.hbm_bytes_per_s * eff.memory));
+    s.compute += compute;
+    if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
+    if (op.comm == CommKind::None) continue;
+    if (overlappable(op)) s.hidden_comm += comm_seconds(p, op, eff);
+    else s.exposed_comm += comm_seconds(p, op, eff);
+  }
+  for (const auto& [key, s] : segments) {
+    t.compute_s += s.compute;
+    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
+    t.exposed_comm_s += exposed;
+  }
+  t.total_s = t.compute_s + t.exposed_comm_s + t.host_optimizer_s;
+  const std::int64_t dp = p.cluster.shape.world() / p.parallel.ulysses;
+  const double tokens = double(p.train.micro_batch) * double(p.train.seq) * double(dp);
+  t.tokens_per_s = t.total_s > 0 ? tokens / t.total_s : 0;
+  t.mfu = t.total_s > 0 ? t.model_flops / (t.total_s * hw.peak_flops) : 0;
+  return t;
+}
+
+}  // namespace longctx

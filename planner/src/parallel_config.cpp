@@ -1,0 +1,108 @@
+#include "longctx/planner/parallel_config.h"
+
+#include <charconv>
+
+#include <fmt/format.h>
+
+namespace longctx {
+
+std::string to_string(Sharding s) {
+  switch (s) {
+    case Sharding::None: return "none";
+    case Sharding::Zero1: return "zero1";
+    case Sharding::Zero2: return "zero2";
+    case Sharding::Zero3: return "zero3";
+  }
+  return "none";
+}
+
+Result<Sharding> parse_sharding(const std::string& text, const std::string& field) {
+  if (text == "none") return Sharding::None;
+  if (text == "zero1") return Sharding::Zero1;
+  if (text == "zero2") return Sharding::Zero2;
+  if (text == "zero3" || text == "fsdp") return Sharding::Zero3;
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use none, zero1, zero2 or zero3", text));
+}
+
+std::string to_string(const CheckpointPolicy& c) {
+  switch (c.kind) {
+    case CheckpointPolicy::Kind::None: return "none";
+    case CheckpointPolicy::Kind::Full: return "full";
+    case CheckpointPolicy::Kind::EveryK: return fmt::format("every:{}", c.every);
+  }
+  return "none";
+}
+
+Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::string& field) {
+  if (text == "none") return CheckpointPolicy::none();
+  if (text == "full") return CheckpointPolicy::full();
+  if (text.rfind("every:", 0) == 0) {
+    int k = 0;
+    const char* b = text.data() + 6;
+    const char* e = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(b, e, k);
+    if (ec == std::errc() && ptr == e && k >= 1)
+      return k == 1 ? CheckpointPolicy::full() : CheckpointPolicy::every_k(k);
+  }
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use none, full or every:K (K >= 1)", text));
+}
+
+int bytes_of(DType t) { return t == DType::BF16 ? 2 : 4; }
+std::string to_string(DType t) { return t == DType::BF16 ? "bf16" : "fp32"; }
+Result<DType> parse_dtype(const std::string& text, const std::string& field) {
+  if (text == "bf16") return DType::BF16;
+  if (text == "fp32") return DType::FP32;
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use bf16 or fp32", text));
+}
+
+std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses) {
+  return m.kv_heads >= ulysses ? m.kv_heads / ulysses : 1;
+}
+
+Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t,
+                      const ParallelConfig& p) {
+  const std::int64_t u = p.ulysses;
+  if (c.nodes < 1 || c.gpus_per_node < 1)
+    return Error::bad_input("--gpus", "the cluster needs at least one GPU");
+  if (t.micro_batch < 1) return Error::bad_input("--micro-batch", "must be at least 1");
+  if (u < 1) return Error::bad_input("--ulysses", "must be at least 1");
+  if (c.world() % u != 0)
+    return Error::bad_input("--ulysses", fmt::format("{} does not divide the {} GPUs (world = dp x ulysses)", u, c.world()));
+  if (m.heads % u != 0)
+    return Error::bad_input("--ulysses", fmt::format("{} does not divide the {} query heads (rule: q_heads % u == 0)", u, m.heads));
+  if (m.kv_heads % u != 0 && u % m.kv_heads != 0)
+    return Error::bad_input("--ulysses",
+                            fmt::format("{} and the {} kv heads divide neither way (rule: kv % u == 0, or "
+                                        "u % kv == 0 with kv heads replicated u/kv times)",
+                                        u, m.kv_heads));
+  if (t.seq < 1) return Error::bad_input("--seq", "must be at least 1 token");
+  if (t.seq % u != 0)
+    return Error::bad_input("--seq", fmt::format("{} is not divisible by the Ulysses degree {}; each rank holds seq/u tokens", t.seq, u));
+  const std::int64_t local_heads = m.heads / u;
+  if (p.head_chunk < 0 || p.head_chunk > local_heads)
+    return Error::bad_input("--head-chunk",
+                            fmt::format("{} is outside 1..{} (q_heads/u); 0 turns head chunking off", p.head_chunk, local_heads));
+  if (p.head_chunk > 0) {
+    const std::int64_t group = local_heads / kv_heads_per_rank(m, p.ulysses);  // q heads per kv head on a rank
+    if (local_heads % p.head_chunk != 0)
+      return Error::bad_input("--head-chunk", fmt::format("{} does not divide the {} heads per rank (q_heads/u)", p.head_chunk, local_heads));
+    if (group % p.head_chunk != 0 && p.head_chunk % group != 0)
+      return Error::bad_input("--head-chunk",
+                              fmt::format("{} neither divides nor is a multiple of the {} query heads that share a kv head on a rank",
+                                          p.head_chunk, group));
+  }
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every < 1)
+    return Error::bad_input("--checkpoint", "every:K needs K >= 1");
+  if (p.offload_checkpoints && !p.checkpoint.any())
+    return Error::bad_input("--offload-checkpoints", "needs checkpointing (--checkpoint full or every:K): only checkpointed layer inputs are offloaded");
+  if (p.offload_params && p.sharding != Sharding::Zero3)
+    return Error::bad_input("--offload-params", "needs --sharding zero3: only parameter shards are offloaded");
+  const std::int64_t tokens = t.micro_batch * t.seq / u;
+  if (p.mlp_tiles < 1 || tokens % p.mlp_tiles != 0)
+    return Error::bad_input("--mlp-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.mlp_tiles, tokens));
+  if (p.loss_tiles < 1 || tokens % p.loss_tiles != 0)
+    return Error::bad_input("--loss-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.loss_tiles, tokens));
+  return true;
+}
+
+}  // namespace longctx

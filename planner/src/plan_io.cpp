@@ -1,0 +1,141 @@
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "json_fields.h"
+#include "longctx/planner/plan.h"
+
+namespace longctx {
+
+nlohmann::json plan_to_json(const Plan& p) {
+  nlohmann::json breakdown = nlohmann::json::object();
+  for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
+  return {
+      {"schema", kPlanSchema},
+      {"model", model_to_json(p.model)},
+      {"cluster",
+       {{"nodes", p.cluster.shape.nodes},
+        {"gpus_per_node", p.cluster.shape.gpus_per_node},
+        {"gpus", p.cluster.shape.world()},
+        {"hardware", hardware_to_json(p.cluster.hardware)},
+        {"device_budget_bytes", p.cluster.device_budget_bytes},
+        {"host_budget_bytes_per_node", p.cluster.host_budget_bytes_per_node}}},
+      {"train",
+       {{"seq", p.train.seq},
+        {"micro_batch", p.train.micro_batch},
+        {"dtype", to_string(p.train.dtype)},
+        {"grad_dtype", to_string(p.train.grad_dtype)}}},
+      {"parallel",
+       {{"sharding", to_string(p.parallel.sharding)},
+        {"ulysses", p.parallel.ulysses},
+        {"head_chunk", p.parallel.head_chunk},
+        {"checkpoint", to_string(p.parallel.checkpoint)},
+        {"offload_checkpoints", p.parallel.offload_checkpoints},
+        {"offload_optimizer", p.parallel.offload_optimizer},
+        {"offload_params", p.parallel.offload_params},
+        {"mlp_tiles", p.parallel.mlp_tiles},
+        {"loss_tiles", p.parallel.loss_tiles}}},
+      {"prediction",
+       {{"feasible", p.prediction.feasible},
+        {"peak_device_bytes", p.prediction.peak_device_bytes},
+        {"peak_host_bytes", p.prediction.peak_host_bytes},
+        {"breakdown", breakdown},
+        {"peak_at", p.prediction.peak_at},
+        {"step_time_s", p.prediction.step_time_s},
+        {"tokens_per_s", p.prediction.tokens_per_s},
+        {"mfu", p.prediction.mfu},
+        {"binding", p.prediction.binding}}},
+  };
+}
+
+Result<Plan> plan_from_json(const nlohmann::json& j) {
+  using namespace json_fields;
+  if (!j.is_object()) return Error::bad_input("plan", "must be a JSON object");
+  LONGCTX_TRY(auto schema, get_string(j, "", "schema"));
+  if (schema != kPlanSchema)
+    return Error::bad_input("schema", fmt::format("'{}' is not {}; write the plan again with this longctx (longctx plan ... -o FILE)", schema, kPlanSchema));
+  Plan p;
+  LONGCTX_TRY(auto model, get_object(j, "", "model"));
+  std::string name = model.contains("name") && model["name"].is_string() ? model["name"].get<std::string>() : "model";
+  LONGCTX_TRY(p.model, model_from_json(model, name));
+
+  LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));
+  LONGCTX_TRY(p.cluster.shape.nodes, get_int(cluster, "cluster", "nodes"));
+  LONGCTX_TRY(p.cluster.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node"));
+  LONGCTX_TRY(auto hw, get_object(cluster, "cluster", "hardware"));
+  LONGCTX_TRY(p.cluster.hardware, hardware_from_json(hw));
+  LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes"));
+  LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node"));
+
+  LONGCTX_TRY(auto train, get_object(j, "", "train"));
+  LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq"));
+  LONGCTX_TRY(p.train.micro_batch, get_int(train, "train", "micro_batch"));
+  LONGCTX_TRY(auto dtype, get_string(train, "train", "dtype"));
+  LONGCTX_TRY(p.train.dtype, parse_dtype(dtype, "train.dtype"));
+  LONGCTX_TRY(auto gdtype, get_string(train, "train", "grad_dtype"));
+  LONGCTX_TRY(p.train.grad_dtype, parse_dtype(gdtype, "train.grad_dtype"));
+
+  LONGCTX_TRY(auto par, get_object(j, "", "parallel"));
+  const std::string pp = "parallel";
+  LONGCTX_TRY(auto sharding, get_string(par, pp, "sharding"));
+  LONGCTX_TRY(p.parallel.sharding, parse_sharding(sharding, "parallel.sharding"));
+  LONGCTX_TRY(auto u, get_int(par, pp, "ulysses"));
+  LONGCTX_TRY(auto hc, get_int(par, pp, "head_chunk", 0));
+  LONGCTX_TRY(auto ckpt, get_string(par, pp, "checkpoint"));
+  LONGCTX_TRY(p.parallel.checkpoint, parse_checkpoint(ckpt, "parallel.checkpoint"));
+  LONGCTX_TRY(p.parallel.offload_checkpoints, get_bool(par, pp, "offload_checkpoints"));
+  LONGCTX_TRY(p.parallel.offload_optimizer, get_bool(par, pp, "offload_optimizer"));
+  LONGCTX_TRY(p.parallel.offload_params, get_bool(par, pp, "offload_params"));
+  LONGCTX_TRY(auto mt, get_int(par, pp, "mlp_tiles"));
+  LONGCTX_TRY(auto lt, get_int(par, pp, "loss_tiles"));
+  if (u > 1 << 20 || hc > 1 << 20 || mt > 1 << 30 || lt > 1 << 30)
+    return Error::bad_input("parallel", "a degree or tile count is implausibly large");
+  p.parallel.ulysses = static_cast<int>(u);
+  p.parallel.head_chunk = static_cast<int>(hc);
+  p.parallel.mlp_tiles = static_cast<int>(mt);
+  p.parallel.loss_tiles = static_cast<int>(lt);
+
+  LONGCTX_TRY(auto ok, validate(p.model, p.cluster.shape, p.train, p.parallel));
+  (void)ok;
+
+  if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
+    const auto& pr = *it;
+    LONGCTX_TRY(p.prediction.feasible, get_bool(pr, "prediction", "feasible"));
+    LONGCTX_TRY(p.prediction.peak_device_bytes, get_int(pr, "prediction", "peak_device_bytes", 0));
+    LONGCTX_TRY(p.prediction.peak_host_bytes, get_int(pr, "prediction", "peak_host_bytes", 0));
+    if (auto b = pr.find("breakdown"); b != pr.end() && b->is_object())
+      for (auto& [k, v] : b->items())
+        if (v.is_number_integer()) p.prediction.breakdown[k] = v.get<std::int64_t>();
+    if (pr.contains("peak_at") && pr["peak_at"].is_string()) p.prediction.peak_at = pr["peak_at"];
+    if (pr.contains("step_time_s") && pr["step_time_s"].is_number()) p.prediction.step_time_s = pr["step_time_s"];
+    if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) p.prediction.tokens_per_s = pr["tokens_per_s"];
+    if (pr.contains("mfu") && pr["mfu"].is_number()) p.prediction.mfu = pr["mfu"];
+    if (pr.contains("binding") && pr["binding"].is_string()) p.prediction.binding = pr["binding"];
+  }
+  return p;
+}
+
+Result<Plan> read_plan_file(const std::string& path) {
+  LONGCTX_TRY(auto text, json_fields::read_file(path, "--plan"));
+  LONGCTX_TRY(auto j, json_fields::parse(text, path));
+  return plan_from_json(j);
+}
+
+Result<bool> write_plan_file(const Plan& p, const std::string& path) {
+  const std::string tmp = path + ".tmp";
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    if (!out) return Error::bad_input("-o", fmt::format("cannot write '{}': check the folder exists and is writable", path));
+    out << plan_to_json(p).dump(2) << "\n";
+    if (!out.flush()) return Error::bad_input("-o", fmt::format("writing '{}' failed (disk full?)", tmp));
+  }
+  std::error_code ec;
+  std::filesystem::rename(tmp, path, ec);
+  if (ec) return Error::bad_input("-o", fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
+  return true;
+}
+
+}  // namespace longctx

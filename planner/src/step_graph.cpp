@@ -1,0 +1,77 @@
+#include "longctx/planner/step_graph.h"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/topological_sort.hpp>
+#include <fmt/format.h>
+
+namespace longctx {
+
+const char* to_string(Category c) {
+  switch (c) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::Optimizer: return "optimizer";
+    case Category::Activations: return "activations";
+    case Category::Transient: return "transient";
+    case Category::Comm: return "comm";
+    case Category::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "forward";
+    case Phase::Loss: return "loss";
+    case Phase::Backward: return "backward";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+int StepGraph::add_tensor(TensorSpec t) {
+  tensors_.push_back(std::move(t));
+  return static_cast<int>(tensors_.size()) - 1;
+}
+
+int StepGraph::add_op(OpSpec op) {
+  const int index = static_cast<int>(ops_.size());
+  for (int t : op.outputs) tensors_[static_cast<std::size_t>(t)].producer = index;
+  ops_.push_back(std::move(op));
+  return index;
+}
+
+void StepGraph::finalize() {
+  for (auto& t : tensors_)
+    if (!t.persistent) t.last_reader = t.producer;
+  for (int i = 0; i < static_cast<int>(ops_.size()); ++i)
+    for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
+      auto& ts = tensors_[static_cast<std::size_t>(t)];
+      if (!ts.persistent && i > ts.last_reader) ts.last_reader = i;
+    }
+}
+
+Result<bool> StepGraph::check() const {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph g(ops_.size());
+  for (int i = 0; i < static_cast<int>(ops_.size()); ++i) {
+    for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
+      const auto& ts = tensors_[static_cast<std::size_t>(t)];
+      if (ts.producer >= i)
+        return Error{ErrorKind::Internal, ops_[static_cast<std::size_t>(i)].name,
+                     fmt::format("reads {} before it is produced", ts.name)};
+      if (ts.producer >= 0) boost::add_edge(static_cast<std::size_t>(ts.producer), static_cast<std::size_t>(i), g);
+    }
+  }
+  std::vector<std::size_t> order;
+  try {
+    boost::topological_sort(g, std::back_inserter(order));
+  } catch (const boost::not_a_dag&) {
+    return Error{ErrorKind::Internal, "step graph", "has a cycle"};
+  }
+  for (const auto& t : tensors_)
+    if (t.bytes < 0) return Error{ErrorKind::Internal, t.name, "has negative size"};
+  return true;
+}
+
+}  // namespace longctx
