@@ -14,5 +14,7 @@ struct Command {
 void add_version_flag(CLI::App& app, bool& requested);
 int print_version();
 Command add_models_command(CLI::App& app);
+Command add_plan_command(CLI::App& app);
+Command add_max_context_command(CLI::App& app);
 
 }  // namespace longctx::cli

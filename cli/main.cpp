@@ -17,6 +17,8 @@ int main(int argc, char** argv) {
   bool version = false;
   longctx::cli::add_version_flag(app, version);
   std::vector<longctx::cli::Command> commands;
+  commands.push_back(longctx::cli::add_max_context_command(app));
+  commands.push_back(longctx::cli::add_plan_command(app));
   commands.push_back(longctx::cli::add_models_command(app));
 
   try {

@@ -6,10 +6,8 @@
 namespace longctx {
 namespace {
 
-bool is_attention(const OpSpec& op) {
-  return op.name.find("attn.flash") != std::string::npos || op.name.find("attn.untied") != std::string::npos;
-}
-bool is_recompute(const OpSpec& op) { return op.name.find(".recompute") != std::string::npos; }
+bool is_attention(const OpSpec& op) { return op.kind == OpKind::Attention; }
+bool is_recompute(const OpSpec& op) { return op.name.recompute; }
 
 // Seconds of one collective or copy.
 double comm_seconds(const Plan& p, const OpSpec& op, const StepEfficiency& eff) {
@@ -48,7 +46,8 @@ StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficie
       continue;
     }
     const double rate = is_attention(op) ? hw.peak_flops * eff.attention : hw.peak_flops * eff.matmul;
-    const double compute = std::max(op.flops / rate, op.memory_bytes / (hw.hbm_bytes_per_s * eff.memory));
+    const double compute = std::max(op.flops / rate, op.memory_bytes / (hw.hbm_bytes_per_s * eff.memory)) +
+                           op.launches * eff.launch_s;
     s.compute += compute;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     if (op.comm == CommKind::None) continue;

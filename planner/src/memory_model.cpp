@@ -17,7 +17,7 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
   for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
   pr.breakdown["allocator"] = 0;
   pr.breakdown["context"] = context;
-  pr.peak_at = sim.peak_op >= 0 ? g.op(sim.peak_op).name : "";
+  pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
   const bool device_ok = pr.peak_device_bytes <= p.cluster.device_budget_bytes;
   const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
   pr.feasible = device_ok && host_ok;

@@ -3,6 +3,7 @@
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
 #include <fmt/format.h>
+#include <stdexcept>
 
 namespace longctx {
 
@@ -27,6 +28,25 @@ const char* to_string(Phase p) {
     case Phase::Optimizer: return "optimizer";
   }
   return "?";
+}
+
+std::string format(const Name& n) {
+  std::string s;
+  if (n.scope >= 0) s = fmt::format("layer.{}.", n.scope);
+  else if (n.scope == Name::kEmbed) s = "embed.";
+  else if (n.scope == Name::kHead) s = "head.";
+  s += n.base;
+  if (n.recompute) s += ".recompute";
+  return s;
+}
+
+Ids::Ids(std::initializer_list<int> ids) {
+  for (int i : ids) push_back(i);
+}
+
+void Ids::push_back(int id) {
+  if (size_ == 12) throw std::logic_error("an op with more than 12 tensors");
+  ids_[size_++] = id;
 }
 
 int StepGraph::add_tensor(TensorSpec t) {
@@ -58,8 +78,8 @@ Result<bool> StepGraph::check() const {
     for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
       const auto& ts = tensors_[static_cast<std::size_t>(t)];
       if (ts.producer >= i)
-        return Error{ErrorKind::Internal, ops_[static_cast<std::size_t>(i)].name,
-                     fmt::format("reads {} before it is produced", ts.name)};
+        return Error{ErrorKind::Internal, format(ops_[static_cast<std::size_t>(i)].name),
+                     fmt::format("reads {} before it is produced", format(ts.name))};
       if (ts.producer >= 0) boost::add_edge(static_cast<std::size_t>(ts.producer), static_cast<std::size_t>(i), g);
     }
   }
@@ -70,7 +90,7 @@ Result<bool> StepGraph::check() const {
     return Error{ErrorKind::Internal, "step graph", "has a cycle"};
   }
   for (const auto& t : tensors_)
-    if (t.bytes < 0) return Error{ErrorKind::Internal, t.name, "has negative size"};
+    if (t.bytes < 0) return Error{ErrorKind::Internal, format(t.name), "has negative size"};
   return true;
 }
 

@@ -8,6 +8,7 @@
 //   attention 0.50  FlashAttention-2/3 forward and backward on Hopper, causal
 //   memory-bound ops 0.80 of HBM bandwidth
 //   collectives 0.80 of link bandwidth; host<->device copies 0.80 of PCIe
+//   10 us per kernel launch or collective round (tiles and head-chunk stages multiply them)
 // Overlap: zero3 all-gathers (prefetched one layer ahead), gradient reduce-scatters and
 // checkpoint offload/prefetch copies run on side streams and hide behind the compute of the
 // same layer; what exceeds it is exposed. Ulysses all-to-alls sit on the critical path. The
@@ -22,6 +23,9 @@ struct StepEfficiency {
   double attention = 0.50;
   double memory = 0.80;
   double link = 0.80;
+  // Fixed cost of each kernel launch or collective round: what makes more tiles and smaller
+  // head chunks slower even at equal FLOPs (CUDA launch latency plus a small NCCL round).
+  double launch_s = 10e-6;
 };
 
 struct StepTime {

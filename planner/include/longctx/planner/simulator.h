@@ -36,4 +36,10 @@ struct SimResult {
 
 SimResult simulate(const StepGraph& graph, Backend backend);
 
+// Only the totals while each op runs (device, and host per rank): the search's inner loop.
+struct OpTotals {
+  std::vector<std::int64_t> device_during, host_during;
+};
+OpTotals simulate_totals(const StepGraph& graph, Backend backend);
+
 }  // namespace longctx

@@ -22,8 +22,37 @@ enum class Place { Device, Host };
 enum class Phase { Forward, Loss, Backward, Optimizer };
 const char* to_string(Phase p);
 
+// A name in parts, formatted only when shown: the search builds thousands of graphs and
+// never reads a name. scope >= 0 is a layer ("layer.3."), kEmbed and kHead the other
+// parameter groups ("embed.", "head."), kNone a bare name.
+struct Name {
+  static constexpr int kNone = -1, kEmbed = -2, kHead = -3;
+  int scope = kNone;
+  const char* base = "";
+  bool recompute = false;  // ".recompute" suffix
+};
+std::string format(const Name& n);
+
+// Up to 12 tensor indices, stored inline (no allocation per op).
+class Ids {
+ public:
+  Ids() = default;
+  Ids(std::initializer_list<int> ids);
+  void push_back(int id);
+  const int* begin() const { return ids_; }
+  const int* end() const { return ids_ + size_; }
+  int size() const { return size_; }
+
+ private:
+  int ids_[12] = {};
+  int size_ = 0;
+};
+
+// What bounds an op's speed, for the cost model.
+enum class OpKind { Matmul, Attention, Memory, Comm, Optimizer };
+
 struct TensorSpec {
-  std::string name;          // where it lives: "layer.7.attn.q", "loss.logits"
+  Name name;                 // where it lives: "layer.7.attn.q", "loss.logits"
   std::int64_t bytes = 0;    // per rank, as requested (before allocator rounding)
   Category category = Category::Transient;
   Place place = Place::Device;
@@ -36,11 +65,13 @@ struct TensorSpec {
 enum class CommKind { None, AllToAll, AllGather, ReduceScatter, AllReduce, HostToDevice, DeviceToHost };
 
 struct OpSpec {
-  std::string name;
+  Name name;
   Phase phase = Phase::Forward;
   int layer = -1;                      // -1 outside the layers (embedding, loss, optimizer)
-  std::vector<int> inputs;             // tensor indices read
-  std::vector<int> outputs;            // tensor indices produced
+  OpKind kind = OpKind::Memory;
+  int launches = 1;                    // kernel launches or collective rounds (tiles, stages)
+  Ids inputs;                          // tensor indices read
+  Ids outputs;                         // tensor indices produced
   std::int64_t workspace_bytes = 0;    // device scratch live only inside the op
   std::int64_t host_workspace_bytes = 0;
   double flops = 0;                    // per rank
@@ -53,6 +84,10 @@ struct OpSpec {
 
 class StepGraph {
  public:
+  void reserve(std::size_t tensors, std::size_t ops) {
+    tensors_.reserve(tensors);
+    ops_.reserve(ops);
+  }
   int add_tensor(TensorSpec t);
   // Appends an op; its outputs get this op as producer.
   int add_op(OpSpec op);

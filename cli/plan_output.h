@@ -1,0 +1,13 @@
+#pragma once
+// Human-readable rendering of an evaluated plan: the summary, the breakdown at the peak,
+// the live set there, and a memory timeline.
+#include <string>
+
+#include "longctx/planner/memory_model.h"
+
+namespace longctx::cli {
+
+std::string describe_parallel(const ParallelConfig& p);
+std::string render_plan(const Evaluation& e, int live_rows = 12);
+
+}  // namespace longctx::cli

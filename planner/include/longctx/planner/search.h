@@ -1,0 +1,80 @@
+#pragma once
+// The search over the techniques of DESIGN.md: the fastest plan that fits at a sequence
+// length, and the longest sequence any allowed plan fits.
+//
+// Pruning uses only bounds proven by the memory model's monotonicity (tested as properties
+// in tests/unit/properties_test.cpp): more MLP or loss tiles never raise the peak, among
+// chunked plans a smaller head chunk never raises it, and the cost model never makes them
+// faster. So
+//  - a choice of the other knobs whose most tiles fit neither with the smallest chunk nor
+//    unchunked is infeasible whatever the tiles and chunk;
+//  - a choice whose fastest tiles and chunk are no faster than the best plan so far cannot win.
+#include <bitset>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json_fwd.hpp>
+
+#include "longctx/planner/plan.h"
+#include "longctx/planner/result.h"
+
+namespace longctx {
+
+enum class Technique {
+  Zero1, Zero2, Zero3, OffloadOptimizer, OffloadParams, Ulysses, Untied, Checkpoint,
+  OffloadCheckpoints, TiledMlp, TiledLoss
+};
+inline constexpr int kTechniques = 11;
+using TechniqueSet = std::bitset<kTechniques>;
+const char* to_string(Technique t);
+std::vector<std::string> technique_names(const TechniqueSet& s);
+// "all", "none", or a comma list of the names above ("zero3,ulysses,checkpoint").
+Result<TechniqueSet> parse_techniques(const std::string& text);
+TechniqueSet all_techniques();
+
+// Knobs the user fixed; the others are searched.
+struct Knobs {
+  std::optional<Sharding> sharding;
+  std::optional<int> ulysses, head_chunk, mlp_tiles, loss_tiles;
+  std::optional<CheckpointPolicy> checkpoint;
+  std::optional<bool> offload_checkpoints, offload_optimizer, offload_params;
+  std::optional<std::int64_t> micro_batch;
+};
+
+struct SearchResult {
+  Plan best;                      // the fastest feasible plan (prediction filled)
+  std::vector<Plan> runners_up;   // the next fastest feasible plans, fastest first
+  std::vector<Plan> pareto;       // feasible plans no other beats on both peak memory and speed
+  int evaluated = 0;
+  int feasible = 0;
+};
+
+// REQUIRES: base holds the model, the cluster and train.seq. A fixed knob that breaks a rule,
+// or that needs a technique outside `allowed`, is BadInput. When no plan fits, NoFit names
+// the smallest peak found, where it happens and what dominates it.
+Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
+
+struct LadderRung {
+  std::vector<std::string> techniques;  // allowed on this rung (cumulative)
+  std::int64_t max_tokens = 0;          // 0: nothing fits
+  std::string binding;                  // what stops it growing: "device memory", "host memory", or a rule
+};
+
+struct MaxContextResult {
+  std::int64_t max_tokens = 0;
+  std::int64_t granularity = 0;  // max_tokens is a multiple of this; max_tokens + granularity does not fit
+  std::string binding;
+  Plan plan;                     // the fastest feasible plan at max_tokens
+  std::vector<LadderRung> ladder;
+};
+
+// The ladder adds techniques in the order a practitioner does: zero3, +ulysses, +checkpoint,
+// +offload-checkpoints, +tiled-mlp/tiled-loss, +untied (each rung restricted to `allowed`).
+Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder = true);
+
+nlohmann::json search_summary_json(const SearchResult& r);
+nlohmann::json max_context_json(const MaxContextResult& r);
+
+}  // namespace longctx

@@ -1,0 +1,572 @@
+#include "longctx/planner/search.h"
+
+#include <algorithm>
+#include <map>
+#include <tuple>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/units.h"
+
+namespace longctx {
+
+const char* to_string(Technique t) {
+  switch (t) {
+    case Technique::Zero1: return "zero1";
+    case Technique::Zero2: return "zero2";
+    case Technique::Zero3: return "zero3";
+    case Technique::OffloadOptimizer: return "offload-optimizer";
+    case Technique::OffloadParams: return "offload-params";
+    case Technique::Ulysses: return "ulysses";
+    case Technique::Untied: return "untied";
+    case Technique::Checkpoint: return "checkpoint";
+    case Technique::OffloadCheckpoints: return "offload-checkpoints";
+    case Technique::TiledMlp: return "tiled-mlp";
+    case Technique::TiledLoss: return "tiled-loss";
+  }
+  return "?";
+}
+
+std::vector<std::string> technique_names(const TechniqueSet& s) {
+  std::vector<std::string> out;
+  for (int i = 0; i < kTechniques; ++i)
+    if (s.test(static_cast<std::size_t>(i))) out.emplace_back(to_string(static_cast<Technique>(i)));
+  return out;
+}
+
+TechniqueSet all_techniques() { return TechniqueSet().set(); }
+
+Result<TechniqueSet> parse_techniques(const std::string& text) {
+  if (text == "all") return all_techniques();
+  TechniqueSet s;
+  if (text == "none" || text.empty()) return s;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    bool found = false;
+    for (int i = 0; i < kTechniques; ++i)
+      if (item == to_string(static_cast<Technique>(i))) {
+        s.set(static_cast<std::size_t>(i));
+        found = true;
+      }
+    if (!found)
+      return Error::bad_input("--techniques", fmt::format("'{}' is not a technique; known: {}", item,
+                                                          fmt::join(technique_names(all_techniques()), ", ")));
+  }
+  return s;
+}
+
+namespace {
+
+bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::size_t>(t)); }
+
+// The smallest tile the search considers: thinner matmuls run too far below peak to pay.
+std::int64_t min_tile_tokens(const ModelConfig& m) {
+  std::int64_t t = 1;
+  while (t * 2 <= std::min<std::int64_t>(1024, m.hidden)) t *= 2;
+  return t;
+}
+
+// Tile counts the search tries for n tokens per rank: 1, powers of two, and the count that
+// makes tiles of the smallest length (what max-context uses).
+std::vector<int> tile_options(std::int64_t n, std::int64_t min_tile, bool allowed) {
+  std::vector<int> out = {1};
+  if (!allowed) return out;
+  for (std::int64_t t = 2; t <= n && n / t >= min_tile && t <= (1 << 20); t *= 2)
+    if (n % t == 0) out.push_back(static_cast<int>(t));
+  if (n % min_tile == 0 && n / min_tile > out.back() && n / min_tile <= (1 << 20))
+    out.push_back(static_cast<int>(n / min_tile));
+  return out;
+}
+
+// Head chunks: 0 (off) and every valid chunk, largest (fastest) first.
+std::vector<int> chunk_options(const ModelConfig& m, const Plan& base, int u, bool allowed) {
+  std::vector<int> out = {0};
+  if (!allowed) return out;
+  const std::int64_t local = m.heads / u;
+  for (std::int64_t c = local; c >= 1; --c) {
+    ParallelConfig p;
+    p.ulysses = u;
+    p.head_chunk = static_cast<int>(c);
+    if (validate(m, base.cluster.shape, base.train, p).ok()) out.push_back(static_cast<int>(c));
+  }
+  return out;
+}
+
+std::vector<int> ulysses_options(const Plan& base, bool allowed) {
+  std::vector<int> out;
+  const std::int64_t world = base.cluster.shape.world();
+  for (std::int64_t u = 1; u <= world; ++u) {
+    if (world % u != 0) continue;
+    if (u > 1 && !allowed) break;
+    ParallelConfig p;
+    p.ulysses = static_cast<int>(u);
+    TrainConfig t = base.train;
+    if (t.seq < 1) t.seq = u;  // only the head rules matter here
+    if (validate(base.model, base.cluster.shape, t, p).ok()) out.push_back(static_cast<int>(u));
+  }
+  return out;
+}
+
+// The knobs that are neither tiles nor head chunk: each combination is searched over the
+// fine knobs with the monotonic bounds of search.h.
+struct Coarse {
+  Sharding sharding;
+  int ulysses;
+  CheckpointPolicy checkpoint;
+  bool offload_checkpoints, offload_optimizer, offload_params;
+  std::int64_t micro_batch;
+};
+
+Result<bool> check_knobs_allowed(const Knobs& k, const TechniqueSet& a) {
+  auto need = [&](bool used, Technique t, const char* knob) -> Result<bool> {
+    if (used && !has(a, t))
+      return Error::bad_input(knob, fmt::format("needs '{}' in --techniques", to_string(t)));
+    return true;
+  };
+  if (k.sharding && *k.sharding != Sharding::None) {
+    const Technique t = *k.sharding == Sharding::Zero1 ? Technique::Zero1
+                        : *k.sharding == Sharding::Zero2 ? Technique::Zero2 : Technique::Zero3;
+    LONGCTX_TRY(auto ok, need(true, t, "--sharding"));
+    (void)ok;
+  }
+  LONGCTX_TRY(auto a1, need(k.ulysses && *k.ulysses > 1, Technique::Ulysses, "--ulysses"));
+  LONGCTX_TRY(auto a2, need(k.head_chunk && *k.head_chunk > 0, Technique::Untied, "--head-chunk"));
+  LONGCTX_TRY(auto a3, need(k.checkpoint && k.checkpoint->any(), Technique::Checkpoint, "--checkpoint"));
+  LONGCTX_TRY(auto a4, need(k.offload_checkpoints.value_or(false), Technique::OffloadCheckpoints, "--offload-checkpoints"));
+  LONGCTX_TRY(auto a5, need(k.offload_optimizer.value_or(false), Technique::OffloadOptimizer, "--offload-optimizer"));
+  LONGCTX_TRY(auto a6, need(k.offload_params.value_or(false), Technique::OffloadParams, "--offload-params"));
+  LONGCTX_TRY(auto a7, need(k.mlp_tiles && *k.mlp_tiles > 1, Technique::TiledMlp, "--mlp-tiles"));
+  LONGCTX_TRY(auto a8, need(k.loss_tiles && *k.loss_tiles > 1, Technique::TiledLoss, "--loss-tiles"));
+  (void)a1, (void)a2, (void)a3, (void)a4, (void)a5, (void)a6, (void)a7, (void)a8;
+  return true;
+}
+
+std::vector<Coarse> coarse_options(const Plan& base, const TechniqueSet& a, const Knobs& k) {
+  std::vector<Sharding> shardings;
+  if (k.sharding) shardings = {*k.sharding};
+  else {
+    shardings = {Sharding::None};
+    if (has(a, Technique::Zero1)) shardings.push_back(Sharding::Zero1);
+    if (has(a, Technique::Zero2)) shardings.push_back(Sharding::Zero2);
+    if (has(a, Technique::Zero3)) shardings.push_back(Sharding::Zero3);
+  }
+  std::vector<int> us = k.ulysses ? std::vector<int>{*k.ulysses} : ulysses_options(base, has(a, Technique::Ulysses));
+  std::vector<CheckpointPolicy> ckpts;
+  if (k.checkpoint) ckpts = {*k.checkpoint};
+  else if (has(a, Technique::Checkpoint)) ckpts = {CheckpointPolicy::none(), CheckpointPolicy::every_k(2), CheckpointPolicy::full()};
+  else ckpts = {CheckpointPolicy::none()};
+  auto bools = [](std::optional<bool> fixed, bool allowed) {
+    if (fixed) return std::vector<bool>{*fixed};
+    return allowed ? std::vector<bool>{false, true} : std::vector<bool>{false};
+  };
+  std::vector<std::int64_t> mbs = k.micro_batch ? std::vector<std::int64_t>{*k.micro_batch} : std::vector<std::int64_t>{1, 2, 4};
+  std::vector<Coarse> out;
+  for (auto s : shardings)
+    for (int u : us)
+      for (const auto& c : ckpts)
+        for (bool oc : bools(k.offload_checkpoints, has(a, Technique::OffloadCheckpoints) && c.any()))
+          for (bool oo : bools(k.offload_optimizer, has(a, Technique::OffloadOptimizer)))
+            for (bool op : bools(k.offload_params, has(a, Technique::OffloadParams) && s == Sharding::Zero3))
+              for (auto mb : mbs) out.push_back({s, u, c, oc, oo, op, mb});
+  return out;
+}
+
+Plan with(const Plan& base, const Coarse& c, int chunk, int mlp, int loss) {
+  Plan p = base;
+  p.train.micro_batch = c.micro_batch;
+  p.parallel.sharding = c.sharding;
+  p.parallel.ulysses = c.ulysses;
+  p.parallel.checkpoint = c.checkpoint;
+  p.parallel.offload_checkpoints = c.offload_checkpoints;
+  p.parallel.offload_optimizer = c.offload_optimizer;
+  p.parallel.offload_params = c.offload_params;
+  p.parallel.head_chunk = chunk;
+  p.parallel.mlp_tiles = mlp;
+  p.parallel.loss_tiles = loss;
+  return p;
+}
+
+// Better: more tokens per second; at equal speed, less device memory.
+bool faster(const Plan& a, const Plan& b) {
+  if (a.prediction.tokens_per_s != b.prediction.tokens_per_s) return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
+  return a.prediction.peak_device_bytes < b.prediction.peak_device_bytes;
+}
+
+// Runs and counts evaluations; keeps the feasible plans and the smallest infeasible peak.
+struct Evaluator {
+  int evaluated = 0;
+  std::vector<Plan> feasible;
+  std::optional<Plan> smallest_infeasible;
+
+  Plan run(Plan p) {
+    ++evaluated;
+    p.prediction = predict(p);
+    if (p.prediction.feasible) feasible.push_back(p);
+    else if (!smallest_infeasible || p.prediction.peak_device_bytes < smallest_infeasible->prediction.peak_device_bytes)
+      smallest_infeasible = p;
+    return p;
+  }
+};
+
+Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
+  if (!smallest)
+    return Error{ErrorKind::NoFit, "--seq", fmt::format("no valid configuration for {} tokens on {} GPUs", base.train.seq,
+                                                        base.cluster.shape.world())};
+  const Evaluation e = evaluate(smallest->prediction.feasible ? base : *smallest);
+  std::string dominant;
+  std::int64_t most = -1;
+  for (const auto& [k, v] : e.plan.prediction.breakdown)
+    if (v > most) { most = v; dominant = k; }
+  const auto& pr = e.plan.prediction;
+  if (pr.binding == "host memory")
+    return Error{ErrorKind::NoFit, "--host-mem",
+                 fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
+                             "budget {}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node))};
+  return Error{ErrorKind::NoFit, "--budget",
+               fmt::format("no plan fits: the smallest peak is {} at op {} ({} dominates: {}), budget {}; allow more "
+                           "techniques, more GPUs, or a shorter --seq",
+                           format_bytes(pr.peak_device_bytes), pr.peak_at, dominant, format_bytes(most),
+                           format_bytes(base.cluster.device_budget_bytes))};
+}
+
+}  // namespace
+
+Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
+  LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
+  (void)ok;
+  // A fully fixed configuration is checked once, so its rule violation is reported as such.
+  {
+    Plan probe = base;
+    probe.parallel.sharding = knobs.sharding.value_or(Sharding::None);
+    probe.parallel.ulysses = knobs.ulysses.value_or(1);
+    probe.parallel.head_chunk = knobs.head_chunk.value_or(0);
+    probe.parallel.checkpoint = knobs.checkpoint.value_or(CheckpointPolicy::none());
+    probe.parallel.offload_checkpoints = knobs.offload_checkpoints.value_or(false);
+    probe.parallel.offload_optimizer = knobs.offload_optimizer.value_or(false);
+    probe.parallel.offload_params = knobs.offload_params.value_or(false);
+    probe.parallel.mlp_tiles = knobs.mlp_tiles.value_or(1);
+    probe.parallel.loss_tiles = knobs.loss_tiles.value_or(1);
+    probe.train.micro_batch = knobs.micro_batch.value_or(1);
+    LONGCTX_TRY(auto valid, validate(probe.model, probe.cluster.shape, probe.train, probe.parallel));
+    (void)valid;
+  }
+
+  Evaluator ev;
+  std::optional<Plan> best;
+  const std::int64_t min_tile = min_tile_tokens(base.model);
+  // Phase 1: each choice of the coarse knobs with its fastest tiles and chunk (no tiling, no
+  // chunking): an upper bound on its speed, and its best plan when it fits.
+  struct Candidate {
+    Coarse coarse;
+    Plan fastest;
+  };
+  std::vector<Candidate> candidates;
+  for (const Coarse& c : coarse_options(base, allowed, knobs)) {
+    Plan shape = with(base, c, knobs.head_chunk.value_or(0), knobs.mlp_tiles.value_or(1), knobs.loss_tiles.value_or(1));
+    if (!validate(shape.model, shape.cluster.shape, shape.train, shape.parallel).ok()) continue;
+    candidates.push_back({c, ev.run(shape)});
+    if (candidates.back().fastest.prediction.feasible && (!best || faster(candidates.back().fastest, *best)))
+      best = candidates.back().fastest;
+  }
+  // Phase 2: in order of that bound, search tiles and chunk until the bound cannot beat the
+  // best plan found.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return faster(a.fastest, b.fastest); });
+  for (const Candidate& cand : candidates) {
+    if (cand.fastest.prediction.feasible) continue;  // already its own best
+    if (best && !faster(cand.fastest, *best)) break;
+    const Coarse& c = cand.coarse;
+    const std::int64_t n = c.micro_batch * base.train.seq / c.ulysses;
+    const auto chunks = knobs.head_chunk ? std::vector<int>{*knobs.head_chunk}
+                                         : chunk_options(base.model, cand.fastest, c.ulysses, has(allowed, Technique::Untied));
+    const auto mlps = knobs.mlp_tiles ? std::vector<int>{*knobs.mlp_tiles} : tile_options(n, min_tile, has(allowed, Technique::TiledMlp));
+    const auto losses = knobs.loss_tiles ? std::vector<int>{*knobs.loss_tiles} : tile_options(n, min_tile, has(allowed, Technique::TiledLoss));
+
+    // Bound 1: the most memory-saving fine knobs must fit: the most tiles, with the smallest
+    // chunk or with none (chunking is monotone only among chunked plans).
+    bool any_fits = ev.run(with(base, c, chunks.back(), mlps.back(), losses.back())).prediction.feasible;
+    if (!any_fits && chunks.back() != chunks.front())
+      any_fits = ev.run(with(base, c, chunks.front(), mlps.back(), losses.back())).prediction.feasible;
+    if (!any_fits) continue;
+    // Staircase over (mlp tiles, loss tiles) per chunk: the fewest loss tiles that fit can
+    // only fall as MLP tiles rise, and more tiles are never faster.
+    // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
+    // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
+    for (int chunk : chunks) {
+      int li = static_cast<int>(losses.size()) - 1;
+      bool chunk_done = false, chunk_hopeless = false;
+      for (std::size_t mi = 0; mi < mlps.size() && !chunk_done; ++mi) {
+        int fit = -1;
+        for (int j = 0; j <= li; ++j) {
+          const Plan p = ev.run(with(base, c, chunk, mlps[mi], losses[static_cast<std::size_t>(j)]));
+          if (best && !faster(p, *best)) {
+            chunk_done = j == 0;
+            chunk_hopeless = chunk_done && mi == 0;  // its fastest plan lost: smaller chunks are slower still
+            break;
+          }
+          if (p.prediction.feasible) {
+            fit = j;
+            best = p;
+            break;
+          }
+        }
+        if (fit >= 0) li = fit;
+      }
+      if (chunk_hopeless && chunk != 0) break;
+    }
+  }
+  if (!best) return no_fit(base, ev.smallest_infeasible);
+
+  SearchResult r;
+  r.best = *best;
+  r.evaluated = ev.evaluated;
+  auto& all = ev.feasible;
+  std::sort(all.begin(), all.end(), faster);
+  all.erase(std::unique(all.begin(), all.end(), [](const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }),
+            all.end());
+  r.feasible = static_cast<int>(all.size());
+  for (std::size_t i = 1; i < all.size() && r.runners_up.size() < 5; ++i) r.runners_up.push_back(all[i]);
+  // Pareto front over (peak device memory, tokens/s): in speed order, keep each plan that
+  // needs less memory than every faster one.
+  std::int64_t least = INT64_MAX;
+  for (const auto& p : all)
+    if (p.prediction.peak_device_bytes < least) {
+      r.pareto.push_back(p);
+      least = p.prediction.peak_device_bytes;
+    }
+  return r;
+}
+
+namespace {
+
+// The most memory-saving tiles at n tokens per rank; head chunk `chunk` (-1: the smallest
+// valid one). Chunking is not monotone against no chunking (the staged buffers can outweigh
+// the saved set they replace), so the caller tries both 0 and the smallest chunk.
+Plan saving_plan(const Plan& base, const Coarse& c, const TechniqueSet& a, std::int64_t seq, int chunk) {
+  Plan p = with(base, c, 0, 1, 1);
+  p.train.seq = seq;
+  const std::int64_t n = seq / c.ulysses;
+  const std::int64_t tile = min_tile_tokens(base.model);
+  if (has(a, Technique::TiledMlp) && n / tile > 1) p.parallel.mlp_tiles = static_cast<int>(n / tile);
+  if (has(a, Technique::TiledLoss) && n / tile > 1) p.parallel.loss_tiles = static_cast<int>(n / tile);
+  p.parallel.head_chunk = chunk >= 0 ? chunk : chunk_options(base.model, p, c.ulysses, true).back();
+  return p;
+}
+
+// Largest multiple of `grid` tokens this configuration fits, from the peaks at two lengths:
+// every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
+// live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
+std::int64_t affine_max_seq(const Plan& base, const Coarse& c, const TechniqueSet& a, int chunk, std::int64_t grid,
+                            std::string& binding) {
+  // Two and four tiles' worth, so both lengths have the same ops (one tile would be untiled).
+  const std::int64_t s1 = 2 * grid, s2 = 4 * grid;
+  const Plan p1 = saving_plan(base, c, a, s1, chunk), p2 = saving_plan(base, c, a, s2, chunk);
+  if (!validate(p1.model, p1.cluster.shape, p1.train, p1.parallel).ok()) return 0;
+  const StepInputs in1{p1.model, p1.cluster.shape, p1.cluster.hardware.backend, p1.train, p1.parallel};
+  const StepInputs in2{p2.model, p2.cluster.shape, p2.cluster.hardware.backend, p2.train, p2.parallel};
+  const OpTotals r1 = simulate_totals(build_step(in1), in1.backend), r2 = simulate_totals(build_step(in2), in2.backend);
+  if (r1.device_during.size() != r2.device_during.size()) return 0;
+  const double dev_budget = double(base.cluster.device_budget_bytes - base.cluster.hardware.context_bytes);
+  const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
+  double limit = 1e30;
+  binding = "";
+  auto bound = [&](double v1, double v2, double budget, const char* what) {
+    const double slope = (v2 - v1) / double(s2 - s1);
+    const double at0 = v1 - slope * double(s1);
+    if (slope <= 0) {
+      if (at0 > budget) { limit = 0; binding = what; }
+      return;
+    }
+    const double s = (budget - at0) / slope;
+    if (s < limit) { limit = s; binding = what; }
+  };
+  for (std::size_t i = 0; i < r1.device_during.size(); ++i) {
+    bound(double(r1.device_during[i]), double(r2.device_during[i]), dev_budget, "device memory");
+    bound(double(r1.host_during[i]), double(r2.host_during[i]), host_budget, "host memory");
+  }
+  if (limit < double(grid)) return 0;
+  return static_cast<std::int64_t>(limit / double(grid)) * grid;
+}
+
+
+// Coarse choices that can reach the longest sequence. Dropped, by dominance the property
+// tests check: zero1 when zero2 is allowed and none when zero1 or zero2 is (sharding more
+// never raises device or host memory); checkpoints kept on the device other than full
+// (full never raises the device peak, and neither adds host memory).
+std::vector<Coarse> max_seq_options(const Plan& base, const TechniqueSet& a) {
+  Knobs k;
+  k.micro_batch = 1;
+  std::vector<Coarse> out;
+  for (const Coarse& c : coarse_options(base, a, k)) {
+    if (c.sharding == Sharding::Zero1 && has(a, Technique::Zero2)) continue;
+    if (c.sharding == Sharding::None && (has(a, Technique::Zero1) || has(a, Technique::Zero2))) continue;
+    if (!c.offload_checkpoints && c.checkpoint.any() && !(c.checkpoint == CheckpointPolicy::full())) continue;
+    if (!c.offload_checkpoints && !c.checkpoint.any() && has(a, Technique::Checkpoint)) continue;
+    out.push_back(c);
+  }
+  return out;
+}
+
+struct MaxSeqCandidate {
+  std::int64_t tokens = 0;   // from the affine bound, before confirmation
+  std::int64_t grid = 0;
+  std::string binding;
+  Coarse coarse;
+  int chunk = 0;
+};
+
+struct MaxSeq {
+  std::int64_t tokens = 0;
+  std::int64_t grid = 0;
+  std::string binding;
+  std::vector<MaxSeqCandidate> reaching;  // every candidate whose bound reaches `tokens`
+};
+
+// Affine bounds already computed, keyed by everything they depend on: the ladder's rungs
+// share most of their configurations.
+using BoundKey = std::tuple<int, int, int, int, bool, bool, bool, int, bool, bool>;
+using BoundCache = std::map<BoundKey, std::pair<std::int64_t, std::string>>;
+
+MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache) {
+  MaxSeq best;
+  const std::int64_t tile = min_tile_tokens(base.model);
+  std::vector<MaxSeqCandidate> all;
+  std::string last_binding;
+  for (const Coarse& c : max_seq_options(base, a)) {
+    const std::int64_t grid = c.ulysses * tile;
+    for (int chunk : has(a, Technique::Untied) ? std::vector<int>{0, -1} : std::vector<int>{0}) {
+      MaxSeqCandidate m{0, grid, "", c, chunk};
+      const BoundKey key{static_cast<int>(c.sharding), c.ulysses, static_cast<int>(c.checkpoint.kind), c.checkpoint.every,
+                         c.offload_checkpoints, c.offload_optimizer, c.offload_params, chunk,
+                         has(a, Technique::TiledMlp), has(a, Technique::TiledLoss)};
+      if (auto it = cache.find(key); it != cache.end()) {
+        m.tokens = it->second.first;
+        m.binding = it->second.second;
+      } else {
+        m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding);
+        cache[key] = {m.tokens, m.binding};
+      }
+      if (!m.binding.empty()) last_binding = m.binding;
+      if (m.tokens > 0) all.push_back(m);
+    }
+  }
+  // Confirm the longest with full evaluations (allocator rounding can cost a grid step),
+  // until no unconfirmed bound can beat the confirmed best.
+  std::sort(all.begin(), all.end(), [](const MaxSeqCandidate& x, const MaxSeqCandidate& y) { return x.tokens > y.tokens; });
+  for (auto& m : all) {
+    if (m.tokens <= best.tokens) break;
+    std::int64_t s = m.tokens;
+    while (s > best.tokens && !predict(saving_plan(base, m.coarse, a, s, m.chunk)).feasible) s -= m.grid;
+    if (s > best.tokens) {
+      best.tokens = s;
+      best.grid = m.grid;
+      best.binding = m.binding;
+    }
+  }
+  for (const auto& m : all)
+    if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
+  if (best.tokens == 0) best.binding = last_binding.empty() ? "device memory" : last_binding;
+  return best;
+}
+
+}  // namespace
+
+Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder) {
+  MaxContextResult r;
+  BoundCache cache;
+  const MaxSeq top = max_seq(base, allowed, cache);
+  r.max_tokens = top.tokens;
+  r.granularity = top.grid;
+  r.binding = top.binding;
+  if (top.tokens == 0) {
+    Plan p = base;
+    p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
+    auto b = best_plan(p, allowed);
+    if (!b) return b.error();  // names the smallest peak and what dominates it
+    return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
+  }
+  // The fastest plan at that length: only coarse choices whose bound reaches it can fit
+  // (any other tiles or chunk only raise their peak).
+  std::optional<Plan> fastest;
+  for (const auto& m : top.reaching) {
+    Plan at = base;
+    at.train.seq = top.tokens;
+    Knobs k;
+    k.micro_batch = 1;
+    k.sharding = m.coarse.sharding;
+    k.ulysses = m.coarse.ulysses;
+    k.checkpoint = m.coarse.checkpoint;
+    k.offload_checkpoints = m.coarse.offload_checkpoints;
+    k.offload_optimizer = m.coarse.offload_optimizer;
+    k.offload_params = m.coarse.offload_params;
+    auto found = best_plan(at, allowed, k);
+    if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
+  }
+  if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
+  r.plan = *fastest;
+
+  if (with_ladder) {
+    const std::vector<std::vector<Technique>> rungs = {
+        {Technique::Zero3},
+        {Technique::Ulysses},
+        {Technique::Checkpoint},
+        {Technique::OffloadCheckpoints},
+        {Technique::TiledMlp, Technique::TiledLoss},
+        {Technique::Untied},
+        {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
+    };
+    TechniqueSet so_far;
+    for (const auto& rung : rungs) {
+      bool added = false;
+      for (Technique t : rung)
+        if (has(allowed, t)) {
+          so_far.set(static_cast<std::size_t>(t));
+          added = true;
+        }
+      if (!added) continue;
+      const MaxSeq m = max_seq(base, so_far, cache);
+      r.ladder.push_back({technique_names(so_far), m.tokens, m.binding});
+    }
+  }
+  return r;
+}
+
+namespace {
+nlohmann::json parallel_json(const Plan& p) { return plan_to_json(p)["parallel"]; }
+nlohmann::json brief(const Plan& p) {
+  return {{"parallel", parallel_json(p)},
+          {"micro_batch", p.train.micro_batch},
+          {"peak_device_bytes", p.prediction.peak_device_bytes},
+          {"peak_host_bytes", p.prediction.peak_host_bytes},
+          {"step_time_s", p.prediction.step_time_s},
+          {"tokens_per_s", p.prediction.tokens_per_s}};
+}
+}  // namespace
+
+nlohmann::json search_summary_json(const SearchResult& r) {
+  nlohmann::json j = {{"evaluated", r.evaluated}, {"feasible", r.feasible}};
+  j["runners_up"] = nlohmann::json::array();
+  for (const auto& p : r.runners_up) j["runners_up"].push_back(brief(p));
+  j["pareto"] = nlohmann::json::array();
+  for (const auto& p : r.pareto) j["pareto"].push_back(brief(p));
+  return j;
+}
+
+nlohmann::json max_context_json(const MaxContextResult& r) {
+  nlohmann::json j = {{"max_tokens", r.max_tokens},
+                      {"granularity_tokens", r.granularity},
+                      {"binding", r.binding},
+                      {"plan", plan_to_json(r.plan)}};
+  j["ladder"] = nlohmann::json::array();
+  for (const auto& rung : r.ladder)
+    j["ladder"].push_back({{"techniques", rung.techniques}, {"max_tokens", rung.max_tokens}, {"binding", rung.binding}});
+  return j;
+}
+
+}  // namespace longctx
