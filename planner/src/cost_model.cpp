@@ -34,8 +34,10 @@ bool overlappable(const OpSpec& op) {
 StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
   const Hardware& hw = p.cluster.hardware;
   StepTime t;
-  // Segments: one per (phase, layer); overlap happens inside a segment.
-  struct Segment { double compute = 0, hidden_comm = 0, exposed_comm = 0; };
+  // Segments: one per (phase, layer). A segment's compute is its roofline, the larger of
+  // its FLOPs and its memory traffic at their rates, plus its launches; overlap of side
+  // streams happens inside a segment.
+  struct Segment { double matmul_flops = 0, attention_flops = 0, bytes = 0, launches = 0, hidden_comm = 0, exposed_comm = 0; };
   std::map<std::pair<int, int>, Segment> segments;
   for (const auto& op : g.ops()) {
     auto& s = segments[{static_cast<int>(op.phase), op.layer}];
@@ -45,19 +47,19 @@ StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficie
       if (op.comm != CommKind::None) s.exposed_comm += comm_seconds(p, op, eff);
       continue;
     }
-    const double rate = is_attention(op) ? hw.peak_flops * eff.attention : hw.peak_flops * eff.matmul;
-    const double compute = std::max(op.flops / rate, op.memory_bytes / (hw.hbm_bytes_per_s * eff.memory)) +
-                           op.launches * eff.launch_s;
-    s.compute += compute;
+    (is_attention(op) ? s.attention_flops : s.matmul_flops) += op.flops;
+    s.bytes += op.memory_bytes;
+    s.launches += op.launches;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     if (op.comm == CommKind::None) continue;
     if (overlappable(op)) s.hidden_comm += comm_seconds(p, op, eff);
     else s.exposed_comm += comm_seconds(p, op, eff);
   }
   for (const auto& [key, s] : segments) {
-    t.compute_s += s.compute;
-    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
-    t.exposed_comm_s += exposed;
+    const double flops_s = s.matmul_flops / (hw.peak_flops * eff.matmul) + s.attention_flops / (hw.peak_flops * eff.attention);
+    const double compute = std::max(flops_s, s.bytes / (hw.hbm_bytes_per_s * eff.memory)) + s.launches * eff.launch_s;
+    t.compute_s += compute;
+    t.exposed_comm_s += s.exposed_comm + std::max(0.0, s.hidden_comm - compute);
   }
   t.total_s = t.compute_s + t.exposed_comm_s + t.host_optimizer_s;
   const std::int64_t dp = p.cluster.shape.world() / p.parallel.ulysses;

@@ -192,11 +192,6 @@ Plan with(const Plan& base, const Coarse& c, int chunk, int mlp, int loss) {
   return p;
 }
 
-// Better: more tokens per second; at equal speed, less device memory.
-bool faster(const Plan& a, const Plan& b) {
-  if (a.prediction.tokens_per_s != b.prediction.tokens_per_s) return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
-  return a.prediction.peak_device_bytes < b.prediction.peak_device_bytes;
-}
 
 // Runs and counts evaluations; keeps the feasible plans and the smallest infeasible peak.
 struct Evaluator {
@@ -213,6 +208,36 @@ struct Evaluator {
     return p;
   }
 };
+
+}  // namespace
+
+bool faster(const Plan& a, const Plan& b) {
+  if (a.prediction.tokens_per_s != b.prediction.tokens_per_s) return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
+  return a.prediction.peak_device_bytes < b.prediction.peak_device_bytes;
+}
+
+std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
+  std::vector<Plan> out;
+  const std::int64_t min_tile = min_tile_tokens(base.model);
+  for (const Coarse& c : coarse_options(base, allowed, knobs)) {
+    Plan shape = with(base, c, 0, 1, 1);
+    if (!validate(shape.model, shape.cluster.shape, shape.train, shape.parallel).ok()) continue;
+    const std::int64_t n = c.micro_batch * base.train.seq / c.ulysses;
+    const auto chunks = knobs.head_chunk ? std::vector<int>{*knobs.head_chunk}
+                                         : chunk_options(base.model, shape, c.ulysses, has(allowed, Technique::Untied));
+    const auto mlps = knobs.mlp_tiles ? std::vector<int>{*knobs.mlp_tiles} : tile_options(n, min_tile, has(allowed, Technique::TiledMlp));
+    const auto losses = knobs.loss_tiles ? std::vector<int>{*knobs.loss_tiles} : tile_options(n, min_tile, has(allowed, Technique::TiledLoss));
+    for (int chunk : chunks)
+      for (int mlp : mlps)
+        for (int loss : losses) {
+          Plan p = with(base, c, chunk, mlp, loss);
+          if (validate(p.model, p.cluster.shape, p.train, p.parallel).ok()) out.push_back(p);
+        }
+  }
+  return out;
+}
+
+namespace {
 
 Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
   if (!smallest)
@@ -396,16 +421,18 @@ std::int64_t affine_max_seq(const Plan& base, const Coarse& c, const TechniqueSe
 
 
 // Coarse choices that can reach the longest sequence. Dropped, by dominance the property
-// tests check: zero1 when zero2 is allowed and none when zero1 or zero2 is (sharding more
-// never raises device or host memory); checkpoints kept on the device other than full
+// tests check: none when zero1 is allowed, and none or zero1 when zero2 is and the optimizer
+// stays on the device (sharding more never raises device memory; host memory only grows
+// when offloaded gradients arrive during backward, as zero2's do); checkpoints kept on the device other than full
 // (full never raises the device peak, and neither adds host memory).
 std::vector<Coarse> max_seq_options(const Plan& base, const TechniqueSet& a) {
   Knobs k;
   k.micro_batch = 1;
   std::vector<Coarse> out;
   for (const Coarse& c : coarse_options(base, a, k)) {
-    if (c.sharding == Sharding::Zero1 && has(a, Technique::Zero2)) continue;
-    if (c.sharding == Sharding::None && (has(a, Technique::Zero1) || has(a, Technique::Zero2))) continue;
+    if (c.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !c.offload_optimizer) continue;
+    if (c.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
+    if (c.sharding == Sharding::None && has(a, Technique::Zero2) && !c.offload_optimizer) continue;
     if (!c.offload_checkpoints && c.checkpoint.any() && !(c.checkpoint == CheckpointPolicy::full())) continue;
     if (!c.offload_checkpoints && !c.checkpoint.any() && has(a, Technique::Checkpoint)) continue;
     out.push_back(c);

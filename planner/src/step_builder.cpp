@@ -82,8 +82,11 @@ class Builder {
     t.persistent = true;
     return graph_.add_tensor(std::move(t));
   }
+  // Memory traffic counts the activations an op reads and writes and its workspace written
+  // and read once per repeat (tile or stage); weights and gradients are left out, so a tiled
+  // or staged op moves the same bytes as the plain ops it replaces and differs in launches.
   int op(Name name, Phase phase, int layer, Ids inputs, Ids outputs, std::int64_t workspace = 0,
-         double flops = 0, OpKind kind = OpKind::Memory, int launches = 1) {
+         double flops = 0, OpKind kind = OpKind::Memory, int launches = 1, int repeats = 1) {
     OpSpec o;
     o.name = name;
     o.phase = phase;
@@ -94,8 +97,13 @@ class Builder {
     o.flops = flops;
     o.kind = flops > 0 && kind == OpKind::Memory ? OpKind::Matmul : kind;
     o.launches = launches;
-    for (int t : o.inputs) o.memory_bytes += double(graph_.tensor(t).bytes);
-    for (int t : o.outputs) o.memory_bytes += double(graph_.tensor(t).bytes);
+    auto traffic = [&](int t) {
+      const auto& ts = graph_.tensor(t);
+      if (ts.category != Category::Params && ts.category != Category::Grads) o.memory_bytes += double(ts.bytes);
+    };
+    for (int t : o.inputs) traffic(t);
+    for (int t : o.outputs) traffic(t);
+    o.memory_bytes += 2.0 * double(workspace) * repeats;
     return graph_.add_op(std::move(o));
   }
   void set_comm(int op_index, CommKind kind, double bytes, int group) {
@@ -212,25 +220,36 @@ class Builder {
     a.xn2 = tensor(N(l, "mlp_norm.out", rc), n_ * h_ * e_, act);
     op(N(l, "mlp_norm", rc), phase, l, {a.mid}, {a.xn2, a.rstd2}, 0, 4.0 * double(n_ * h_));
 
-    const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
+    // A recompute stops at the last tensor the backward reads: the MLP's output (and, tiled,
+    // the whole tiled MLP) is never recomputed.
     const double mlp_flops = mm(n_, h_, I_) * 3;
     if (p_.mlp_tiles > 1) {
+      if (rc) return a;
+      const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
       const std::int64_t t = n_ / p_.mlp_tiles;
       // Per tile: gate, up, silu(gate), act = silu*up (4 x t x I), and the tile's output rows.
-      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 4 * t * I_ * e_ + t * h_ * e_, mlp_flops, OpKind::Matmul,
-         4 * p_.mlp_tiles);
-    } else {
-      a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
-      a.up = tensor(N(l, "mlp.up", rc), n_ * I_ * e_, act);
-      op(N(l, "mlp.gate_up", rc), phase, l, {a.xn2}, {a.gate, a.up}, 0, mm(n_, h_, I_) * 2);
-      a.act = tensor(N(l, "mlp.act", rc), n_ * I_ * e_, act);
-      // silu(gate) is a temporary of the op; backward recomputes it from gate.
-      op(N(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act}, n_ * I_ * e_, 4.0 * double(n_ * I_));
-      op(N(l, "mlp.down", rc), phase, l, {a.act}, {down}, 0, mm(n_, I_, h_));
+      a.last_forward_op = op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 4 * t * I_ * e_ + t * h_ * e_, mlp_flops,
+                             OpKind::Matmul, 4 * p_.mlp_tiles, p_.mlp_tiles);
+      finish_layer(l, a, down, phase);
+      return a;
     }
-    a.out = tensor(l + 1 < m_.layers ? N(l + 1, "in", rc) : N(Name::kNone, "loss.final_norm.in", rc), n_ * h_ * e_, act);
-    a.last_forward_op = op(N(l, "mlp.residual", rc), phase, l, {a.mid, down}, {a.out});
+    a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
+    a.up = tensor(N(l, "mlp.up", rc), n_ * I_ * e_, act);
+    op(N(l, "mlp.gate_up", rc), phase, l, {a.xn2}, {a.gate, a.up}, 0, mm(n_, h_, I_) * 2);
+    a.act = tensor(N(l, "mlp.act", rc), n_ * I_ * e_, act);
+    // silu(gate) is a temporary of the op; backward recomputes it from gate.
+    a.last_forward_op = op(N(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act}, n_ * I_ * e_, 4.0 * double(n_ * I_));
+    if (rc) return a;
+    const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
+    op(N(l, "mlp.down", rc), phase, l, {a.act}, {down}, 0, mm(n_, I_, h_));
+    finish_layer(l, a, down, phase);
     return a;
+  }
+
+  // The residual add that ends a layer's forward.
+  void finish_layer(int l, LayerActs& a, int down, Phase phase) {
+    a.out = tensor(l + 1 < m_.layers ? N(l + 1, "in") : N(Name::kNone, "loss.final_norm.in"), n_ * h_ * e_, Category::Activations);
+    a.last_forward_op = op(N(l, "mlp.residual"), phase, l, {a.mid, down}, {a.out});
   }
 
   // Kv heads one Ulysses all-to-all carries per rank, and the elements of k (or v) around it:
@@ -329,14 +348,15 @@ class Builder {
   }
 
   // Kernel launches and collective rounds of the staged schedule: `per_stage` of each stage.
-  int untied_stage_launches(int per_stage) const { return per_stage * static_cast<int>(hl_ / p_.head_chunk); }
+  int untied_stages() const { return static_cast<int>(hl_ / p_.head_chunk); }
+  int untied_stage_launches(int per_stage) const { return per_stage * untied_stages(); }
 
   void untied_attention_forward(int l, LayerActs& a, Phase phase, bool rc) {
     a.o_loc = tensor(N(l, "attn.out", rc), n_ * H_ * d_ * e_, Category::Activations);
     a.lse = tensor(N(l, "attn.flash.lse", rc), n_ * H_ * 4, Category::Activations);
     const double flops = mm(n_, h_, (H_ + 2 * K_) * d_) + attention_flops(hl_);
     const int o = op(N(l, "attn.untied", rc), phase, l, {a.xn1}, {a.o_loc, a.lse}, untied_forward_workspace(), flops,
-                     OpKind::Attention, untied_stage_launches(4));
+                     OpKind::Attention, untied_stage_launches(4), untied_stages());
     const double sent = double((n_ * H_ * d_ * 2 + 2 * kv_sp_elems()) * e_) * double(u_ - 1) / double(u_);
     if (u_ > 1) set_comm(o, CommKind::AllToAll, sent, static_cast<int>(u_));
   }
@@ -352,7 +372,7 @@ class Builder {
     if (p_.loss_tiles > 1) {
       const std::int64_t t = n_ / p_.loss_tiles;
       op(N(Name::kNone, "loss.tiled"), Phase::Loss, -1, {xf_, targets_}, {}, t * V_ * (e_ == 4 ? 4 : e_ + 4), flops,
-         OpKind::Matmul, 3 * p_.loss_tiles);
+         OpKind::Matmul, 3 * p_.loss_tiles, p_.loss_tiles);
       return;
     }
     int logits = tensor(N(Name::kNone, "loss.logits"), n_ * V_ * e_, Category::Transient);
@@ -411,7 +431,7 @@ class Builder {
     if (p_.loss_tiles > 1) {
       const std::int64_t t = n_ / p_.loss_tiles;
       op(N(Name::kNone, "loss.tiled.bwd"), B, -1, head_reads, grads_out, t * V_ * (e_ == 4 ? 4 : e_ + 4),
-         flops + mm(n_, h_, V_), OpKind::Matmul, 6 * p_.loss_tiles);
+         flops + mm(n_, h_, V_), OpKind::Matmul, 6 * p_.loss_tiles, p_.loss_tiles);
     } else {
       const int d_logp = tensor(N(Name::kNone, "loss.nll.grad"), n_ * V_ * 4, Category::Transient);
       op(N(Name::kNone, "loss.nll.bwd"), B, -1, {targets_}, {d_logp});
@@ -441,16 +461,13 @@ class Builder {
         next_ckpt = prefetch_checkpoint(l - 1);
       }
       LayerActs a = acts_[static_cast<std::size_t>(l)];
-      int recompute_out = -1;
       if (p_.checkpoint.checkpoints_layer(l)) {
         const int x = ckpt >= 0 ? ckpt : a.in;
         a = layer_forward(l, x, B, true);
-        recompute_out = a.out;
       }
       d_x = layer_backward(l, a, d_x);
       auto& last = const_cast<OpSpec&>(graph_.ops().back());
       if (layer_params >= 0) last.inputs.push_back(layer_params);
-      if (recompute_out >= 0) last.inputs.push_back(recompute_out);  // held until the layer's backward ends
     }
 
     // Embedding backward: a dense [V, h] gradient.
@@ -483,7 +500,7 @@ class Builder {
       const std::int64_t t = n_ / p_.mlp_tiles;
       // Per tile: gate, up, act recomputed, d_act, d_gate, d_up (6 x t x I), and the tile's d_out rows.
       op(N(l, "mlp.tiled.bwd", rc), B, l, {d_out, a.xn2}, {d_xn2, grad}, 6 * t * I_ * e_ + t * h_ * e_, mm(n_, h_, I_) * 9,
-         OpKind::Matmul, 10 * p_.mlp_tiles);
+         OpKind::Matmul, 10 * p_.mlp_tiles, p_.mlp_tiles);
     } else {
       const int d_act = tensor(N(l, "mlp.act.grad", rc), n_ * I_ * e_, tr);
       op(N(l, "mlp.down.bwd", rc), B, l, {d_out, a.act}, {d_act, grad}, 0, mm(n_, I_, h_) * 2);
@@ -500,7 +517,7 @@ class Builder {
     if (p_.head_chunk > 0) {
       const double flops = 2 * mm(n_, h_, (H_ + 2 * K_) * d_) + mm(n_, h_, (H_ + 2 * K_) * d_) + 3.5 * attention_flops(hl_);
       const int o = op(N(l, "attn.untied.bwd", rc), B, l, {d_oloc, a.xn1, a.o_loc, a.lse, grad}, {d_xn1},
-                       untied_backward_workspace(), flops, OpKind::Attention, untied_stage_launches(10));
+                       untied_backward_workspace(), flops, OpKind::Attention, untied_stage_launches(10), untied_stages());
       if (u_ > 1)
         set_comm(o, CommKind::AllToAll, double((n_ * H_ * d_ * 4 + 4 * kv_sp_elems()) * e_) * double(u_ - 1) / double(u_),
                  static_cast<int>(u_));

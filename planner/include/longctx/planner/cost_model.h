@@ -9,6 +9,7 @@
 //   memory-bound ops 0.80 of HBM bandwidth
 //   collectives 0.80 of link bandwidth; host<->device copies 0.80 of PCIe
 //   10 us per kernel launch or collective round (tiles and head-chunk stages multiply them)
+// Roofline per (phase, layer): the larger of FLOP time and memory-traffic time, plus launches.
 // Overlap: zero3 all-gathers (prefetched one layer ahead), gradient reduce-scatters and
 // checkpoint offload/prefetch copies run on side streams and hide behind the compute of the
 // same layer; what exceeds it is exposed. Ulysses all-to-alls sit on the critical path. The

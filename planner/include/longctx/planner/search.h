@@ -74,6 +74,13 @@ struct MaxContextResult {
 // +offload-checkpoints, +tiled-mlp/tiled-loss, +untied (each rung restricted to `allowed`).
 Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder = true);
 
+// Every valid configuration the search considers at base.train.seq, unevaluated: the brute
+// force the tests hold the search against.
+std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
+
+// Better: more tokens per second; at equal speed, less device memory.
+bool faster(const Plan& a, const Plan& b);
+
 nlohmann::json search_summary_json(const SearchResult& r);
 nlohmann::json max_context_json(const MaxContextResult& r);
 

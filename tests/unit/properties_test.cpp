@@ -1,0 +1,181 @@
+// Properties of the memory model over many random valid configurations. The search prunes
+// with some of them (search.h), so they are proofs obligations as much as checks.
+#include <gtest/gtest.h>
+
+#include <random>
+
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/search.h"
+#include "test_plans.h"
+
+namespace longctx {
+namespace {
+
+struct Case {
+  Plan plan;
+  std::string text;
+};
+
+// A random valid configuration of a small model on the CPU virtual device.
+Case random_case(std::mt19937& rng) {
+  auto pick = [&](auto... values) {
+    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  for (;;) {
+    const char* model = pick("tiny-gqa", "tiny-odd");
+    const std::int64_t gpus = pick(1, 2, 4);
+    Plan p = testing::cpu_plan(model, gpus, pick(256, 512, 1024));
+    if (pick(0, 1)) p.train.dtype = DType::BF16;
+    p.train.micro_batch = pick(1, 2);
+    p.parallel.sharding = pick(Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3);
+    p.parallel.ulysses = static_cast<int>(pick(1, 2, 4));
+    p.parallel.head_chunk = pick(0, 0, 1, 2, 4);
+    p.parallel.checkpoint = pick(CheckpointPolicy::none(), CheckpointPolicy::full(), CheckpointPolicy::every_k(2));
+    p.parallel.offload_checkpoints = p.parallel.checkpoint.any() && pick(0, 1);
+    p.parallel.offload_optimizer = pick(0, 1);
+    p.parallel.offload_params = p.parallel.sharding == Sharding::Zero3 && pick(0, 1);
+    p.parallel.mlp_tiles = pick(1, 2, 4);
+    p.parallel.loss_tiles = pick(1, 2, 4);
+    if (!validate(p.model, p.cluster.shape, p.train, p.parallel).ok()) continue;
+    const std::string text = plan_to_json(p)["parallel"].dump() + " " + model + " gpus=" + std::to_string(gpus) +
+                             " seq=" + std::to_string(p.train.seq) + " " + to_string(p.train.dtype);
+    return {p, text};
+  }
+}
+
+std::int64_t peak(const Plan& p) { return predict(p).peak_device_bytes; }
+std::int64_t host(const Plan& p) { return predict(p).peak_host_bytes; }
+
+constexpr int kCases = 300;
+
+TEST(Properties, GraphsAreWellFormed) {
+  std::mt19937 rng(1);
+  for (int i = 0; i < kCases; ++i) {
+    const Case c = random_case(rng);
+    const Evaluation e = evaluate(c.plan);
+    auto ok = e.graph.check();
+    EXPECT_TRUE(ok.ok()) << c.text << ": " << (ok.ok() ? "" : ok.error().what());
+  }
+}
+
+TEST(Properties, MoreTilesNeverRaiseThePeak) {
+  std::mt19937 rng(2);
+  for (int i = 0; i < kCases; ++i) {
+    Case c = random_case(rng);
+    Plan more = c.plan;
+    more.parallel.mlp_tiles *= 2;
+    if (validate(more.model, more.cluster.shape, more.train, more.parallel).ok())
+      EXPECT_LE(peak(more), peak(c.plan)) << "mlp tiles x2: " << c.text;
+    more = c.plan;
+    more.parallel.loss_tiles *= 2;
+    if (validate(more.model, more.cluster.shape, more.train, more.parallel).ok())
+      EXPECT_LE(peak(more), peak(c.plan)) << "loss tiles x2: " << c.text;
+  }
+}
+
+TEST(Properties, ASmallerHeadChunkNeverRaisesThePeak) {
+  std::mt19937 rng(3);
+  for (int i = 0; i < kCases; ++i) {
+    Case c = random_case(rng);
+    if (c.plan.parallel.head_chunk < 2) continue;
+    Plan smaller = c.plan;
+    smaller.parallel.head_chunk /= 2;
+    if (validate(smaller.model, smaller.cluster.shape, smaller.train, smaller.parallel).ok())
+      EXPECT_LE(peak(smaller), peak(c.plan)) << c.text;
+  }
+}
+
+TEST(Properties, CheckpointingNeverRaisesThePeak) {
+  std::mt19937 rng(4);
+  for (int i = 0; i < kCases; ++i) {
+    Case c = random_case(rng);
+    Plan none = c.plan, every2 = c.plan, full = c.plan;
+    none.parallel.checkpoint = CheckpointPolicy::none();
+    none.parallel.offload_checkpoints = false;
+    every2.parallel.checkpoint = CheckpointPolicy::every_k(2);
+    full.parallel.checkpoint = CheckpointPolicy::full();
+    every2.parallel.offload_checkpoints = full.parallel.offload_checkpoints = c.plan.parallel.offload_checkpoints;
+    EXPECT_LE(peak(full), peak(every2)) << c.text;
+    EXPECT_LE(peak(every2), peak(none)) << c.text;
+    if (!c.plan.parallel.offload_checkpoints) EXPECT_EQ(host(full), host(none)) << c.text;
+  }
+}
+
+// Offloading moves bytes from the device to the host, never loses any: at the end of the
+// forward, what the device no longer holds is exactly what the host now holds.
+TEST(Properties, OffloadMovesBytesAndLosesNone) {
+  std::mt19937 rng(5);
+  auto at_forward_end = [](const Plan& p) {
+    const Evaluation e = evaluate(p);
+    int i = 0;
+    while (e.graph.op(i + 1).phase == Phase::Forward) ++i;
+    return std::pair{e.sim.per_op[static_cast<std::size_t>(i)].device_after, e.sim.per_op[static_cast<std::size_t>(i)].host_during};
+  };
+  for (int i = 0; i < kCases / 3; ++i) {
+    Case c = random_case(rng);
+    if (!c.plan.parallel.checkpoint.any()) continue;
+    Plan on = c.plan, off = c.plan;
+    on.parallel.offload_checkpoints = true;
+    off.parallel.offload_checkpoints = false;
+    const auto [dev_on, host_on] = at_forward_end(on);
+    const auto [dev_off, host_off] = at_forward_end(off);
+    EXPECT_GT(host_on, host_off) << c.text;
+    EXPECT_EQ(dev_off - dev_on, host_on - host_off) << c.text;
+    EXPECT_LE(peak(on), peak(off)) << c.text;
+
+    on = off = c.plan;
+    on.parallel.offload_optimizer = true;
+    off.parallel.offload_optimizer = false;
+    const auto [d1, h1] = at_forward_end(on);
+    const auto [d0, h0] = at_forward_end(off);
+    EXPECT_EQ(d0 - d1, h1 - h0) << "optimizer: " << c.text;
+  }
+}
+
+// The dominance the max-context search prunes with.
+TEST(Properties, ShardingMoreNeverRaisesDeviceOrHostMemory) {
+  std::mt19937 rng(6);
+  for (int i = 0; i < kCases; ++i) {
+    Case c = random_case(rng);
+    Plan none = c.plan, z1 = c.plan, z2 = c.plan;
+    none.parallel.offload_params = z1.parallel.offload_params = z2.parallel.offload_params = false;
+    none.parallel.sharding = Sharding::None;
+    z1.parallel.sharding = Sharding::Zero1;
+    z2.parallel.sharding = Sharding::Zero2;
+    EXPECT_LE(peak(z2), peak(z1)) << c.text;
+    EXPECT_LE(peak(z1), peak(none)) << c.text;
+    EXPECT_LE(host(z1), host(none)) << c.text;
+    // zero2 sends each gradient shard to the host as backward makes it, while the offloaded
+    // checkpoints are still there; zero1 only at the optimizer step.
+    if (!c.plan.parallel.offload_optimizer) EXPECT_LE(host(z2), host(z1)) << c.text;
+  }
+}
+
+// What max-context's affine bound rests on: with tiles of a fixed length, every op's live
+// bytes are affine in the sequence length (exact on the CPU backend).
+TEST(Properties, LiveBytesAreAffineInSequenceLength) {
+  std::mt19937 rng(7);
+  for (int i = 0; i < kCases / 3; ++i) {
+    Case c = random_case(rng);
+    auto at = [&](std::int64_t k) {
+      Plan p = c.plan;
+      p.train.seq = c.plan.train.seq * k;
+      // Tiles of a fixed length: the count grows with the sequence (one tile stays untiled).
+      if (p.parallel.mlp_tiles > 1) p.parallel.mlp_tiles *= static_cast<int>(k);
+      if (p.parallel.loss_tiles > 1) p.parallel.loss_tiles *= static_cast<int>(k);
+      return evaluate(p).sim.per_op;
+    };
+    const auto a = at(1), b = at(2), d = at(3);
+    ASSERT_EQ(a.size(), d.size());
+    for (std::size_t j = 0; j < a.size(); ++j) {
+      EXPECT_EQ(b[j].device_during - a[j].device_during, d[j].device_during - b[j].device_during) << c.text << " op " << j;
+      EXPECT_EQ(b[j].host_during - a[j].host_during, d[j].host_during - b[j].host_during) << c.text << " op " << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace longctx
