@@ -324,26 +324,32 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
     // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
     // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
     for (int chunk : chunks) {
-      int li = static_cast<int>(losses.size()) - 1;
-      bool chunk_done = false, chunk_hopeless = false;
-      for (std::size_t mi = 0; mi < mlps.size() && !chunk_done; ++mi) {
-        int fit = -1;
-        for (int j = 0; j <= li; ++j) {
-          const Plan p = ev.run(with(base, c, chunk, mlps[mi], losses[static_cast<std::size_t>(j)]));
-          if (best && !faster(p, *best)) {
-            chunk_done = j == 0;
-            chunk_hopeless = chunk_done && mi == 0;  // its fastest plan lost: smaller chunks are slower still
-            break;
-          }
-          if (p.prediction.feasible) {
-            fit = j;
-            best = p;
-            break;
-          }
-        }
-        if (fit >= 0) li = fit;
+      // The chunk's fastest plan (fewest tiles) cannot win: smaller chunks are slower still.
+      const Plan head = ev.run(with(base, c, chunk, mlps.front(), losses.front()));
+      if (best && !faster(head, *best)) {
+        if (chunk != 0) break;
+        continue;
       }
-      if (chunk_hopeless && chunk != 0) break;
+      if (head.prediction.feasible) {
+        best = head;
+        continue;
+      }
+      // Staircase: for each MLP tile count, the fewest loss tiles that fit (binary search:
+      // fitting is monotone in tiles); that count can only fall as MLP tiles rise.
+      int hi = static_cast<int>(losses.size()) - 1;
+      for (int mlp : mlps) {
+        if (!ev.run(with(base, c, chunk, mlp, losses[static_cast<std::size_t>(hi)])).prediction.feasible) continue;
+        int lo = 0;  // losses[lo - 1] does not fit (or lo == 0); losses[hi] fits
+        while (lo < hi) {
+          const int mid = (lo + hi) / 2;
+          if (ev.run(with(base, c, chunk, mlp, losses[static_cast<std::size_t>(mid)])).prediction.feasible) hi = mid;
+          else lo = mid + 1;
+        }
+        Plan p = with(base, c, chunk, mlp, losses[static_cast<std::size_t>(hi)]);
+        p.prediction = predict(p);
+        if (!best || faster(p, *best)) best = p;
+        if (hi == 0) break;  // more MLP tiles only slow it down
+      }
     }
   }
   if (!best) return no_fit(base, ev.smallest_infeasible);
@@ -460,7 +466,20 @@ struct MaxSeq {
 using BoundKey = std::tuple<int, int, int, int, bool, bool, bool, int, bool, bool>;
 using BoundCache = std::map<BoundKey, std::pair<std::int64_t, std::string>>;
 
-MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache) {
+// Whether a plan fits, from the totals alone.
+bool fits(const Plan& p) {
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  const OpTotals t = simulate_totals(build_step(in), in.backend);
+  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return dev + p.cluster.hardware.context_bytes <= p.cluster.device_budget_bytes &&
+         host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+// `floor`: a length known to fit with fewer techniques. A configuration that does not fit at
+// (the largest multiple of its grid up to) the floor cannot reach past it, and is skipped
+// after one simulation instead of two.
+MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0) {
   MaxSeq best;
   const std::int64_t tile = min_tile_tokens(base.model);
   std::vector<MaxSeqCandidate> all;
@@ -475,6 +494,9 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache) {
       if (auto it = cache.find(key); it != cache.end()) {
         m.tokens = it->second.first;
         m.binding = it->second.second;
+      } else if (const std::int64_t at = floor / grid * grid;
+                 at >= 2 * grid && !fits(saving_plan(base, c, a, at, chunk))) {
+        continue;
       } else {
         m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding);
         cache[key] = {m.tokens, m.binding};
@@ -507,7 +529,33 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache) {
 Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder) {
   MaxContextResult r;
   BoundCache cache;
-  const MaxSeq top = max_seq(base, allowed, cache);
+  // The ladder first: each rung's answer is a floor for the next and for the final answer.
+  std::int64_t floor = 0;
+  if (with_ladder) {
+    const std::vector<std::vector<Technique>> rungs = {
+        {Technique::Zero3},
+        {Technique::Ulysses},
+        {Technique::Checkpoint},
+        {Technique::OffloadCheckpoints},
+        {Technique::TiledMlp, Technique::TiledLoss},
+        {Technique::Untied},
+        {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
+    };
+    TechniqueSet so_far;
+    for (const auto& rung : rungs) {
+      bool added = false;
+      for (Technique t : rung)
+        if (has(allowed, t)) {
+          so_far.set(static_cast<std::size_t>(t));
+          added = true;
+        }
+      if (!added) continue;
+      const MaxSeq m = max_seq(base, so_far, cache, floor);
+      r.ladder.push_back({technique_names(so_far), m.tokens, m.binding});
+      floor = std::max(floor, m.tokens);
+    }
+  }
+  const MaxSeq top = max_seq(base, allowed, cache, floor);
   r.max_tokens = top.tokens;
   r.granularity = top.grid;
   r.binding = top.binding;
@@ -538,29 +586,6 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
   r.plan = *fastest;
 
-  if (with_ladder) {
-    const std::vector<std::vector<Technique>> rungs = {
-        {Technique::Zero3},
-        {Technique::Ulysses},
-        {Technique::Checkpoint},
-        {Technique::OffloadCheckpoints},
-        {Technique::TiledMlp, Technique::TiledLoss},
-        {Technique::Untied},
-        {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
-    };
-    TechniqueSet so_far;
-    for (const auto& rung : rungs) {
-      bool added = false;
-      for (Technique t : rung)
-        if (has(allowed, t)) {
-          so_far.set(static_cast<std::size_t>(t));
-          added = true;
-        }
-      if (!added) continue;
-      const MaxSeq m = max_seq(base, so_far, cache);
-      r.ladder.push_back({technique_names(so_far), m.tokens, m.binding});
-    }
-  }
   return r;
 }
 
