@@ -16,5 +16,6 @@ int print_version();
 Command add_models_command(CLI::App& app);
 Command add_plan_command(CLI::App& app);
 Command add_max_context_command(CLI::App& app);
+Command add_explain_command(CLI::App& app);
 
 }  // namespace longctx::cli

@@ -19,6 +19,7 @@ int main(int argc, char** argv) {
   std::vector<longctx::cli::Command> commands;
   commands.push_back(longctx::cli::add_max_context_command(app));
   commands.push_back(longctx::cli::add_plan_command(app));
+  commands.push_back(longctx::cli::add_explain_command(app));
   commands.push_back(longctx::cli::add_models_command(app));
 
   try {

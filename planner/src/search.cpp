@@ -1,6 +1,7 @@
 #include "longctx/planner/search.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <tuple>
 #include <sstream>
@@ -211,8 +212,20 @@ struct Evaluator {
 
 }  // namespace
 
+namespace {
+// Speed to three significant digits: differences below that are inside the cost model's
+// error, and should not buy a plan that needs more memory. Rounding is monotone, so the
+// search's bounds still hold.
+double rounded_speed(double tokens_per_s) {
+  if (tokens_per_s <= 0) return 0;
+  const double scale = std::pow(10.0, std::floor(std::log10(tokens_per_s)) - 2);
+  return std::round(tokens_per_s / scale) * scale;
+}
+}  // namespace
+
 bool faster(const Plan& a, const Plan& b) {
-  if (a.prediction.tokens_per_s != b.prediction.tokens_per_s) return a.prediction.tokens_per_s > b.prediction.tokens_per_s;
+  const double sa = rounded_speed(a.prediction.tokens_per_s), sb = rounded_speed(b.prediction.tokens_per_s);
+  if (sa != sb) return sa > sb;
   return a.prediction.peak_device_bytes < b.prediction.peak_device_bytes;
 }
 

@@ -78,7 +78,8 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
 // force the tests hold the search against.
 std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
 
-// Better: more tokens per second; at equal speed, less device memory.
+// Better: more tokens per second (to three significant digits); at equal speed, less device
+// memory.
 bool faster(const Plan& a, const Plan& b);
 
 nlohmann::json search_summary_json(const SearchResult& r);

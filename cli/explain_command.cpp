@@ -1,0 +1,53 @@
+#include <fstream>
+
+#include <fmt/format.h>
+
+#include "cluster_options.h"
+#include "commands.h"
+#include "longctx/planner/memory_model.h"
+#include "plan_output.h"
+#include "timeline_svg.h"
+
+namespace longctx::cli {
+namespace {
+
+struct ExplainOptions {
+  std::string plan_file;
+  std::string svg;
+  int live_rows = 20;
+};
+
+int run_explain(const ExplainOptions& o) {
+  auto plan = read_plan_file(o.plan_file);
+  if (!plan) return report(plan.error());
+  const Evaluation e = evaluate(*plan);
+  fmt::print("{}", render_plan(e, o.live_rows));
+  if (plan->prediction.peak_device_bytes != 0 && plan->prediction.peak_device_bytes != e.plan.prediction.peak_device_bytes)
+    fmt::print("\nnote: the file predicted {} bytes; this longctx predicts {} (the memory model changed since it was written)\n",
+               plan->prediction.peak_device_bytes, e.plan.prediction.peak_device_bytes);
+  if (!o.svg.empty()) {
+    const std::string tmp = o.svg + ".tmp";
+    {
+      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+      if (!out) return report(Error::bad_input("--svg", fmt::format("cannot write '{}': check the folder exists", o.svg)));
+      out << timeline_svg(e);
+    }
+    if (std::rename(tmp.c_str(), o.svg.c_str()) != 0)
+      return report(Error::bad_input("--svg", fmt::format("cannot rename '{}' to '{}'", tmp, o.svg)));
+    fmt::print("\nwrote {}\n", o.svg);
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_explain_command(CLI::App& app) {
+  auto o = std::make_shared<ExplainOptions>();
+  auto* sub = app.add_subcommand("explain", "Show where a plan's memory goes: the breakdown and live set at the peak, and the timeline");
+  sub->add_option("plan", o->plan_file, "Plan file written by `longctx plan -o`")->required();
+  sub->add_option("--svg", o->svg, "Also draw the device and host timeline, by category, as an SVG file");
+  sub->add_option("--live", o->live_rows, "Rows of the live set at the peak to list")->capture_default_str();
+  return {sub, [o] { return run_explain(*o); }};
+}
+
+}  // namespace longctx::cli
