@@ -406,15 +406,30 @@ Plan saving_plan(const Plan& base, const Coarse& c, const TechniqueSet& a, std::
 // Largest multiple of `grid` tokens this configuration fits, from the peaks at two lengths:
 // every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
 // live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
+OpTotals totals_of(const Plan& p) {
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  return simulate_totals(build_step(in), in.backend);
+}
+
+// Whether the totals fit the plan's budgets.
+bool fits(const Plan& p, const OpTotals& t) {
+  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return dev + p.cluster.hardware.context_bytes <= p.cluster.device_budget_bytes &&
+         host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+// `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
 std::int64_t affine_max_seq(const Plan& base, const Coarse& c, const TechniqueSet& a, int chunk, std::int64_t grid,
-                            std::string& binding) {
-  // Two and four tiles' worth, so both lengths have the same ops (one tile would be untiled).
-  const std::int64_t s1 = 2 * grid, s2 = 4 * grid;
-  const Plan p1 = saving_plan(base, c, a, s1, chunk), p2 = saving_plan(base, c, a, s2, chunk);
+                            std::string& binding, std::int64_t s2 = 0, const OpTotals* known = nullptr) {
+  // At least two tiles' worth at both lengths, so both have the same ops (one tile would be
+  // untiled).
+  const std::int64_t s1 = 2 * grid;
+  if (!known) s2 = 4 * grid;
+  const Plan p1 = saving_plan(base, c, a, s1, chunk);
   if (!validate(p1.model, p1.cluster.shape, p1.train, p1.parallel).ok()) return 0;
-  const StepInputs in1{p1.model, p1.cluster.shape, p1.cluster.hardware.backend, p1.train, p1.parallel};
-  const StepInputs in2{p2.model, p2.cluster.shape, p2.cluster.hardware.backend, p2.train, p2.parallel};
-  const OpTotals r1 = simulate_totals(build_step(in1), in1.backend), r2 = simulate_totals(build_step(in2), in2.backend);
+  const OpTotals r1 = totals_of(p1);
+  const OpTotals r2 = known ? *known : totals_of(saving_plan(base, c, a, s2, chunk));
   if (r1.device_during.size() != r2.device_during.size()) return 0;
   const double dev_budget = double(base.cluster.device_budget_bytes - base.cluster.hardware.context_bytes);
   const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
@@ -479,16 +494,6 @@ struct MaxSeq {
 using BoundKey = std::tuple<int, int, int, int, bool, bool, bool, int, bool, bool>;
 using BoundCache = std::map<BoundKey, std::pair<std::int64_t, std::string>>;
 
-// Whether a plan fits, from the totals alone.
-bool fits(const Plan& p) {
-  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
-  const OpTotals t = simulate_totals(build_step(in), in.backend);
-  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
-  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
-  return dev + p.cluster.hardware.context_bytes <= p.cluster.device_budget_bytes &&
-         host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
-}
-
 // `floor`: a length known to fit with fewer techniques. A configuration that does not fit at
 // (the largest multiple of its grid up to) the floor cannot reach past it, and is skipped
 // after one simulation instead of two.
@@ -507,9 +512,13 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
       if (auto it = cache.find(key); it != cache.end()) {
         m.tokens = it->second.first;
         m.binding = it->second.second;
-      } else if (const std::int64_t at = floor / grid * grid;
-                 at >= 2 * grid && !fits(saving_plan(base, c, a, at, chunk))) {
-        continue;
+      } else if (const std::int64_t at = floor / grid * grid; at >= 4 * grid) {
+        const Plan probe = saving_plan(base, c, a, at, chunk);
+        if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
+        const OpTotals t = totals_of(probe);
+        if (!fits(probe, t)) continue;
+        m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding, at, &t);  // reuses the probe
+        cache[key] = {m.tokens, m.binding};
       } else {
         m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding);
         cache[key] = {m.tokens, m.binding};
