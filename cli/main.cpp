@@ -5,6 +5,7 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "runtime_exec.h"
 
 int main(int argc, char** argv) {
   CLI::App app{
@@ -15,12 +16,15 @@ int main(int argc, char** argv) {
       "Exit status: 0 success, 2 bad input, 3 no plan fits, 1 anything else."};
   app.require_subcommand(0, 1);
   bool version = false;
-  longctx::cli::add_version_flag(app, version);
+  app.add_flag("--version", version,
+               "Print longctx's version, the LibTorch, CUDA and NCCL versions it was built with, and whether a GPU is "
+               "visible now");
   std::vector<longctx::cli::Command> commands;
   commands.push_back(longctx::cli::add_max_context_command(app));
   commands.push_back(longctx::cli::add_plan_command(app));
   commands.push_back(longctx::cli::add_explain_command(app));
   commands.push_back(longctx::cli::add_models_command(app));
+  commands.push_back(longctx::cli::add_run_forward_command(app));
 
   try {
     app.parse(argc, argv);
@@ -28,7 +32,11 @@ int main(int argc, char** argv) {
     const int rc = app.exit(e);
     return rc == 0 ? 0 : 2;
   }
-  if (version) return longctx::cli::print_version();
+  if (version) {
+    if (longctx::cli::runtime_available()) return longctx::cli::exec_runtime({"--version"});
+    std::printf("longctx %s\nLibTorch: not built (planner only)\n", LONGCTX_VERSION);
+    return 0;
+  }
   for (const auto& c : commands)
     if (c.app->parsed()) return c.run();
   std::fputs(app.help().c_str(), stdout);

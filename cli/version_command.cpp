@@ -24,10 +24,11 @@ int print_version() {
     fmt::print("GPU: {} visible ({})\n", b.gpus_visible, b.gpu_name);
   else
     fmt::print("GPU: none visible ({}); the runtime uses the CPU virtual device\n", b.gpu_absent_reason);
+  return 0;
 #else
   fmt::print("longctx {}\nLibTorch: not built (planner only)\n", LONGCTX_VERSION);
-#endif
   return 0;
+#endif
 }
 
 }  // namespace longctx::cli

@@ -1,0 +1,25 @@
+// longctx-runtime: the commands that need LibTorch. `longctx run` and `longctx --version`
+// hand over to it, so planning never pays for loading LibTorch.
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"longctx-runtime: runs plan files as LibTorch training steps (use it as `longctx run`)."};
+  app.require_subcommand(0, 1);
+  bool version = false;
+  longctx::cli::add_version_flag(app, version);
+  std::vector<longctx::cli::Command> commands;
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int rc = app.exit(e);
+    return rc == 0 ? 0 : 2;
+  }
+  if (version) return longctx::cli::print_version();
+  for (const auto& c : commands)
+    if (c.app->parsed()) return c.run();
+  return 0;
+}
