@@ -18,5 +18,6 @@ Command add_plan_command(CLI::App& app);
 Command add_max_context_command(CLI::App& app);
 Command add_explain_command(CLI::App& app);
 Command add_run_forward_command(CLI::App& app);
+Command add_compare_command(CLI::App& app);
 
 }  // namespace longctx::cli

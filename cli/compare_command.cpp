@@ -1,0 +1,146 @@
+#include <algorithm>
+#include <cmath>
+#include <fstream>
+#include <vector>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cluster_options.h"
+#include "commands.h"
+#include "longctx/planner/measured_trace.h"
+#include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/units.h"
+
+namespace longctx::cli {
+namespace {
+
+struct CompareOptions {
+  std::string plan_file, trace_file, svg;
+  bool json = false;
+};
+
+struct Row {
+  std::string phase;
+  std::int64_t predicted = 0, measured = -1;  // -1: the trace has no such phase
+};
+
+double rel_error(std::int64_t predicted, std::int64_t measured) {
+  return measured > 0 ? double(predicted - measured) / double(measured) : 0.0;
+}
+
+std::string overlay_svg(const std::vector<Row>& rows, const std::string& title) {
+  const double w = 1000, h = 380, left = 90, top = 40, plot_w = w - left - 30, plot_h = h - top - 60;
+  std::int64_t max = 1;
+  for (const auto& r : rows) max = std::max({max, r.predicted, r.measured});
+  auto x = [&](std::size_t i) { return left + plot_w * (double(i) + 0.5) / double(std::max<std::size_t>(rows.size(), 1)); };
+  auto y = [&](double b) { return top + plot_h * (1 - b / double(max)); };
+  std::string s = fmt::format("<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{}\" height=\"{}\" font-family=\"sans-serif\" "
+                              "font-size=\"12\"><rect width=\"100%\" height=\"100%\" fill=\"white\"/>\n"
+                              "<text x=\"{}\" y=\"22\" font-size=\"15\" font-weight=\"bold\">{}</text>\n",
+                              w, h, left, title);
+  auto line = [&](bool predicted, const char* color, const char* label, double ly) {
+    std::string pts;
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const std::int64_t v = predicted ? rows[i].predicted : rows[i].measured;
+      if (v >= 0) pts += fmt::format("{:.1f},{:.1f} ", x(i), y(double(v)));
+    }
+    s += fmt::format("<polyline points=\"{}\" fill=\"none\" stroke=\"{}\" stroke-width=\"2\"{}/>\n", pts, color,
+                     predicted ? " stroke-dasharray=\"6,3\"" : "");
+    s += fmt::format("<text x=\"{}\" y=\"{}\" fill=\"{}\">{}</text>\n", left + 10, ly, color, label);
+  };
+  line(false, "#1f77b4", "measured peak per phase", top + 14);
+  line(true, "#d62728", "predicted peak per phase (dashed)", top + 30);
+  for (int t = 0; t <= 4; ++t) {
+    const double v = double(max) * t / 4;
+    s += fmt::format("<line x1=\"{}\" x2=\"{}\" y1=\"{:.1f}\" y2=\"{:.1f}\" stroke=\"#ddd\"/><text x=\"{}\" y=\"{:.1f}\" "
+                     "text-anchor=\"end\">{}</text>\n",
+                     left, left + plot_w, y(v), y(v), left - 6, y(v) + 4, format_bytes(static_cast<std::int64_t>(v)));
+  }
+  const std::size_t every = std::max<std::size_t>(1, rows.size() / 12);
+  for (std::size_t i = 0; i < rows.size(); i += every)
+    s += fmt::format("<text x=\"{:.1f}\" y=\"{}\" text-anchor=\"end\" transform=\"rotate(-30 {:.1f} {})\">{}</text>\n", x(i),
+                     top + plot_h + 14, x(i), top + plot_h + 14, rows[i].phase);
+  return s + "</svg>\n";
+}
+
+int run_compare(const CompareOptions& o) {
+  auto plan = read_plan_file(o.plan_file);
+  if (!plan) return report(plan.error());
+  auto trace = read_trace_file(o.trace_file);
+  if (!trace) return report(trace.error());
+  const Evaluation e = evaluate(*plan);
+  const auto peaks = phase_peaks(e);
+  std::vector<std::pair<std::string, PhasePeak>> ordered(peaks.begin(), peaks.end());
+  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
+  std::vector<Row> rows;
+  for (const auto& [name, peak] : ordered) {
+    Row r{name, peak.device_bytes, -1};
+    if (auto it = trace->phases.find(name); it != trace->phases.end()) r.measured = it->second;
+    rows.push_back(r);
+  }
+  // Predicted allocated bytes, without the context outside the allocator, which no
+  // allocator statistic includes.
+  const std::int64_t predicted = e.sim.peak_device_bytes;
+  const std::int64_t measured = trace->peak_device_bytes;
+  const double error = rel_error(predicted, measured);
+  std::string measured_peak_phase;
+  std::int64_t best = -1;
+  for (const auto& r : rows)
+    if (r.measured > best) { best = r.measured; measured_peak_phase = r.phase; }
+  const std::string predicted_peak_phase = e.sim.peak_op >= 0 ? phase_of(e.graph.op(e.sim.peak_op)) : "";
+  const bool same_phase = !measured_peak_phase.empty() && measured_peak_phase == predicted_peak_phase;
+
+  if (!o.svg.empty()) {
+    std::ofstream out(o.svg);
+    if (!out) return report(Error::bad_input("--svg", fmt::format("cannot write '{}'", o.svg)));
+    out << overlay_svg(rows, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", e.plan.model.name, format_bytes(predicted),
+                                         format_bytes(measured), 100 * error));
+  }
+  if (o.json) {
+    nlohmann::json j = {{"predicted_peak_bytes", predicted},
+                        {"measured_peak_bytes", measured},
+                        {"error", error},
+                        {"trace_source", trace->source},
+                        {"predicted_peak_phase", predicted_peak_phase},
+                        {"predicted_peak_op", e.plan.prediction.peak_at},
+                        {"measured_peak_phase", measured_peak_phase},
+                        {"same_peak_phase", same_phase}};
+    j["phases"] = nlohmann::json::array();
+    for (const auto& r : rows)
+      j["phases"].push_back({{"phase", r.phase},
+                             {"predicted_bytes", r.predicted},
+                             {"measured_bytes", r.measured},
+                             {"error", r.measured >= 0 ? nlohmann::json(rel_error(r.predicted, r.measured)) : nlohmann::json()}});
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+  fmt::print("peak      predicted {} ({} bytes), measured {} ({} bytes): error {:+.3f}%\n", format_bytes(predicted), predicted,
+             format_bytes(measured), measured, 100 * error);
+  fmt::print("at        predicted {} (op {}), measured {}: {}\n", predicted_peak_phase, e.plan.prediction.peak_at,
+             measured_peak_phase.empty() ? "(no phases in the trace)" : measured_peak_phase,
+             same_phase ? "same phase" : "different phases");
+  if (trace->source == "longctx") {
+    fmt::print("\n{:<22} {:>14} {:>14} {:>9}\n", "phase", "predicted", "measured", "error");
+    for (const auto& r : rows)
+      fmt::print("{:<22} {:>14} {:>14} {:>9}\n", r.phase, r.predicted, r.measured >= 0 ? fmt::format("{}", r.measured) : "-",
+                 r.measured > 0 ? fmt::format("{:+.2f}%", 100 * rel_error(r.predicted, r.measured)) : "-");
+  }
+  return 0;
+}
+
+}  // namespace
+
+Command add_compare_command(CLI::App& app) {
+  auto o = std::make_shared<CompareOptions>();
+  auto* sub = app.add_subcommand("compare",
+                                 "Hold a plan's prediction against a measured run: the trace `longctx run --trace` wrote, or "
+                                 "a PyTorch profiler trace exported with profile_memory=True");
+  sub->add_option("--plan", o->plan_file, "Plan file")->required();
+  sub->add_option("--trace", o->trace_file, "Chrome trace event JSON of the run")->required();
+  sub->add_option("--svg", o->svg, "Draw predicted and measured peaks per phase");
+  sub->add_flag("--json", o->json, "JSON for scripts");
+  return {sub, [o] { return run_compare(*o); }};
+}
+
+}  // namespace longctx::cli
