@@ -19,6 +19,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "Comma list the search may use: zero1,zero2,zero3,offload-optimizer,offload-params,ulysses,"
                  "untied,checkpoint,offload-checkpoints,tiled-mlp,tiled-loss; 'all' (default) or 'none'")
       ->capture_default_str();
+  app.add_option("--dtype", o.dtype, "Parameters and activations: bf16 or fp32 (default: bf16 on GPUs, fp32 on --gpu cpu)");
+  app.add_option("--grad-dtype", o.grad_dtype, "Gradients: fp32 or bf16")->capture_default_str();
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 
@@ -41,6 +43,10 @@ Result<Plan> resolve_cluster(const ClusterOptions& o) {
     LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, parse_bytes(o.host_mem, "--host-mem"));
   }
   if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
+  if (!o.dtype.empty()) {
+    LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
+  }
+  LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
   return p;
 }
 

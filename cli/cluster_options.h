@@ -19,6 +19,8 @@ struct ClusterOptions {
   std::string budget;    // per-GPU device memory budget; default: the preset's memory
   std::string host_mem;  // per node; default: the preset's
   std::string techniques = "all";
+  std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
+  std::string grad_dtype = "fp32";
   bool json = false;
 };
 
