@@ -32,6 +32,7 @@ int run_max_context(const ClusterOptions& o, bool no_ladder) {
   fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
   fmt::print("plan         {}\n", describe_parallel(p.parallel));
+  if (!r->rule.empty()) fmt::print("rule         {}\n", r->rule);
   fmt::print("memory       device peak {} at {}, host {} per node\n", format_bytes(p.prediction.peak_device_bytes),
              p.prediction.peak_at, format_bytes(p.prediction.peak_host_bytes));
   fmt::print("speed        {:.1f} s per step, {:.0f} tokens/s, MFU {:.1f}%\n", p.prediction.step_time_s,

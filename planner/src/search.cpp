@@ -607,6 +607,21 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   }
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
   r.plan = *fastest;
+  // Larger sequence-parallel degrees would spread the tokens further; say which rule forbids them.
+  if (has(allowed, Technique::Ulysses))
+    for (std::int64_t u = r.plan.parallel.ulysses + 1; u <= base.cluster.shape.world(); ++u) {
+      if (base.cluster.shape.world() % u != 0) continue;
+      Plan p = r.plan;
+      p.parallel.ulysses = static_cast<int>(u);
+      p.parallel.head_chunk = 0;
+      p.parallel.mlp_tiles = p.parallel.loss_tiles = 1;
+      p.train.seq = u * min_tile_tokens(base.model);
+      auto valid = validate(p.model, p.cluster.shape, p.train, p.parallel);
+      if (!valid) {
+        r.rule = fmt::format("ulysses {}: {}", u, valid.error().message);
+        break;
+      }
+    }
 
   return r;
 }
@@ -636,6 +651,7 @@ nlohmann::json max_context_json(const MaxContextResult& r) {
   nlohmann::json j = {{"max_tokens", r.max_tokens},
                       {"granularity_tokens", r.granularity},
                       {"binding", r.binding},
+                      {"rule", r.rule},
                       {"plan", plan_to_json(r.plan)}};
   j["ladder"] = nlohmann::json::array();
   for (const auto& rung : r.ladder)

@@ -66,6 +66,9 @@ struct MaxContextResult {
   std::int64_t max_tokens = 0;
   std::int64_t granularity = 0;  // max_tokens is a multiple of this; max_tokens + granularity does not fit
   std::string binding;
+  // A rule that keeps the plan from spreading the sequence further (a larger Ulysses degree
+  // the heads forbid), empty if none.
+  std::string rule;
   Plan plan;                     // the fastest feasible plan at max_tokens
   std::vector<LadderRung> ladder;
 };
