@@ -1,20 +1,91 @@
+#include <algorithm>
+#include <cstdio>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
 #include "commands.h"
+#include "local_launcher.h"
 #include "runtime_exec.h"
 
 namespace longctx::cli {
+namespace {
+
+// `--nproc N`: N local ranks of `longctx-runtime run`, their reports gathered into one.
+int run_local_ranks(int n, const std::vector<std::string>& args) {
+  const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
+  LaunchOptions o;
+  o.ranks = n;
+  const auto r = launch_local_ranks(runtime_program(), args, o);
+  if (!r.error.empty()) {
+    fmt::print(stderr, "longctx: error: could not start the ranks: {}\n", r.error);
+    return 1;
+  }
+  if (r.first_failed >= 0) {
+    const auto& f = r.ranks[static_cast<std::size_t>(r.first_failed)];
+    fmt::print(stderr, "longctx: error: rank {} of {} failed with exit status {}; the other ranks were stopped\n", f.rank, n,
+               f.exit_status);
+    if (!f.output.empty()) fmt::print(stderr, "rank {} printed:\n{}", f.rank, f.output);
+    return f.exit_status == 2 || f.exit_status == 3 ? f.exit_status : 1;
+  }
+  if (!json) {
+    for (const auto& rank : r.ranks) fmt::print("[rank {}]\n{}", rank.rank, rank.output);
+    return 0;
+  }
+  // One report: rank 0's steps (every rank computes the same loss), the largest peaks of
+  // any rank, and each rank's report.
+  nlohmann::json out = {{"ranks", nlohmann::json::array()}};
+  std::int64_t device = 0, host = 0;
+  for (const auto& rank : r.ranks) {
+    auto j = nlohmann::json::parse(rank.output, nullptr, false);
+    if (j.is_discarded()) {
+      fmt::print(stderr, "longctx: error: rank {} printed no JSON report\n", rank.rank);
+      return 1;
+    }
+    if (rank.rank == 0 && j.contains("steps")) out["steps"] = j["steps"];
+    if (j.contains("measured")) {
+      device = std::max(device, j["measured"].value("peak_device_bytes", std::int64_t{0}));
+      host = std::max(host, j["measured"].value("peak_host_bytes", std::int64_t{0}));
+    }
+    out["ranks"].push_back(std::move(j));
+  }
+  out["measured"] = {{"peak_device_bytes", device}, {"peak_host_bytes", host}};
+  fmt::print("{}\n", out.dump(2));
+  return 0;
+}
+
+}  // namespace
 
 Command add_run_forward_command(CLI::App& app) {
-  auto args = std::make_shared<std::vector<std::string>>();
   auto* sub = app.add_subcommand("run",
-                                 "Run a plan file as real LibTorch training steps and show measured beside predicted memory "
-                                 "(`longctx run --help` for its options)");
+                                 "Run a plan file as real LibTorch training steps and show measured beside predicted memory; "
+                                 "--nproc N starts N local ranks (`longctx run --help` for every option)");
   sub->set_help_flag();  // longctx-runtime answers --help with the real options
   sub->allow_extras();
   sub->prefix_command();
-  return {sub, [sub, args] {
-            std::vector<std::string> forwarded = {"run"};
-            for (const auto& a : sub->remaining()) forwarded.push_back(a);
-            return exec_runtime(forwarded);
+  return {sub, [sub] {
+            std::vector<std::string> rest = {"run"};
+            int nproc = 1;
+            const auto extras = sub->remaining();
+            for (std::size_t i = 0; i < extras.size(); ++i) {
+              if (extras[i] == "--nproc" && i + 1 < extras.size()) {
+                char* end = nullptr;
+                const long v = std::strtol(extras[i + 1].c_str(), &end, 10);
+                if (*end != '\0' || v < 1 || v > 1024) {
+                  fmt::print(stderr, "longctx: error: --nproc: '{}' is not a rank count from 1 to 1024\n", extras[i + 1]);
+                  return 2;
+                }
+                nproc = static_cast<int>(v);
+                ++i;
+                continue;
+              }
+              rest.push_back(extras[i]);
+            }
+            if (nproc > 1) {
+              if (!runtime_available()) return exec_runtime(rest);  // reports the missing runtime
+              return run_local_ranks(nproc, rest);
+            }
+            return exec_runtime(rest);
           }};
 }
 

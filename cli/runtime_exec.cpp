@@ -19,6 +19,7 @@ std::filesystem::path runtime_path() {
 }  // namespace
 
 bool runtime_available() { return std::filesystem::exists(runtime_path()); }
+std::string runtime_program() { return runtime_path().string(); }
 
 int exec_runtime(const std::vector<std::string>& args) {
   const auto runtime = runtime_path();

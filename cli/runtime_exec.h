@@ -7,8 +7,9 @@
 
 namespace longctx::cli {
 
-// Whether longctx-runtime was built beside this binary.
+// Whether longctx-runtime was built beside this binary, and its path.
 bool runtime_available();
+std::string runtime_program();
 
 // Execs longctx-runtime with `args`; returns only on failure, with the exit status to use
 // after printing why.

@@ -1,0 +1,158 @@
+#include "local_launcher.h"
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/socket.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstring>
+#include <thread>
+
+namespace longctx::cli {
+namespace {
+
+int free_loopback_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  if (fd < 0) return 29500;
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof(addr);
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0)
+    port = ntohs(addr.sin_port);
+  ::close(fd);
+  return port;
+}
+
+struct Child {
+  pid_t pid = -1;
+  int out_fd = -1;
+  bool done = false;
+};
+
+}  // namespace
+
+LaunchResult launch_local_ranks(const std::string& program, const std::vector<std::string>& args, const LaunchOptions& o) {
+  LaunchResult r;
+  const int n = o.ranks;
+  const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
+  std::vector<Child> children(static_cast<std::size_t>(n));
+  r.ranks.resize(static_cast<std::size_t>(n));
+  for (int i = 0; i < n; ++i) {
+    r.ranks[static_cast<std::size_t>(i)].rank = i;
+    int fds[2];
+    if (::pipe(fds) != 0) {
+      r.error = std::string("pipe: ") + std::strerror(errno);
+      break;
+    }
+    const pid_t pid = ::fork();
+    if (pid < 0) {
+      r.error = std::string("fork: ") + std::strerror(errno);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      break;
+    }
+    if (pid == 0) {
+      ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
+      ::dup2(fds[1], STDOUT_FILENO);
+      ::close(fds[0]);
+      ::close(fds[1]);
+      const std::string rank = std::to_string(i), world = std::to_string(n), p = std::to_string(port);
+      ::setenv("RANK", rank.c_str(), 1);
+      ::setenv("LOCAL_RANK", rank.c_str(), 1);
+      ::setenv("WORLD_SIZE", world.c_str(), 1);
+      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
+      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+      ::setenv("MASTER_PORT", p.c_str(), 1);
+      std::vector<std::string> owned = {program};
+      owned.insert(owned.end(), args.begin(), args.end());
+      std::vector<char*> argv;
+      for (auto& a : owned) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(program.c_str(), argv.data());
+      std::fprintf(stderr, "rank %d: cannot start %s: %s\n", i, program.c_str(), std::strerror(errno));
+      ::_exit(127);
+    }
+    ::setpgid(pid, pid);  // also here, so a signal sent before the child ran setpgid finds the group
+    ::close(fds[1]);
+    ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
+    children[static_cast<std::size_t>(i)] = {pid, fds[0], false};
+  }
+
+  auto drain = [&](int i) {
+    auto& c = children[static_cast<std::size_t>(i)];
+    if (c.out_fd < 0) return;
+    char buf[65536];
+    for (;;) {
+      const ssize_t got = ::read(c.out_fd, buf, sizeof buf);
+      if (got > 0) {
+        r.ranks[static_cast<std::size_t>(i)].output.append(buf, static_cast<std::size_t>(got));
+        continue;
+      }
+      if (got == 0) {
+        ::close(c.out_fd);
+        c.out_fd = -1;
+      }
+      return;
+    }
+  };
+  auto stop_all = [&](int sig) {
+    for (auto& c : children)
+      if (c.pid > 0) ::kill(-c.pid, sig);  // the rank's whole group, even once the rank itself is gone
+  };
+
+  int running = 0;
+  for (const auto& c : children) running += c.pid > 0;
+  if (!r.error.empty()) stop_all(SIGKILL);
+  std::chrono::steady_clock::time_point kill_at{};
+  bool stopping = !r.error.empty();
+  while (running > 0) {
+    std::vector<pollfd> fds;
+    std::vector<int> which;
+    for (int i = 0; i < n; ++i)
+      if (children[static_cast<std::size_t>(i)].out_fd >= 0) {
+        fds.push_back({children[static_cast<std::size_t>(i)].out_fd, POLLIN, 0});
+        which.push_back(i);
+      }
+    if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
+    else std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    for (std::size_t k = 0; k < fds.size(); ++k)
+      if (fds[k].revents) drain(which[k]);
+    for (int i = 0; i < n; ++i) {
+      auto& c = children[static_cast<std::size_t>(i)];
+      if (c.pid <= 0 || c.done) continue;
+      int status = 0;
+      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
+      c.done = true;
+      --running;
+      drain(i);
+      auto& out = r.ranks[static_cast<std::size_t>(i)];
+      out.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      if (stopping) out.stopped = true;
+      if (out.exit_status != 0 && !stopping) {
+        r.first_failed = i;
+        stopping = true;
+        stop_all(SIGTERM);
+        kill_at = std::chrono::steady_clock::now() + o.grace;
+      }
+    }
+    if (stopping && running > 0 && kill_at != std::chrono::steady_clock::time_point{} &&
+        std::chrono::steady_clock::now() >= kill_at) {
+      stop_all(SIGKILL);
+      kill_at = {};
+    }
+  }
+  if (stopping) stop_all(SIGKILL);  // whatever the stopped ranks started
+  for (int i = 0; i < n; ++i) drain(i);
+  return r;
+}
+
+}  // namespace longctx::cli

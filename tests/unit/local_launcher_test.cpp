@@ -1,0 +1,52 @@
+// The local launcher with shell scripts as ranks: environment, outputs, and that a failing
+// rank stops the others within the grace period instead of leaving them running.
+#include <gtest/gtest.h>
+
+#include <chrono>
+
+#include "local_launcher.h"
+
+namespace longctx::cli {
+namespace {
+
+TEST(LocalLauncher, EveryRankGetsTheTorchrunEnvironmentAndItsOutputIsKept) {
+  LaunchOptions o;
+  o.ranks = 3;
+  const auto r = launch_local_ranks("/bin/sh", {"-c", "echo \"$RANK/$WORLD_SIZE/$LOCAL_RANK/$MASTER_ADDR\""}, o);
+  ASSERT_TRUE(r.error.empty()) << r.error;
+  EXPECT_EQ(r.first_failed, -1);
+  ASSERT_EQ(r.ranks.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(i)].exit_status, 0);
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(i)].output, std::to_string(i) + "/3/" + std::to_string(i) + "/127.0.0.1\n");
+  }
+}
+
+TEST(LocalLauncher, AFailingRankStopsTheOthersWithinTheGracePeriod) {
+  LaunchOptions o;
+  o.ranks = 4;
+  o.grace = std::chrono::milliseconds(500);
+  const auto start = std::chrono::steady_clock::now();
+  // Rank 2 fails; the others would run for a minute, one of them ignoring SIGTERM.
+  const auto r = launch_local_ranks(
+      "/bin/sh", {"-c", "if [ \"$RANK\" = 2 ]; then exit 7; fi; if [ \"$RANK\" = 3 ]; then trap '' TERM; fi; sleep 60"}, o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(10));
+  EXPECT_EQ(r.first_failed, 2);
+  EXPECT_EQ(r.ranks[2].exit_status, 7);
+  for (int i : {0, 1, 3}) {
+    EXPECT_TRUE(r.ranks[static_cast<std::size_t>(i)].stopped) << i;
+    EXPECT_NE(r.ranks[static_cast<std::size_t>(i)].exit_status, 0) << i;
+  }
+}
+
+TEST(LocalLauncher, AProgramThatCannotStartIsAFailure) {
+  LaunchOptions o;
+  o.ranks = 2;
+  const auto r = launch_local_ranks("/nonexistent/program", {}, o);
+  EXPECT_GE(r.first_failed, 0);
+  EXPECT_EQ(r.ranks[static_cast<std::size_t>(r.first_failed)].exit_status, 127);
+}
+
+}  // namespace
+}  // namespace longctx::cli
