@@ -75,3 +75,46 @@ for entry in "${grid[@]}"; do
 done
 printf '%s\n' "${rows[@]}" >"$out/grid.results"
 echo "wrote $out (${#grid[@]} configurations)" >&2
+
+# The table and the figure, from traces/grid.results.
+python3 - "$out/grid.results" "$root/docs/validation-grid.md" "$root/docs/validation-grid.svg" <<'PY'
+import json, math, sys
+results, md_path, svg_path = sys.argv[1:4]
+rows = []
+for line in open(results):
+    blob, name, knobs = line.rstrip("\n").split("|", 2)
+    j = json.loads(blob)
+    rows.append((name, knobs or "(plain)", j["predicted_peak_bytes"], j["measured_peak_bytes"], j["error"],
+                 j["same_peak_phase"], j["predicted_peak_phase"], j["measured_peak_phase"]))
+worst = max(rows, key=lambda r: abs(r[4]))
+with open(md_path, "w") as f:
+    f.write("<!-- Written by scripts/validate.sh; do not edit. -->\n")
+    f.write(f"{len(rows)} configurations on the CPU virtual device; worst peak error {100*worst[4]:+.3f}% ({worst[0]}).\n\n")
+    f.write("| configuration | knobs | predicted bytes | measured bytes | error | peak phase (predicted / measured) |\n")
+    f.write("| --- | --- | ---: | ---: | ---: | --- |\n")
+    for name, knobs, p, m, e, same, pp, mp in rows:
+        f.write(f"| {name} | `{knobs}` | {p} | {m} | {100*e:+.3f}% | {pp}{'' if same else ' / ' + mp} |\n")
+lo = min(min(r[2], r[3]) for r in rows); hi = max(max(r[2], r[3]) for r in rows)
+lo, hi = math.log10(lo) - 0.05, math.log10(hi) + 0.05
+W, H, L, T = 620, 620, 80, 40
+P = W - L - 30
+def sx(v): return L + P * (math.log10(v) - lo) / (hi - lo)
+def sy(v): return T + P * (1 - (math.log10(v) - lo) / (hi - lo))
+s = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{W}" height="{H}" font-family="sans-serif" font-size="12">',
+     '<rect width="100%" height="100%" fill="white"/>',
+     f'<text x="{L}" y="24" font-size="15" font-weight="bold">Predicted against measured peak, {len(rows)} runs</text>',
+     f'<line x1="{sx(10**lo)}" y1="{sy(10**lo)}" x2="{sx(10**hi)}" y2="{sy(10**hi)}" stroke="#999" stroke-dasharray="4,3"/>']
+for k in range(int(math.floor(lo)), int(math.ceil(hi)) + 1):
+    for m in (1, 2, 5):
+        v = m * 10 ** k
+        if 10 ** lo <= v <= 10 ** hi:
+            s.append(f'<text x="{sx(v)}" y="{T + P + 16}" text-anchor="middle">{v/2**20:.3g} MiB</text>')
+            s.append(f'<text x="{L - 6}" y="{sy(v) + 4}" text-anchor="end">{v/2**20:.3g} MiB</text>')
+for name, knobs, p, m, e, same, pp, mp in rows:
+    s.append(f'<circle cx="{sx(m):.1f}" cy="{sy(p):.1f}" r="4" fill="{"#1f77b4" if abs(e) <= 0.01 else "#d62728"}"><title>{name}: {100*e:+.3f}%</title></circle>')
+s.append(f'<text x="{L + P/2}" y="{H - 8}" text-anchor="middle">measured peak (log)</text>')
+s.append(f'<text x="16" y="{T + P/2}" transform="rotate(-90 16 {T + P/2})" text-anchor="middle">predicted peak (log)</text>')
+s.append("</svg>")
+open(svg_path, "w").write("\n".join(s) + "\n")
+print(f"worst error {100*worst[4]:+.3f}% ({worst[0]})")
+PY
