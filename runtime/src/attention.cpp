@@ -149,8 +149,9 @@ void q_or_k_backward(const Tensor& d_rotated, const QkRecompute& r, const Tensor
 class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAttentionFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& wv,
-                        const Tensor& q_norm, const Tensor& k_norm, const AttentionShape* sh, const RopeTables* rope,
-                        std::int64_t chunk) {
+                        const std::optional<Tensor>& q_norm_opt, const std::optional<Tensor>& k_norm_opt,
+                        const AttentionShape* sh, const RopeTables* rope, std::int64_t chunk) {
+    const Tensor q_norm = q_norm_opt.value_or(Tensor()), k_norm = k_norm_opt.value_or(Tensor());
     const auto b = x.size(0), S = x.size(1), d = sh->head_dim, H = sh->heads;
     Tensor x2 = x.reshape({b * S, x.size(2)});
     Tensor out = at::empty({b, S, H * d}, x.options());
@@ -252,7 +253,9 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
 // REQUIRES: s and rope outlive the backward (the model owns them).
 Tensor head_chunked_attention(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
                               const RopeTables& rope, std::int64_t chunk) {
-  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, w.q_norm, w.k_norm, &s, &rope, chunk);
+  // Autograd functions take no undefined tensors: models without qk norm pass none.
+  auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, opt(w.q_norm), opt(w.k_norm), &s, &rope, chunk);
 }
 
 }  // namespace longctx::runtime
