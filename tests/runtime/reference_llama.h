@@ -12,6 +12,13 @@
 
 namespace longctx::runtime::testing {
 
+// One intra-op thread: the tests' tensors are small, and OpenMP workers spinning on a busy
+// machine make a step hundreds of times slower.
+inline const bool kOneThread = [] {
+  torch::set_num_threads(1);
+  return true;
+}();
+
 inline torch::Tensor ref_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
 }
