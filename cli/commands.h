@@ -14,5 +14,6 @@ struct Command {
 void add_version_flag(CLI::App& app, bool& requested);
 int print_version();
 Command add_models_command(CLI::App& app);
+Command add_run_command(CLI::App& app);
 
 }  // namespace longctx::cli

@@ -18,6 +18,7 @@ int main(int argc, char** argv) {
   longctx::cli::add_version_flag(app, version);
   std::vector<longctx::cli::Command> commands;
   commands.push_back(longctx::cli::add_models_command(app));
+  commands.push_back(longctx::cli::add_run_command(app));
 
   try {
     app.parse(argc, argv);

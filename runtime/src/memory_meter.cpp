@@ -72,6 +72,7 @@ void MemoryMeter::on_alloc(Pool pool, std::int64_t bytes) {
                                  pool == Pool::Device ? "device" : "host", phase_, bytes, current_[p], budget_[p]));
   }
   current_[p] += bytes;
+  if (log_) std::fprintf(log_, "%s %s +%lld -> %lld\n", phase_.c_str(), p ? "host" : "device", (long long)bytes, (long long)current_[p]);
   peak_[p] = std::max(peak_[p], current_[p]);
   if (pool == Pool::Device)
     open_.peak_device = std::max(open_.peak_device, current_[p]);
@@ -83,6 +84,9 @@ void MemoryMeter::on_free(Pool pool, std::int64_t bytes) {
   if (pool == Pool::Device && device_.is_cuda()) return;
   std::lock_guard lock(mu_);
   current_[static_cast<std::size_t>(pool)] -= bytes;
+  if (log_)
+    std::fprintf(log_, "%s %s -%lld -> %lld\n", phase_.c_str(), pool == Pool::Host ? "host" : "device", (long long)bytes,
+                 (long long)current_[static_cast<std::size_t>(pool)]);
 }
 
 std::int64_t MemoryMeter::current(Pool pool) const {

@@ -101,6 +101,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   const bool budget = o.enforce_budget && cpu;
   auto meter = std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
                                              budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
+  meter->set_log(o.allocation_log);
   RunReport report;
   report.device = cpu ? "cpu (virtual device)" : fmt::format("cuda:{}", device.index());
   MeterScope scope(meter);

@@ -12,6 +12,7 @@
 // phase, and a c10::OutOfMemoryError that unwinds the step; the runner turns the record
 // into a clean error. Thread-safe: LibTorch may allocate from worker threads.
 #include <chrono>
+#include <cstdio>
 #include <cstdint>
 #include <memory>
 #include <mutex>
@@ -82,6 +83,9 @@ class MemoryMeter {
   std::vector<CounterSample> take_samples();
   double now_s() const;
   c10::Device device() const { return device_; }
+  // Writes every counted allocation and release ("phase +bytes -> current") to `log`; for
+  // comparing the runtime's allocations with the planner's inventory op by op.
+  void set_log(std::FILE* log) { log_ = log; }
 
  private:
   void sample_locked();
@@ -99,6 +103,7 @@ class MemoryMeter {
   std::vector<CounterSample> samples_;
   std::optional<OutOfMemory> oom_;
   std::chrono::steady_clock::time_point t0_;
+  std::FILE* log_ = nullptr;
 };
 
 // While alive, `meter` counts the device pool (CPU: every LibTorch CPU allocation) and the

@@ -2,6 +2,7 @@
 // Runs a plan: builds the model it names, runs training steps with its techniques, and
 // measures device and host memory per phase. The one entry point of `longctx run`.
 #include <cstdint>
+#include <cstdio>
 #include <functional>
 #include <string>
 #include <vector>
@@ -19,6 +20,7 @@ struct RunOptions {
   std::string data_path;          // optional: a file of little-endian uint32 token ids
   bool enforce_budget = true;     // CPU: refuse allocations past the plan's budgets
   int threads = 0;                // LibTorch intra-op threads; 0 keeps its default
+  std::FILE* allocation_log = nullptr;  // every counted allocation, for debugging the inventory
 };
 
 struct StepResult {
