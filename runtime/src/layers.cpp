@@ -5,6 +5,7 @@
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
+#include "longctx/runtime/projection.h"
 
 namespace longctx::runtime {
 
@@ -107,6 +108,51 @@ class RopeFn : public torch::autograd::Function<RopeFn> {
 
 // REQUIRES: t outlives the backward (the model owns the tables for the whole run).
 Tensor rope(const Tensor& x, const RopeTables& t) { return RopeFn::apply(x, &t); }
+
+// ---- projections ------------------------------------------------------------------------
+
+namespace {
+class ProjectFn : public torch::autograd::Function<ProjectFn> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& w0, const Tensor& w1,
+                               const std::optional<Tensor>& w2) {
+    std::vector<Tensor> ws = {w0, w1};
+    if (w2) ws.push_back(*w2);
+    ctx->save_for_backward({x, w0, w1, w2.value_or(Tensor())});
+    auto lead = x.sizes().vec();
+    lead.pop_back();
+    variable_list ys;
+    for (const auto& w : ws) {
+      auto shape = lead;
+      shape.push_back(w.size(0));
+      ys.push_back(at::mm(x.reshape({-1, x.size(-1)}), w.t()).view(shape));
+    }
+    return ys;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Tensor& x = s[0];
+    Tensor x2 = x.reshape({-1, x.size(-1)});
+    Tensor dx;
+    variable_list out = {Tensor(), Tensor(), Tensor(), Tensor()};
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Tensor& w = s[i + 1];
+      if (!grads[i].defined() || !w.defined()) continue;
+      Tensor g = grads[i].reshape({-1, w.size(0)});
+      if (dx.defined()) dx.addmm_(g, w); else dx = at::mm(g, w);
+      out[i + 1] = at::mm(g.t(), x2);
+    }
+    out[0] = dx.defined() ? dx.view(x.sizes()) : Tensor();
+    return out;
+  }
+};
+}  // namespace
+
+std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights) {
+  TORCH_CHECK(weights.size() == 2 || weights.size() == 3, "project takes 2 or 3 weights");
+  return ProjectFn::apply(x, weights[0], weights[1],
+                          weights.size() == 3 ? std::optional<Tensor>(weights[2]) : std::nullopt);
+}
 
 // ---- SwiGLU ------------------------------------------------------------------------------
 

@@ -10,6 +10,7 @@
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/memory_meter.h"
 #include "longctx/runtime/mlp.h"
+#include "longctx/runtime/projection.h"
 
 namespace longctx::runtime {
 
@@ -255,9 +256,11 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
     o = head_chunked_attention(xn1, {w.wq, w.wk, w.wv, w.q_norm, w.k_norm}, attn_shape_, rope_, p_.head_chunk);
   } else {
     // seam: the Ulysses all-to-alls go around attention() here.
-    Tensor q = at::linear(xn1, w.wq).view({b, S, H, d});
-    Tensor k = at::linear(xn1, w.wk).view({b, S, K, d});
-    Tensor v = at::linear(xn1, w.wv).view({b, S, K, d});
+    auto qkv = project(xn1, {w.wq, w.wk, w.wv});
+    Tensor q = qkv[0].view({b, S, H, d});
+    Tensor k = qkv[1].view({b, S, K, d});
+    Tensor v = qkv[2].view({b, S, K, d});
+    qkv.clear();
     if (m_.qk_norm) {
       q = rms_norm(q, w.q_norm, eps);
       k = rms_norm(k, w.k_norm, eps);
@@ -277,10 +280,9 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
   if (p_.mlp_tiles > 1) {
     down = tiled_mlp(xn2, w.w_gate, w.w_up, w.w_down, p_.mlp_tiles);
   } else {
-    Tensor gate = at::linear(xn2, w.w_gate);
-    Tensor up = at::linear(xn2, w.w_up);
-    Tensor act = swiglu(gate, up);
-    gate = up = Tensor();
+    auto gate_up = project(xn2, {w.w_gate, w.w_up});
+    Tensor act = swiglu(gate_up[0], gate_up[1]);
+    gate_up.clear();
     down = at::linear(act, w.w_down);
   }
   xn2 = Tensor();
