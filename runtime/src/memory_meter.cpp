@@ -6,6 +6,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
+#include <unordered_map>
 #include <fmt/format.h>
 
 namespace longctx::runtime {
@@ -134,19 +135,40 @@ std::shared_ptr<MemoryMeter> load_active() {
   return g_active;
 }
 
-// Owns the wrapped allocation and returns its bytes to the meter that counted them.
-struct CountedContext {
+// What a counted allocation owes: the wrapped allocation and the meter that counted it.
+// Keyed by the data pointer, so the DataPtr's context is its data (LibTorch's raw_allocate,
+// which some CPU kernels use for scratch, requires that).
+struct Counted {
   c10::DataPtr inner;
   std::int64_t bytes;
   Pool pool;
   std::shared_ptr<MemoryMeter> meter;
 };
 
-void delete_counted(void* p) {
-  auto* ctx = static_cast<CountedContext*>(p);
-  ctx->meter->on_free(ctx->pool, ctx->bytes);
-  delete ctx;
+std::mutex g_counted_mu;
+std::unordered_map<void*, Counted>& counted() {
+  static auto* m = new std::unordered_map<void*, Counted>();  // never destroyed: frees may come late
+  return *m;
 }
+
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;  // for allocations made while no meter was active
+
+void delete_counted(void* data) {
+  std::optional<Counted> c;
+  {
+    std::lock_guard lock(g_counted_mu);
+    auto it = counted().find(data);
+    if (it != counted().end()) {
+      c = std::move(it->second);
+      counted().erase(it);
+    }
+  }
+  if (!c) {
+    if (g_base_raw_deleter) g_base_raw_deleter(data);
+    return;
+  }
+  c->meter->on_free(c->pool, c->bytes);
+}  // c->inner frees the memory here
 
 // Wraps another allocator; counts into the active meter's `pool`.
 class CountingAllocator final : public c10::Allocator {
@@ -160,9 +182,14 @@ class CountingAllocator final : public c10::Allocator {
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
-    auto* ctx = new CountedContext{std::move(inner), static_cast<std::int64_t>(n), pool_, std::move(meter)};
-    return {data, ctx, &delete_counted, device};
+    {
+      std::lock_guard lock(g_counted_mu);
+      counted().emplace(data, Counted{std::move(inner), static_cast<std::int64_t>(n), pool_, std::move(meter)});
+    }
+    return {data, data, &delete_counted, device};
   }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
 
   void copy_data(void* dest, const void* src, std::size_t count) const override {
     default_copy_data(dest, src, count);
@@ -194,6 +221,7 @@ CountingAllocator& pinned_host_allocator() {
 MeterScope::MeterScope(std::shared_ptr<MemoryMeter> meter) {
   static const bool installed = [] {
     // Above the default's priority (0), so every CPU tensor goes through the wrapper.
+    g_base_raw_deleter = c10::GetDefaultCPUAllocator()->raw_deleter();
     c10::SetCPUAllocator(&device_allocator(), /*priority=*/100);
     return true;
   }();

@@ -190,3 +190,29 @@ INSTANTIATE_TEST_SUITE_P(Techniques, PeakFalls, ::testing::ValuesIn(lowerings())
 
 }  // namespace
 }  // namespace longctx::runtime
+
+namespace longctx::runtime {
+namespace {
+
+TEST(Runner, Bf16TracksFp32AndHalvesTheActivations) {
+  ParallelConfig p;
+  p.checkpoint = CheckpointPolicy::every_k(2);
+  p.head_chunk = 2;
+  p.mlp_tiles = 4;
+  p.loss_tiles = 4;
+  p.offload_checkpoints = true;
+  auto plan = testing::tiny_plan("tiny-odd", 128, 2, p);
+  RunOptions o;
+  o.steps = 2;
+  auto fp32 = run_plan(plan, o);
+  plan.train.dtype = DType::BF16;
+  auto bf16 = run_plan(plan, o);
+  ASSERT_TRUE(fp32.ok()) << fp32.error().what();
+  ASSERT_TRUE(bf16.ok()) << bf16.error().what();
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(bf16->steps[i].loss, fp32->steps[i].loss, 2e-2 * fp32->steps[i].loss);
+  // Offloaded checkpoints are layer inputs: half the bytes in bf16.
+  EXPECT_EQ(bf16->peak_host * 2, fp32->peak_host);
+}
+
+}  // namespace
+}  // namespace longctx::runtime
