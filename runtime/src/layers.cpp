@@ -32,17 +32,25 @@ NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
 }
 
 NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
-  // xhat = x * rstd; dx = rstd * (dy*w - xhat * mean(dy*w*xhat)); dw = sum(dy * xhat).
-  Tensor xhat = at::mul(x, rstd);         // fp32 (rstd is fp32)
-  Tensor g = at::mul(dy, w.to(torch::kFloat));
-  Tensor dw = at::mul(dy, xhat);
+  // With r = rstd, g = dy·w and s = Σ_j g·x per row:
+  //   dx = r·g − x·(r³·s/h),   dw = Σ_rows dy·x·r.
+  // Everything goes through one fp32 [n, h] buffer that ends as dx; the rest is [n] or [h].
+  const auto h = x.size(-1);
+  const bool fp32 = x.scalar_type() == torch::kFloat;
+  Tensor xf = fp32 ? x : x.to(torch::kFloat);  // bf16: an fp32 copy of x
+  Tensor buf = at::empty(x.sizes(), x.options().dtype(torch::kFloat));
+  at::mul_out(buf, dy, xf);
+  buf.mul_(rstd);
   std::vector<int64_t> rows;
   for (int64_t i = 0; i + 1 < dy.dim(); ++i) rows.push_back(i);
-  dw = dw.sum(rows);
-  Tensor m = at::mul(g, xhat).mean(-1, /*keepdim=*/true);
-  xhat.mul_(m);
-  g.sub_(xhat).mul_(rstd);
-  return {g.to(x.scalar_type()), dw};
+  Tensor dw = buf.sum(rows);
+  at::mul_out(buf, dy, w);
+  // Row dot products as a batch of [1, h] x [h, 1] products: no [n, h] temporary.
+  Tensor s = at::bmm(buf.reshape({-1, 1, h}), xf.reshape({-1, h, 1})).view(rstd.sizes());
+  s.mul_(rstd).mul_(rstd).mul_(rstd).div_(static_cast<double>(h));
+  buf.mul_(rstd);
+  buf.addcmul_(xf, s, -1.0);
+  return {fp32 ? buf : buf.to(x.scalar_type()), dw};
 }
 
 namespace {
