@@ -339,10 +339,9 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, bool offload, bool pinn
   }
 }
 
-void AdamW::update(Tensor& p, const Tensor& g, State& s) {
+void AdamW::update(Tensor& target, const Tensor& g, State& s) {
   const double bc1 = 1.0 - std::pow(o_.beta1, static_cast<double>(t_));
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
-  Tensor target = s.master.defined() ? s.master : p.detach();
   s.exp_avg.lerp_(g, 1.0 - o_.beta1);
   s.exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
   // The one fp32 temporary: sqrt(v / bc2) + eps.
@@ -360,8 +359,10 @@ void AdamW::step() {
       Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
       Tensor g = p.grad().scalar_type() == torch::kFloat ? p.grad() : p.grad().to(torch::kFloat);
-      update(p, g, states_[i]);
-      if (states_[i].master.defined()) p.detach().copy_(states_[i].master);
+      State& s = states_[i];
+      Tensor target = s.master.defined() ? s.master : p.detach();
+      update(target, g, s);
+      if (s.master.defined()) p.detach().copy_(s.master);
       p.mutable_grad().reset();
     }
     return;
@@ -381,16 +382,14 @@ void AdamW::step() {
     Tensor& p = params_[i];
     State& s = states_[i];
     if (s.master.defined()) {
-      update(p, host_grads[i], s);
+      update(s.master, host_grads[i], s);
       p.detach().copy_(s.master);
     } else {
       // fp32 parameters are their own master: update a host copy (the planner's host
       // temporary of the step) and copy it back.
       Tensor host_p = host_empty(p.sizes(), torch::kFloat, pinned_);
       host_p.copy_(p.detach());
-      s.master = host_p;
-      update(p, host_grads[i], s);
-      s.master = Tensor();
+      update(host_p, host_grads[i], s);
       p.detach().copy_(host_p);
     }
     host_grads[i] = Tensor();

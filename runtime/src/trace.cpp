@@ -25,12 +25,12 @@ std::string chrome_trace_json(const RunReport& r) {
                           {"peak_device_bytes", p.peak_device},
                           {"peak_host_bytes", p.peak_host},
                           {"device_bytes_at_start", p.device_at_start}}}});
-      // The phase's peak, drawn at its start so the counter track shows every phase's high mark.
-      events.push_back({{"name", "bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(p.start_s)},
+      // The phase's peak on its own track, drawn from the phase's start.
+      events.push_back({{"name", "phase peak bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(p.start_s)},
                         {"args", {{"device", p.peak_device}, {"host", p.peak_host}}}});
     }
     for (const auto& c : s.samples)
-      events.push_back({{"name", "bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(c.t_s)},
+      events.push_back({{"name", "live bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(c.t_s)},
                         {"args", {{"device", c.device}, {"host", c.host}}}});
   }
   json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"},

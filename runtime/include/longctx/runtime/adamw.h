@@ -32,7 +32,8 @@ class AdamW {
   struct State {
     torch::Tensor master, exp_avg, exp_avg_sq;  // master undefined when the param is fp32 and not offloaded
   };
-  void update(torch::Tensor& p, const torch::Tensor& grad_fp32, State& s);
+  // One AdamW update of `target` (fp32: the master, or the parameter itself) in place.
+  void update(torch::Tensor& target, const torch::Tensor& grad_fp32, State& s);
 
   std::vector<torch::Tensor> params_;
   std::vector<State> states_;

@@ -1,7 +1,8 @@
 #pragma once
 // Chrome trace event JSON of a run (Perfetto and chrome://tracing open it): a complete
-// event ("X") per phase and layer of every step, and counter events ("C") for device and
-// host bytes at each phase boundary and at each phase's peak.
+// event ("X") per phase and layer of every step, and two counter tracks ("C") of device and
+// host bytes: "live bytes" at each phase boundary, and "phase peak bytes", each phase's peak
+// from its start.
 #include <string>
 
 #include "longctx/runtime/runner.h"
