@@ -1,6 +1,7 @@
 // The CPU virtual device: exact counting, budgets that fail cleanly, reproducible runs, and
 // peaks that fall when a technique that should lower them is on.
 #include <gtest/gtest.h>
+#include <unistd.h>
 #include <torch/torch.h>
 
 #include "longctx/planner/memory_model.h"
@@ -212,6 +213,37 @@ TEST(Runner, Bf16TracksFp32AndHalvesTheActivations) {
   for (int i = 0; i < 2; ++i) EXPECT_NEAR(bf16->steps[i].loss, fp32->steps[i].loss, 2e-2 * fp32->steps[i].loss);
   // Offloaded checkpoints are layer inputs: half the bytes in bf16.
   EXPECT_EQ(bf16->peak_host * 2, fp32->peak_host);
+}
+
+}  // namespace
+}  // namespace longctx::runtime
+
+namespace longctx::runtime {
+namespace {
+
+TEST(Runner, ReadsTokensFromAFileAndRefusesOneTooShort) {
+  char path[] = "/tmp/longctx_tokens_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint32_t> ids(300);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>((i * 7) % 256);
+  ASSERT_EQ(::write(fd, ids.data(), ids.size() * 4), static_cast<ssize_t>(ids.size() * 4));
+  ::close(fd);
+  const auto plan = testing::tiny_plan("tiny-gqa", 64, 2, {});
+  RunOptions o;
+  o.data_path = path;
+  auto from_file = run_plan(plan, o);
+  ASSERT_TRUE(from_file.ok()) << from_file.error().what();
+  auto synthetic = run_plan(plan, {});
+  ASSERT_TRUE(synthetic.ok());
+  EXPECT_NE(from_file->steps[0].loss, synthetic->steps[0].loss);
+
+  auto long_plan = testing::tiny_plan("tiny-gqa", 256, 2, {});  // needs 513 tokens
+  auto r = run_plan(long_plan, o);
+  ::unlink(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  EXPECT_EQ(r.error().field, "--data");
 }
 
 }  // namespace
