@@ -1,0 +1,174 @@
+// longctx run: executes a plan file as real training steps and shows measured beside
+// predicted memory.
+#include <cstdio>
+#include <fstream>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "commands.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/units.h"
+#ifdef LONGCTX_HAS_RUNTIME
+#include "longctx/runtime/prediction.h"
+#include "longctx/runtime/runner.h"
+#include "longctx/runtime/trace.h"
+#endif
+
+namespace longctx::cli {
+
+namespace {
+
+struct RunArgs {
+  std::string plan_path;
+  int steps = 1;
+  std::string device = "cpu";
+  std::string trace_path;
+  bool json = false;
+  std::uint64_t seed = 0;
+  std::string data_path;
+  int threads = 0;
+};
+
+int fail(const Error& e) {
+  fmt::print(stderr, "error: {}\n", e.what());
+  return exit_status(e.kind);
+}
+
+#ifdef LONGCTX_HAS_RUNTIME
+std::string percent(std::int64_t measured, std::int64_t predicted) {
+  if (predicted == 0) return measured == 0 ? "0.0%" : "n/a";
+  return fmt::format("{:+.1f}%", 100.0 * double(measured - predicted) / double(predicted));
+}
+
+std::string techniques(const ParallelConfig& p) {
+  std::string s = fmt::format("checkpoint {}", to_string(p.checkpoint));
+  if (p.offload_checkpoints) s += ", offload-checkpoints";
+  if (p.head_chunk > 0) s += fmt::format(", head-chunk {}", p.head_chunk);
+  if (p.mlp_tiles > 1) s += fmt::format(", mlp-tiles {}", p.mlp_tiles);
+  if (p.loss_tiles > 1) s += fmt::format(", loss-tiles {}", p.loss_tiles);
+  if (p.offload_optimizer) s += ", offload-optimizer";
+  if (p.offload_params) s += ", offload-params";
+  if (p.sharding != Sharding::None) s += ", " + to_string(p.sharding);
+  return s;
+}
+
+int run(const RunArgs& a) {
+  auto plan = read_plan_file(a.plan_path);
+  if (!plan) return fail(plan.error());
+  runtime::RunOptions o;
+  o.steps = a.steps;
+  o.device = a.device;
+  o.seed = a.seed;
+  o.data_path = a.data_path;
+  o.threads = a.threads;
+  if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
+  const auto predicted = runtime::predict_step(*plan);
+
+  std::FILE* progress = a.json ? stderr : stdout;
+  fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", plan->model.name, plan->train.seq,
+             plan->train.micro_batch, to_string(plan->train.dtype), a.device, techniques(plan->parallel));
+  auto report = runtime::run_plan(*plan, o, [&](int i, const runtime::StepResult& s) {
+    fmt::print(progress, "step {}/{}  loss {:.4f}  {:.3f} s  peak device {}  host {}\n", i + 1, a.steps, s.loss, s.time_s,
+               format_bytes(s.peak_device), format_bytes(s.peak_host));
+    std::fflush(progress);
+  });
+  if (!report) return fail(report.error());
+
+  if (!a.trace_path.empty()) {
+    std::ofstream out(a.trace_path);
+    out << runtime::chrome_trace_json(*report);
+    if (!out) return fail(Error::bad_input("--trace", fmt::format("cannot write {}", a.trace_path)));
+  }
+
+  const auto& last = report->steps.back();
+  std::string measured_at;
+  std::int64_t best = -1;
+  for (const auto& p : last.phases)
+    if (p.peak_device > best) best = p.peak_device, measured_at = p.name;
+
+  if (a.json) {
+    nlohmann::json steps = nlohmann::json::array();
+    for (const auto& s : report->steps)
+      steps.push_back({{"loss", s.loss},
+                       {"time_s", s.time_s},
+                       {"peak_device_bytes", s.peak_device},
+                       {"peak_host_bytes", s.peak_host}});
+    nlohmann::json phases = nlohmann::json::array();
+    for (const auto& p : last.phases) {
+      nlohmann::json ph = {{"name", p.name},
+                           {"peak_device_bytes", p.peak_device},
+                           {"peak_host_bytes", p.peak_host},
+                           {"time_s", p.end_s - p.start_s}};
+      if (auto it = predicted.phases.find(p.name); it != predicted.phases.end())
+        ph["predicted_peak_device_bytes"] = it->second.peak_device_bytes;
+      phases.push_back(ph);
+    }
+    nlohmann::json j = {
+        {"steps", steps},
+        {"measured",
+         {{"peak_device_bytes", report->peak_device},
+          {"peak_host_bytes", report->peak_host},
+          {"peak_device_reserved_bytes", report->peak_device_reserved},
+          {"persistent_device_bytes", report->persistent_device},
+          {"persistent_host_bytes", report->persistent_host},
+          {"peak_at", measured_at},
+          {"phases", phases}}},
+        {"predicted",
+         {{"peak_device_bytes", predicted.totals.peak_device_bytes},
+          {"peak_host_bytes", predicted.totals.peak_host_bytes},
+          {"peak_at", predicted.totals.peak_at},
+          {"step_time_s", predicted.totals.step_time_s}}},
+        {"plan_prediction",
+         {{"peak_device_bytes", plan->prediction.peak_device_bytes},
+          {"peak_host_bytes", plan->prediction.peak_host_bytes}}},
+        {"device", report->device}};
+    fmt::print("{}\n", j.dump(2));
+    return 0;
+  }
+
+  fmt::print("\n{:<22} {:>14} {:>14} {:>8}\n", "", "measured", "predicted", "error");
+  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak device", format_bytes(report->peak_device),
+             format_bytes(predicted.totals.peak_device_bytes),
+             percent(report->peak_device, predicted.totals.peak_device_bytes));
+  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host", format_bytes(report->peak_host),
+             format_bytes(predicted.totals.peak_host_bytes), percent(report->peak_host, predicted.totals.peak_host_bytes));
+  fmt::print("{:<22} {:>14} {:>14}\n", "peak at", measured_at, predicted.totals.peak_at);
+  fmt::print("\nper phase, last step   {:>14} {:>14} {:>8} {:>10}\n", "device peak", "predicted", "error", "time");
+  for (const auto& p : last.phases) {
+    auto it = predicted.phases.find(p.name);
+    const std::int64_t pred = it == predicted.phases.end() ? 0 : it->second.peak_device_bytes;
+    fmt::print("  {:<20} {:>14} {:>14} {:>8} {:>8.1f} ms\n", p.name, format_bytes(p.peak_device),
+               it == predicted.phases.end() ? "-" : format_bytes(pred),
+               it == predicted.phases.end() ? "" : percent(p.peak_device, pred), 1e3 * (p.end_s - p.start_s));
+  }
+  if (!a.trace_path.empty()) fmt::print("\ntrace: {} (open in https://ui.perfetto.dev)\n", a.trace_path);
+  return 0;
+}
+#endif
+
+}  // namespace
+
+Command add_run_command(CLI::App& app) {
+  auto args = std::make_shared<RunArgs>();
+  auto* sub = app.add_subcommand("run", "Run a plan as real training steps and show measured beside predicted memory");
+  sub->add_option("--plan", args->plan_path, "The plan file (longctx plan -o plan.json)")->required();
+  sub->add_option("--steps", args->steps, "Training steps to run")->check(CLI::PositiveNumber);
+  sub->add_option("--device", args->device, "cpu (the virtual device, which enforces the plan's budgets) or cuda")
+      ->check(CLI::IsMember({"cpu", "cuda"}));
+  sub->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of phases and memory to FILE");
+  sub->add_flag("--json", args->json, "Print the result as JSON (progress goes to stderr)");
+  sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
+  sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
+  sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
+  return {sub, [args] {
+#ifdef LONGCTX_HAS_RUNTIME
+            return run(*args);
+#else
+            return fail(Error{ErrorKind::Internal, "", "this longctx was built without the runtime (LibTorch)"});
+#endif
+          }};
+}
+
+}  // namespace longctx::cli

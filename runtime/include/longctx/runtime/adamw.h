@@ -1,0 +1,45 @@
+#pragma once
+// AdamW with fp32 master weights and moments (decoupled weight decay, bias correction).
+//
+// State per parameter: exp_avg and exp_avg_sq in fp32, and an fp32 master copy unless the
+// parameter itself is fp32 (then it is the master). offload: the state lives in the host
+// pool, the gradient is copied there, the update runs on the CPU and the parameter is
+// copied back. step() consumes the gradients: each is released once applied, so the next
+// backward allocates them afresh (the planner's grads live from backward to optimizer).
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace longctx::runtime {
+
+struct AdamWOptions {
+  double lr = 1e-3;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+};
+
+class AdamW {
+ public:
+  // REQUIRES: params are leaves that require grad; they outlive the optimizer.
+  AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned);
+  // Applies one update from each parameter's .grad() (parameters without one are skipped).
+  void step();
+  std::int64_t steps() const { return t_; }
+
+ private:
+  struct State {
+    torch::Tensor master, exp_avg, exp_avg_sq;  // master undefined when the param is fp32 and not offloaded
+  };
+  // One AdamW update of `target` (fp32: the master, or the parameter itself) in place.
+  void update(torch::Tensor& target, const torch::Tensor& grad_fp32, State& s);
+
+  std::vector<torch::Tensor> params_;
+  std::vector<State> states_;
+  AdamWOptions o_;
+  bool offload_, pinned_;
+  std::int64_t t_ = 0;
+};
+
+}  // namespace longctx::runtime

@@ -1,0 +1,51 @@
+#pragma once
+// Causal grouped-query attention, two ways.
+//
+// attention(): q [b,S,H,d], k and v [b,S,K,d] -> out [b,S,H,d]. Saves q, k, v, out and the
+//   log-sum-exp [b,H,S] fp32 (planner: attn.flash.out, attn.flash.lse). The CPU flash kernel
+//   needs as many k/v heads as q heads, so k and v are expanded to H heads as scratch inside
+//   forward and backward (planner: the GQA expansion workspace); CUDA does the same.
+//
+// head_chunked_attention(): Untied Ulysses with one rank (u = 1). Projects, normalizes and
+//   rotates q for `chunk` query heads at a time, and k/v once per kv head range, writes each
+//   stage's slice of out [b,S,H*d]; the stage buffers die before the next stage allocates.
+//   Saves only x (the attention input), the weights, out and the per-stage log-sum-exp;
+//   backward recomputes each stage and accumulates dx and the weight gradients.
+//   REQUIRES: chunk divides H, and chunk divides or is a multiple of H/K.
+#include <optional>
+
+#include <torch/torch.h>
+
+#include "longctx/runtime/norm_rope.h"
+
+namespace longctx::runtime {
+
+struct FlashOut {
+  torch::Tensor out;  // [b,H,S,d] view (memory may be [b,S,H,d])
+  torch::Tensor lse;  // [b,H,S] fp32
+};
+// q, k, v: [b,H,S,d] (any strides); equal head counts. Causal, scale 1/sqrt(d).
+FlashOut flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(
+    const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+    const torch::Tensor& out, const torch::Tensor& lse);
+
+// k [b,S,K,d] -> [b,S,K*group,d], each kv head repeated `group` times (contiguous copy).
+torch::Tensor expand_kv(const torch::Tensor& k, std::int64_t group);
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+
+// The weights attention projects with; q_norm/k_norm undefined unless the model has qk norm.
+struct AttentionWeights {
+  torch::Tensor wq, wk, wv;        // [H*d, h], [K*d, h], [K*d, h]
+  torch::Tensor q_norm, k_norm;    // [d] or undefined
+};
+struct AttentionShape {
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  double norm_eps = 1e-6;
+};
+// x [b,S,h] -> out [b,S,H*d].
+torch::Tensor head_chunked_attention(const torch::Tensor& x, const AttentionWeights& w, const AttentionShape& s,
+                                     const RopeTables& rope, std::int64_t chunk);
+
+}  // namespace longctx::runtime

@@ -1,0 +1,67 @@
+#pragma once
+// One training step of a Llama model with the plan's memory techniques, on one rank:
+// forward (embedding, layers, final norm), loss, backward. The optimizer is separate
+// (adamw.h). Each technique is chosen per op from the ParallelConfig:
+//   checkpoint          layers the policy names keep only their input (CheckpointStore) and
+//                       are recomputed inside their backward (a custom autograd function)
+//   offload_checkpoints those inputs wait in the host pool
+//   head_chunk >= 1     head_chunked_attention(); 0: attention() over all heads
+//   mlp_tiles > 1       tiled_mlp(); 1: gate/up linears, swiglu(), down linear
+//   loss_tiles > 1      tiled_cross_entropy(); 1: cross_entropy_loss()
+//   offload_params      layer weights live in the host pool and are copied to the device by
+//                       each layer that uses them (forward and recompute)
+// Phases are reported to the active MemoryMeter: forward.embed, forward.layer.L, loss,
+// backward.loss, backward.layer.L, backward.embed.
+//
+// A communicator is not needed for one rank: ulysses = 1, world = 1 (runnable() refuses
+// other plans). The all-to-alls and shard gathers of later versions go around the
+// attention call and the weight fetch, which are the seams marked below.
+#include <memory>
+
+#include <torch/torch.h>
+
+#include "longctx/planner/model_config.h"
+#include "longctx/planner/parallel_config.h"
+#include "longctx/runtime/attention.h"
+#include "longctx/runtime/checkpoint_store.h"
+#include "longctx/runtime/llama_weights.h"
+#include "longctx/runtime/norm_rope.h"
+
+namespace longctx::runtime {
+
+class LlamaStep {
+ public:
+  // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
+  // runnable(); seq is the longest sequence forward() will see.
+  LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
+            torch::Device device);
+
+  // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
+  torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // forward, then backward into the weights' .grad(); returns the loss.
+  double forward_backward(const torch::Tensor& tokens, const torch::Tensor& targets);
+
+  // One layer's forward (with autograd when grad mode is on); the checkpoint's recompute
+  // calls it again inside the layer's backward.
+  torch::Tensor layer_forward(std::int64_t layer, const torch::Tensor& x);
+  CheckpointStore& checkpoints() { return *checkpoints_; }
+  const ParallelConfig& parallel() const { return p_; }
+
+ private:
+  LayerWeights fetch_layer(std::int64_t layer) const;  // seam: zero3 gathers go here
+
+  ModelConfig m_;
+  ParallelConfig p_;
+  LlamaWeights& w_;
+  torch::Device device_;
+  RopeTables rope_;
+  AttentionShape attn_shape_;
+  std::unique_ptr<CheckpointStore> checkpoints_;
+};
+
+// Sets the active meter's phase (no-op without one).
+void set_phase(const std::string& name);
+// Identity whose backward sets the phase to `name`: marks where a backward phase begins.
+torch::Tensor mark_backward_phase(const torch::Tensor& x, const std::string& name);
+
+}  // namespace longctx::runtime

@@ -1,0 +1,129 @@
+#pragma once
+// The memory meter: what a training step holds, per phase, in two pools.
+//
+//   device: on the CPU virtual device, every allocation LibTorch makes through its CPU
+//           allocator (a counting wrapper installed by MeterScope); on CUDA, the caching
+//           allocator's allocated and reserved peaks, read at each phase boundary.
+//   host:   tensors offloaded on purpose (checkpoints, optimizer state, parameters), which
+//           the runtime allocates explicitly from host_empty().
+//
+// Bytes are counted exactly as requested (nbytes of the storage), never rounded.
+// A budget per pool turns an allocation past it into an OutOfMemory record naming the
+// phase, and a c10::OutOfMemoryError that unwinds the step; the runner turns the record
+// into a clean error. Thread-safe: LibTorch may allocate from worker threads.
+#include <chrono>
+#include <cstdio>
+#include <cstdint>
+#include <memory>
+#include <mutex>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <c10/core/Allocator.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
+
+namespace at {
+class Tensor;
+}
+
+namespace longctx::runtime {
+
+enum class Pool { Device, Host };
+
+struct OutOfMemory {
+  Pool pool = Pool::Device;
+  std::string phase;
+  std::int64_t requested = 0;  // bytes of the allocation that did not fit
+  std::int64_t in_use = 0;     // bytes live in the pool when it was asked for
+  std::int64_t budget = 0;
+};
+
+// One phase of a step ("forward.layer.3", "loss", "backward.layer.3", "optimizer").
+struct PhaseRecord {
+  std::string name;
+  double start_s = 0, end_s = 0;       // seconds since the meter started
+  std::int64_t device_at_start = 0;
+  std::int64_t peak_device = 0;        // CPU: counted bytes; CUDA: allocated bytes
+  std::int64_t peak_device_reserved = 0;  // CUDA only: the caching allocator's reserved peak
+  std::int64_t peak_host = 0;
+};
+
+// A point of the counter tracks of the trace.
+struct CounterSample {
+  double t_s = 0;
+  std::int64_t device = 0;
+  std::int64_t host = 0;
+};
+
+class MemoryMeter {
+ public:
+  // budget 0: unlimited. device: where the step runs (CPU counts, CUDA reads statistics).
+  MemoryMeter(std::int64_t device_budget, std::int64_t host_budget, c10::Device device);
+
+  // Closes the current phase and opens `name`. REQUIRES: not inside an allocation.
+  void set_phase(const std::string& name);
+  void finish();  // closes the current phase
+
+  // Called by the counting allocators. on_alloc throws c10::OutOfMemoryError past a budget
+  // and records oom() (the first one wins).
+  void on_alloc(Pool pool, std::int64_t bytes);
+  void on_free(Pool pool, std::int64_t bytes);
+
+  std::int64_t current(Pool pool) const;
+  std::int64_t peak(Pool pool) const;  // since construction or reset_peaks()
+  std::int64_t peak_device_reserved() const { return peak_reserved_; }
+  void reset_peaks();
+  std::optional<OutOfMemory> oom() const;
+  const std::string& phase() const { return phase_; }
+  // Phases and samples since the last take_records(); the runner collects them per step.
+  std::vector<PhaseRecord> take_phases();
+  std::vector<CounterSample> take_samples();
+  double now_s() const;
+  c10::Device device() const { return device_; }
+  // Writes every counted allocation and release ("phase +bytes -> current") to `log`; for
+  // comparing the runtime's allocations with the planner's inventory op by op.
+  void set_log(std::FILE* log) { log_ = log; }
+
+ private:
+  void sample_locked();
+  void read_cuda_locked();
+
+  mutable std::mutex mu_;
+  c10::Device device_;
+  std::int64_t budget_[2] = {0, 0};
+  std::int64_t current_[2] = {0, 0};
+  std::int64_t peak_[2] = {0, 0};
+  std::int64_t peak_reserved_ = 0;
+  std::string phase_ = "setup";
+  PhaseRecord open_;
+  std::vector<PhaseRecord> phases_;
+  std::vector<CounterSample> samples_;
+  std::optional<OutOfMemory> oom_;
+  std::chrono::steady_clock::time_point t0_;
+  std::FILE* log_ = nullptr;
+};
+
+// While alive, `meter` counts the device pool (CPU: every LibTorch CPU allocation) and the
+// host pool (host_empty). Installs the counting CPU allocator once per process; without an
+// active scope it forwards to LibTorch's default allocator uncounted.
+// REQUIRES: one scope at a time; the meter outlives every tensor allocated in the scope
+// (the allocator keeps it alive through a shared_ptr).
+class MeterScope {
+ public:
+  explicit MeterScope(std::shared_ptr<MemoryMeter> meter);
+  ~MeterScope();
+  MeterScope(const MeterScope&) = delete;
+  MeterScope& operator=(const MeterScope&) = delete;
+};
+
+// The meter of the active scope, or null.
+MemoryMeter* active_meter();
+
+// An empty tensor in the host pool: counted in Pool::Host of the active meter. On CUDA
+// devices (pinned=true) the memory is page-locked so copies overlap with compute.
+at::Tensor host_empty(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned);
+
+}  // namespace longctx::runtime

@@ -1,0 +1,39 @@
+#pragma once
+// RMSNorm and rotary position embedding: the two elementwise pieces of a Llama layer, as
+// autograd functions whose saved tensors are those of the planner's inventory, and as
+// plain kernels that head-chunked attention calls inside its own forward and backward.
+#include <torch/torch.h>
+
+namespace longctx::runtime {
+
+// y = x * rstd * w, rstd = 1 / sqrt(mean(x^2) + eps) over the last dim, in fp32.
+// Saves x, w and rstd [..., 1] fp32 (planner: "*.rstd", n x 4 bytes per norm).
+torch::Tensor rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps);
+
+struct NormOut {
+  torch::Tensor y;     // like x
+  torch::Tensor rstd;  // [..., 1] fp32
+};
+NormOut rms_norm_forward(const torch::Tensor& x, const torch::Tensor& w, double eps);
+struct NormGrads {
+  torch::Tensor dx;  // like x
+  torch::Tensor dw;  // like w, fp32
+};
+NormGrads rms_norm_backward(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& w,
+                            const torch::Tensor& rstd);
+
+// cos and sin of position p times inv_freq_i = theta^(-2i/d), [S, d/2], in the model dtype.
+struct RopeTables {
+  torch::Tensor cos, sin;
+  static RopeTables make(std::int64_t seq, std::int64_t head_dim, double theta, torch::ScalarType dtype,
+                         torch::Device device);
+};
+
+// Rotates x [b, S, heads, d] (Hugging Face's rotate_half convention: the first half of d
+// pairs with the second). inverse=true rotates by minus the angle: the backward.
+// Writes a fresh tensor; no scratch.
+torch::Tensor rope_rotate(const torch::Tensor& x, const RopeTables& t, bool inverse);
+// Autograd version: saves nothing (the backward is the inverse rotation).
+torch::Tensor rope(const torch::Tensor& x, const RopeTables& t);
+
+}  // namespace longctx::runtime

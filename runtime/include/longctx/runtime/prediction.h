@@ -1,0 +1,26 @@
+#pragma once
+// The planner's prediction in the runtime's terms: peak bytes per phase, under the phase
+// names the runtime measures (forward.embed, forward.layer.L, loss, backward.loss,
+// backward.layer.L, backward.embed, optimizer), so `run` can show them side by side.
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "longctx/planner/plan.h"
+
+namespace longctx::runtime {
+
+struct PhasePrediction {
+  std::int64_t peak_device_bytes = 0;
+  std::int64_t peak_host_bytes = 0;  // per rank
+};
+
+struct PredictedStep {
+  Prediction totals;                               // as evaluate() fills a plan's prediction
+  std::map<std::string, PhasePrediction> phases;   // keyed by runtime phase name
+};
+
+// Evaluates the plan's inputs with the current planner. REQUIRES: the plan validates.
+PredictedStep predict_step(const Plan& plan);
+
+}  // namespace longctx::runtime

@@ -1,0 +1,59 @@
+#pragma once
+// Runs a plan: builds the model it names, runs training steps with its techniques, and
+// measures device and host memory per phase. The one entry point of `longctx run`.
+#include <cstdint>
+#include <cstdio>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "longctx/planner/plan.h"
+#include "longctx/planner/result.h"
+#include "longctx/runtime/memory_meter.h"
+
+namespace longctx::runtime {
+
+struct RunOptions {
+  int steps = 1;
+  std::string device = "cpu";     // "cpu" (the virtual device) or "cuda"
+  std::uint64_t seed = 0;         // weights and synthetic tokens
+  std::string data_path;          // optional: a file of little-endian uint32 token ids
+  bool enforce_budget = true;     // CPU: refuse allocations past the plan's budgets
+  int threads = 0;                // LibTorch intra-op threads; 0 keeps its default
+  std::FILE* allocation_log = nullptr;  // every counted allocation, for debugging the inventory
+};
+
+struct StepResult {
+  double loss = 0;
+  double time_s = 0;
+  std::int64_t peak_device = 0;
+  std::int64_t peak_host = 0;
+  std::int64_t peak_device_reserved = 0;  // CUDA only
+  std::vector<PhaseRecord> phases;
+  std::vector<CounterSample> samples;
+};
+
+struct RunReport {
+  std::vector<StepResult> steps;
+  std::int64_t peak_device = 0;  // over all steps, including the persistent state
+  std::int64_t peak_host = 0;
+  std::int64_t peak_device_reserved = 0;
+  std::int64_t persistent_device = 0;  // after setup: weights and optimizer state
+  std::int64_t persistent_host = 0;
+  std::string device;                  // "cpu (virtual device)" or the GPU's name
+};
+
+// Why this runtime cannot run the plan (one rank; ulysses 1; sharding none, or zero3 over one
+// rank), naming the field and the fix; ok otherwise.
+Result<bool> runnable(const Plan& plan, const RunOptions& o);
+
+// Called after each step, for progress.
+using StepCallback = std::function<void(int step, const StepResult&)>;
+
+// Errors: BadInput for plans it cannot run; Internal for out of memory on the virtual
+// device (the message names the phase, the request, what was in use and the budget) and
+// for anything LibTorch throws.
+Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCallback& on_step = {});
+
+
+}  // namespace longctx::runtime

@@ -1,0 +1,320 @@
+// RMSNorm, RoPE, SwiGLU, tiled MLP and the loss: each forward allocates what the planner's
+// inventory names, and each backward only its outputs plus the scratch it documents.
+#include <torch/torch.h>
+
+#include "longctx/runtime/loss.h"
+#include "longctx/runtime/mlp.h"
+#include "longctx/runtime/norm_rope.h"
+#include "longctx/runtime/projection.h"
+
+namespace longctx::runtime {
+
+using torch::Tensor;
+using torch::autograd::AutogradContext;
+using torch::autograd::variable_list;
+
+// ---- RMSNorm -----------------------------------------------------------------------------
+
+NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+  const auto h = x.size(-1);
+  // ||x||^2 / h + eps, reduced in fp32 without an [n, h] temporary.
+  Tensor rstd = at::linalg_vector_norm(x, 2, {-1}, /*keepdim=*/true, torch::kFloat);
+  rstd.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
+  Tensor y;
+  if (x.scalar_type() == torch::kFloat) {
+    y = at::mul(x, rstd);
+    y.mul_(w);
+  } else {
+    y = at::mul(x, rstd.to(x.scalar_type()));
+    y.mul_(w);
+  }
+  return {y, rstd};
+}
+
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
+  // With r = rstd, g = dy·w and s = Σ_j g·x per row:
+  //   dx = r·g − x·(r³·s/h),   dw = Σ_rows dy·x·r.
+  // Everything goes through one fp32 [n, h] buffer that ends as dx; the rest is [n] or [h].
+  const auto h = x.size(-1);
+  const bool fp32 = x.scalar_type() == torch::kFloat;
+  Tensor xf = fp32 ? x : x.to(torch::kFloat);  // bf16: an fp32 copy of x
+  Tensor buf = at::empty(x.sizes(), x.options().dtype(torch::kFloat));
+  at::mul_out(buf, dy, xf);
+  buf.mul_(rstd);
+  std::vector<int64_t> rows;
+  for (int64_t i = 0; i + 1 < dy.dim(); ++i) rows.push_back(i);
+  Tensor dw = buf.sum(rows);
+  at::mul_out(buf, dy, w);
+  // Row dot products as a batch of [1, h] x [h, 1] products: no [n, h] temporary.
+  Tensor s = at::bmm(buf.reshape({-1, 1, h}), xf.reshape({-1, h, 1})).view(rstd.sizes());
+  s.mul_(rstd).mul_(rstd).mul_(rstd).div_(static_cast<double>(h));
+  buf.mul_(rstd);
+  buf.addcmul_(xf, s, -1.0);
+  return {fp32 ? buf : buf.to(x.scalar_type()), dw};
+}
+
+namespace {
+class RmsNormFn : public torch::autograd::Function<RmsNormFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, double eps) {
+    auto out = rms_norm_forward(x, w, eps);
+    ctx->save_for_backward({x, w, out.rstd});
+    return out.y;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    auto g = rms_norm_backward(grads[0], s[0], s[1], s[2]);
+    return {g.dx, g.dw.to(s[1].scalar_type()), Tensor()};
+  }
+};
+}  // namespace
+
+Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) { return RmsNormFn::apply(x, w, eps); }
+
+// ---- RoPE --------------------------------------------------------------------------------
+
+RopeTables RopeTables::make(std::int64_t seq, std::int64_t head_dim, double theta, torch::ScalarType dtype,
+                            torch::Device device) {
+  const auto half = head_dim / 2;
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  Tensor i = torch::arange(half, f64);
+  Tensor inv_freq = torch::pow(theta, -2.0 * i / static_cast<double>(head_dim));
+  Tensor pos = torch::arange(seq, f64);
+  Tensor angle = torch::outer(pos, inv_freq);  // [S, d/2]
+  return {angle.cos().to(device, dtype), angle.sin().to(device, dtype)};
+}
+
+Tensor rope_rotate(const Tensor& x, const RopeTables& t, bool inverse) {
+  const auto d = x.size(-1), half = d / 2, S = x.size(1);
+  Tensor cos = t.cos.narrow(0, 0, S).view({1, S, 1, half});
+  Tensor sin = t.sin.narrow(0, 0, S).view({1, S, 1, half});
+  Tensor out = at::empty(x.sizes(), x.options());
+  Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
+  Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
+  const double sign = inverse ? -1.0 : 1.0;
+  // o1 = x1 cos - x2 sin, o2 = x2 cos + x1 sin (inverse: sin -> -sin).
+  at::mul_out(o1, x1, cos);
+  o1.addcmul_(x2, sin, -sign);
+  at::mul_out(o2, x2, cos);
+  o2.addcmul_(x1, sin, sign);
+  return out;
+}
+
+namespace {
+class RopeFn : public torch::autograd::Function<RopeFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const RopeTables* t) {
+    ctx->saved_data["tables"] = reinterpret_cast<std::int64_t>(t);
+    return rope_rotate(x, *t, false);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    const auto* t = reinterpret_cast<const RopeTables*>(ctx->saved_data["tables"].toInt());
+    return {rope_rotate(grads[0], *t, true), Tensor()};
+  }
+};
+}  // namespace
+
+// REQUIRES: t outlives the backward (the model owns the tables for the whole run).
+Tensor rope(const Tensor& x, const RopeTables& t) { return RopeFn::apply(x, &t); }
+
+// ---- projections ------------------------------------------------------------------------
+
+namespace {
+class ProjectFn : public torch::autograd::Function<ProjectFn> {
+ public:
+  static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& w0, const Tensor& w1,
+                               const std::optional<Tensor>& w2) {
+    std::vector<Tensor> ws = {w0, w1};
+    if (w2) ws.push_back(*w2);
+    ctx->save_for_backward({x, w0, w1, w2.value_or(Tensor())});
+    auto lead = x.sizes().vec();
+    lead.pop_back();
+    variable_list ys;
+    for (const auto& w : ws) {
+      auto shape = lead;
+      shape.push_back(w.size(0));
+      ys.push_back(at::mm(x.reshape({-1, x.size(-1)}), w.t()).view(shape));
+    }
+    return ys;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Tensor& x = s[0];
+    Tensor x2 = x.reshape({-1, x.size(-1)});
+    Tensor dx;
+    variable_list out = {Tensor(), Tensor(), Tensor(), Tensor()};
+    for (std::size_t i = 0; i < grads.size(); ++i) {
+      const Tensor& w = s[i + 1];
+      if (!grads[i].defined() || !w.defined()) continue;
+      Tensor g = grads[i].reshape({-1, w.size(0)});
+      if (dx.defined()) dx.addmm_(g, w); else dx = at::mm(g, w);
+      out[i + 1] = at::mm(g.t(), x2);
+    }
+    out[0] = dx.defined() ? dx.view(x.sizes()) : Tensor();
+    return out;
+  }
+};
+}  // namespace
+
+std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights) {
+  TORCH_CHECK(weights.size() == 2 || weights.size() == 3, "project takes 2 or 3 weights");
+  return ProjectFn::apply(x, weights[0], weights[1],
+                          weights.size() == 3 ? std::optional<Tensor>(weights[2]) : std::nullopt);
+}
+
+// ---- SwiGLU ------------------------------------------------------------------------------
+
+namespace {
+class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
+    ctx->save_for_backward({gate, up});
+    return at::silu(gate).mul_(up);
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Tensor &g = s[0], &u = s[1], &da = grads[0];
+    // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)). One scratch.
+    Tensor scratch = at::silu(g);
+    Tensor d_up = at::mul(da, scratch);
+    Tensor d_gate = at::mul(da, u);
+    scratch.neg_().add_(g).add_(1.0);
+    d_gate.mul_(scratch);
+    at::sigmoid_out(scratch, g);
+    d_gate.mul_(scratch);
+    return {d_gate, d_up};
+  }
+};
+
+// Rows [begin, begin+len) of a [n, ...] tensor.
+Tensor rows(const Tensor& t, std::int64_t begin, std::int64_t len) { return t.narrow(0, begin, len); }
+
+class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& wg, const Tensor& wu, const Tensor& wd,
+                        std::int64_t tiles) {
+    ctx->save_for_backward({x, wg, wu, wd});
+    ctx->saved_data["tiles"] = tiles;
+    const auto h = x.size(-1);
+    Tensor x2 = x.reshape({-1, h});
+    const auto n = x2.size(0), t = n / tiles;
+    Tensor out = at::empty({n, h}, x.options());
+    for (std::int64_t i = 0; i < tiles; ++i) {
+      Tensor xt = rows(x2, i * t, t);
+      Tensor a = at::mm(xt, wg.t());
+      at::silu_(a);
+      a.mul_(at::mm(xt, wu.t()));
+      Tensor ot = rows(out, i * t, t);
+      at::mm_out(ot, a, wd.t());
+    }
+    return out.view(x.sizes());
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &wg = s[1], &wu = s[2], &wd = s[3];
+    const auto tiles = ctx->saved_data["tiles"].toInt();
+    const auto h = x.size(-1);
+    Tensor x2 = x.reshape({-1, h});
+    Tensor dy = grads[0].reshape({-1, h});
+    const auto n = x2.size(0), t = n / tiles;
+    Tensor dx = at::empty({n, h}, x.options());
+    Tensor dwg = at::zeros_like(wg), dwu = at::zeros_like(wu), dwd = at::zeros_like(wd);
+    for (std::int64_t i = 0; i < tiles; ++i) {
+      Tensor xt = rows(x2, i * t, t), dyt = rows(dy, i * t, t);
+      Tensor g = at::mm(xt, wg.t());
+      Tensor u = at::mm(xt, wu.t());
+      Tensor sg = at::silu(g);
+      Tensor a = at::mul(sg, u);
+      dwd.addmm_(dyt.t(), a);
+      Tensor da = at::mm(dyt, wd);  // [t, I]
+      // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)), in place.
+      Tensor d_up = a;  // reuse the activation's buffer
+      at::mul_out(d_up, da, sg);
+      Tensor d_gate = da.mul_(u);
+      sg.neg_().add_(g).add_(1.0);
+      d_gate.mul_(sg);
+      at::sigmoid_out(sg, g);
+      d_gate.mul_(sg);
+      dwg.addmm_(d_gate.t(), xt);
+      dwu.addmm_(d_up.t(), xt);
+      Tensor dxt = rows(dx, i * t, t);
+      at::mm_out(dxt, d_gate, wg);
+      dxt.addmm_(d_up, wu);
+    }
+    return {dx.view(x.sizes()), dwg, dwu, dwd, Tensor()};
+  }
+};
+}  // namespace
+
+Tensor swiglu(const Tensor& gate, const Tensor& up) { return SwiGluFn::apply(gate, up); }
+
+Tensor tiled_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, std::int64_t tiles) {
+  return TiledMlpFn::apply(x, w_gate, w_up, w_down, tiles);
+}
+
+// ---- loss --------------------------------------------------------------------------------
+
+Tensor cross_entropy_loss(const Tensor& x, const Tensor& w_out, const Tensor& targets) {
+  Tensor logits = at::linear(x.reshape({-1, x.size(-1)}), w_out);
+  if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
+  Tensor logp = at::log_softmax(logits, -1);
+  logits = Tensor();  // dies here, as in the planner: log_softmax saves only its output
+  return at::nll_loss(logp, targets.reshape({-1}));
+}
+
+namespace {
+class TiledCrossEntropyFn : public torch::autograd::Function<TiledCrossEntropyFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, const Tensor& targets,
+                        std::int64_t tiles) {
+    ctx->save_for_backward({x, w, targets});
+    ctx->saved_data["tiles"] = tiles;
+    Tensor x2 = x.reshape({-1, x.size(-1)});
+    Tensor tg = targets.reshape({-1});
+    const auto n = x2.size(0), t = n / tiles;
+    Tensor total = at::zeros({}, x.options().dtype(torch::kFloat));
+    for (std::int64_t i = 0; i < tiles; ++i) {
+      Tensor logits = at::mm(rows(x2, i * t, t), w.t());
+      if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
+      // sum over rows of logsumexp - logit[target]
+      Tensor lse = at::logsumexp(logits, {1});
+      Tensor picked = logits.gather(1, rows(tg, i * t, t).unsqueeze(1)).squeeze(1);
+      total.add_(lse.sum()).sub_(picked.sum());
+    }
+    return total.div_(static_cast<double>(n));  // fp32, as the untiled loss
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    auto s = ctx->get_saved_variables();
+    const Tensor &x = s[0], &w = s[1], &targets = s[2];
+    const auto tiles = ctx->saved_data["tiles"].toInt();
+    Tensor x2 = x.reshape({-1, x.size(-1)});
+    Tensor tg = targets.reshape({-1});
+    const auto n = x2.size(0), t = n / tiles;
+    const double scale = grads[0].to(torch::kFloat).item<double>() / static_cast<double>(n);
+    Tensor dx = at::empty_like(x2);
+    Tensor dw = at::zeros_like(w);
+    for (std::int64_t i = 0; i < tiles; ++i) {
+      Tensor xt = rows(x2, i * t, t);
+      Tensor logits = at::mm(xt, w.t());
+      if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
+      // d logits = (softmax - onehot(target)) * scale, computed in the logits' buffer.
+      Tensor lse = at::logsumexp(logits, {1}, /*keepdim=*/true);
+      logits.sub_(lse).exp_();
+      Tensor idx = rows(tg, i * t, t).unsqueeze(1);
+      logits.scatter_add_(1, idx, at::full({t, 1}, -1.0, logits.options()));
+      logits.mul_(scale);
+      Tensor dl = logits.scalar_type() == x.scalar_type() ? logits : logits.to(x.scalar_type());
+      Tensor dxt = rows(dx, i * t, t);
+      at::mm_out(dxt, dl, w);
+      dw.addmm_(dl.t(), xt);
+    }
+    return {dx.view(x.sizes()), dw, Tensor(), Tensor()};
+  }
+};
+}  // namespace
+
+Tensor tiled_cross_entropy(const Tensor& x, const Tensor& w_out, const Tensor& targets, std::int64_t tiles) {
+  return TiledCrossEntropyFn::apply(x, w_out, targets, tiles);
+}
+
+}  // namespace longctx::runtime

@@ -1,0 +1,248 @@
+#include "longctx/runtime/memory_meter.h"
+
+#include <ATen/EmptyTensor.h>
+#include <ATen/core/Tensor.h>
+#include <ATen/cuda/PinnedMemoryAllocator.h>
+#include <c10/core/CPUAllocator.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/util/Exception.h>
+#include <unordered_map>
+#include <fmt/format.h>
+
+namespace longctx::runtime {
+
+// ---- the meter -------------------------------------------------------------------------
+
+MemoryMeter::MemoryMeter(std::int64_t device_budget, std::int64_t host_budget, c10::Device device)
+    : device_(device), t0_(std::chrono::steady_clock::now()) {
+  budget_[0] = device_budget;
+  budget_[1] = host_budget;
+  open_.name = phase_;
+  if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+}
+
+double MemoryMeter::now_s() const {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
+}
+
+void MemoryMeter::read_cuda_locked() {
+  if (!device_.is_cuda()) return;
+  using c10::CachingAllocator::StatType;
+  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
+  const auto agg = static_cast<std::size_t>(StatType::AGGREGATE);
+  current_[0] = stats.allocated_bytes[agg].current;
+  open_.peak_device = std::max(open_.peak_device, stats.allocated_bytes[agg].peak);
+  open_.peak_device_reserved = std::max(open_.peak_device_reserved, stats.reserved_bytes[agg].peak);
+  peak_[0] = std::max(peak_[0], stats.allocated_bytes[agg].peak);
+  peak_reserved_ = std::max(peak_reserved_, stats.reserved_bytes[agg].peak);
+  c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+}
+
+void MemoryMeter::sample_locked() { samples_.push_back({now_s(), current_[0], current_[1]}); }
+
+void MemoryMeter::set_phase(const std::string& name) {
+  std::lock_guard lock(mu_);
+  read_cuda_locked();
+  open_.end_s = now_s();
+  phases_.push_back(open_);
+  sample_locked();
+  phase_ = name;
+  open_ = PhaseRecord{name, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
+}
+
+void MemoryMeter::finish() {
+  std::lock_guard lock(mu_);
+  read_cuda_locked();
+  open_.end_s = now_s();
+  phases_.push_back(open_);
+  sample_locked();
+  phase_ = "idle";
+  open_ = PhaseRecord{phase_, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
+}
+
+void MemoryMeter::on_alloc(Pool pool, std::int64_t bytes) {
+  // On CUDA the device pool is the caching allocator's; host-side scratch is not counted.
+  if (pool == Pool::Device && device_.is_cuda()) return;
+  std::lock_guard lock(mu_);
+  const auto p = static_cast<std::size_t>(pool);
+  if (budget_[p] > 0 && current_[p] + bytes > budget_[p]) {
+    if (!oom_) oom_ = OutOfMemory{pool, phase_, bytes, current_[p], budget_[p]};
+    // LibTorch propagates its own OOM type cleanly through ops and the autograd engine.
+    TORCH_CHECK_WITH(OutOfMemoryError, false,
+                     fmt::format("{} pool out of memory in phase {}: {} bytes requested, {} in use, budget {}",
+                                 pool == Pool::Device ? "device" : "host", phase_, bytes, current_[p], budget_[p]));
+  }
+  current_[p] += bytes;
+  if (log_) std::fprintf(log_, "%s %s +%lld -> %lld\n", phase_.c_str(), p ? "host" : "device", (long long)bytes, (long long)current_[p]);
+  peak_[p] = std::max(peak_[p], current_[p]);
+  if (pool == Pool::Device)
+    open_.peak_device = std::max(open_.peak_device, current_[p]);
+  else
+    open_.peak_host = std::max(open_.peak_host, current_[p]);
+}
+
+void MemoryMeter::on_free(Pool pool, std::int64_t bytes) {
+  if (pool == Pool::Device && device_.is_cuda()) return;
+  std::lock_guard lock(mu_);
+  current_[static_cast<std::size_t>(pool)] -= bytes;
+  if (log_)
+    std::fprintf(log_, "%s %s -%lld -> %lld\n", phase_.c_str(), pool == Pool::Host ? "host" : "device", (long long)bytes,
+                 (long long)current_[static_cast<std::size_t>(pool)]);
+}
+
+std::int64_t MemoryMeter::current(Pool pool) const {
+  std::lock_guard lock(mu_);
+  return current_[static_cast<std::size_t>(pool)];
+}
+
+std::int64_t MemoryMeter::peak(Pool pool) const {
+  std::lock_guard lock(mu_);
+  return peak_[static_cast<std::size_t>(pool)];
+}
+
+void MemoryMeter::reset_peaks() {
+  std::lock_guard lock(mu_);
+  read_cuda_locked();
+  peak_[0] = current_[0];
+  peak_[1] = current_[1];
+  peak_reserved_ = 0;
+}
+
+std::optional<OutOfMemory> MemoryMeter::oom() const {
+  std::lock_guard lock(mu_);
+  return oom_;
+}
+
+std::vector<PhaseRecord> MemoryMeter::take_phases() {
+  std::lock_guard lock(mu_);
+  return std::exchange(phases_, {});
+}
+
+std::vector<CounterSample> MemoryMeter::take_samples() {
+  std::lock_guard lock(mu_);
+  return std::exchange(samples_, {});
+}
+
+// ---- the counting allocators -----------------------------------------------------------
+
+namespace {
+
+std::mutex g_active_mu;
+std::shared_ptr<MemoryMeter> g_active;  // guarded by g_active_mu
+
+std::shared_ptr<MemoryMeter> load_active() {
+  std::lock_guard lock(g_active_mu);
+  return g_active;
+}
+
+// What a counted allocation owes: the wrapped allocation and the meter that counted it.
+// Keyed by the data pointer, so the DataPtr's context is its data (LibTorch's raw_allocate,
+// which some CPU kernels use for scratch, requires that).
+struct Counted {
+  c10::DataPtr inner;
+  std::int64_t bytes;
+  Pool pool;
+  std::shared_ptr<MemoryMeter> meter;
+};
+
+std::mutex g_counted_mu;
+std::unordered_map<void*, Counted>& counted() {
+  static auto* m = new std::unordered_map<void*, Counted>();  // never destroyed: frees may come late
+  return *m;
+}
+
+c10::DeleterFnPtr g_base_raw_deleter = nullptr;  // for allocations made while no meter was active
+
+void delete_counted(void* data) {
+  std::optional<Counted> c;
+  {
+    std::lock_guard lock(g_counted_mu);
+    auto it = counted().find(data);
+    if (it != counted().end()) {
+      c = std::move(it->second);
+      counted().erase(it);
+    }
+  }
+  if (!c) {
+    if (g_base_raw_deleter) g_base_raw_deleter(data);
+    return;
+  }
+  c->meter->on_free(c->pool, c->bytes);
+}  // c->inner frees the memory here
+
+// Wraps another allocator; counts into the active meter's `pool`.
+class CountingAllocator final : public c10::Allocator {
+ public:
+  CountingAllocator(c10::Allocator* base, Pool pool) : base_(base), pool_(pool) {}
+
+  c10::DataPtr allocate(size_t n) override {
+    auto meter = load_active();
+    if (!meter || n == 0) return base_->allocate(n);
+    meter->on_alloc(pool_, static_cast<std::int64_t>(n));
+    c10::DataPtr inner = base_->allocate(n);
+    void* data = inner.get();
+    const c10::Device device = inner.device();
+    {
+      std::lock_guard lock(g_counted_mu);
+      counted().emplace(data, Counted{std::move(inner), static_cast<std::int64_t>(n), pool_, std::move(meter)});
+    }
+    return {data, data, &delete_counted, device};
+  }
+
+  c10::DeleterFnPtr raw_deleter() const override { return &delete_counted; }
+
+  void copy_data(void* dest, const void* src, std::size_t count) const override {
+    default_copy_data(dest, src, count);
+  }
+
+ private:
+  c10::Allocator* base_;
+  Pool pool_;
+};
+
+CountingAllocator& device_allocator() {
+  // Captured before installation, so it wraps LibTorch's own default.
+  static CountingAllocator a(c10::GetDefaultCPUAllocator(), Pool::Device);
+  return a;
+}
+
+CountingAllocator& host_allocator() {
+  static CountingAllocator a(c10::GetDefaultCPUAllocator(), Pool::Host);
+  return a;
+}
+
+CountingAllocator& pinned_host_allocator() {
+  static CountingAllocator a(at::cuda::getPinnedMemoryAllocator(), Pool::Host);
+  return a;
+}
+
+}  // namespace
+
+MeterScope::MeterScope(std::shared_ptr<MemoryMeter> meter) {
+  static const bool installed = [] {
+    // Above the default's priority (0), so every CPU tensor goes through the wrapper.
+    g_base_raw_deleter = c10::GetDefaultCPUAllocator()->raw_deleter();
+    c10::SetCPUAllocator(&device_allocator(), /*priority=*/100);
+    return true;
+  }();
+  (void)installed;
+  std::lock_guard lock(g_active_mu);
+  g_active = std::move(meter);
+}
+
+MeterScope::~MeterScope() {
+  std::lock_guard lock(g_active_mu);
+  g_active.reset();
+}
+
+MemoryMeter* active_meter() {
+  std::lock_guard lock(g_active_mu);
+  return g_active.get();
+}
+
+at::Tensor host_empty(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned) {
+  c10::Allocator* a = pinned ? static_cast<c10::Allocator*>(&pinned_host_allocator()) : &host_allocator();
+  return at::detail::empty_generic(sizes, a, c10::DispatchKeySet(c10::DispatchKey::CPU), dtype, std::nullopt);
+}
+
+}  // namespace longctx::runtime

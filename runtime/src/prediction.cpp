@@ -1,0 +1,16 @@
+#include "longctx/runtime/prediction.h"
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/phase_peaks.h"
+
+namespace longctx::runtime {
+
+PredictedStep predict_step(const Plan& plan) {
+  const Evaluation e = evaluate(plan);
+  PredictedStep p;
+  p.totals = e.plan.prediction;
+  for (const auto& [name, peak] : phase_peaks(e)) p.phases[name] = {peak.device_bytes, peak.host_bytes};
+  return p;
+}
+
+}  // namespace longctx::runtime

@@ -1,0 +1,250 @@
+// The CPU virtual device: exact counting, budgets that fail cleanly, reproducible runs, and
+// peaks that fall when a technique that should lower them is on.
+#include <gtest/gtest.h>
+#include <unistd.h>
+#include <torch/torch.h>
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/runner.h"
+#include "reference_llama.h"
+
+namespace longctx::runtime {
+namespace {
+
+TEST(MemoryMeter, CountsRequestedBytesExactlyAndReleasesThem) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, torch::kCPU);
+  MeterScope scope(meter);
+  {
+    auto a = torch::empty({1000}, torch::kFloat);
+    auto b = torch::empty({3, 7}, torch::kDouble);
+    EXPECT_EQ(meter->current(Pool::Device), 4000 + 168);
+    auto h = host_empty({10}, torch::kFloat, false);
+    EXPECT_EQ(meter->current(Pool::Host), 40);
+    EXPECT_EQ(meter->current(Pool::Device), 4168);
+  }
+  EXPECT_EQ(meter->current(Pool::Device), 0);
+  EXPECT_EQ(meter->current(Pool::Host), 0);
+  EXPECT_EQ(meter->peak(Pool::Device), 4168);
+}
+
+TEST(MemoryMeter, PhasesKeepTheirOwnPeaks) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, torch::kCPU);
+  MeterScope scope(meter);
+  meter->set_phase("big");
+  { auto a = torch::empty({256}, torch::kFloat); }
+  meter->set_phase("small");
+  { auto a = torch::empty({16}, torch::kFloat); }
+  meter->finish();
+  auto phases = meter->take_phases();
+  ASSERT_EQ(phases.size(), 3u);  // setup, big, small
+  EXPECT_EQ(phases[1].name, "big");
+  EXPECT_EQ(phases[1].peak_device, 1024);
+  EXPECT_EQ(phases[2].peak_device, 64);
+}
+
+TEST(MemoryMeter, AnAllocationPastTheBudgetThrowsAndNamesThePhase) {
+  auto meter = std::make_shared<MemoryMeter>(4096, 0, torch::kCPU);
+  MeterScope scope(meter);
+  meter->set_phase("forward.layer.1");
+  auto a = torch::empty({512}, torch::kFloat);  // 2 KiB
+  EXPECT_THROW(torch::empty({1024}, torch::kFloat), c10::OutOfMemoryError);
+  ASSERT_TRUE(meter->oom().has_value());
+  EXPECT_EQ(meter->oom()->phase, "forward.layer.1");
+  EXPECT_EQ(meter->oom()->requested, 4096);
+  EXPECT_EQ(meter->oom()->in_use, 2048);
+}
+
+ParallelConfig with(std::function<void(ParallelConfig&)> f) {
+  ParallelConfig p;
+  f(p);
+  return p;
+}
+
+TEST(Runner, TwoRunsWithOneSeedGiveIdenticalLosses) {
+  const auto plan = testing::tiny_plan("tiny-odd", 64, 1, with([](auto& p) { p.checkpoint = CheckpointPolicy::full(); }));
+  RunOptions o;
+  o.steps = 3;
+  o.seed = 5;
+  auto a = run_plan(plan, o), b = run_plan(plan, o);
+  ASSERT_TRUE(a.ok()) << a.error().what();
+  ASSERT_TRUE(b.ok()) << b.error().what();
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(a->steps[i].loss, b->steps[i].loss) << "step " << i;
+  // LibTorch initializes a little state lazily on a process's first step (128 bytes here).
+  EXPECT_NEAR(a->peak_device, b->peak_device, 1024);
+  // The optimizer changes the weights: the loss of the same batch would move, and the
+  // batches differ per step, so the losses differ.
+  EXPECT_NE(a->steps[0].loss, a->steps[1].loss);
+}
+
+TEST(Runner, ABudgetBelowTheNeedFailsWithTheOutOfMemoryErrorNotACrash) {
+  auto plan = testing::tiny_plan("tiny-gqa", 128, 1, {});
+  auto full = run_plan(plan, {});
+  ASSERT_TRUE(full.ok()) << full.error().what();
+  plan.cluster.device_budget_bytes = full->peak_device - 1;
+  auto r = run_plan(plan, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::Internal);
+  EXPECT_NE(r.error().message.find("out of memory"), std::string::npos) << r.error().message;
+  EXPECT_NE(r.error().message.find("phase"), std::string::npos) << r.error().message;
+  // The persistent state alone does not fit: it fails in setup, still cleanly.
+  plan.cluster.device_budget_bytes = 1024;
+  auto s = run_plan(plan, {});
+  ASSERT_FALSE(s.ok());
+  EXPECT_NE(s.error().message.find("setup"), std::string::npos) << s.error().message;
+}
+
+TEST(Runner, AHostBudgetBelowTheOffloadedCheckpointsFails) {
+  auto plan = testing::tiny_plan("tiny-gqa", 128, 1, with([](auto& p) {
+                                   p.checkpoint = CheckpointPolicy::full();
+                                   p.offload_checkpoints = true;
+                                 }));
+  plan.cluster.host_budget_bytes_per_node = 128 * 64 * 4;  // one layer input of two
+  auto r = run_plan(plan, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "cluster.host_budget_bytes_per_node");
+  EXPECT_NE(r.error().message.find("forward.layer.1"), std::string::npos) << r.error().message;
+}
+
+TEST(Runner, RefusesPlansForSeveralRanks) {
+  auto plan = testing::tiny_plan("tiny-gqa", 64, 1, with([](auto& p) { p.ulysses = 2; }));
+  plan.cluster.shape = {1, 2};
+  auto r = run_plan(plan, {});
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  EXPECT_EQ(r.error().field, "cluster");
+}
+
+// ---- peaks fall ------------------------------------------------------------------------------
+
+struct Lowering {
+  std::string name;
+  ParallelConfig base, with_technique;
+};
+void PrintTo(const Lowering& l, std::ostream* os) { *os << l.name; }
+
+std::vector<Lowering> lowerings() {
+  // Each technique against the same configuration without it; the base is chosen so that
+  // the technique's target is what sets the peak (e.g. tiled loss for the MLP, so the
+  // logits do not hide the MLP's buffers).
+  const ParallelConfig none;
+  const auto ckpt = with([](auto& p) { p.checkpoint = CheckpointPolicy::full(); });
+  const auto tl = with([](auto& p) { p.loss_tiles = 8; });
+  return {
+      {"CheckpointFull", none, ckpt},
+      {"CheckpointEvery2", none, with([](auto& p) { p.checkpoint = CheckpointPolicy::every_k(2); })},
+      {"OffloadCheckpoints", ckpt, with([](auto& p) {
+         p.checkpoint = CheckpointPolicy::full();
+         p.offload_checkpoints = true;
+       })},
+      {"LossTiles", none, tl},
+      {"MlpTiles", tl, with([](auto& p) {
+         p.loss_tiles = 8;
+         p.mlp_tiles = 8;
+       })},
+      {"HeadChunk", with([](auto& p) {
+         p.loss_tiles = 8;
+         p.mlp_tiles = 8;
+       }),
+       with([](auto& p) {
+         p.loss_tiles = 8;
+         p.mlp_tiles = 8;
+         p.head_chunk = 1;
+       })},
+      {"OffloadOptimizer", none, with([](auto& p) { p.offload_optimizer = true; })},
+      {"OffloadParams", with([](auto& p) {
+         p.checkpoint = CheckpointPolicy::full();
+         p.sharding = Sharding::Zero3;
+       }),
+       with([](auto& p) {
+         p.checkpoint = CheckpointPolicy::full();
+         p.sharding = Sharding::Zero3;
+         p.offload_params = true;
+       })},
+  };
+}
+
+class PeakFalls : public ::testing::TestWithParam<Lowering> {};
+
+TEST_P(PeakFalls, WhenTheTechniqueIsOn) {
+  const auto& l = GetParam();
+  const auto base = run_plan(testing::tiny_plan("tiny-odd", 256, 4, l.base), {});
+  const auto with_t = run_plan(testing::tiny_plan("tiny-odd", 256, 4, l.with_technique), {});
+  ASSERT_TRUE(base.ok()) << base.error().what();
+  ASSERT_TRUE(with_t.ok()) << with_t.error().what();
+  EXPECT_LT(with_t->peak_device, base->peak_device);
+  auto at_peak = [](const RunReport& r) {
+    std::string name;
+    std::int64_t best = -1;
+    for (const auto& p : r.steps[0].phases)
+      if (p.peak_device > best) best = p.peak_device, name = p.name;
+    return name;
+  };
+  std::printf("%-20s device peak %lld (%s) -> %lld (%s) bytes, host peak %lld -> %lld\n", l.name.c_str(),
+              static_cast<long long>(base->peak_device), at_peak(*base).c_str(),
+              static_cast<long long>(with_t->peak_device), at_peak(*with_t).c_str(),
+              static_cast<long long>(base->peak_host), static_cast<long long>(with_t->peak_host));
+}
+
+INSTANTIATE_TEST_SUITE_P(Techniques, PeakFalls, ::testing::ValuesIn(lowerings()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace longctx::runtime
+
+namespace longctx::runtime {
+namespace {
+
+TEST(Runner, Bf16TracksFp32AndHalvesTheActivations) {
+  ParallelConfig p;
+  p.checkpoint = CheckpointPolicy::every_k(2);
+  p.head_chunk = 2;
+  p.mlp_tiles = 4;
+  p.loss_tiles = 4;
+  p.offload_checkpoints = true;
+  auto plan = testing::tiny_plan("tiny-odd", 128, 2, p);
+  RunOptions o;
+  o.steps = 2;
+  auto fp32 = run_plan(plan, o);
+  plan.train.dtype = DType::BF16;
+  auto bf16 = run_plan(plan, o);
+  ASSERT_TRUE(fp32.ok()) << fp32.error().what();
+  ASSERT_TRUE(bf16.ok()) << bf16.error().what();
+  for (int i = 0; i < 2; ++i) EXPECT_NEAR(bf16->steps[i].loss, fp32->steps[i].loss, 2e-2 * fp32->steps[i].loss);
+  // Offloaded checkpoints are layer inputs: half the bytes in bf16.
+  EXPECT_EQ(bf16->peak_host * 2, fp32->peak_host);
+}
+
+}  // namespace
+}  // namespace longctx::runtime
+
+namespace longctx::runtime {
+namespace {
+
+TEST(Runner, ReadsTokensFromAFileAndRefusesOneTooShort) {
+  char path[] = "/tmp/longctx_tokens_XXXXXX";
+  const int fd = ::mkstemp(path);
+  ASSERT_GE(fd, 0);
+  std::vector<std::uint32_t> ids(300);
+  for (std::size_t i = 0; i < ids.size(); ++i) ids[i] = static_cast<std::uint32_t>((i * 7) % 256);
+  ASSERT_EQ(::write(fd, ids.data(), ids.size() * 4), static_cast<ssize_t>(ids.size() * 4));
+  ::close(fd);
+  const auto plan = testing::tiny_plan("tiny-gqa", 64, 2, {});
+  RunOptions o;
+  o.data_path = path;
+  auto from_file = run_plan(plan, o);
+  ASSERT_TRUE(from_file.ok()) << from_file.error().what();
+  auto synthetic = run_plan(plan, {});
+  ASSERT_TRUE(synthetic.ok());
+  EXPECT_NE(from_file->steps[0].loss, synthetic->steps[0].loss);
+
+  auto long_plan = testing::tiny_plan("tiny-gqa", 256, 2, {});  // needs 513 tokens
+  auto r = run_plan(long_plan, o);
+  ::unlink(path);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  EXPECT_EQ(r.error().field, "--data");
+}
+
+}  // namespace
+}  // namespace longctx::runtime

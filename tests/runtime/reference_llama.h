@@ -1,0 +1,82 @@
+#pragma once
+// The plain computation the techniques must equal: the same Llama written with ordinary
+// LibTorch ops and ordinary autograd (explicit softmax attention, no custom functions).
+#include <cmath>
+
+#include <torch/torch.h>
+
+#include "longctx/planner/model_config.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/hardware.h"
+#include "longctx/runtime/llama_weights.h"
+
+namespace longctx::runtime::testing {
+
+// One intra-op thread: the tests' tensors are small, and OpenMP workers spinning on a busy
+// machine make a step hundreds of times slower.
+inline const bool kOneThread = [] {
+  torch::set_num_threads(1);
+  return true;
+}();
+
+inline torch::Tensor ref_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
+  return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * w;
+}
+
+inline torch::Tensor ref_rope(const torch::Tensor& x, double theta) {  // x [b,S,heads,d]
+  const auto S = x.size(1), d = x.size(3);
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  auto inv = torch::pow(theta, -2.0 * torch::arange(d / 2, f64) / double(d));
+  auto ang = torch::outer(torch::arange(S, f64), inv);
+  auto emb = torch::cat({ang, ang}, -1).to(x.scalar_type()).view({1, S, 1, d});
+  auto x1 = x.narrow(-1, 0, d / 2), x2 = x.narrow(-1, d / 2, d / 2);
+  auto rot = torch::cat({-x2, x1}, -1);
+  return x * emb.cos() + rot * emb.sin();
+}
+
+inline torch::Tensor ref_loss(const ModelConfig& m, const LlamaWeights& w, const torch::Tensor& tokens,
+                              const torch::Tensor& targets) {
+  const auto b = tokens.size(0), S = tokens.size(1), H = m.heads, K = m.kv_heads, d = m.head_dim;
+  auto x = torch::embedding(w.embed, tokens);
+  auto mask = torch::ones({S, S}, torch::kBool).triu(1);
+  for (const auto& l : w.layers) {
+    auto xn = ref_rms_norm(x, l.attn_norm, m.rms_norm_eps);
+    auto q = torch::linear(xn, l.wq).view({b, S, H, d});
+    auto k = torch::linear(xn, l.wk).view({b, S, K, d});
+    auto v = torch::linear(xn, l.wv).view({b, S, K, d});
+    if (m.qk_norm) {
+      q = ref_rms_norm(q, l.q_norm, m.rms_norm_eps);
+      k = ref_rms_norm(k, l.k_norm, m.rms_norm_eps);
+    }
+    q = ref_rope(q, m.rope_theta).transpose(1, 2);
+    k = ref_rope(k, m.rope_theta).repeat_interleave(H / K, 2).transpose(1, 2);
+    v = v.repeat_interleave(H / K, 2).transpose(1, 2);
+    auto scores = torch::matmul(q, k.transpose(-1, -2)) / std::sqrt(double(d));
+    scores = scores.masked_fill(mask, -std::numeric_limits<double>::infinity());
+    auto o = torch::matmul(torch::softmax(scores, -1), v).transpose(1, 2).reshape({b, S, H * d});
+    x = x + torch::linear(o, l.wo);
+    auto xn2 = ref_rms_norm(x, l.mlp_norm, m.rms_norm_eps);
+    x = x + torch::linear(torch::silu(torch::linear(xn2, l.w_gate)) * torch::linear(xn2, l.w_up), l.w_down);
+  }
+  auto xf = ref_rms_norm(x, w.final_norm, m.rms_norm_eps);
+  auto logits = torch::linear(xf, w.head()).view({-1, m.vocab});
+  return torch::cross_entropy_loss(logits, targets.reshape({-1}));
+}
+
+// A one-rank plan on the CPU virtual device.
+inline Plan tiny_plan(const std::string& model, std::int64_t seq, std::int64_t micro_batch, ParallelConfig p,
+                      std::int64_t device_budget = 1LL << 30, std::int64_t host_budget = 4LL << 30) {
+  Plan plan;
+  plan.model = load_model(model).value();
+  plan.cluster.shape = {1, 1};
+  plan.cluster.hardware = load_hardware("cpu").value();
+  plan.cluster.device_budget_bytes = device_budget;
+  plan.cluster.host_budget_bytes_per_node = host_budget;
+  plan.train.seq = seq;
+  plan.train.micro_batch = micro_batch;
+  plan.train.dtype = DType::FP32;
+  plan.parallel = p;
+  return plan;
+}
+
+}  // namespace longctx::runtime::testing
