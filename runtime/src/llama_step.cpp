@@ -371,8 +371,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   return mark_backward_phase(loss, "backward.loss");
 }
 
-double LlamaStep::forward_backward(const Tensor& tokens, const Tensor& targets) {
+double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
   Tensor loss = forward(tokens, targets);
+  tokens = targets = Tensor();
   const double value = loss.item<double>();
   loss.backward();
   checkpoints_->clear();

@@ -44,8 +44,10 @@ class LlamaStep {
 
   // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  // forward, then backward into the weights' .grad(); returns the loss.
-  double forward_backward(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // forward, then backward into the weights' .grad(); returns the loss. Takes the batch by
+  // value and lets go of it after forward, so the graph alone decides when tokens and
+  // targets die (targets after the loss backward, tokens after the embedding's).
+  double forward_backward(torch::Tensor tokens, torch::Tensor targets);
 
   // One layer's forward (with autograd when grad mode is on); the checkpoint's recompute
   // calls it again inside the layer's backward.
