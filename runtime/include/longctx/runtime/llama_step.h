@@ -6,7 +6,7 @@
 //                       are recomputed inside their backward (a custom autograd function)
 //   offload_checkpoints those inputs wait in the host pool
 //   head_chunk >= 1     head_chunked_attention(); 0: attention() over all heads
-//   mlp_tiles > 1       tiled_mlp(); 1: gate/up linears, swiglu(), down linear
+//   mlp_tiles > 1       tiled_mlp(); 1: project() gate and up, swiglu(), down linear
 //   loss_tiles > 1      tiled_cross_entropy(); 1: cross_entropy_loss()
 //   offload_params      layer weights live in the host pool and are copied to the device by
 //                       each layer that uses them. A checkpointed layer's copies die with its
