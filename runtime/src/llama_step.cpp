@@ -3,6 +3,8 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 
@@ -232,14 +234,17 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {}
 
-LayerWeights LlamaStep::fetch_layer(std::int64_t layer) const {
+LayerWeights LlamaStep::fetch_layer(std::int64_t layer) {
   const LayerWeights& w = w_.layers[static_cast<std::size_t>(layer)];
   if (!p_.offload_params) return w;
   // Parameter offload: the layer's weights come from the host pool for this use only; the
   // copy is differentiable, so gradients flow back to the host-resident leaves.
+  last_fetched_.clear();
   auto fetch = [&](const Tensor& t) {
     if (!t.defined()) return t;
-    return device_.is_cuda() ? t.to(device_, /*non_blocking=*/true) : t.clone();
+    Tensor d = device_.is_cuda() ? t.to(device_, /*non_blocking=*/true) : t.clone();
+    if (record_fetches_) last_fetched_.push_back({d, t, d.storage().nbytes()});
+    return d;
   };
   return {fetch(w.attn_norm), fetch(w.wq), fetch(w.wk), fetch(w.wv), fetch(w.wo), fetch(w.q_norm),
           fetch(w.k_norm), fetch(w.mlp_norm), fetch(w.w_gate), fetch(w.w_up), fetch(w.w_down)};
@@ -290,14 +295,72 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
   return out;
 }
 
+namespace {
+void resize_storage(const Tensor& t, std::size_t bytes) {
+  if (t.is_cuda())
+    at::native::resize_bytes_cuda(t.storage().unsafeGetStorageImpl(), bytes);
+  else
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+}
+
+// Restores a layer's streamed weights when the gradient reaches its output, i.e. just
+// before the layer's backward. Identity in forward.
+class RestoreStreamedFn : public torch::autograd::Function<RestoreStreamedFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t layer) {
+    ctx->saved_data["step"] = reinterpret_cast<std::int64_t>(step);
+    ctx->saved_data["layer"] = layer;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())->restore_streamed(ctx->saved_data["layer"].toInt());
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+}  // namespace
+
+void LlamaStep::release_streamed(std::int64_t layer) {
+  torch::NoGradGuard no_grad;
+  for (auto& s : last_fetched_) resize_storage(s.device, 0);
+  streamed_[layer] = std::move(last_fetched_);
+  last_fetched_.clear();
+}
+
+void LlamaStep::restore_streamed(std::int64_t layer) {
+  auto it = streamed_.find(layer);
+  if (it == streamed_.end()) return;
+  torch::NoGradGuard no_grad;
+  for (auto& s : it->second) {
+    resize_storage(s.device, s.bytes);
+    // Refill through an alias with its own version counter: the tensors autograd saved
+    // must not look modified in place.
+    Tensor alias = at::empty({0}, s.device.options());
+    alias.set_(s.device.storage(), s.device.storage_offset(), s.device.sizes(), s.device.strides());
+    alias.copy_(s.host, /*non_blocking=*/s.device.is_cuda());
+  }
+  streamed_.erase(it);  // the saved tensors keep the memory until their nodes have run
+}
+
 Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   checkpoints_->clear();
+  streamed_.clear();
   set_phase("forward.embed");
   Tensor x = at::embedding(w_.embed, tokens);
   x = mark_backward_phase(x, "backward.embed");
   for (std::int64_t l = 0; l < m_.layers; ++l) {
     set_phase(fmt::format("forward.layer.{}", l));
-    x = p_.checkpoint.checkpoints_layer(l) ? CheckpointFn::apply(x, this, l) : layer_forward(l, x);
+    if (p_.checkpoint.checkpoints_layer(l)) {
+      x = CheckpointFn::apply(x, this, l);
+    } else {
+      record_fetches_ = p_.offload_params && torch::GradMode::is_enabled();
+      x = layer_forward(l, x);
+      if (record_fetches_) {
+        record_fetches_ = false;
+        release_streamed(l);
+        x = RestoreStreamedFn::apply(x, this, l);
+      }
+    }
+    last_fetched_.clear();
     x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
   }
   set_phase("loss");
@@ -308,8 +371,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   return mark_backward_phase(loss, "backward.loss");
 }
 
-double LlamaStep::forward_backward(const Tensor& tokens, const Tensor& targets) {
+double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
   Tensor loss = forward(tokens, targets);
+  tokens = targets = Tensor();
   const double value = loss.item<double>();
   loss.backward();
   checkpoints_->clear();

@@ -126,7 +126,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       StepResult r;
       {
         Batch batch = data.next(i, device);
-        r.loss = step.forward_backward(batch.tokens, batch.targets);
+        r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
       }
       meter->set_phase("optimizer");
       optimizer.step();

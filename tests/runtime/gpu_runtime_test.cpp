@@ -63,8 +63,9 @@ TEST_P(GpuRuntime, LossMatchesTheCpuRunAndPeaksAreMeasured) {
     EXPECT_NEAR(r->steps[i].loss, reference->steps[i].loss, 3e-2 * reference->steps[i].loss) << "step " << i;
   EXPECT_GT(r->peak_device, 0);
   EXPECT_GE(r->peak_device_reserved, r->peak_device);
-  if (GetParam().p.offload_checkpoints || GetParam().p.offload_optimizer || GetParam().p.offload_params)
+  if (GetParam().p.offload_checkpoints || GetParam().p.offload_optimizer || GetParam().p.offload_params) {
     EXPECT_GT(r->peak_host, 0);
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(Techniques, GpuRuntime, ::testing::ValuesIn(gpu_cases()),

@@ -152,6 +152,10 @@ std::vector<Lowering> lowerings() {
          p.head_chunk = 1;
        })},
       {"OffloadOptimizer", none, with([](auto& p) { p.offload_optimizer = true; })},
+      {"OffloadParamsStreamed", with([](auto& p) { p.sharding = Sharding::Zero3; }), with([](auto& p) {
+         p.sharding = Sharding::Zero3;
+         p.offload_params = true;
+       })},
       {"OffloadParams", with([](auto& p) {
          p.checkpoint = CheckpointPolicy::full();
          p.sharding = Sharding::Zero3;

@@ -6,17 +6,23 @@
 //                       are recomputed inside their backward (a custom autograd function)
 //   offload_checkpoints those inputs wait in the host pool
 //   head_chunk >= 1     head_chunked_attention(); 0: attention() over all heads
-//   mlp_tiles > 1       tiled_mlp(); 1: gate/up linears, swiglu(), down linear
+//   mlp_tiles > 1       tiled_mlp(); 1: project() gate and up, swiglu(), down linear
 //   loss_tiles > 1      tiled_cross_entropy(); 1: cross_entropy_loss()
 //   offload_params      layer weights live in the host pool and are copied to the device by
-//                       each layer that uses them (forward and recompute)
+//                       each layer that uses them. A checkpointed layer's copies die with its
+//                       forward and are made again by its recompute; a layer that is not
+//                       checkpointed releases its copies' memory after forward (the tensors
+//                       autograd saved stay, empty) and refills them from the host when its
+//                       backward begins, as FSDP does.
 // Phases are reported to the active MemoryMeter: forward.embed, forward.layer.L, loss,
 // backward.loss, backward.layer.L, backward.embed.
 //
 // A communicator is not needed for one rank: ulysses = 1, world = 1 (runnable() refuses
 // other plans). The all-to-alls and shard gathers of later versions go around the
 // attention call and the weight fetch, which are the seams marked below.
+#include <map>
 #include <memory>
+#include <vector>
 
 #include <torch/torch.h>
 
@@ -38,8 +44,10 @@ class LlamaStep {
 
   // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  // forward, then backward into the weights' .grad(); returns the loss.
-  double forward_backward(const torch::Tensor& tokens, const torch::Tensor& targets);
+  // forward, then backward into the weights' .grad(); returns the loss. Takes the batch by
+  // value and lets go of it after forward, so the graph alone decides when tokens and
+  // targets die (targets after the loss backward, tokens after the embedding's).
+  double forward_backward(torch::Tensor tokens, torch::Tensor targets);
 
   // One layer's forward (with autograd when grad mode is on); the checkpoint's recompute
   // calls it again inside the layer's backward.
@@ -48,7 +56,23 @@ class LlamaStep {
   const ParallelConfig& parallel() const { return p_; }
 
  private:
-  LayerWeights fetch_layer(std::int64_t layer) const;  // seam: zero3 gathers go here
+  LayerWeights fetch_layer(std::int64_t layer);  // seam: zero3 gathers go here
+
+ public:
+  // Parameter offload of layers that are not checkpointed: frees the device copies' memory
+  // after the layer's forward; restores it (from the host leaves) when its backward begins.
+  void release_streamed(std::int64_t layer);
+  void restore_streamed(std::int64_t layer);
+
+ private:
+  struct Streamed {
+    torch::Tensor device;  // the copy autograd saved
+    torch::Tensor host;    // the host-resident leaf it came from
+    std::size_t bytes = 0;
+  };
+  std::vector<Streamed> last_fetched_;  // of the layer running now, when record_fetches_
+  bool record_fetches_ = false;
+  std::map<std::int64_t, std::vector<Streamed>> streamed_;
 
   ModelConfig m_;
   ParallelConfig p_;
