@@ -281,10 +281,12 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   // A fully fixed configuration is checked once, so its rule violation is reported as such.
   {
     Plan probe = base;
-    probe.parallel.sharding = knobs.sharding.value_or(Sharding::None);
+    // Knobs left to the search take values compatible with the fixed ones.
+    probe.parallel.sharding = knobs.sharding.value_or(knobs.offload_params.value_or(false) ? Sharding::Zero3 : Sharding::None);
     probe.parallel.ulysses = knobs.ulysses.value_or(1);
     probe.parallel.head_chunk = knobs.head_chunk.value_or(0);
-    probe.parallel.checkpoint = knobs.checkpoint.value_or(CheckpointPolicy::none());
+    probe.parallel.checkpoint =
+        knobs.checkpoint.value_or(knobs.offload_checkpoints.value_or(false) ? CheckpointPolicy::full() : CheckpointPolicy::none());
     probe.parallel.offload_checkpoints = knobs.offload_checkpoints.value_or(false);
     probe.parallel.offload_optimizer = knobs.offload_optimizer.value_or(false);
     probe.parallel.offload_params = knobs.offload_params.value_or(false);
@@ -450,15 +452,16 @@ std::int64_t affine_max_seq(const Plan& base, const Coarse& c, const TechniqueSe
     bound(double(r1.host_during[i]), double(r2.host_during[i]), host_budget, "host memory");
   }
   if (limit < double(grid)) return 0;
-  return static_cast<std::int64_t>(limit / double(grid)) * grid;
+  // Beyond any length a plan file may hold, a bound says nothing more.
+  const double cap = 1099511627776.0;  // 2^40 tokens
+  return static_cast<std::int64_t>(std::min(limit, cap) / double(grid)) * grid;
 }
 
 
 // Coarse choices that can reach the longest sequence. Dropped, by dominance the property
 // tests check: none when zero1 is allowed, and none or zero1 when zero2 is and the optimizer
 // stays on the device (sharding more never raises device memory; host memory only grows
-// when offloaded gradients arrive during backward, as zero2's do); checkpoints kept on the device other than full
-// (full never raises the device peak, and neither adds host memory).
+// when offloaded gradients arrive during backward, as zero2's do).
 std::vector<Coarse> max_seq_options(const Plan& base, const TechniqueSet& a) {
   Knobs k;
   k.micro_batch = 1;
@@ -467,8 +470,6 @@ std::vector<Coarse> max_seq_options(const Plan& base, const TechniqueSet& a) {
     if (c.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !c.offload_optimizer) continue;
     if (c.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
     if (c.sharding == Sharding::None && has(a, Technique::Zero2) && !c.offload_optimizer) continue;
-    if (!c.offload_checkpoints && c.checkpoint.any() && !(c.checkpoint == CheckpointPolicy::full())) continue;
-    if (!c.offload_checkpoints && !c.checkpoint.any() && has(a, Technique::Checkpoint)) continue;
     out.push_back(c);
   }
   return out;
@@ -492,7 +493,8 @@ struct MaxSeq {
 // Affine bounds already computed, keyed by everything they depend on: the ladder's rungs
 // share most of their configurations.
 using BoundKey = std::tuple<int, int, int, int, bool, bool, bool, int, bool, bool>;
-using BoundCache = std::map<BoundKey, std::pair<std::int64_t, std::string>>;
+// Value: the longest sequence (a bound, or confirmed by a full simulation), what binds, confirmed.
+using BoundCache = std::map<BoundKey, std::tuple<std::int64_t, std::string, bool>>;
 
 // `floor`: a length known to fit with fewer techniques. A configuration that does not fit at
 // (the largest multiple of its grid up to) the floor cannot reach past it, and is skipped
@@ -502,42 +504,73 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
   const std::int64_t tile = min_tile_tokens(base.model);
   std::vector<MaxSeqCandidate> all;
   std::string last_binding;
-  for (const Coarse& c : max_seq_options(base, a)) {
+  // The most memory-saving choices first, so the floor rises early and later choices are
+  // dropped after a single simulation.
+  std::vector<Coarse> options = max_seq_options(base, a);
+  auto saving_rank = [](const Coarse& c) {
+    return std::make_tuple(c.sharding == Sharding::Zero3, c.offload_optimizer, c.offload_params, c.offload_checkpoints,
+                           c.checkpoint == CheckpointPolicy::full(), c.ulysses);
+  };
+  std::stable_sort(options.begin(), options.end(), [&](const Coarse& x, const Coarse& y) { return saving_rank(x) > saving_rank(y); });
+  for (const Coarse& c : options) {
     const std::int64_t grid = c.ulysses * tile;
-    for (int chunk : has(a, Technique::Untied) ? std::vector<int>{0, -1} : std::vector<int>{0}) {
+    for (int chunk : has(a, Technique::Untied) ? std::vector<int>{-1, 0} : std::vector<int>{0}) {
       MaxSeqCandidate m{0, grid, "", c, chunk};
       const BoundKey key{static_cast<int>(c.sharding), c.ulysses, static_cast<int>(c.checkpoint.kind), c.checkpoint.every,
                          c.offload_checkpoints, c.offload_optimizer, c.offload_params, chunk,
                          has(a, Technique::TiledMlp), has(a, Technique::TiledLoss)};
       if (auto it = cache.find(key); it != cache.end()) {
-        m.tokens = it->second.first;
-        m.binding = it->second.second;
-      } else if (const std::int64_t at = floor / grid * grid; at >= 4 * grid) {
-        const Plan probe = saving_plan(base, c, a, at, chunk);
-        if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
-        const OpTotals t = totals_of(probe);
-        if (!fits(probe, t)) continue;
-        m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding, at, &t);  // reuses the probe
-        cache[key] = {m.tokens, m.binding};
+        m.tokens = std::get<0>(it->second);
+        m.binding = std::get<1>(it->second);
       } else {
-        m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding);
-        cache[key] = {m.tokens, m.binding};
+        const std::int64_t at = floor / grid * grid;
+        if (at >= 4 * grid) {
+          // Not fitting at the floor, it cannot reach past it.
+          const Plan probe = saving_plan(base, c, a, at, chunk);
+          if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
+          const OpTotals t = totals_of(probe);
+          if (!fits(probe, t)) {
+            // Floors only rise (rungs in order, then the answer): remember it as out of reach.
+            cache[key] = {0, "", true};
+            continue;
+          }
+          m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding, at, &t);  // reuses the probe
+        } else {
+          m.tokens = affine_max_seq(base, c, a, chunk, grid, m.binding);
+        }
+        cache[key] = {m.tokens, m.binding, false};
+      }
+      // A bound that would raise the floor is confirmed with a full simulation first
+      // (allocator rounding can cost a grid step).
+      auto& cached = cache[key];
+      if (!std::get<2>(cached) && m.tokens > floor) {
+        auto fits_at = [&](std::int64_t seq) {
+          const Plan at = saving_plan(base, c, a, seq, chunk);
+          return validate(at.model, at.cluster.shape, at.train, at.parallel).ok() && fits(at, totals_of(at));
+        };
+        // Usually the bound itself fits; else the largest fitting grid step below it, by
+        // bisection (fitting is monotone in the length).
+        if (!fits_at(m.tokens)) {
+          std::int64_t lo = 0, hi = m.tokens / grid;  // lo steps fit (0: none), hi steps do not
+          while (hi - lo > 1) {
+            const std::int64_t mid = lo + (hi - lo) / 2;
+            if (fits_at(mid * grid)) lo = mid;
+            else hi = mid;
+          }
+          m.tokens = lo * grid;
+        }
+        cached = {m.tokens, m.binding, true};
       }
       if (!m.binding.empty()) last_binding = m.binding;
-      if (m.tokens > 0) all.push_back(m);
-    }
-  }
-  // Confirm the longest with full evaluations (allocator rounding can cost a grid step),
-  // until no unconfirmed bound can beat the confirmed best.
-  std::sort(all.begin(), all.end(), [](const MaxSeqCandidate& x, const MaxSeqCandidate& y) { return x.tokens > y.tokens; });
-  for (auto& m : all) {
-    if (m.tokens <= best.tokens) break;
-    std::int64_t s = m.tokens;
-    while (s > best.tokens && !predict(saving_plan(base, m.coarse, a, s, m.chunk)).feasible) s -= m.grid;
-    if (s > best.tokens) {
-      best.tokens = s;
-      best.grid = m.grid;
-      best.binding = m.binding;
+      if (m.tokens <= 0) continue;
+      all.push_back(m);
+      if (!std::get<2>(cached)) continue;  // an unconfirmed bound at or under the floor: it cannot win
+      floor = std::max(floor, m.tokens);
+      if (m.tokens > best.tokens) {
+        best.tokens = m.tokens;
+        best.grid = m.grid;
+        best.binding = m.binding;
+      }
     }
   }
   for (const auto& m : all)

@@ -147,7 +147,7 @@ class Builder {
       persistent(G(gi, "optim.exp_avg"), opt * 4, Category::Optimizer, optim_place);
       persistent(G(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
     }
-    grads_.assign(static_cast<std::size_t>(groups()), -1);
+    grads_.assign(static_cast<std::size_t>(groups()), Ids{});
   }
 
   // zero3: all-gathers a group's parameters into a full buffer (offloaded shards are first
@@ -220,36 +220,27 @@ class Builder {
     a.xn2 = tensor(N(l, "mlp_norm.out", rc), n_ * h_ * e_, act);
     op(N(l, "mlp_norm", rc), phase, l, {a.mid}, {a.xn2, a.rstd2}, 0, 4.0 * double(n_ * h_));
 
-    // A recompute stops at the last tensor the backward reads: the MLP's output (and, tiled,
-    // the whole tiled MLP) is never recomputed.
+    // A recompute runs the whole layer, as reentrant checkpointing does: the recomputed
+    // output is the root the layer's backward starts from, held until that backward ends.
     const double mlp_flops = mm(n_, h_, I_) * 3;
-    if (p_.mlp_tiles > 1) {
-      if (rc) return a;
-      const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
-      const std::int64_t t = n_ / p_.mlp_tiles;
-      // Per tile: gate, up, silu(gate), act = silu*up (4 x t x I), and the tile's output rows.
-      a.last_forward_op = op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 4 * t * I_ * e_ + t * h_ * e_, mlp_flops,
-                             OpKind::Matmul, 4 * p_.mlp_tiles, p_.mlp_tiles);
-      finish_layer(l, a, down, phase);
-      return a;
-    }
-    a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
-    a.up = tensor(N(l, "mlp.up", rc), n_ * I_ * e_, act);
-    op(N(l, "mlp.gate_up", rc), phase, l, {a.xn2}, {a.gate, a.up}, 0, mm(n_, h_, I_) * 2);
-    a.act = tensor(N(l, "mlp.act", rc), n_ * I_ * e_, act);
-    // silu(gate) is a temporary of the op; backward recomputes it from gate.
-    a.last_forward_op = op(N(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act}, n_ * I_ * e_, 4.0 * double(n_ * I_));
-    if (rc) return a;
     const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
-    op(N(l, "mlp.down", rc), phase, l, {a.act}, {down}, 0, mm(n_, I_, h_));
-    finish_layer(l, a, down, phase);
+    if (p_.mlp_tiles > 1) {
+      const std::int64_t t = n_ / p_.mlp_tiles;
+      // Per tile: gate and up, whose product overwrites gate (2 x t x I).
+      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 2 * t * I_ * e_, mlp_flops, OpKind::Matmul, 4 * p_.mlp_tiles,
+         p_.mlp_tiles);
+    } else {
+      a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
+      a.up = tensor(N(l, "mlp.up", rc), n_ * I_ * e_, act);
+      op(N(l, "mlp.gate_up", rc), phase, l, {a.xn2}, {a.gate, a.up}, 0, mm(n_, h_, I_) * 2);
+      a.act = tensor(N(l, "mlp.act", rc), n_ * I_ * e_, act);
+      // silu(gate) * up is computed without a temporary; backward recomputes silu from gate.
+      op(N(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act}, 0, 4.0 * double(n_ * I_));
+      op(N(l, "mlp.down", rc), phase, l, {a.act}, {down}, 0, mm(n_, I_, h_));
+    }
+    a.out = tensor(l + 1 < m_.layers ? N(l + 1, "in", rc) : N(Name::kNone, "loss.final_norm.in", rc), n_ * h_ * e_, act);
+    a.last_forward_op = op(N(l, "mlp.residual", rc), phase, l, {a.mid, down}, {a.out});
     return a;
-  }
-
-  // The residual add that ends a layer's forward.
-  void finish_layer(int l, LayerActs& a, int down, Phase phase) {
-    a.out = tensor(l + 1 < m_.layers ? N(l + 1, "in") : N(Name::kNone, "loss.final_norm.in"), n_ * h_ * e_, Category::Activations);
-    a.last_forward_op = op(N(l, "mlp.residual"), phase, l, {a.mid, down}, {a.out});
   }
 
   // Kv heads one Ulysses all-to-all carries per rank, and the elements of k (or v) around it:
@@ -331,18 +322,20 @@ class Builder {
     const std::int64_t group = hl_ / kvr_;
     return std::max<std::int64_t>(1, p_.head_chunk / group);
   }
+  // Buffers on both sides of an all-to-all: two with u > 1, one on a single rank.
+  std::int64_t sides() const { return u_ > 1 ? 2 : 1; }
   std::int64_t untied_forward_workspace() const {
-    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
-    const std::int64_t kv = 4 * n_ * u_ * kvs * d_ * e_;  // k and v, before and after the all-to-all
-    const std::int64_t q = 2 * n_ * u_ * c * d_ * e_;     // stage q, before and after
-    const std::int64_t o = 2 * n_ * u_ * c * d_ * e_;     // stage out, before and after
+    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads(), f = sides();
+    const std::int64_t kv = 2 * f * n_ * u_ * kvs * d_ * e_;  // k and v, before and after the all-to-all
+    const std::int64_t q = f * n_ * u_ * c * d_ * e_;         // stage q, before and after
+    const std::int64_t o = f * n_ * u_ * c * d_ * e_;         // stage out, before and after
     return kv + q + o + gqa_expansion(c, kvs, 2);
   }
   std::int64_t untied_backward_workspace() const {
-    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
-    const std::int64_t kv = 4 * n_ * u_ * kvs * d_ * e_;     // recomputed k, v around the all-to-all
-    const std::int64_t dkv = 4 * n_ * u_ * kvs * d_ * e_;    // their gradients, after and before
-    const std::int64_t stage = 8 * n_ * u_ * c * d_ * e_;    // q, out, d_out, dq: each before and after
+    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads(), f = sides();
+    const std::int64_t kv = 2 * f * n_ * u_ * kvs * d_ * e_;   // recomputed k, v around the all-to-all
+    const std::int64_t dkv = 2 * f * n_ * u_ * kvs * d_ * e_;  // their gradients, after and before
+    const std::int64_t stage = 4 * f * n_ * u_ * c * d_ * e_;  // q, out, d_out, dq: each before and after
     const std::int64_t flash = gqa_expansion(c, kvs, 4) + dq_accumulator(c) + (b_ * S_) * c * 4;
     return kv + dkv + stage + flash;
   }
@@ -388,31 +381,39 @@ class Builder {
   }
 
   // ---- backward --------------------------------------------------------------------------
-  // The layer's (or group's) gradient buffer, produced by its first backward op.
+  // The embedding's or the head's gradient buffer.
   int new_grad(int gi) {
     return tensor(G(gi, shard_grads_ ? "grad.full" : "grad"), group_params(gi) * g_, Category::Grads);
+  }
+  // One piece of a layer's gradient, allocated by the op that computes it, as autograd
+  // allocates each parameter's gradient when it is first produced. `elems` parameters.
+  int grad_piece(int l, const char* full_name, const char* name, std::int64_t elems, Ids& pieces) {
+    const int t = tensor(N(l, shard_grads_ ? full_name : name), elems * g_, Category::Grads);
+    pieces.push_back(t);
+    return t;
   }
 
   // zero2/zero3: reduce-scatter a finished group gradient into its shard; with the optimizer
   // offloaded the shard then goes to host memory.
-  void finish_grad(int gi, int full, Phase phase) {
+  void finish_grad(int gi, Ids full, Phase phase) {
     if (!shard_grads_) {
       grads_[static_cast<std::size_t>(gi)] = full;
       return;
     }
     const int shard = tensor(G(gi, "grad.shard"), shard_elems(gi) * g_, Category::Grads);
-    const int o = op(G(gi, "grad.reduce_scatter"), phase, gi < m_.layers ? gi : -1, {full}, {shard});
+    const int o = op(G(gi, "grad.reduce_scatter"), phase, gi < m_.layers ? gi : -1, full, {shard});
     set_comm(o, CommKind::ReduceScatter, double(shard_elems(gi) * g_) * double(N_ - 1), static_cast<int>(N_));
-    grads_[static_cast<std::size_t>(gi)] = shard;
+    grads_[static_cast<std::size_t>(gi)] = {shard};
     if (p_.offload_optimizer) to_host(gi, phase);
   }
   void to_host(int gi, Phase phase) {
-    const int dev = grads_[static_cast<std::size_t>(gi)];
-    const std::int64_t elems = graph_.tensor(dev).bytes / g_;
-    const int host = tensor(G(gi, "grad.host"), elems * 4, Category::Grads, Place::Host);
-    const int o = op(G(gi, "grad.to_host"), phase, gi < m_.layers ? gi : -1, {dev}, {host});
-    set_comm(o, CommKind::DeviceToHost, double(graph_.tensor(dev).bytes), 1);
-    grads_[static_cast<std::size_t>(gi)] = host;
+    const Ids dev = grads_[static_cast<std::size_t>(gi)];
+    std::int64_t bytes = 0;
+    for (int t : dev) bytes += graph_.tensor(t).bytes;
+    const int host = tensor(G(gi, "grad.host"), bytes / g_ * 4, Category::Grads, Place::Host);
+    const int o = op(G(gi, "grad.to_host"), phase, gi < m_.layers ? gi : -1, dev, {host});
+    set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+    grads_[static_cast<std::size_t>(gi)] = {host};
   }
 
   void backward() {
@@ -447,7 +448,7 @@ class Builder {
     }
     int d_x = tensor(N(Name::kNone, "loss.final_norm.in.grad"), n_ * h_ * e_, Category::Transient);
     op(N(Name::kNone, "loss.final_norm.bwd"), B, -1, {d_xf, final_x_, rstd_f_}, {d_x}, 0, 8.0 * double(n_ * h_));
-    finish_grad(head_group(), head_grad, B);
+    finish_grad(head_group(), {head_grad}, B);
 
     // Layers, last to first; zero3 prefetches the next layer's parameters, checkpoint offload
     // prefetches the next checkpoint.
@@ -461,13 +462,16 @@ class Builder {
         next_ckpt = prefetch_checkpoint(l - 1);
       }
       LayerActs a = acts_[static_cast<std::size_t>(l)];
+      int recompute_out = -1;
       if (p_.checkpoint.checkpoints_layer(l)) {
         const int x = ckpt >= 0 ? ckpt : a.in;
         a = layer_forward(l, x, B, true);
+        recompute_out = a.out;
       }
       d_x = layer_backward(l, a, d_x);
       auto& last = const_cast<OpSpec&>(graph_.ops().back());
       if (layer_params >= 0) last.inputs.push_back(layer_params);
+      if (recompute_out >= 0) last.inputs.push_back(recompute_out);
     }
 
     // Embedding backward: a dense [V, h] gradient.
@@ -477,7 +481,7 @@ class Builder {
     if (embed_full >= 0) reads.push_back(embed_full);
     if (tied_grad >= 0) reads.push_back(tied_grad);
     op(N(Name::kEmbed, "backward"), B, -1, reads, tied_grad >= 0 ? Ids{} : Ids{eg}, 0, double(n_ * h_));
-    finish_grad(embed_group(), eg, B);
+    finish_grad(embed_group(), {eg}, B);
   }
 
   int prefetch_checkpoint(int l) {
@@ -494,29 +498,36 @@ class Builder {
     const bool rc = false;
     const Phase B = Phase::Backward;
     const Category tr = Category::Transient;
-    const int grad = new_grad(l);
+    Ids grad;  // the layer's gradient, piece by piece
     int d_xn2 = tensor(N(l, "mlp_norm.out.grad", rc), n_ * h_ * e_, tr);
     if (p_.mlp_tiles > 1) {
       const std::int64_t t = n_ / p_.mlp_tiles;
-      // Per tile: gate, up, act recomputed, d_act, d_gate, d_up (6 x t x I), and the tile's d_out rows.
-      op(N(l, "mlp.tiled.bwd", rc), B, l, {d_out, a.xn2}, {d_xn2, grad}, 6 * t * I_ * e_ + t * h_ * e_, mm(n_, h_, I_) * 9,
+      // Per tile: gate, up and their product recomputed, the product's gradient, and the
+      // gradients of gate and up, one of which reuses a buffer (5 x t x I).
+      const int g_mlp = grad_piece(l, "grad.full.mlp", "grad.mlp", 3 * h_ * I_, grad);
+      op(N(l, "mlp.tiled.bwd", rc), B, l, {d_out, a.xn2}, {d_xn2, g_mlp}, 5 * t * I_ * e_, mm(n_, h_, I_) * 9,
          OpKind::Matmul, 10 * p_.mlp_tiles, p_.mlp_tiles);
     } else {
       const int d_act = tensor(N(l, "mlp.act.grad", rc), n_ * I_ * e_, tr);
-      op(N(l, "mlp.down.bwd", rc), B, l, {d_out, a.act}, {d_act, grad}, 0, mm(n_, I_, h_) * 2);
+      const int g_down = grad_piece(l, "grad.full.mlp.down", "grad.mlp.down", h_ * I_, grad);
+      op(N(l, "mlp.down.bwd", rc), B, l, {d_out, a.act}, {d_act, g_down}, 0, mm(n_, I_, h_) * 2);
       const int d_gate = tensor(N(l, "mlp.gate.grad", rc), n_ * I_ * e_, tr);
       const int d_up = tensor(N(l, "mlp.up.grad", rc), n_ * I_ * e_, tr);
       op(N(l, "mlp.swiglu.bwd", rc), B, l, {d_act, a.gate, a.up}, {d_gate, d_up}, n_ * I_ * e_, 8.0 * double(n_ * I_));
-      op(N(l, "mlp.gate_up.bwd", rc), B, l, {d_gate, d_up, a.xn2, grad}, {d_xn2}, 0, mm(n_, h_, I_) * 4);
+      const int g_gate_up = grad_piece(l, "grad.full.mlp.gate_up", "grad.mlp.gate_up", 2 * h_ * I_, grad);
+      op(N(l, "mlp.gate_up.bwd", rc), B, l, {d_gate, d_up, a.xn2}, {d_xn2, g_gate_up}, 0, mm(n_, h_, I_) * 4);
     }
     const int d_mid = tensor(N(l, "mid.grad", rc), n_ * h_ * e_, tr);
-    op(N(l, "mlp_norm.bwd", rc), B, l, {d_xn2, a.mid, a.rstd2, d_out}, {d_mid}, 0, 8.0 * double(n_ * h_));
+    const int g_mlp_norm = grad_piece(l, "grad.full.mlp_norm", "grad.mlp_norm", h_, grad);
+    op(N(l, "mlp_norm.bwd", rc), B, l, {d_xn2, a.mid, a.rstd2, d_out}, {d_mid, g_mlp_norm}, 0, 8.0 * double(n_ * h_));
     const int d_oloc = tensor(N(l, "attn.out.grad", rc), n_ * H_ * d_ * e_, tr);
-    op(N(l, "attn.o_proj.bwd", rc), B, l, {d_mid, a.o_loc, grad}, {d_oloc}, 0, mm(n_, H_ * d_, h_) * 2);
+    const int g_o = grad_piece(l, "grad.full.attn.o", "grad.attn.o", H_ * d_ * h_, grad);
+    op(N(l, "attn.o_proj.bwd", rc), B, l, {d_mid, a.o_loc}, {d_oloc, g_o}, 0, mm(n_, H_ * d_, h_) * 2);
     const int d_xn1 = tensor(N(l, "attn_norm.out.grad", rc), n_ * h_ * e_, tr);
     if (p_.head_chunk > 0) {
       const double flops = 2 * mm(n_, h_, (H_ + 2 * K_) * d_) + mm(n_, h_, (H_ + 2 * K_) * d_) + 3.5 * attention_flops(hl_);
-      const int o = op(N(l, "attn.untied.bwd", rc), B, l, {d_oloc, a.xn1, a.o_loc, a.lse, grad}, {d_xn1},
+      const int g_qkv = grad_piece(l, "grad.full.attn.qkv", "grad.attn.qkv", h_ * (H_ + 2 * K_) * d_ + (m_.qk_norm ? 2 * d_ : 0), grad);
+      const int o = op(N(l, "attn.untied.bwd", rc), B, l, {d_oloc, a.xn1, a.o_loc, a.lse}, {d_xn1, g_qkv},
                        untied_backward_workspace(), flops, OpKind::Attention, untied_stage_launches(10), untied_stages());
       if (u_ > 1)
         set_comm(o, CommKind::AllToAll, double((n_ * H_ * d_ * 4 + 4 * kv_sp_elems()) * e_) * double(u_ - 1) / double(u_),
@@ -525,12 +536,13 @@ class Builder {
       ulysses_attention_backward(l, a, d_oloc, d_xn1, grad);
     }
     const int d_in = tensor(N(l, "in.grad"), n_ * h_ * e_, tr);
-    op(N(l, "attn_norm.bwd", rc), B, l, {d_xn1, a.in, a.rstd1, d_mid, grad}, {d_in}, 0, 8.0 * double(n_ * h_));
+    const int g_attn_norm = grad_piece(l, "grad.full.attn_norm", "grad.attn_norm", h_, grad);
+    op(N(l, "attn_norm.bwd", rc), B, l, {d_xn1, a.in, a.rstd1, d_mid}, {d_in, g_attn_norm}, 0, 8.0 * double(n_ * h_));
     finish_grad(l, grad, B);
     return d_in;
   }
 
-  void ulysses_attention_backward(int l, const LayerActs& a, int d_oloc, int d_xn1, int grad) {
+  void ulysses_attention_backward(int l, const LayerActs& a, int d_oloc, int d_xn1, Ids& grad) {
     const bool rc = false;
     const Phase B = Phase::Backward;
     const Category tr = Category::Transient;
@@ -566,9 +578,11 @@ class Builder {
     if (m_.qk_norm) {
       dq_in = tensor(N(l, "attn.q_pre.grad", rc), n_ * H_ * d_ * e_, tr);
       dk_in = tensor(N(l, "attn.k_pre.grad", rc), n_ * K_ * d_ * e_, tr);
-      op(N(l, "attn.qk_norm.bwd", rc), B, l, {dq_r, dk_r, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_in, dk_in});
+      const int g_qk = grad_piece(l, "grad.full.attn.qk_norm", "grad.attn.qk_norm", 2 * d_, grad);
+      op(N(l, "attn.qk_norm.bwd", rc), B, l, {dq_r, dk_r, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_in, dk_in, g_qk});
     }
-    op(N(l, "attn.qkv.bwd", rc), B, l, {dq_in, dk_in, dv, a.xn1, grad}, {d_xn1}, 0, 2 * mm(n_, h_, (H_ + 2 * K_) * d_));
+    const int g_qkv = grad_piece(l, "grad.full.attn.qkv", "grad.attn.qkv", h_ * (H_ + 2 * K_) * d_, grad);
+    op(N(l, "attn.qkv.bwd", rc), B, l, {dq_in, dk_in, dv, a.xn1}, {d_xn1, g_qkv}, 0, 2 * mm(n_, h_, (H_ + 2 * K_) * d_));
   }
 
   // ---- optimizer -------------------------------------------------------------------------
@@ -577,19 +591,19 @@ class Builder {
     if (!shard_grads_ && p_.offload_optimizer) {
       for (int gi = 0; gi < groups(); ++gi) {
         if (p_.sharding == Sharding::Zero1) {
-          const int o = op(G(gi, "grad.all_reduce"), P, -1, {grads_[static_cast<std::size_t>(gi)]}, {});
+          const int o = op(G(gi, "grad.all_reduce"), P, -1, grads_[static_cast<std::size_t>(gi)], {});
           set_comm(o, CommKind::AllReduce, 2.0 * double(group_params(gi) * g_) * double(N_ - 1) / double(N_), static_cast<int>(N_));
         }
         to_host(gi, P);
       }
     }
     for (int gi = 0; gi < groups(); ++gi) {
-      const int grad = grads_[static_cast<std::size_t>(gi)];
+      const Ids grad = grads_[static_cast<std::size_t>(gi)];
       if (p_.sharding == Sharding::Zero1 && !p_.offload_optimizer) {
-        const int o = op(G(gi, "grad.all_reduce"), P, -1, {grad}, {});
+        const int o = op(G(gi, "grad.all_reduce"), P, -1, grad, {});
         set_comm(o, CommKind::AllReduce, 2.0 * double(group_params(gi) * g_) * double(N_ - 1) / double(N_), static_cast<int>(N_));
       } else if (p_.sharding == Sharding::None && N_ > 1 && !p_.offload_optimizer) {
-        const int o = op(G(gi, "grad.all_reduce"), P, -1, {grad}, {});
+        const int o = op(G(gi, "grad.all_reduce"), P, -1, grad, {});
         set_comm(o, CommKind::AllReduce, 2.0 * double(group_params(gi) * g_) * double(N_ - 1) / double(N_), static_cast<int>(N_));
       }
       const std::int64_t elems = shard_optim_ ? shard_elems(gi) : group_params(gi);
@@ -597,7 +611,7 @@ class Builder {
       o.name = G(gi, "optim.step");
       o.kind = OpKind::Optimizer;
       o.phase = P;
-      o.inputs = {grad};
+      o.inputs = grad;
       o.flops = 12.0 * double(elems);
       o.memory_bytes = double(elems) * (master_ ? 16 : 12) * 2;
       // One fp32 temporary of the shard (the update before it is applied).
@@ -625,7 +639,8 @@ class Builder {
   bool master_, cpu_, zero3_, shard_grads_, shard_optim_;
 
   StepGraph graph_;
-  std::vector<int> params_, grads_, ckpt_host_;
+  std::vector<int> params_, ckpt_host_;
+  std::vector<Ids> grads_;  // per group: what the optimizer step reads
   std::vector<LayerActs> acts_;
   int tokens_ = -1, targets_ = -1, final_x_ = -1, xf_ = -1, rstd_f_ = -1, logp_ = -1;
   int head_full_ = -1, tied_full_ = -1;
