@@ -2,6 +2,7 @@
 
 #include <fmt/format.h>
 
+#include "longctx/planner/limits.h"
 #include "longctx/planner/units.h"
 
 namespace longctx::cli {
@@ -42,6 +43,11 @@ Result<Plan> resolve_cluster(const ClusterOptions& o) {
   if (!o.host_mem.empty()) {
     LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, parse_bytes(o.host_mem, "--host-mem"));
   }
+  // Larger budgets would let the max-context bounds pass int64 (limits.h).
+  if (p.cluster.device_budget_bytes > limits::kMaxBytes)
+    return Error::bad_input("--budget", fmt::format("{} is above longctx's bound of 4PiB per GPU", o.budget));
+  if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
+    return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
   if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
   if (!o.dtype.empty()) {
     LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/limits.h"
 #include "longctx/planner/presets.h"
 
 namespace longctx {
@@ -18,9 +19,9 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   if (backend == "cpu") h.backend = Backend::Cpu;
   else if (backend == "cuda") h.backend = Backend::Cuda;
   else return Error::bad_input(p + ".backend", fmt::format("'{}' is unknown; use cpu or cuda", backend));
-  LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes"));
-  LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node"));
-  LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node"));
+  LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes", 1, limits::kMaxBytes));
+  LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node", 1, limits::kMaxBytes));
+  LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node", 1, limits::kMaxGpusPerNode));
   LONGCTX_TRY(h.peak_flops, get_number(j, p, "peak_bf16_flops"));
   LONGCTX_TRY(h.hbm_bytes_per_s, get_number(j, p, "hbm_bytes_per_s"));
   LONGCTX_TRY(h.nvlink_bytes_per_s, get_number(j, p, "nvlink_bytes_per_s"));
@@ -28,7 +29,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.pcie_bytes_per_s, get_number(j, p, "pcie_bytes_per_s"));
   LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
   if (j.contains("context_bytes")) {
-    LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0));
+    LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
   }
   return h;
 }

@@ -1,6 +1,7 @@
 #pragma once
 // Reading typed fields out of user JSON with errors that name the field.
 #include <cstdint>
+#include <limits>
 #include <string>
 
 #include <fmt/format.h>
@@ -10,16 +11,22 @@
 
 namespace longctx::json_fields {
 
-// REQUIRES: j is an object. Missing, wrong-typed, or (for min > 0) too small values are errors.
+// REQUIRES: j is an object. Missing, wrong-typed, too small or too large values are errors;
+// `max` is one of longctx::limits, so the message says it is longctx's bound.
 inline Result<std::int64_t> get_int(const nlohmann::json& j, const std::string& prefix,
-                                    const std::string& key, std::int64_t min = 1) {
+                                    const std::string& key, std::int64_t min = 1,
+                                    std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
   const std::string field = prefix.empty() ? key : prefix + "." + key;
   auto it = j.find(key);
   if (it == j.end()) return Error::bad_input(field, "missing; add it as an integer");
   if (!it->is_number_integer())
     return Error::bad_input(field, fmt::format("must be an integer, found {}", it->dump()));
+  // Unsigned values past INT64_MAX would wrap to negative numbers in get<std::int64_t>().
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(max))
+    return Error::bad_input(field, fmt::format("{} is above longctx's bound of {} (real models and clusters stay far below it)", it->dump(), max));
   const std::int64_t v = it->get<std::int64_t>();
   if (v < min) return Error::bad_input(field, fmt::format("must be at least {}, found {}", min, v));
+  if (v > max) return Error::bad_input(field, fmt::format("{} is above longctx's bound of {} (real models and clusters stay far below it)", v, max));
   return v;
 }
 

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/limits.h"
 #include "longctx/planner/presets.h"
 
 namespace longctx {
@@ -24,8 +25,37 @@ std::int64_t ModelConfig::total_params() const {
   return layers * params_per_layer() + embedding_params() + output_params() + hidden;
 }
 
+Result<bool> validate_model(const ModelConfig& m) {
+  struct Size { const char* field; std::int64_t value, max; };
+  const Size sizes[] = {
+      {"model.hidden_size", m.hidden, limits::kMaxHidden},
+      {"model.intermediate_size", m.intermediate, limits::kMaxIntermediate},
+      {"model.num_hidden_layers", m.layers, limits::kMaxLayers},
+      {"model.num_attention_heads", m.heads, limits::kMaxHeads},
+      {"model.num_key_value_heads", m.kv_heads, limits::kMaxHeads},
+      {"model.head_dim", m.head_dim, limits::kMaxHeadDim},
+      {"model.vocab_size", m.vocab, limits::kMaxVocab},
+  };
+  for (const Size& s : sizes) {
+    if (s.value < 1) return Error::bad_input(s.field, fmt::format("must be at least 1, found {}", s.value));
+    if (s.value > s.max)
+      return Error::bad_input(s.field, fmt::format("{} is above longctx's bound of {} (real models stay far below it); "
+                                                   "check the config",
+                                                   s.value, s.max));
+  }
+  if (m.heads % m.kv_heads != 0)
+    return Error::bad_input("model.num_key_value_heads",
+                            fmt::format("{} does not divide num_attention_heads = {}; GQA needs "
+                                        "whole query groups",
+                                        m.kv_heads, m.heads));
+  if (m.head_dim % 2 != 0)
+    return Error::bad_input("model.head_dim", fmt::format("{} is odd; RoPE rotates pairs, so it must be even", m.head_dim));
+  return true;
+}
+
 Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   using namespace json_fields;
+  if (!j.is_object()) return Error::bad_input("model", "must be a JSON object (a config.json)");
   ModelConfig m;
   m.name = std::move(name);
   const std::string p = "model";
@@ -37,22 +67,17 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
                                         "mistral, qwen2 and qwen3",
                                         m.model_type));
   m.qk_norm = m.model_type == "qwen3";
-  LONGCTX_TRY(m.hidden, get_int(j, p, "hidden_size"));
-  LONGCTX_TRY(m.intermediate, get_int(j, p, "intermediate_size"));
-  LONGCTX_TRY(m.layers, get_int(j, p, "num_hidden_layers"));
-  LONGCTX_TRY(m.heads, get_int(j, p, "num_attention_heads"));
-  LONGCTX_TRY(m.vocab, get_int(j, p, "vocab_size"));
+  LONGCTX_TRY(m.hidden, get_int(j, p, "hidden_size", 1, limits::kMaxHidden));
+  LONGCTX_TRY(m.intermediate, get_int(j, p, "intermediate_size", 1, limits::kMaxIntermediate));
+  LONGCTX_TRY(m.layers, get_int(j, p, "num_hidden_layers", 1, limits::kMaxLayers));
+  LONGCTX_TRY(m.heads, get_int(j, p, "num_attention_heads", 1, limits::kMaxHeads));
+  LONGCTX_TRY(m.vocab, get_int(j, p, "vocab_size", 1, limits::kMaxVocab));
   m.kv_heads = m.heads;
   if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
-    LONGCTX_TRY(m.kv_heads, get_int(j, p, "num_key_value_heads"));
+    LONGCTX_TRY(m.kv_heads, get_int(j, p, "num_key_value_heads", 1, limits::kMaxHeads));
   }
-  if (m.heads % m.kv_heads != 0)
-    return Error::bad_input("model.num_key_value_heads",
-                            fmt::format("{} does not divide num_attention_heads = {}; GQA needs "
-                                        "whole query groups",
-                                        m.kv_heads, m.heads));
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
-    LONGCTX_TRY(m.head_dim, get_int(j, p, "head_dim"));
+    LONGCTX_TRY(m.head_dim, get_int(j, p, "head_dim", 1, limits::kMaxHeadDim));
   } else {
     if (m.hidden % m.heads != 0)
       return Error::bad_input("model.head_dim",
@@ -70,8 +95,8 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   if (j.contains("rope_theta")) {
     LONGCTX_TRY(m.rope_theta, get_number(j, p, "rope_theta"));
   }
-  if (m.head_dim % 2 != 0)
-    return Error::bad_input("model.head_dim", fmt::format("{} is odd; RoPE rotates pairs, so it must be even", m.head_dim));
+  LONGCTX_TRY(auto valid, validate_model(m));
+  (void)valid;
   return m;
 }
 

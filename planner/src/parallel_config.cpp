@@ -1,8 +1,11 @@
 #include "longctx/planner/parallel_config.h"
 
+#include <algorithm>
 #include <charconv>
 
 #include <fmt/format.h>
+
+#include "longctx/planner/limits.h"
 
 namespace longctx {
 
@@ -61,10 +64,24 @@ std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses) {
 
 Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t,
                       const ParallelConfig& p) {
+  using namespace limits;
   const std::int64_t u = p.ulysses;
+  LONGCTX_TRY(auto model_ok, validate_model(m));
+  (void)model_ok;
+  // Bounds first: every product below (world, tokens) must not overflow.
   if (c.nodes < 1 || c.gpus_per_node < 1)
     return Error::bad_input("--gpus", "the cluster needs at least one GPU");
+  if (c.gpus_per_node > kMaxGpusPerNode)
+    return Error::bad_input("--gpus-per-node", fmt::format("{} is above longctx's bound of {} GPUs per node", c.gpus_per_node, kMaxGpusPerNode));
+  if (c.nodes > kMaxGpus / c.gpus_per_node)
+    return Error::bad_input("--gpus", fmt::format("{} nodes of {} GPUs are above longctx's bound of {} GPUs", c.nodes, c.gpus_per_node, kMaxGpus));
   if (t.micro_batch < 1) return Error::bad_input("--micro-batch", "must be at least 1");
+  if (t.micro_batch > kMaxMicroBatch)
+    return Error::bad_input("--micro-batch", fmt::format("{} is above longctx's bound of {}", t.micro_batch, kMaxMicroBatch));
+  if (t.seq > kMaxSeq)
+    return Error::bad_input("--seq", fmt::format("{} tokens are above longctx's bound of {} (2^40)", t.seq, kMaxSeq));
+  if (t.dtype != DType::BF16 && t.dtype != DType::FP32) return Error::bad_input("train.dtype", "use bf16 or fp32");
+  if (t.grad_dtype != DType::BF16 && t.grad_dtype != DType::FP32) return Error::bad_input("train.grad_dtype", "use bf16 or fp32");
   if (u < 1) return Error::bad_input("--ulysses", "must be at least 1");
   if (c.world() % u != 0)
     return Error::bad_input("--ulysses", fmt::format("{} does not divide the {} GPUs (world = dp x ulysses)", u, c.world()));
@@ -102,6 +119,31 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
     return Error::bad_input("--mlp-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.mlp_tiles, tokens));
   if (p.loss_tiles < 1 || tokens % p.loss_tiles != 0)
     return Error::bad_input("--loss-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.loss_tiles, tokens));
+  // Launch counts are int multiples of the tile count (step_builder.cpp).
+  if (p.mlp_tiles > kMaxTiles)
+    return Error::bad_input("--mlp-tiles", fmt::format("{} is above longctx's bound of {} tiles", p.mlp_tiles, kMaxTiles));
+  if (p.loss_tiles > kMaxTiles)
+    return Error::bad_input("--loss-tiles", fmt::format("{} is above longctx's bound of {} tiles", p.loss_tiles, kMaxTiles));
+  // Upper estimates of one rank's step bytes, in double so they cannot overflow: per layer
+  // at most ~32 rows of the widest per-token row saved or live (about 17 saved, a layer's
+  // transients on top), the loss's rows of the vocabulary, and 20 bytes a parameter of
+  // model states; on the host, offloaded checkpoints and model states. Within these bounds
+  // every int64 sum of the step graph and simulator, and the host bytes times the GPUs of a
+  // node, stays far from overflow.
+  const double width = std::max({double(m.hidden), double(m.intermediate), double(m.heads + 2 * m.kv_heads) * double(m.head_dim)});
+  const double params = double(m.layers) * (4.0 * double(m.hidden) * double(m.heads + m.kv_heads) * double(m.head_dim) +
+                                            3.0 * double(m.hidden) * double(m.intermediate)) +
+                        2.0 * double(m.vocab) * double(m.hidden);
+  const double device_bytes = double(tokens) * ((32.0 * double(m.layers) + 128.0) * width + 64.0 * double(m.vocab)) * 4.0 + 20.0 * params;
+  const double host_bytes = double(tokens) * double(m.layers) * double(m.hidden) * 8.0 + 24.0 * params;
+  if (device_bytes > double(kMaxStepBytes) || host_bytes > double(kMaxBytes)) {
+    const bool device = device_bytes > double(kMaxStepBytes);
+    return Error::bad_input("--seq", fmt::format("{} tokens per rank of this model would need on the order of {:.3g} {} bytes "
+                                                 "per rank, beyond longctx's bound of {:.3g}; shorten --seq or "
+                                                 "--micro-batch, or raise --ulysses",
+                                                 tokens, device ? device_bytes : host_bytes, device ? "device" : "host",
+                                                 double(device ? kMaxStepBytes : kMaxBytes)));
+  }
   return true;
 }
 

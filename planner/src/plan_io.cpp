@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/limits.h"
 #include "longctx/planner/plan.h"
 
 namespace longctx {
@@ -63,16 +64,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(p.model, model_from_json(model, name));
 
   LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));
-  LONGCTX_TRY(p.cluster.shape.nodes, get_int(cluster, "cluster", "nodes"));
-  LONGCTX_TRY(p.cluster.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node"));
+  LONGCTX_TRY(p.cluster.shape.nodes, get_int(cluster, "cluster", "nodes", 1, limits::kMaxGpus));
+  LONGCTX_TRY(p.cluster.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node", 1, limits::kMaxGpusPerNode));
   LONGCTX_TRY(auto hw, get_object(cluster, "cluster", "hardware"));
   LONGCTX_TRY(p.cluster.hardware, hardware_from_json(hw));
-  LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes"));
-  LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node"));
+  LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes", 1, limits::kMaxBytes));
+  LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node", 1, limits::kMaxBytes));
 
   LONGCTX_TRY(auto train, get_object(j, "", "train"));
-  LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq"));
-  LONGCTX_TRY(p.train.micro_batch, get_int(train, "train", "micro_batch"));
+  LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq", 1, limits::kMaxSeq));
+  LONGCTX_TRY(p.train.micro_batch, get_int(train, "train", "micro_batch", 1, limits::kMaxMicroBatch));
   LONGCTX_TRY(auto dtype, get_string(train, "train", "dtype"));
   LONGCTX_TRY(p.train.dtype, parse_dtype(dtype, "train.dtype"));
   LONGCTX_TRY(auto gdtype, get_string(train, "train", "grad_dtype"));
@@ -82,17 +83,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   const std::string pp = "parallel";
   LONGCTX_TRY(auto sharding, get_string(par, pp, "sharding"));
   LONGCTX_TRY(p.parallel.sharding, parse_sharding(sharding, "parallel.sharding"));
-  LONGCTX_TRY(auto u, get_int(par, pp, "ulysses"));
-  LONGCTX_TRY(auto hc, get_int(par, pp, "head_chunk", 0));
+  LONGCTX_TRY(auto u, get_int(par, pp, "ulysses", 1, limits::kMaxHeads));
+  LONGCTX_TRY(auto hc, get_int(par, pp, "head_chunk", 0, limits::kMaxHeads));
   LONGCTX_TRY(auto ckpt, get_string(par, pp, "checkpoint"));
   LONGCTX_TRY(p.parallel.checkpoint, parse_checkpoint(ckpt, "parallel.checkpoint"));
   LONGCTX_TRY(p.parallel.offload_checkpoints, get_bool(par, pp, "offload_checkpoints"));
   LONGCTX_TRY(p.parallel.offload_optimizer, get_bool(par, pp, "offload_optimizer"));
   LONGCTX_TRY(p.parallel.offload_params, get_bool(par, pp, "offload_params"));
-  LONGCTX_TRY(auto mt, get_int(par, pp, "mlp_tiles"));
-  LONGCTX_TRY(auto lt, get_int(par, pp, "loss_tiles"));
-  if (u > 1 << 20 || hc > 1 << 20 || mt > 1 << 30 || lt > 1 << 30)
-    return Error::bad_input("parallel", "a degree or tile count is implausibly large");
+  LONGCTX_TRY(auto mt, get_int(par, pp, "mlp_tiles", 1, limits::kMaxTiles));
+  LONGCTX_TRY(auto lt, get_int(par, pp, "loss_tiles", 1, limits::kMaxTiles));
+  // The bounds above make these narrowing casts exact.
   p.parallel.ulysses = static_cast<int>(u);
   p.parallel.head_chunk = static_cast<int>(hc);
   p.parallel.mlp_tiles = static_cast<int>(mt);

@@ -35,8 +35,13 @@ struct ModelConfig {
   std::int64_t total_params() const;  // layers, embedding, output, final norm
 };
 
+// Every rule a model must satisfy: sizes at least 1 and within longctx::limits (so the
+// planner's byte counts cannot overflow), GQA groups whole, head_dim even. Errors name the
+// config.json field ("model.hidden_size").
+Result<bool> validate_model(const ModelConfig& m);
+
 // Reads the fields longctx needs from a config.json object; every missing or wrong-typed
-// field is reported by name.
+// field is reported by name. The result satisfies validate_model().
 Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name);
 nlohmann::json model_to_json(const ModelConfig& m);
 

@@ -21,7 +21,8 @@ struct CheckpointPolicy {
 
   static CheckpointPolicy none() { return {}; }
   static CheckpointPolicy full() { return {Kind::Full, 1}; }
-  static CheckpointPolicy every_k(int k) { return {Kind::EveryK, k}; }
+  // every:1 is full: one canonical form, so a policy equals itself read back from a plan file.
+  static CheckpointPolicy every_k(int k) { return k == 1 ? full() : CheckpointPolicy{Kind::EveryK, k}; }
   bool checkpoints_layer(std::int64_t layer) const {
     return kind == Kind::Full || (kind == Kind::EveryK && layer % every == 0);
   }

@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Builds the planner's libFuzzer targets (clang, planner only, into build-fuzz/) and runs each
+# for SECONDS (default 30) from seeds: models/ and the plans in fuzz/corpus/plan. Fails on the first crash,
+# leak, timeout or sanitizer report, leaving the reproducer in build-fuzz/artifacts/.
+# Prints the executions of each target.
+#   LONGCTX_FUZZ_BUILD_DIR overrides the build folder; LONGCTX_JOBS the build's jobs (2).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+seconds="${1:-30}"
+build="${LONGCTX_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+targets=(model_config_fuzzer plan_fuzzer evaluate_fuzzer)
+
+export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/longctx/ccache}"
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+        -DLONGCTX_WITH_RUNTIME=OFF -DLONGCTX_FUZZ=ON >&2
+fi
+cmake --build "$build" -j "${LONGCTX_JOBS:-2}" --target "${targets[@]}" >&2
+
+export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
+export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+mkdir -p "$build/artifacts"
+status=0
+for t in "${targets[@]}"; do
+  corpus="$build/corpus/$t"   # grows between runs; the seeds in fuzz/ stay as committed
+  mkdir -p "$corpus"
+  case "$t" in
+    model_config_fuzzer) seeds="$root/models" ;;      # the presets are the seeds
+    *) seeds="$root/fuzz/corpus/${t%_fuzzer}" ;;
+  esac
+  log="$build/$t.log"
+  args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
+        -artifact_prefix="$build/artifacts/$t-")
+  [ -f "$root/fuzz/json.dict" ] && [ "$t" != evaluate_fuzzer ] && args+=(-dict="$root/fuzz/json.dict")
+  dirs=("$corpus")
+  [ -d "$seeds" ] && dirs+=("$seeds")
+  if "$build/fuzz/$t" "${args[@]}" "${dirs[@]}" >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi
+  execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
+  printf '%-22s %-6s %12s executions in %ss\n' "$t" "$result" "${execs:-?}" "$seconds"
+  if [ "$result" = FAILED ]; then
+    echo "--- $log (last 40 lines)" >&2
+    tail -n 40 "$log" >&2
+  fi
+done
+exit $status

@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Runs one `longctx` command line and checks its exit status and what it prints.
+#   expect_exit.sh LONGCTX STATUS REGEX [--] ARGS...
+# Passes when the exit status is STATUS and stdout+stderr match the extended regular
+# expression REGEX (grep -E); otherwise prints what came instead and fails. In ARGS,
+# @TMP@ is replaced by a fresh temporary folder, for config files written with WRITE=.
+#   WRITE='name=contents' (environment): writes @TMP@/name before the run.
+set -uo pipefail
+longctx="$1"; want="$2"; regex="$3"; shift 3
+[ "${1:-}" = "--" ] && shift
+tmp=$(mktemp -d)
+trap 'rm -rf "$tmp"' EXIT
+if [ -n "${WRITE:-}" ]; then
+  printf '%s' "${WRITE#*=}" >"$tmp/${WRITE%%=*}"
+fi
+args=()
+for a in "$@"; do args+=("${a//@TMP@/$tmp}"); done
+out=$("$longctx" "${args[@]}" 2>&1)
+got=$?
+ok=1
+if [ "$got" -ne "$want" ]; then
+  echo "FAIL: exit status $got, expected $want"; ok=0
+fi
+if ! grep -qE -- "$regex" <<<"$out"; then
+  echo "FAIL: output does not match /$regex/"; ok=0
+fi
+if [ "$ok" -eq 0 ]; then
+  echo "command: longctx ${args[*]}"
+  echo "output:"; echo "$out"
+  exit 1
+fi
+echo "ok: longctx ${args[*]} -> $got"

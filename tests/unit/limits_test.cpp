@@ -1,0 +1,118 @@
+// Sizes past longctx::limits are refused as bad input naming the field, before any
+// arithmetic on them could overflow (cases the fuzzers in fuzz/ found or guard).
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/limits.h"
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/plan.h"
+#include "test_plans.h"
+
+namespace longctx {
+namespace {
+
+nlohmann::json llama_config() {
+  return {{"model_type", "llama"},         {"hidden_size", 4096},       {"intermediate_size", 14336},
+          {"num_hidden_layers", 32},       {"num_attention_heads", 32}, {"num_key_value_heads", 8},
+          {"vocab_size", 128256}};
+}
+
+TEST(Limits, HugeModelSizesAreRefusedByName) {
+  for (const char* key : {"hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads", "vocab_size"}) {
+    auto j = llama_config();
+    j[key] = 1000000000000000000LL;
+    auto m = model_from_json(j, "huge");
+    ASSERT_FALSE(m.ok()) << key;
+    EXPECT_EQ(m.error().kind, ErrorKind::BadInput);
+    EXPECT_EQ(m.error().field, std::string("model.") + key);
+    EXPECT_NE(m.error().message.find("bound"), std::string::npos) << m.error().message;
+  }
+}
+
+TEST(Limits, IntegersPastInt64AreRefusedNotWrapped) {
+  auto j = llama_config();
+  j["vocab_size"] = 18446744073709551615ULL;
+  auto m = model_from_json(j, "wrapped");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().field, "model.vocab_size");
+}
+
+TEST(Limits, NonObjectConfigIsBadInput) {
+  auto m = model_from_json(nlohmann::json::array({1, 2}), "array");
+  ASSERT_FALSE(m.ok());
+  EXPECT_EQ(m.error().field, "model");
+}
+
+TEST(Limits, ValidateRefusesWhatWouldOverflow) {
+  Plan p = testing::cpu_plan("tiny-gqa", 2, 4096);
+  ASSERT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
+
+  Plan seq = p;
+  seq.train.seq = limits::kMaxSeq * 2;
+  EXPECT_EQ(validate(seq.model, seq.cluster.shape, seq.train, seq.parallel).error().field, "--seq");
+
+  Plan batch = p;  // micro_batch x seq would overflow before the bound on seq could help
+  batch.train.micro_batch = std::int64_t{1} << 40;
+  batch.train.seq = std::int64_t{1} << 30;
+  EXPECT_EQ(validate(batch.model, batch.cluster.shape, batch.train, batch.parallel).error().field, "--micro-batch");
+
+  Plan nodes = p;  // nodes x gpus_per_node would overflow
+  nodes.cluster.shape = {std::int64_t{1} << 62, 8};
+  EXPECT_EQ(validate(nodes.model, nodes.cluster.shape, nodes.train, nodes.parallel).error().field, "--gpus");
+
+  Plan tiles = p;
+  tiles.train.seq = std::int64_t{1} << 24;
+  tiles.parallel.mlp_tiles = 1 << 23;  // divides the tokens, but 10 x tiles launches overflow int
+  EXPECT_EQ(validate(tiles.model, tiles.cluster.shape, tiles.train, tiles.parallel).error().field, "--mlp-tiles");
+
+  Plan wide = p;  // each size within its bound, the step's bytes beyond int64
+  wide.model.hidden = limits::kMaxHidden;
+  wide.model.intermediate = limits::kMaxIntermediate;
+  wide.model.layers = limits::kMaxLayers;
+  wide.model.vocab = limits::kMaxVocab;
+  wide.train.seq = std::int64_t{1} << 34;
+  auto r = validate(wide.model, wide.cluster.shape, wide.train, wide.parallel);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "--seq");
+  EXPECT_NE(r.error().message.find("--ulysses"), std::string::npos) << r.error().message;
+}
+
+TEST(Limits, ValidateChecksTheModelItself) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 1024);
+  p.model.heads = 0;  // a model built in code, not read from JSON, gets the same rules
+  auto r = validate(p.model, p.cluster.shape, p.train, p.parallel);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "model.num_attention_heads");
+}
+
+TEST(Limits, RealisticLongContextStaysWithinTheBounds) {
+  // Llama 3.1 70B at 16M tokens on one rank: absurd for memory, but the planner must still
+  // answer "does not fit" (exit 3), not "bad input".
+  Plan p = testing::cpu_plan("llama-3.1-70b", 1, std::int64_t{16} << 20);
+  EXPECT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
+  const Prediction pr = predict(p);
+  EXPECT_GT(pr.peak_device_bytes, 0);
+  EXPECT_FALSE(pr.feasible);
+}
+
+TEST(Limits, PlanFilesOfAnotherSchemaOrWithHugeKnobsAreRefused) {
+  Plan p = testing::cpu_plan("tiny-gqa", 2, 4096);
+  p.prediction = predict(p);
+  nlohmann::json j = plan_to_json(p);
+  ASSERT_TRUE(plan_from_json(j).ok()) << plan_from_json(j).error().what();
+
+  auto other = j;
+  other["schema"] = "longctx.plan/2";
+  EXPECT_EQ(plan_from_json(other).error().field, "schema");
+
+  auto ulysses = j;
+  ulysses["parallel"]["ulysses"] = 1LL << 40;  // would truncate in the cast to int
+  EXPECT_EQ(plan_from_json(ulysses).error().field, "parallel.ulysses");
+
+  auto budget = j;
+  budget["cluster"]["device_budget_bytes"] = 1LL << 62;
+  EXPECT_EQ(plan_from_json(budget).error().field, "cluster.device_budget_bytes");
+}
+
+}  // namespace
+}  // namespace longctx
