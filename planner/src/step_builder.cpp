@@ -148,6 +148,8 @@ class Builder {
       persistent(G(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
     }
     grads_.assign(static_cast<std::size_t>(groups()), Ids{});
+    // RoPE's cos and sin tables [S, d/2], built once for the run.
+    persistent(N(Name::kNone, "rope.tables"), 2 * S_ * (d_ / 2) * e_, Category::Activations, Place::Device);
   }
 
   // zero3: all-gathers a group's parameters into a full buffer (offloaded shards are first
@@ -364,7 +366,9 @@ class Builder {
     const double flops = mm(n_, h_, V_);
     if (p_.loss_tiles > 1) {
       const std::int64_t t = n_ / p_.loss_tiles;
-      op(N(Name::kNone, "loss.tiled"), Phase::Loss, -1, {xf_, targets_}, {}, t * V_ * (e_ == 4 ? 4 : e_ + 4), flops,
+      // One tile's logits, and logsumexp's exp(logits - max) beside them, in fp32 (bf16: the
+      // logits in bf16 too).
+      op(N(Name::kNone, "loss.tiled"), Phase::Loss, -1, {xf_, targets_}, {}, t * V_ * (e_ == 4 ? 8 : e_ + 8), flops,
          OpKind::Matmul, 3 * p_.loss_tiles, p_.loss_tiles);
       return;
     }
