@@ -148,8 +148,8 @@ class Builder {
       persistent(G(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
     }
     grads_.assign(static_cast<std::size_t>(groups()), Ids{});
-    // RoPE's cos and sin tables [S, d/2], built once for the run.
-    persistent(N(Name::kNone, "rope.tables"), 2 * S_ * (d_ / 2) * e_, Category::Activations, Place::Device);
+    // RoPE's cos and sin tables for this rank's S/u positions [S/u, d/2], built once for the run.
+    persistent(N(Name::kNone, "rope.tables"), 2 * (S_ / u_) * (d_ / 2) * e_, Category::Activations, Place::Device);
   }
 
   // zero3: all-gathers a group's parameters into a full buffer (offloaded shards are first
