@@ -26,21 +26,6 @@ struct PlanOptions {
   bool no_search = false;
 };
 
-// The knobs as given, the others at their plainest: what --no-search evaluates.
-Plan fixed_plan(Plan base, const Knobs& k) {
-  base.parallel.sharding = k.sharding.value_or(Sharding::None);
-  base.parallel.ulysses = k.ulysses.value_or(1);
-  base.parallel.head_chunk = k.head_chunk.value_or(0);
-  base.parallel.checkpoint = k.checkpoint.value_or(CheckpointPolicy::none());
-  base.parallel.offload_checkpoints = k.offload_checkpoints.value_or(false);
-  base.parallel.offload_optimizer = k.offload_optimizer.value_or(false);
-  base.parallel.offload_params = k.offload_params.value_or(false);
-  base.parallel.mlp_tiles = k.mlp_tiles.value_or(1);
-  base.parallel.loss_tiles = k.loss_tiles.value_or(1);
-  base.train.micro_batch = k.micro_batch.value_or(1);
-  return base;
-}
-
 Result<Knobs> knobs_from(const PlanOptions& o) {
   Knobs k;
   if (o.sharding) {
@@ -76,7 +61,7 @@ int run_plan(const PlanOptions& o) {
 
   SearchResult found;
   if (o.no_search) {
-    found.best = fixed_plan(*base, *knobs);
+    found.best = with_knobs(*base, *knobs);
     auto valid = validate(found.best.model, found.best.cluster.shape, found.best.train, found.best.parallel);
     if (!valid) return report(valid.error());
     found.evaluated = 1;

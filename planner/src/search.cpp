@@ -275,24 +275,27 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
 
 }  // namespace
 
+Plan with_knobs(Plan base, const Knobs& k) {
+  base.parallel.sharding = k.sharding.value_or(k.offload_params.value_or(false) ? Sharding::Zero3 : Sharding::None);
+  base.parallel.ulysses = k.ulysses.value_or(1);
+  base.parallel.head_chunk = k.head_chunk.value_or(0);
+  base.parallel.checkpoint =
+      k.checkpoint.value_or(k.offload_checkpoints.value_or(false) ? CheckpointPolicy::full() : CheckpointPolicy::none());
+  base.parallel.offload_checkpoints = k.offload_checkpoints.value_or(false);
+  base.parallel.offload_optimizer = k.offload_optimizer.value_or(false);
+  base.parallel.offload_params = k.offload_params.value_or(false);
+  base.parallel.mlp_tiles = k.mlp_tiles.value_or(1);
+  base.parallel.loss_tiles = k.loss_tiles.value_or(1);
+  base.train.micro_batch = k.micro_batch.value_or(1);
+  return base;
+}
+
 Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
   LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
   (void)ok;
-  // A fully fixed configuration is checked once, so its rule violation is reported as such.
+  // The fixed knobs are checked once, so a rule they break is reported as such.
   {
-    Plan probe = base;
-    // Knobs left to the search take values compatible with the fixed ones.
-    probe.parallel.sharding = knobs.sharding.value_or(knobs.offload_params.value_or(false) ? Sharding::Zero3 : Sharding::None);
-    probe.parallel.ulysses = knobs.ulysses.value_or(1);
-    probe.parallel.head_chunk = knobs.head_chunk.value_or(0);
-    probe.parallel.checkpoint =
-        knobs.checkpoint.value_or(knobs.offload_checkpoints.value_or(false) ? CheckpointPolicy::full() : CheckpointPolicy::none());
-    probe.parallel.offload_checkpoints = knobs.offload_checkpoints.value_or(false);
-    probe.parallel.offload_optimizer = knobs.offload_optimizer.value_or(false);
-    probe.parallel.offload_params = knobs.offload_params.value_or(false);
-    probe.parallel.mlp_tiles = knobs.mlp_tiles.value_or(1);
-    probe.parallel.loss_tiles = knobs.loss_tiles.value_or(1);
-    probe.train.micro_batch = knobs.micro_batch.value_or(1);
+    const Plan probe = with_knobs(base, knobs);
     LONGCTX_TRY(auto valid, validate(probe.model, probe.cluster.shape, probe.train, probe.parallel));
     (void)valid;
   }

@@ -43,6 +43,11 @@ struct Knobs {
   std::optional<std::int64_t> micro_batch;
 };
 
+// The knobs as given, the others at their plainest values compatible with them (zero3 for
+// parameter offload, full checkpointing for checkpoint offload): what `plan --no-search`
+// evaluates.
+Plan with_knobs(Plan base, const Knobs& knobs);
+
 struct SearchResult {
   Plan best;                      // the fastest feasible plan (prediction filled)
   std::vector<Plan> runners_up;   // the next fastest feasible plans, fastest first
