@@ -13,18 +13,14 @@
 #include <fuzzer/FuzzedDataProvider.h>
 #include <nlohmann/json.hpp>
 
+#include "contract.h"
+
 #include "longctx/planner/hardware.h"
 #include "longctx/planner/limits.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
 
 namespace {
-
-// A broken contract: say which, then abort so libFuzzer keeps the input.
-[[noreturn]] void fail(const char* what, const std::string& detail = "") {
-  std::fprintf(stderr, "contract broken: %s %s\n", what, detail.c_str());
-  std::abort();
-}
 
 
 // Mostly small sizes (where configurations validate and the step graph gets built), some
@@ -53,6 +49,8 @@ const std::vector<longctx::Hardware>& hardware_presets() {
 }
 
 }  // namespace
+
+using longctx::fuzz::fail;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size_bytes) {
   FuzzedDataProvider in(data, size_bytes);

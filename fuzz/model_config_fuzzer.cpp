@@ -10,17 +10,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract.h"
+
 #include "longctx/planner/model_config.h"
 
-namespace {
-
-// A broken contract: say which, then abort so libFuzzer keeps the input.
-[[noreturn]] void fail(const char* what, const std::string& detail = "") {
-  std::fprintf(stderr, "contract broken: %s %s\n", what, detail.c_str());
-  std::abort();
-}
-
-}  // namespace
+using longctx::fuzz::fail;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

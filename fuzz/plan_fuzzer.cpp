@@ -9,18 +9,12 @@
 
 #include <nlohmann/json.hpp>
 
+#include "contract.h"
+
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
 
-namespace {
-
-// A broken contract: say which, then abort so libFuzzer keeps the input.
-[[noreturn]] void fail(const char* what, const std::string& detail = "") {
-  std::fprintf(stderr, "contract broken: %s %s\n", what, detail.c_str());
-  std::abort();
-}
-
-}  // namespace
+using longctx::fuzz::fail;
 
 extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
   const auto j = nlohmann::json::parse(data, data + size, nullptr, /*allow_exceptions=*/false);

@@ -74,13 +74,9 @@ class Builder {
     return graph_.add_tensor(std::move(t));
   }
   int persistent(Name name, std::int64_t bytes, Category c, Place place) {
-    TensorSpec t;
-    t.name = name;
-    t.bytes = bytes;
-    t.category = c;
-    t.place = place;
-    t.persistent = true;
-    return graph_.add_tensor(std::move(t));
+    const int t = tensor(name, bytes, c, place);
+    graph_.tensor(t).persistent = true;
+    return t;
   }
   // Memory traffic counts the activations an op reads and writes and its workspace written
   // and read once per repeat (tile or stage); weights and gradients are left out, so a tiled
