@@ -224,8 +224,8 @@ class Builder {
     const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
     if (p_.mlp_tiles > 1) {
       const std::int64_t t = n_ / p_.mlp_tiles;
-      // Per tile: gate and up, whose product overwrites gate (2 x t x I).
-      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 2 * t * I_ * e_, mlp_flops, OpKind::Matmul, 4 * p_.mlp_tiles,
+      // Per tile: gate, up, silu(gate) and their product (4 x t x I).
+      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 4 * t * I_ * e_, mlp_flops, OpKind::Matmul, 4 * p_.mlp_tiles,
          p_.mlp_tiles);
     } else {
       a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
@@ -335,7 +335,10 @@ class Builder {
     const std::int64_t dkv = 2 * f * n_ * u_ * kvs * d_ * e_;  // their gradients, after and before
     const std::int64_t stage = 4 * f * n_ * u_ * c * d_ * e_;  // q, out, d_out, dq: each before and after
     const std::int64_t flash = gqa_expansion(c, kvs, 4) + dq_accumulator(c) + (b_ * S_) * c * 4;
-    return kv + dkv + stage + flash;
+    // Each stage's input gradient, q's part (and at a group's end k's and v's), is a matmul
+    // result [n, h] before it is added into the accumulated input gradient.
+    const std::int64_t dx_part = n_ * h_ * e_;
+    return kv + dkv + stage + flash + dx_part;
   }
 
   // Kernel launches and collective rounds of the staged schedule: `per_stage` of each stage.
@@ -431,7 +434,8 @@ class Builder {
     const double flops = 2 * mm(n_, h_, V_);
     if (p_.loss_tiles > 1) {
       const std::int64_t t = n_ / p_.loss_tiles;
-      op(N(Name::kNone, "loss.tiled.bwd"), B, -1, head_reads, grads_out, t * V_ * (e_ == 4 ? 4 : e_ + 4),
+      // One tile's logits and their softmax gradient (fp32; bf16 adds the tile's bf16 logits).
+      op(N(Name::kNone, "loss.tiled.bwd"), B, -1, head_reads, grads_out, t * V_ * (e_ == 4 ? 8 : e_ + 8),
          flops + mm(n_, h_, V_), OpKind::Matmul, 6 * p_.loss_tiles, p_.loss_tiles);
     } else {
       const int d_logp = tensor(N(Name::kNone, "loss.nll.grad"), n_ * V_ * 4, Category::Transient);
