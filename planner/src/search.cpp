@@ -531,6 +531,13 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
           // Not fitting at the floor, it cannot reach past it.
           const Plan probe = saving_plan(base, c, a, at, chunk);
           if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
+          // The step up to the last layer's backward is a lower bound: over budget there, out.
+          const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
+                                   /*prefix_only=*/true};
+          if (!fits(probe, simulate_totals(build_step(head_in), head_in.backend))) {
+            cache[key] = {0, "", true};
+            continue;
+          }
           const OpTotals t = totals_of(probe);
           if (!fits(probe, t)) {
             // Floors only rise (rungs in order, then the answer): remember it as out of reach.

@@ -58,7 +58,7 @@ class Builder {
     forward();
     loss();
     backward();
-    optimizer();
+    if (!in_.prefix_only) optimizer();
     graph_.finalize();
     return std::move(graph_);
   }
@@ -459,6 +459,7 @@ class Builder {
     int next_params = gather(static_cast<int>(m_.layers) - 1, B);
     int next_ckpt = prefetch_checkpoint(static_cast<int>(m_.layers) - 1);
     for (int l = static_cast<int>(m_.layers) - 1; l >= 0; --l) {
+      if (in_.prefix_only && l < static_cast<int>(m_.layers) - 1) return;
       const int layer_params = next_params;
       const int ckpt = next_ckpt;
       if (l > 0) {

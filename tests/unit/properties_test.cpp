@@ -208,3 +208,27 @@ TEST(Properties, LiveBytesAreAffineInSequenceLength) {
 
 }  // namespace
 }  // namespace longctx
+
+namespace longctx {
+namespace {
+
+// What the max-context search rejects with: the step built only up to the last layer's
+// backward has the same first ops, and none of them holds more than in the whole step.
+TEST(Properties, AStepPrefixIsALowerBound) {
+  std::mt19937 rng(8);
+  for (int i = 0; i < kCases / 3; ++i) {
+    const Plan p = random_case(rng).plan;
+    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+    const OpTotals whole = simulate_totals(build_step(in), in.backend);
+    in.prefix_only = true;
+    const OpTotals prefix = simulate_totals(build_step(in), in.backend);
+    ASSERT_LT(prefix.device_during.size(), whole.device_during.size());
+    for (std::size_t j = 0; j < prefix.device_during.size(); ++j) {
+      EXPECT_LE(prefix.device_during[j], whole.device_during[j]) << j;
+      EXPECT_LE(prefix.host_during[j], whole.host_during[j]) << j;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace longctx

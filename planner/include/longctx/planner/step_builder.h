@@ -15,6 +15,10 @@ struct StepInputs {
   Backend backend = Backend::Cuda;
   TrainConfig train;
   ParallelConfig parallel;
+  // Build only up to the end of the last layer's backward. Every op there has at most the
+  // live set it has in the whole step (later readers are missing, never extra), so a prefix
+  // over budget proves the step is: the search's cheap rejection.
+  bool prefix_only = false;
 };
 
 // REQUIRES: validate(model, cluster, train, parallel) holds.
