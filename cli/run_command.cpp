@@ -10,11 +10,9 @@
 #include "commands.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/units.h"
-#ifdef LONGCTX_HAS_RUNTIME
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"
-#endif
 
 namespace longctx::cli {
 
@@ -36,7 +34,6 @@ int fail(const Error& e) {
   return exit_status(e.kind);
 }
 
-#ifdef LONGCTX_HAS_RUNTIME
 std::string percent(std::int64_t measured, std::int64_t predicted) {
   if (predicted == 0) return measured == 0 ? "0.0%" : "n/a";
   return fmt::format("{:+.1f}%", 100.0 * double(measured - predicted) / double(predicted));
@@ -146,7 +143,6 @@ int run(const RunArgs& a) {
   if (!a.trace_path.empty()) fmt::print("\ntrace: {} (open in https://ui.perfetto.dev)\n", a.trace_path);
   return 0;
 }
-#endif
 
 }  // namespace
 
@@ -163,11 +159,7 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
   sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
   return {sub, [args] {
-#ifdef LONGCTX_HAS_RUNTIME
             return run(*args);
-#else
-            return fail(Error{ErrorKind::Internal, "", "this longctx was built without the runtime (LibTorch)"});
-#endif
           }};
 }
 

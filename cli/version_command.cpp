@@ -1,9 +1,7 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#ifdef LONGCTX_HAS_RUNTIME
 #include "longctx/runtime/build_info.h"
-#endif
 
 namespace longctx::cli {
 
@@ -14,7 +12,6 @@ void add_version_flag(CLI::App& app, bool& requested) {
 }
 
 int print_version() {
-#ifdef LONGCTX_HAS_RUNTIME
   const auto b = runtime::build_info();
   fmt::print("longctx {}\n", b.longctx_version);
   fmt::print("LibTorch {}\n", b.libtorch_version);
@@ -25,10 +22,6 @@ int print_version() {
   else
     fmt::print("GPU: none visible ({}); the runtime uses the CPU virtual device\n", b.gpu_absent_reason);
   return 0;
-#else
-  fmt::print("longctx {}\nLibTorch: not built (planner only)\n", LONGCTX_VERSION);
-  return 0;
-#endif
 }
 
 }  // namespace longctx::cli

@@ -14,7 +14,5 @@
 namespace longctx {
 
 std::int64_t allocated_bytes(Backend backend, std::int64_t requested);
-// The segment a fresh request of this size would reserve on cuda (== allocated on cpu).
-std::int64_t segment_bytes(Backend backend, std::int64_t requested);
 
 }  // namespace longctx
