@@ -4,6 +4,7 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/attention.h"
+#include "longctx/runtime/ulysses.h"
 
 namespace longctx::runtime {
 
@@ -94,50 +95,69 @@ Tensor attention(const Tensor& q, const Tensor& k, const Tensor& v) { return Att
 
 namespace {
 
-// Which heads a stage covers. With group = H/K query heads per kv head, a stage of c heads
-// reads max(1, c/group) kv heads, each repeated c/kv_count times.
+// One stage: c query heads per rank starting at local head qb, and the kv heads they read:
+// local kv heads [kb, kb + kv_count), each repeated `repeat` times (GQA group = hl / kvr).
 struct Stage {
-  std::int64_t q_begin, q_count, kv_begin, kv_count, repeat;
+  std::int64_t qb, c, kb, kv_count, repeat;
 };
-Stage stage_of(std::int64_t s, std::int64_t chunk, const AttentionShape& sh) {
-  const auto group = sh.heads / sh.kv_heads;
+Stage stage_of(std::int64_t s, std::int64_t chunk, const UlyssesLayout& L) {
+  const auto group = L.hl / L.kvr;
   const auto kv_count = std::max<std::int64_t>(1, chunk / group);
   return {s * chunk, chunk, (s * chunk) / group, kv_count, chunk / kv_count};
 }
 
-// Projects rows [begin, begin+count) heads of w for x2 [n,h]: [b,S,count,d].
-Tensor project(const Tensor& x2, const Tensor& w, std::int64_t begin, std::int64_t count, std::int64_t b,
-               std::int64_t S, std::int64_t d) {
-  return at::mm(x2, w.narrow(0, begin * d, count * d).t()).view({b, S, count, d});
+// Projects heads [begin, begin+count) of w for x2 [b*n,h] into out [b,n,count,d].
+void project_heads(const Tensor& out, const Tensor& x2, const Tensor& w, std::int64_t begin, std::int64_t count,
+                   std::int64_t d) {
+  Tensor o2 = out.view({x2.size(0), count * d});
+  at::mm_out(o2, x2, w.narrow(0, begin * d, count * d).t());
 }
 
-// The forward of q or k for some heads: projection -> optional per-head norm -> rope.
-struct QkRecompute {
-  Tensor pre;    // before the norm (kept for its backward)
-  Tensor rstd;   // undefined without qk norm
-  Tensor rotated;
+// What q or k heads bound for one rank need in backward: the projection before the
+// per-head norm and its rstd (qk-norm models only).
+struct QkParts {
+  Tensor pre, rstd;
 };
-QkRecompute q_or_k(const Tensor& x2, const Tensor& w, const Tensor& norm_w, std::int64_t begin, std::int64_t count,
-                   std::int64_t b, std::int64_t S, std::int64_t d, double eps, const RopeTables& rope) {
-  QkRecompute r;
-  r.pre = project(x2, w, begin, count, b, S, d);
-  Tensor normed = r.pre;
-  if (norm_w.defined()) {
-    auto n = rms_norm_forward(r.pre, norm_w, eps);
-    normed = n.y;
-    r.rstd = n.rstd;
+
+// Send buffer [u,b,n,count,d] of q or k: slice j holds heads first(j).. of this rank's tokens,
+// projected, normalized (qk norm) and rotated. `keep` (backward) collects what each slice's
+// backward needs.
+template <class First>
+Tensor qk_send(const Tensor& x2, const Tensor& w, const Tensor& norm_w, First first, std::int64_t count,
+               std::int64_t b, std::int64_t n, std::int64_t d, double eps, const RopeTables& rope,
+               const UlyssesLayout& L, std::vector<QkParts>* keep) {
+  Tensor send = at::empty({L.u, b, n, count, d}, x2.options());
+  for (std::int64_t j = 0; j < L.u; ++j) {
+    Tensor pre = at::empty({b, n, count, d}, x2.options());
+    project_heads(pre, x2, w, first(j), count, d);
+    QkParts parts;
+    Tensor normed = pre;
+    if (norm_w.defined()) {
+      auto nrm = rms_norm_forward(pre, norm_w, eps);
+      normed = nrm.y;
+      parts = {pre, nrm.rstd};
+    }
+    rope_rotate_out(send[j], normed, rope, false);
+    if (keep) keep->push_back(std::move(parts));
   }
-  r.rotated = rope_rotate(normed, rope, false);
-  return r;
+  return send;
 }
 
-// Backpropagates d(rotated) of q or k heads [begin, begin+count) into dx, dw and d(norm_w).
-void q_or_k_backward(const Tensor& d_rotated, const QkRecompute& r, const Tensor& x2, const Tensor& w,
+template <class First>
+Tensor v_send(const Tensor& x2, const Tensor& w, First first, std::int64_t count, std::int64_t b, std::int64_t n,
+              std::int64_t d, const UlyssesLayout& L) {
+  Tensor send = at::empty({L.u, b, n, count, d}, x2.options());
+  for (std::int64_t j = 0; j < L.u; ++j) project_heads(send[j], x2, w, first(j), count, d);
+  return send;
+}
+
+// Backpropagates d(rotated) [b,n,count,d] of heads [begin, begin+count) into dx, dw, d(norm_w).
+void q_or_k_backward(const Tensor& d_rotated, const QkParts& parts, const Tensor& x2, const Tensor& w,
                      const Tensor& norm_w, std::int64_t begin, std::int64_t count, std::int64_t d,
                      const RopeTables& rope, Tensor& dx, Tensor& dw, Tensor& d_norm_w) {
   Tensor g = rope_rotate(d_rotated, rope, true);
   if (norm_w.defined()) {
-    auto ng = rms_norm_backward(g, r.pre, norm_w, r.rstd);
+    auto ng = rms_norm_backward(g, parts.pre, norm_w, parts.rstd);
     g = ng.dx;
     d_norm_w.add_(ng.dw);
   }
@@ -146,38 +166,59 @@ void q_or_k_backward(const Tensor& d_rotated, const QkRecompute& r, const Tensor
   dx.addmm_(g2, w.narrow(0, begin * d, count * d));
 }
 
+// The exchanges of the staged schedule; on one rank they are views.
+Tensor to_seq(const UlyssesLayout& L, const Tensor& send) {
+  return to_sequence(L.u == 1 ? send : L.comm->all_to_all(send));
+}
+Tensor to_rank_slices(const UlyssesLayout& L, const Tensor& seq_side) {
+  return L.u == 1 ? seq_side.unsqueeze(0) : L.comm->all_to_all(to_ranks(seq_side, L.u));
+}
+// Heads [j*hl + qb, +c) of t4 [b,n,H,d] from every rank j, as [b,S,c,d] on this rank.
+Tensor stage_heads(const UlyssesLayout& L, const Tensor& t4, const Stage& st) {
+  if (L.u == 1) return t4.narrow(2, st.qb, st.c);
+  Tensor send = at::empty({L.u, t4.size(0), t4.size(1), st.c, t4.size(3)}, t4.options());
+  for (std::int64_t j = 0; j < L.u; ++j) send[j].copy_(t4.narrow(2, j * L.hl + st.qb, st.c));
+  return to_seq(L, send);
+}
+
 class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAttentionFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& wv,
                         const std::optional<Tensor>& q_norm_opt, const std::optional<Tensor>& k_norm_opt,
-                        const AttentionShape* sh, const RopeTables* rope, std::int64_t chunk) {
+                        const AttentionShape* sh, const RopeTables* rope, const UlyssesLayout* L,
+                        std::int64_t chunk) {
     const Tensor q_norm = q_norm_opt.value_or(Tensor()), k_norm = k_norm_opt.value_or(Tensor());
-    const auto b = x.size(0), S = x.size(1), d = sh->head_dim, H = sh->heads;
-    Tensor x2 = x.reshape({b * S, x.size(2)});
-    Tensor out = at::empty({b, S, H * d}, x.options());
-    Tensor lse = at::empty({b, H, S}, x.options().dtype(torch::kFloat));
-    Tensor out4 = out.view({b, S, H, d});
+    const auto b = x.size(0), n = x.size(1), d = sh->head_dim, H = sh->heads, S = n * L->u;
+    const double eps = sh->norm_eps;
+    Tensor x2 = x.reshape({b * n, x.size(2)});
+    Tensor out = at::empty({b, n, H * d}, x.options());
+    Tensor lse = at::empty({b, L->hl, S}, x.options().dtype(torch::kFloat));
+    Tensor out4 = out.view({b, n, H, d});
     Tensor ke, ve;
     std::int64_t cached_kv = -1;
-    for (std::int64_t s = 0; s < H / chunk; ++s) {
-      const Stage st = stage_of(s, chunk, *sh);
-      if (st.kv_begin != cached_kv) {
+    for (std::int64_t s = 0; s < L->hl / chunk; ++s) {
+      const Stage st = stage_of(s, chunk, *L);
+      auto q_first = [&](std::int64_t j) { return j * L->hl + st.qb; };
+      auto kv_first = [&](std::int64_t j) { return L->kv_head(j, st.kb); };
+      if (st.kb != cached_kv) {
         ke = ve = Tensor();  // the previous group's buffers die before this group's are made
-        Tensor k = q_or_k(x2, wk, k_norm, st.kv_begin, st.kv_count, b, S, d, sh->norm_eps, *rope).rotated;
-        ke = expand_kv(k, st.repeat);
-        k = Tensor();
-        ve = expand_kv(project(x2, wv, st.kv_begin, st.kv_count, b, S, d), st.repeat);
-        cached_kv = st.kv_begin;
+        ke = expand_kv(to_seq(*L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, *L, nullptr)),
+                       st.repeat);
+        ve = expand_kv(to_seq(*L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, *L)), st.repeat);
+        cached_kv = st.kb;
       }
-      Tensor q = q_or_k(x2, wq, q_norm, st.q_begin, st.q_count, b, S, d, sh->norm_eps, *rope).rotated;
+      Tensor q = to_seq(*L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, *L, nullptr));
       auto f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve));
       q = Tensor();
-      out4.narrow(2, st.q_begin, st.q_count).copy_(bhsd(f.out));
-      lse.narrow(1, st.q_begin, st.q_count).copy_(f.lse);
+      lse.narrow(1, st.qb, st.c).copy_(f.lse);
+      Tensor o = to_rank_slices(*L, bhsd(f.out));
+      f = FlashOut();
+      for (std::int64_t j = 0; j < L->u; ++j) out4.narrow(2, q_first(j), st.c).copy_(o[j]);
     }
     ctx->save_for_backward({x, wq, wk, wv, q_norm, k_norm, out, lse});
     ctx->saved_data["shape"] = reinterpret_cast<std::int64_t>(sh);
     ctx->saved_data["rope"] = reinterpret_cast<std::int64_t>(rope);
+    ctx->saved_data["layout"] = reinterpret_cast<std::int64_t>(L);
     ctx->saved_data["chunk"] = chunk;
     return out;
   }
@@ -188,52 +229,71 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
                  &k_norm = saved[5], &out = saved[6], &lse = saved[7];
     const auto* sh = reinterpret_cast<const AttentionShape*>(ctx->saved_data["shape"].toInt());
     const auto* rope = reinterpret_cast<const RopeTables*>(ctx->saved_data["rope"].toInt());
+    const auto& L = *reinterpret_cast<const UlyssesLayout*>(ctx->saved_data["layout"].toInt());
     const auto chunk = ctx->saved_data["chunk"].toInt();
-    const auto b = x.size(0), S = x.size(1), d = sh->head_dim, H = sh->heads;
-    Tensor x2 = x.reshape({b * S, x.size(2)});
-    Tensor dout4 = grads[0].contiguous().view({b, S, H, d});
-    Tensor out4 = out.view({b, S, H, d});
+    const auto b = x.size(0), n = x.size(1), d = sh->head_dim, H = sh->heads;
+    const double eps = sh->norm_eps;
+    Tensor x2 = x.reshape({b * n, x.size(2)});
+    Tensor dout4 = grads[0].contiguous().view({b, n, H, d});
+    Tensor out4 = out.view({b, n, H, d});
     Tensor dx = at::zeros_like(x2);
     Tensor dwq = at::zeros_like(wq), dwk = at::zeros_like(wk), dwv = at::zeros_like(wv);
     Tensor dqn = q_norm.defined() ? at::zeros(q_norm.sizes(), q_norm.options().dtype(torch::kFloat)) : Tensor();
     Tensor dkn = k_norm.defined() ? at::zeros(k_norm.sizes(), k_norm.options().dtype(torch::kFloat)) : Tensor();
 
     // The kv heads of the current group: recomputed once, their gradients accumulated over
-    // the group's stages and pushed into dx and the weights when the group changes.
-    QkRecompute k;
-    Tensor v, ke, ve, dk_acc, dv_acc;
+    // the group's stages, sent back and pushed into dx and the weights when the group changes.
+    std::vector<QkParts> k_parts;
+    Tensor ke, ve, dk_acc, dv_acc;
     Stage kv_stage{0, 0, -1, 0, 0};
+    auto kv_first = [&](std::int64_t j) { return L.kv_head(j, kv_stage.kb); };
     auto finish_kv = [&] {
-      if (kv_stage.kv_begin < 0) return;
+      if (kv_stage.kb < 0) return;
       ke = ve = Tensor();
-      q_or_k_backward(dk_acc, k, x2, wk, k_norm, kv_stage.kv_begin, kv_stage.kv_count, d, *rope, dx, dwk, dkn);
-      Tensor dv2 = dv_acc.reshape({b * S, kv_stage.kv_count * d});
-      dwv.narrow(0, kv_stage.kv_begin * d, kv_stage.kv_count * d).addmm_(dv2.t(), x2);
-      dx.addmm_(dv2, wv.narrow(0, kv_stage.kv_begin * d, kv_stage.kv_count * d));
-      k = QkRecompute();
-      v = dk_acc = dv_acc = Tensor();
+      Tensor dk = to_rank_slices(L, dk_acc);
+      dk_acc = Tensor();
+      for (std::int64_t j = 0; j < L.u; ++j)
+        q_or_k_backward(dk[j], k_parts[static_cast<std::size_t>(j)], x2, wk, k_norm, kv_first(j), kv_stage.kv_count,
+                        d, *rope, dx, dwk, dkn);
+      dk = Tensor();
+      k_parts.clear();
+      Tensor dv = to_rank_slices(L, dv_acc);
+      dv_acc = Tensor();
+      for (std::int64_t j = 0; j < L.u; ++j) {
+        Tensor dv2 = dv[j].reshape({b * n, kv_stage.kv_count * d});
+        dwv.narrow(0, kv_first(j) * d, kv_stage.kv_count * d).addmm_(dv2.t(), x2);
+        dx.addmm_(dv2, wv.narrow(0, kv_first(j) * d, kv_stage.kv_count * d));
+      }
     };
-    for (std::int64_t s = 0; s < H / chunk; ++s) {
-      const Stage st = stage_of(s, chunk, *sh);
-      if (st.kv_begin != kv_stage.kv_begin) {
+    for (std::int64_t s = 0; s < L.hl / chunk; ++s) {
+      const Stage st = stage_of(s, chunk, L);
+      auto q_first = [&](std::int64_t j) { return j * L.hl + st.qb; };
+      if (st.kb != kv_stage.kb) {
         finish_kv();
         kv_stage = st;
-        k = q_or_k(x2, wk, k_norm, st.kv_begin, st.kv_count, b, S, d, sh->norm_eps, *rope);
-        v = project(x2, wv, st.kv_begin, st.kv_count, b, S, d);
-        ke = expand_kv(k.rotated, st.repeat);
+        Tensor k = to_seq(L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, L, &k_parts));
+        ke = expand_kv(k, st.repeat);
+        dk_acc = at::zeros_like(k);
+        k = Tensor();
+        Tensor v = to_seq(L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, L));
         ve = expand_kv(v, st.repeat);
-        dk_acc = at::zeros_like(k.rotated);
         dv_acc = at::zeros_like(v);
       }
-      QkRecompute q = q_or_k(x2, wq, q_norm, st.q_begin, st.q_count, b, S, d, sh->norm_eps, *rope);
+      std::vector<QkParts> q_parts;
+      Tensor q = to_seq(L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, L, &q_parts));
+      Tensor d_o = stage_heads(L, dout4, st), o = stage_heads(L, out4, st);
       auto [dq_e, dk_e, dv_e] =
-          flash_backward(bhsd(dout4.narrow(2, st.q_begin, st.q_count)), bhsd(q.rotated), bhsd(ke), bhsd(ve),
-                         bhsd(out4.narrow(2, st.q_begin, st.q_count)), lse.narrow(1, st.q_begin, st.q_count));
+          flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse.narrow(1, st.qb, st.c));
+      q = d_o = o = Tensor();
       dk_acc.add_(reduce_kv(bhsd(dk_e), st.repeat));
       dk_e = Tensor();
       dv_acc.add_(reduce_kv(bhsd(dv_e), st.repeat));
       dv_e = Tensor();
-      q_or_k_backward(bhsd(dq_e), q, x2, wq, q_norm, st.q_begin, st.q_count, d, *rope, dx, dwq, dqn);
+      Tensor dq = to_rank_slices(L, bhsd(dq_e));
+      dq_e = Tensor();
+      for (std::int64_t j = 0; j < L.u; ++j)
+        q_or_k_backward(dq[j], q_parts[static_cast<std::size_t>(j)], x2, wq, q_norm, q_first(j), st.c, d, *rope, dx,
+                        dwq, dqn);
     }
     finish_kv();
     return {dx.view(x.sizes()),
@@ -244,18 +304,19 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
             dkn.defined() ? dkn.to(k_norm.scalar_type()) : Tensor(),
             Tensor(),
             Tensor(),
+            Tensor(),
             Tensor()};
   }
 };
 
 }  // namespace
 
-// REQUIRES: s and rope outlive the backward (the model owns them).
+// REQUIRES: s, rope and layout outlive the backward (the step owns them).
 Tensor head_chunked_attention(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                              const RopeTables& rope, std::int64_t chunk) {
+                              const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk) {
   // Autograd functions take no undefined tensors: models without qk norm pass none.
   auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
-  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, opt(w.q_norm), opt(w.k_norm), &s, &rope, chunk);
+  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, opt(w.q_norm), opt(w.k_norm), &s, &rope, &layout, chunk);
 }
 
 }  // namespace longctx::runtime

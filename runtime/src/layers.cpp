@@ -74,21 +74,26 @@ Tensor rms_norm(const Tensor& x, const Tensor& w, double eps) { return RmsNormFn
 // ---- RoPE --------------------------------------------------------------------------------
 
 RopeTables RopeTables::make(std::int64_t seq, std::int64_t head_dim, double theta, torch::ScalarType dtype,
-                            torch::Device device) {
+                            torch::Device device, std::int64_t first_position) {
   const auto half = head_dim / 2;
   auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   Tensor i = torch::arange(half, f64);
   Tensor inv_freq = torch::pow(theta, -2.0 * i / static_cast<double>(head_dim));
-  Tensor pos = torch::arange(seq, f64);
+  Tensor pos = torch::arange(first_position, first_position + seq, f64);
   Tensor angle = torch::outer(pos, inv_freq);  // [S, d/2]
   return {angle.cos().to(device, dtype), angle.sin().to(device, dtype)};
 }
 
 Tensor rope_rotate(const Tensor& x, const RopeTables& t, bool inverse) {
+  Tensor out = at::empty(x.sizes(), x.options());
+  rope_rotate_out(out, x, t, inverse);
+  return out;
+}
+
+void rope_rotate_out(const Tensor& out, const Tensor& x, const RopeTables& t, bool inverse) {
   const auto d = x.size(-1), half = d / 2, S = x.size(1);
   Tensor cos = t.cos.narrow(0, 0, S).view({1, S, 1, half});
   Tensor sin = t.sin.narrow(0, 0, S).view({1, S, 1, half});
-  Tensor out = at::empty(x.sizes(), x.options());
   Tensor x1 = x.narrow(-1, 0, half), x2 = x.narrow(-1, half, half);
   Tensor o1 = out.narrow(-1, 0, half), o2 = out.narrow(-1, half, half);
   const double sign = inverse ? -1.0 : 1.0;
@@ -97,7 +102,6 @@ Tensor rope_rotate(const Tensor& x, const RopeTables& t, bool inverse) {
   o1.addcmul_(x2, sin, -sign);
   at::mul_out(o2, x2, cos);
   o2.addcmul_(x1, sin, sign);
-  return out;
 }
 
 namespace {

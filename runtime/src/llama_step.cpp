@@ -225,12 +225,15 @@ class CheckpointFn : public torch::autograd::Function<CheckpointFn> {
 }  // namespace
 
 LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
-                     torch::Device device)
+                     torch::Device device, Communicator* comm)
     : m_(m),
       p_(p),
       w_(weights),
       device_(device),
-      rope_(RopeTables::make(seq, m.head_dim, m.rope_theta, weights.embed.scalar_type(), device)),
+      comm_(comm),
+      layout_(UlyssesLayout::make(m, comm)),
+      rope_(RopeTables::make(seq / layout_.u, m.head_dim, m.rope_theta, weights.embed.scalar_type(), device,
+                             layout_.rank * (seq / layout_.u))),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {}
 
@@ -258,9 +261,9 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
   Tensor xn1 = rms_norm(x, w.attn_norm, eps);
   Tensor o;  // attention output [b, S, H*d]
   if (p_.head_chunk > 0) {
-    o = head_chunked_attention(xn1, {w.wq, w.wk, w.wv, w.q_norm, w.k_norm}, attn_shape_, rope_, p_.head_chunk);
+    o = head_chunked_attention(xn1, {w.wq, w.wk, w.wv, w.q_norm, w.k_norm}, attn_shape_, rope_, layout_,
+                               p_.head_chunk);
   } else {
-    // seam: the Ulysses all-to-alls go around attention() here.
     auto qkv = project(xn1, {w.wq, w.wk, w.wv});
     Tensor q = qkv[0].view({b, S, H, d});
     Tensor k = qkv[1].view({b, S, K, d});
@@ -272,7 +275,9 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
     }
     q = rope(q, rope_);
     k = rope(k, rope_);
-    o = attention(q, k, v).view({b, S, H * d});
+    auto sp = ulysses_to_sequence(q, k, v, layout_);
+    q = k = v = Tensor();
+    o = ulysses_to_heads(attention(sp[0], sp[1], sp[2]), layout_).view({b, S, H * d});
   }
   xn1 = Tensor();
   Tensor attn_out = at::linear(o, w.wo);
@@ -368,13 +373,20 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   x = Tensor();
   Tensor loss = p_.loss_tiles > 1 ? tiled_cross_entropy(xf, w_.head(), targets, p_.loss_tiles)
                                   : cross_entropy_loss(xf, w_.head(), targets);
+  // Every rank holds as many tokens: the whole batch's token mean is the sum of these.
+  if (comm_ && comm_->world() > 1) loss = at::div(loss, comm_->world());
   return mark_backward_phase(loss, "backward.loss");
 }
 
 double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
   Tensor loss = forward(tokens, targets);
   tokens = targets = Tensor();
-  const double value = loss.item<double>();
+  double value = loss.item<double>();
+  if (comm_ && comm_->world() > 1) {
+    Tensor sum = at::full({1}, value, torch::TensorOptions().dtype(torch::kDouble));
+    comm_->all_reduce_sum(sum);
+    value = sum.item<double>();
+  }
   loss.backward();
   checkpoints_->clear();
   return value;

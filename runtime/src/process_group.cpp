@@ -37,40 +37,55 @@ Result<RankEnv> rank_env_from_environment() {
   return e;
 }
 
-Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& env,
-                                                                 const ProcessGroupOptions& options) {
+Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(env.master_port);
     so.isServer = env.rank == 0;
     so.numWorkers = env.world_size;
     so.waitWorkers = true;
-    so.timeout = options.timeout;
-    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
-    auto store = c10::make_intrusive<c10d::PrefixStore>("longctx", tcp);
+    so.timeout = timeout;
+    c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
+    return tcp;
+  } catch (const std::exception& e) {
+    return Error{ErrorKind::Internal, "process group",
+                 fmt::format("rank {} of {} could not reach the store at {}:{}: {}", env.rank, env.world_size,
+                             env.master_addr, env.master_port, e.what())};
+  }
+}
+
+Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c10d::Store>& base,
+                                                     const std::string& prefix, int rank, int size,
+                                                     const RankEnv& env, const ProcessGroupOptions& options) {
+  try {
+    auto store = c10::make_intrusive<c10d::PrefixStore>("longctx/" + prefix, base);
     if (options.backend == CommBackend::Gloo) {
       auto o = c10d::ProcessGroupGloo::Options::create();
       o->timeout = options.timeout;
-      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      if (env.master_addr != "127.0.0.1" && env.master_addr != "localhost") {
-        o->devices.back() = c10d::ProcessGroupGloo::createDefaultDevice();
-      }
-      c10::intrusive_ptr<c10d::Backend> pg =
-          c10::make_intrusive<c10d::ProcessGroupGloo>(store, env.rank, env.world_size, o);
+      const bool loopback = env.master_addr == "127.0.0.1" || env.master_addr == "localhost";
+      o->devices.push_back(loopback ? c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1")
+                                    : c10d::ProcessGroupGloo::createDefaultDevice());
+      c10::intrusive_ptr<c10d::Backend> pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);
       return pg;
     }
     if (c10::cuda::device_count() == 0)
       return Error::bad_input("--device", "NCCL needs a GPU and none is visible; use --device cpu");
     auto o = c10d::ProcessGroupNCCL::Options::create();
     o->timeout = options.timeout;
-    c10::intrusive_ptr<c10d::Backend> pg =
-        c10::make_intrusive<c10d::ProcessGroupNCCL>(store, env.rank, env.world_size, o);
+    c10::intrusive_ptr<c10d::Backend> pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, o);
     return pg;
   } catch (const std::exception& e) {
     return Error{ErrorKind::Internal, "process group",
-                 fmt::format("rank {} of {} could not join at {}:{}: {}", env.rank, env.world_size,
+                 fmt::format("rank {} of {} could not form group '{}' at {}:{}: {}", env.rank, env.world_size, prefix,
                              env.master_addr, env.master_port, e.what())};
   }
+}
+
+Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& env,
+                                                                 const ProcessGroupOptions& options) {
+  c10::intrusive_ptr<c10d::Store> store;
+  LONGCTX_TRY(store, connect_store(env, options.timeout));
+  return make_group(store, "world", env.rank, env.world_size, env, options);
 }
 
 }  // namespace longctx::runtime

@@ -8,23 +8,30 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/adamw.h"
+#include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
 
 namespace longctx::runtime {
 
 Result<bool> runnable(const Plan& plan, const RunOptions& o) {
   if (auto v = validate(plan.model, plan.cluster.shape, plan.train, plan.parallel); !v) return v.error();
-  if (plan.cluster.shape.world() != 1)
-    return Error::bad_input("cluster", fmt::format("the plan has {} ranks; this runtime runs one rank for now: plan for "
-                                                   "1 node x 1 GPU (--gpus 1)",
-                                                   plan.cluster.shape.world()));
-  if (plan.parallel.ulysses != 1)
-    return Error::bad_input("parallel.ulysses", "Ulysses needs several ranks; set it to 1 for a one-rank run");
-  if (plan.parallel.sharding == Sharding::Zero1 || plan.parallel.sharding == Sharding::Zero2)
+  int started = 1;
+  if (o.comm) {
+    started = o.comm->world();
+  } else {
+    RankEnv env;
+    LONGCTX_TRY(env, rank_env_from_environment());
+    started = env.world_size;
+  }
+  const auto world = plan.cluster.shape.world();
+  if (world != started)
+    return Error::bad_input("cluster", fmt::format("the plan has {} ranks but {} {} started: run it with `longctx run "
+                                                   "--nproc {}` (or torchrun --nproc-per-node {}), or plan for {}",
+                                                   world, started, started == 1 ? "was" : "were", world, world,
+                                                   started == 1 ? "--gpus 1" : fmt::format("{} ranks", started)));
+  if (world > 1 && plan.parallel.sharding != Sharding::None)
     return Error::bad_input("parallel.sharding",
-                            fmt::format("{} shards over several ranks; use none (or zero3 with offload_params) for a "
-                                        "one-rank run",
-                                        to_string(plan.parallel.sharding)));
+                            fmt::format("{} across ranks is not run yet; plan with --sharding none", to_string(plan.parallel.sharding)));
   if (o.device != "cpu" && o.device != "cuda")
     return Error::bad_input("--device", fmt::format("'{}' is unknown; use cpu or cuda", o.device));
   if (o.device == "cuda" && !torch::cuda::is_available())
@@ -41,10 +48,20 @@ struct Batch {
   torch::Tensor tokens, targets;  // [b, S] int64
 };
 
-// Synthetic tokens from (seed, step); or consecutive windows of a uint32 token file.
+// Synthetic tokens from (seed, step); or consecutive windows of a uint32 token file. The
+// world's batch is dp x micro_batch samples; a rank takes its samples' rows and its S/u
+// columns of them.
 class BatchSource {
  public:
-  BatchSource(const Plan& p, const RunOptions& o) : b_(p.train.micro_batch), S_(p.train.seq), V_(p.model.vocab), seed_(o.seed) {
+  BatchSource(const Plan& p, const RunOptions& o, const Communicator& c)
+      : b_(p.train.micro_batch * c.dp_size()),
+        S_(p.train.seq),
+        V_(p.model.vocab),
+        seed_(o.seed),
+        rows_(p.train.micro_batch),
+        first_row_(p.train.micro_batch * c.dp_rank()),
+        cols_(p.train.seq / c.sp_size()),
+        first_col_(p.train.seq / c.sp_size() * c.sp_rank()) {
     if (!o.data_path.empty()) {
       std::ifstream in(o.data_path, std::ios::binary);
       std::uint32_t v;
@@ -71,12 +88,15 @@ class BatchSource {
       for (std::int64_t i = 0; i < b_ * (S_ + 1); ++i) a[i] = file_[static_cast<std::size_t>((cursor_ + i) % n)];
       cursor_ = (cursor_ + b_ * S_) % n;
     }
-    return {all.narrow(1, 0, S_).to(device).contiguous(), all.narrow(1, 1, S_).to(device).contiguous()};
+    torch::Tensor mine = all.narrow(0, first_row_, rows_);
+    return {mine.narrow(1, first_col_, cols_).to(device).contiguous(),
+            mine.narrow(1, first_col_ + 1, cols_).to(device).contiguous()};
   }
 
  private:
   std::int64_t b_, S_, V_;
   std::uint64_t seed_;
+  std::int64_t rows_, first_row_, cols_, first_col_;
   std::vector<std::uint32_t> file_;
   std::int64_t cursor_ = 0;
 };
@@ -92,8 +112,19 @@ std::string bytes_text(std::int64_t b) {
 
 Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCallback& on_step) {
   if (auto r = runnable(plan, o); !r) return r.error();
-  const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
-  BatchSource data(plan, o);
+  std::shared_ptr<Communicator> comm = o.comm;
+  RankEnv env;
+  LONGCTX_TRY(env, rank_env_from_environment());
+  if (!comm) {
+    ProcessGroupOptions po;
+    po.backend = o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo;
+    po.timeout = std::chrono::seconds(o.comm_timeout_s);
+    LONGCTX_TRY(comm, Communicator::connect(env, plan.parallel.ulysses, po));
+  }
+  const int local = o.comm ? 0 : env.local_rank;
+  const torch::Device device =
+      o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local)) : torch::Device(torch::kCPU);
+  BatchSource data(plan, o, *comm);
   if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
   if (o.threads > 0) torch::set_num_threads(o.threads);
 
@@ -113,7 +144,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     where.pinned = !cpu;
     LlamaWeights weights = init_weights(plan.model, o.seed, where);
     AdamW optimizer(weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
-    LlamaStep step(plan.model, plan.parallel, plan.train.seq, weights, device);
+    LlamaStep step(plan.model, plan.parallel, plan.train.seq, weights, device, comm.get());
+    const auto params = weights.all();
     report.persistent_device = meter->current(Pool::Device);
     report.persistent_host = meter->current(Pool::Host);
     meter->take_phases();
@@ -129,6 +161,14 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
         r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
       }
       meter->set_phase("optimizer");
+      // Data and sequence parallel: every rank's gradient is its tokens' share of the batch
+      // mean; their sum is the batch's gradient (in place, no buffer).
+      if (comm->world() > 1)
+        for (const auto& p : params)
+          if (p.grad().defined()) {
+            torch::Tensor g = p.grad();
+            comm->all_reduce_sum(g);
+          }
       optimizer.step();
       if (!cpu) torch::cuda::synchronize();
       meter->finish();
@@ -156,7 +196,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
                                bytes_text(oom->in_use), bytes_text(oom->budget), dev ? "device" : "host",
                                bytes_text(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
     }
-    return Error{ErrorKind::Internal, "", fmt::format("the step failed: {}", e.what())};
+    return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm->rank(),
+                                                      comm->world(), e.what())};
   }
   return report;
 }

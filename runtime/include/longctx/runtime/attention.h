@@ -6,12 +6,16 @@
 //   needs as many k/v heads as q heads, so k and v are expanded to H heads as scratch inside
 //   forward and backward (planner: the GQA expansion workspace); CUDA does the same.
 //
-// head_chunked_attention(): Untied Ulysses with one rank (u = 1). Projects, normalizes and
-//   rotates q for `chunk` query heads at a time, and k/v once per kv head range, writes each
-//   stage's slice of out [b,S,H*d]; the stage buffers die before the next stage allocates.
-//   Saves only x (the attention input), the weights, out and the per-stage log-sum-exp;
-//   backward recomputes each stage and accumulates dx and the weight gradients.
-//   REQUIRES: chunk divides H, and chunk divides or is a multiple of H/K.
+// head_chunked_attention(): Untied Ulysses. Runs attention in stages of `chunk` query heads
+//   per rank: each stage projects, normalizes and rotates only the heads its ranks receive
+//   (chunk x u heads on this rank's n tokens), exchanges them (u > 1) into buffers sized
+//   for one stage, attends over all S tokens, and sends the output back into its slice of
+//   out [b,n,H*d]. K/V are projected and exchanged once per GQA group and reused by the
+//   group's stages; a stage's buffers die before the next stage allocates. Saves only x
+//   (the attention input), the weights, out and the per-stage log-sum-exp [b,hl,S];
+//   backward recomputes each stage (with its exchanges) and accumulates dx and the weight
+//   gradients.
+//   REQUIRES: chunk divides H/u, and chunk divides or is a multiple of (H/u)/kvr.
 #include <optional>
 
 #include <torch/torch.h>
@@ -44,8 +48,9 @@ struct AttentionShape {
   std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
   double norm_eps = 1e-6;
 };
-// x [b,S,h] -> out [b,S,H*d].
+struct UlyssesLayout;
+// x [b,n,h] (this rank's tokens) -> out [b,n,H*d].
 torch::Tensor head_chunked_attention(const torch::Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                                     const RopeTables& rope, std::int64_t chunk);
+                                     const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk);
 
 }  // namespace longctx::runtime

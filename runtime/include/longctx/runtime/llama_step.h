@@ -17,9 +17,11 @@
 // Phases are reported to the active MemoryMeter: forward.embed, forward.layer.L, loss,
 // backward.loss, backward.layer.L, backward.embed.
 //
-// A communicator is not needed for one rank: ulysses = 1, world = 1 (runnable() refuses
-// other plans). The all-to-alls and shard gathers of later versions go around the
-// attention call and the weight fetch, which are the seams marked below.
+// Across ranks (a Communicator): each rank runs its S/u tokens of its sample; attention is
+// wrapped in the Ulysses all-to-alls (ulysses.h), or runs the staged Untied schedule with
+// its exchanges inside; RoPE uses the rank's own positions. The loss is this rank's token
+// mean divided by the world size, so the sum over ranks of loss and gradients is the
+// token-weighted mean over every token of every sample: the single-process loss.
 #include <map>
 #include <memory>
 #include <vector>
@@ -32,6 +34,7 @@
 #include "longctx/runtime/checkpoint_store.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/norm_rope.h"
+#include "longctx/runtime/ulysses.h"
 
 namespace longctx::runtime {
 
@@ -39,12 +42,15 @@ class LlamaStep {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
   // runnable(); seq is the longest sequence forward() will see.
+  // seq is the full sequence; tokens passed to forward() are this rank's S/u of it.
+  // comm: nullptr for one rank.
   LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
-            torch::Device device);
+            torch::Device device, Communicator* comm = nullptr);
 
   // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  // forward, then backward into the weights' .grad(); returns the loss. Takes the batch by
+  // forward, then backward into the weights' .grad(); returns the loss (summed over ranks:
+  // the whole batch's). Takes the batch by
   // value and lets go of it after forward, so the graph alone decides when tokens and
   // targets die (targets after the loss backward, tokens after the embedding's).
   double forward_backward(torch::Tensor tokens, torch::Tensor targets);
@@ -78,6 +84,8 @@ class LlamaStep {
   ParallelConfig p_;
   LlamaWeights& w_;
   torch::Device device_;
+  Communicator* comm_;
+  UlyssesLayout layout_;
   RopeTables rope_;
   AttentionShape attn_shape_;
   std::unique_ptr<CheckpointStore> checkpoints_;

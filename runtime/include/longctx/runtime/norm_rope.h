@@ -22,17 +22,20 @@ struct NormGrads {
 NormGrads rms_norm_backward(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& w,
                             const torch::Tensor& rstd);
 
-// cos and sin of position p times inv_freq_i = theta^(-2i/d), [S, d/2], in the model dtype.
+// cos and sin of position p times inv_freq_i = theta^(-2i/d), [S, d/2], in the model dtype,
+// for positions first_position .. first_position + seq - 1 (a Ulysses rank's shard).
 struct RopeTables {
   torch::Tensor cos, sin;
   static RopeTables make(std::int64_t seq, std::int64_t head_dim, double theta, torch::ScalarType dtype,
-                         torch::Device device);
+                         torch::Device device, std::int64_t first_position = 0);
 };
 
 // Rotates x [b, S, heads, d] (Hugging Face's rotate_half convention: the first half of d
 // pairs with the second). inverse=true rotates by minus the angle: the backward.
 // Writes a fresh tensor; no scratch.
 torch::Tensor rope_rotate(const torch::Tensor& x, const RopeTables& t, bool inverse);
+// The same into `out` (shaped like x; may be a slice of a larger buffer, not aliasing x).
+void rope_rotate_out(const torch::Tensor& out, const torch::Tensor& x, const RopeTables& t, bool inverse);
 // Autograd version: saves nothing (the backward is the inverse rotation).
 torch::Tensor rope(const torch::Tensor& x, const RopeTables& t);
 

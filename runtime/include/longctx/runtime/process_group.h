@@ -44,4 +44,12 @@ struct ProcessGroupOptions {
 Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& env,
                                                                  const ProcessGroupOptions& options);
 
+// The store alone (rank 0 hosts it), to build several groups on.
+Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::chrono::milliseconds timeout);
+// A group of `size` ranks (this one is `rank` in it) whose members meet under `prefix` of
+// the store: the whole world, or a subgroup such as one Ulysses group.
+Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                                     const std::string& prefix, int rank, int size,
+                                                     const RankEnv& env, const ProcessGroupOptions& options);
+
 }  // namespace longctx::runtime

@@ -7,11 +7,15 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "longctx/planner/plan.h"
 #include "longctx/planner/result.h"
 #include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
+
+class Communicator;
 
 struct RunOptions {
   int steps = 1;
@@ -21,6 +25,10 @@ struct RunOptions {
   bool enforce_budget = true;     // CPU: refuse allocations past the plan's budgets
   int threads = 0;                // LibTorch intra-op threads; 0 keeps its default
   std::FILE* allocation_log = nullptr;  // every counted allocation, for debugging the inventory
+  // The ranks of a distributed run; nullptr: joined from the torchrun environment (RANK,
+  // WORLD_SIZE, ...), one rank when it is unset.
+  std::shared_ptr<Communicator> comm;
+  int comm_timeout_s = 60;  // a collective waiting longer fails: a dead rank is reported, not waited on
 };
 
 struct StepResult {
@@ -43,8 +51,8 @@ struct RunReport {
   std::string device;                  // "cpu (virtual device)" or the GPU's name
 };
 
-// Why this runtime cannot run the plan (one rank; ulysses 1; sharding none, or zero3 over one
-// rank), naming the field and the fix; ok otherwise.
+// Why this runtime cannot run the plan (its world differs from the ranks started, or a
+// technique it does not run), naming the field and the fix; ok otherwise.
 Result<bool> runnable(const Plan& plan, const RunOptions& o);
 
 // Called after each step, for progress.

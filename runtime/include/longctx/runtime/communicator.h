@@ -1,0 +1,83 @@
+#pragma once
+// The collectives one rank of a distributed step takes part in, over c10d: Gloo on CPU,
+// NCCL on CUDA.
+//
+// World = dp x u ranks. Ranks j*u .. j*u+u-1 form Ulysses group j: they hold one sample's
+// sequence between them, S/u tokens each, in rank order. ZeRO shards over the whole world.
+// With one rank nothing is connected and every collective is the identity.
+//
+// Collectives block. A peer that died or stalls makes them throw CommError within the
+// group's timeout, naming the collective, so no rank hangs.
+#include <memory>
+#include <stdexcept>
+#include <string>
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/torch.h>
+
+#include "longctx/planner/result.h"
+#include "longctx/runtime/process_group.h"
+
+namespace c10d {
+class Work;
+}
+
+namespace longctx::runtime {
+
+class CommError : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+class Communicator {
+ public:
+  // One rank: no peers.
+  static std::shared_ptr<Communicator> single();
+  // REQUIRES: ulysses divides env.world_size.
+  static Result<std::shared_ptr<Communicator>> connect(const RankEnv& env, int ulysses,
+                                                       const ProcessGroupOptions& options);
+
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  int sp_rank() const { return rank_ % sp_size_; }  // in the Ulysses group
+  int sp_size() const { return sp_size_; }
+  int dp_rank() const { return rank_ / sp_size_; }
+  int dp_size() const { return world_ / sp_size_; }
+
+  // Ulysses group. send [u, ...], contiguous: send[j] goes to group rank j. Returns recv of
+  // the same shape, recv[j] from group rank j. The only allocation is recv.
+  torch::Tensor all_to_all(const torch::Tensor& send);
+  // World: t <- sum over ranks, in place. REQUIRES: t contiguous.
+  void all_reduce_sum(torch::Tensor& t);
+  // World: full [world * n] <- every rank's shard [n], in rank order.
+  void all_gather(torch::Tensor& full, const torch::Tensor& shard);
+  // World: shard [n] <- sum over ranks of full's rank-th slice [world * n].
+  void reduce_scatter_sum(torch::Tensor& shard, const torch::Tensor& full);
+
+  // A world all-gather running beside compute; complete() before reading `full`.
+  class Pending {
+   public:
+    Pending() = default;
+    void complete();  // waits; throws CommError as the blocking calls do
+    bool active() const { return work_.defined(); }
+
+   private:
+    friend class Communicator;
+    c10::intrusive_ptr<c10d::Work> work_;
+    std::string what_;
+    const Communicator* comm_ = nullptr;
+  };
+  Pending all_gather_async(torch::Tensor& full, const torch::Tensor& shard);
+
+  ~Communicator();
+
+ private:
+  Communicator() = default;
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
+
+  int rank_ = 0, world_ = 1, sp_size_ = 1;
+  std::chrono::milliseconds timeout_{0};
+  c10::intrusive_ptr<c10d::Backend> world_group_, sp_group_;  // sp_group_ may be world_group_
+};
+
+}  // namespace longctx::runtime

@@ -1,0 +1,45 @@
+#pragma once
+// DeepSpeed-Ulysses around attention: all-to-alls over the Ulysses group that turn
+// "S/u tokens x all heads" into "all S tokens x H/u heads" and back.
+//
+// Layout. Rank j of the group holds tokens [j*n, (j+1)*n) of each sample (n = S/u) and, after
+// the exchange, query heads [j*hl, (j+1)*hl) (hl = H/u) and kvr kv heads: [j*kvr, (j+1)*kvr)
+// when u divides K, else the one kv head j*K/u, replicated to u/K ranks whose gradients are
+// summed on the way back. A send buffer is [u, b, n, heads, d]: slice j goes to rank j. With
+// micro-batch 1 the sequence side [b, S, heads, d] is a view of the same memory, so only the
+// head side is copied.
+#include <torch/torch.h>
+
+#include "longctx/planner/model_config.h"
+#include "longctx/runtime/communicator.h"
+
+namespace longctx::runtime {
+
+struct UlyssesLayout {
+  Communicator* comm = nullptr;  // nullptr: one rank, u = 1
+  std::int64_t u = 1, rank = 0;  // group size and this rank's place in it
+  std::int64_t heads = 0, kv_heads = 0, head_dim = 0;
+  std::int64_t hl = 0, kvr = 0;  // query and kv heads per rank after the exchange
+
+  static UlyssesLayout make(const ModelConfig& m, Communicator* comm);
+  // The global kv head that rank j's local kv head i is.
+  std::int64_t kv_head(std::int64_t j, std::int64_t i) const {
+    return u <= kv_heads ? j * kvr + i : j * kv_heads / u;
+  }
+  bool replicated() const { return u > kv_heads; }
+};
+
+// [b, S, c, d] (sequence side) <-> [u, b, n, c, d] (send/receive side). Views for b = 1 and
+// contiguous input; copies otherwise.
+torch::Tensor to_ranks(const torch::Tensor& seq_side, std::int64_t u);
+torch::Tensor to_sequence(const torch::Tensor& rank_side);
+
+// q [b,n,H,d], k and v [b,n,K,d] on this rank's tokens -> {q [b,S,hl,d], k and v [b,S,kvr,d]}.
+// One autograd node: the three send buffers exist together while the exchanges run (the
+// planner's attn.a2a_qkv). Backward: three exchanges back, then the copies to [b,n,.,d].
+std::vector<torch::Tensor> ulysses_to_sequence(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                                               const UlyssesLayout& layout);
+// o [b,S,hl,d] -> [b,n,H,d] (the planner's attn.a2a_out).
+torch::Tensor ulysses_to_heads(const torch::Tensor& o, const UlyssesLayout& layout);
+
+}  // namespace longctx::runtime

@@ -1,0 +1,144 @@
+// A distributed step computes the single-process step: ranks (threads here, over c10d Gloo
+// on loopback) each run their S/u tokens of their sample, and the loss and the summed
+// gradients equal plain autograd over the whole batch on one process.
+//
+// Tolerances as in technique_equivalence_test: loss within 1e-5 relative, each gradient
+// within 2e-4 of its largest entry. A wrong head routing, a kv replica not summed, or RoPE
+// positions from 0 on every rank change the result by orders of magnitude more.
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <thread>
+
+#include "longctx/runtime/communicator.h"
+#include "longctx/runtime/llama_step.h"
+#include "reference_llama.h"
+
+namespace longctx::runtime {
+namespace {
+
+int free_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
+  sockaddr_in a{};
+  a.sin_family = AF_INET;
+  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  socklen_t len = sizeof a;
+  int port = 29500;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
+    port = ntohs(a.sin_port);
+  ::close(fd);
+  return port;
+}
+
+struct Case {
+  std::string name, model;
+  int world;
+  ParallelConfig parallel;
+};
+void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
+
+ParallelConfig sp(int u, std::function<void(ParallelConfig&)> f = {}) {
+  ParallelConfig p;
+  p.ulysses = u;
+  if (f) f(p);
+  return p;
+}
+
+std::vector<Case> cases() {
+  return {
+      {"GqaUlysses2", "tiny-gqa", 2, sp(2)},
+      {"GqaUlysses4KvReplicated", "tiny-gqa", 4, sp(4)},
+      {"OddUlysses2", "tiny-odd", 2, sp(2)},
+      {"OddUlysses4KvReplicated", "tiny-odd", 4, sp(4)},
+      {"GqaUntied2Chunk1", "tiny-gqa", 2, sp(2, [](auto& p) { p.head_chunk = 1; })},
+      {"GqaUntied4Chunk1KvReplicated", "tiny-gqa", 4, sp(4, [](auto& p) { p.head_chunk = 1; })},
+      {"OddUntied2Chunk2", "tiny-odd", 2, sp(2, [](auto& p) { p.head_chunk = 2; })},
+      {"OddUntied4Chunk1", "tiny-odd", 4, sp(4, [](auto& p) { p.head_chunk = 1; })},
+      {"GqaDataParallel2", "tiny-gqa", 2, sp(1)},
+      {"GqaUlysses2TimesData2", "tiny-gqa", 4, sp(2)},
+      {"OddUlysses2WithEveryTechnique", "tiny-odd", 2, sp(2, [](auto& p) {
+         p.head_chunk = 1;
+         p.checkpoint = CheckpointPolicy::full();
+         p.offload_checkpoints = true;
+         p.mlp_tiles = 4;
+         p.loss_tiles = 2;
+       })},
+  };
+}
+
+class DistributedEquivalence : public ::testing::TestWithParam<Case> {};
+
+TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
+  const Case& c = GetParam();
+  const std::int64_t S = 64, b = 1;
+  auto plan = testing::tiny_plan(c.model, S, b, c.parallel);
+  plan.cluster.shape = {1, c.world};
+  auto valid = validate(plan.model, plan.cluster.shape, plan.train, plan.parallel);
+  ASSERT_TRUE(valid.ok()) << valid.error().what();
+  const int u = c.parallel.ulysses, dp = c.world / u;
+
+  // The whole batch: dp samples.
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
+  auto all = at::randint(plan.model.vocab, {dp * b, S + 1}, gen, torch::TensorOptions().dtype(torch::kLong));
+  auto tokens = all.narrow(1, 0, S).contiguous(), targets = all.narrow(1, 1, S).contiguous();
+
+  LlamaWeights ref = init_weights(plan.model, /*seed=*/7, {});
+  auto ref_loss = testing::ref_loss(plan.model, ref, tokens, targets);
+  ref_loss.backward();
+
+  const int port = free_port();
+  std::vector<double> losses(c.world);
+  std::vector<std::vector<torch::Tensor>> grads(c.world);
+  std::vector<std::string> errors(c.world);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < c.world; ++r) {
+    threads.emplace_back([&, r] {
+      try {
+        ProcessGroupOptions o;
+        o.timeout = std::chrono::seconds(60);
+        auto comm = Communicator::connect(RankEnv{r, c.world, r, "127.0.0.1", port}, u, o);
+        if (!comm) throw std::runtime_error(comm.error().what());
+        auto& cm = **comm;
+        LlamaWeights w = init_weights(plan.model, /*seed=*/7, {});
+        LlamaStep step(plan.model, plan.parallel, S, w, torch::kCPU, &cm);
+        const auto n = S / u;
+        auto mine = [&](const torch::Tensor& t) {
+          return t.narrow(0, cm.dp_rank() * b, b).narrow(1, cm.sp_rank() * n, n).contiguous();
+        };
+        losses[r] = step.forward_backward(mine(tokens), mine(targets));
+        for (auto& p : w.all()) {
+          torch::Tensor g = p.grad();
+          cm.all_reduce_sum(g);
+          grads[r].push_back(g);
+        }
+      } catch (const std::exception& e) {
+        errors[r] = e.what();
+      }
+    });
+  }
+  for (auto& t : threads) t.join();
+  for (int r = 0; r < c.world; ++r) ASSERT_TRUE(errors[r].empty()) << "rank " << r << ": " << errors[r];
+
+  const auto want = ref.all();
+  for (int r = 0; r < c.world; ++r) {
+    EXPECT_NEAR(losses[r], ref_loss.item<double>(), 1e-5 * std::abs(ref_loss.item<double>())) << "rank " << r;
+    ASSERT_EQ(grads[r].size(), want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      const double scale = want[i].grad().abs().max().item<double>();
+      const double err = (grads[r][i] - want[i].grad()).abs().max().item<double>();
+      EXPECT_LE(err, 2e-4 * scale + 1e-9) << "rank " << r << " parameter " << i << ": max error " << err;
+    }
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Configurations, DistributedEquivalence, ::testing::ValuesIn(cases()),
+                         [](const auto& info) { return info.param.name; });
+
+}  // namespace
+}  // namespace longctx::runtime
