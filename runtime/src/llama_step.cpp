@@ -238,6 +238,18 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {}
 
 LayerWeights LlamaStep::fetch_layer(std::int64_t layer) {
+  if (shards_ && shards_->gathers()) {
+    auto v = shards_->gather(static_cast<int>(layer));
+    std::size_t i = 0;
+    LayerWeights w;
+    for (Tensor* t : {&w.attn_norm, &w.wq, &w.wk, &w.wv, &w.wo}) *t = v[i++];
+    if (m_.qk_norm) {
+      w.q_norm = v[i++];
+      w.k_norm = v[i++];
+    }
+    for (Tensor* t : {&w.mlp_norm, &w.w_gate, &w.w_up, &w.w_down}) *t = v[i++];
+    return w;
+  }
   const LayerWeights& w = w_.layers[static_cast<std::size_t>(layer)];
   if (!p_.offload_params) return w;
   // Parameter offload: the layer's weights come from the host pool for this use only; the
@@ -308,6 +320,37 @@ void resize_storage(const Tensor& t, std::size_t bytes) {
     at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
 }
 
+// ZeRO: when a group's backward has ended (the gradient reached its input), its gradient is
+// reduce-scattered into the shard. Identity in forward.
+class GradsReadyFn : public torch::autograd::Function<GradsReadyFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, ShardedParams* shards, std::int64_t group) {
+    ctx->saved_data["shards"] = reinterpret_cast<std::int64_t>(shards);
+    ctx->saved_data["group"] = group;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt())
+        ->finish_grads(static_cast<int>(ctx->saved_data["group"].toInt()));
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+
+// zero3: gathers a layer's parameters again when the gradient reaches its output.
+class RegatherFn : public torch::autograd::Function<RegatherFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, ShardedParams* shards, std::int64_t group) {
+    ctx->saved_data["shards"] = reinterpret_cast<std::int64_t>(shards);
+    ctx->saved_data["group"] = group;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt())
+        ->restore(static_cast<int>(ctx->saved_data["group"].toInt()));
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+
 // Restores a layer's streamed weights when the gradient reaches its output, i.e. just
 // before the layer's backward. Identity in forward.
 class RestoreStreamedFn : public torch::autograd::Function<RestoreStreamedFn> {
@@ -350,12 +393,19 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   checkpoints_->clear();
   streamed_.clear();
   set_phase("forward.embed");
-  Tensor x = at::embedding(w_.embed, tokens);
+  const bool gathered = shards_ && shards_->gathers();
+  const bool shard_grads = shards_ && shards_->shards_grads() && torch::GradMode::is_enabled();
+  Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
   x = mark_backward_phase(x, "backward.embed");
   for (std::int64_t l = 0; l < m_.layers; ++l) {
     set_phase(fmt::format("forward.layer.{}", l));
+    if (shard_grads) x = GradsReadyFn::apply(x, shards_, l);
     if (p_.checkpoint.checkpoints_layer(l)) {
       x = CheckpointFn::apply(x, this, l);
+    } else if (gathered && torch::GradMode::is_enabled()) {
+      x = layer_forward(l, x);
+      shards_->release(static_cast<int>(l));
+      x = RegatherFn::apply(x, shards_, l);
     } else {
       record_fetches_ = p_.offload_params && torch::GradMode::is_enabled();
       x = layer_forward(l, x);
@@ -369,10 +419,17 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
   }
   set_phase("loss");
-  Tensor xf = rms_norm(x, w_.final_norm, m_.rms_norm_eps);
+  if (shard_grads) x = GradsReadyFn::apply(x, shards_, shards_->head_group());
+  Tensor final_norm = w_.final_norm, head = w_.head();
+  if (gathered) {
+    auto h = shards_->gather(shards_->head_group());
+    final_norm = h[0];
+    head = m_.tie_embeddings ? shards_->gather(shards_->embed_group())[0] : h[1];
+  }
+  Tensor xf = rms_norm(x, final_norm, m_.rms_norm_eps);
   x = Tensor();
-  Tensor loss = p_.loss_tiles > 1 ? tiled_cross_entropy(xf, w_.head(), targets, p_.loss_tiles)
-                                  : cross_entropy_loss(xf, w_.head(), targets);
+  Tensor loss = p_.loss_tiles > 1 ? tiled_cross_entropy(xf, head, targets, p_.loss_tiles)
+                                  : cross_entropy_loss(xf, head, targets);
   // Every rank holds as many tokens: the whole batch's token mean is the sum of these.
   if (comm_ && comm_->world() > 1) loss = at::div(loss, comm_->world());
   return mark_backward_phase(loss, "backward.loss");
@@ -388,6 +445,7 @@ double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
     value = sum.item<double>();
   }
   loss.backward();
+  if (shards_) shards_->finish_grads(shards_->embed_group());
   checkpoints_->clear();
   return value;
 }

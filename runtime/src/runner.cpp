@@ -10,6 +10,7 @@
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
+#include "longctx/runtime/sharded_params.h"
 
 namespace longctx::runtime {
 
@@ -29,9 +30,11 @@ Result<bool> runnable(const Plan& plan, const RunOptions& o) {
                                                    "--nproc {}` (or torchrun --nproc-per-node {}), or plan for {}",
                                                    world, started, started == 1 ? "was" : "were", world, world,
                                                    started == 1 ? "--gpus 1" : fmt::format("{} ranks", started)));
-  if (world > 1 && plan.parallel.sharding != Sharding::None)
+  if (world == 1 && (plan.parallel.sharding == Sharding::Zero1 || plan.parallel.sharding == Sharding::Zero2))
     return Error::bad_input("parallel.sharding",
-                            fmt::format("{} across ranks is not run yet; plan with --sharding none", to_string(plan.parallel.sharding)));
+                            fmt::format("{} shards over several ranks; use none (or zero3 with offload_params) for a "
+                                        "one-rank run",
+                                        to_string(plan.parallel.sharding)));
   if (o.device != "cpu" && o.device != "cuda")
     return Error::bad_input("--device", fmt::format("'{}' is unknown; use cpu or cuda", o.device));
   if (o.device == "cuda" && !torch::cuda::is_available())
@@ -89,8 +92,13 @@ class BatchSource {
       cursor_ = (cursor_ + b_ * S_) % n;
     }
     torch::Tensor mine = all.narrow(0, first_row_, rows_);
-    return {mine.narrow(1, first_col_, cols_).to(device).contiguous(),
-            mine.narrow(1, first_col_ + 1, cols_).to(device).contiguous()};
+    // Fresh copies: a one-row slice counts as contiguous and would keep the whole window.
+    auto take = [&](std::int64_t first) {
+      torch::Tensor t = torch::empty({rows_, cols_}, torch::TensorOptions().dtype(torch::kLong).device(device));
+      t.copy_(mine.narrow(1, first, cols_));
+      return t;
+    };
+    return {take(first_col_), take(first_col_ + 1)};
   }
 
  private:
@@ -140,11 +148,17 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     WeightPlacement where;
     where.dtype = plan.train.dtype == DType::BF16 ? torch::kBFloat16 : torch::kFloat;
     where.device = device;
-    where.layers_in_host_pool = plan.parallel.offload_params;
+    // Across ranks the shards, not the layers, go to the host pool (ShardedParams).
+    const bool sharded = comm->world() > 1 && plan.parallel.sharding != Sharding::None;
+    where.layers_in_host_pool = plan.parallel.offload_params && !sharded;
     where.pinned = !cpu;
     LlamaWeights weights = init_weights(plan.model, o.seed, where);
-    AdamW optimizer(weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
     LlamaStep step(plan.model, plan.parallel, plan.train.seq, weights, device, comm.get());
+    std::unique_ptr<ShardedParams> shards;
+    if (sharded)
+      shards = std::make_unique<ShardedParams>(weights, plan.parallel.sharding, plan.parallel.offload_params, *comm, !cpu);
+    AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
+    step.use_shards(shards.get());
     const auto params = weights.all();
     report.persistent_device = meter->current(Pool::Device);
     report.persistent_host = meter->current(Pool::Host);
@@ -163,13 +177,15 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       meter->set_phase("optimizer");
       // Data and sequence parallel: every rank's gradient is its tokens' share of the batch
       // mean; their sum is the batch's gradient (in place, no buffer).
-      if (comm->world() > 1)
+      if (shards) shards->prepare_step();
+      if (comm->world() > 1 && !shards)
         for (const auto& p : params)
           if (p.grad().defined()) {
             torch::Tensor g = p.grad();
             comm->all_reduce_sum(g);
           }
       optimizer.step();
+      if (shards) shards->finish_step();
       if (!cpu) torch::cuda::synchronize();
       meter->finish();
       r.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

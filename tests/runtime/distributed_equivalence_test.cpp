@@ -17,6 +17,7 @@
 
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
+#include "longctx/runtime/sharded_params.h"
 #include "reference_llama.h"
 
 namespace longctx::runtime {
@@ -62,6 +63,23 @@ std::vector<Case> cases() {
       {"OddUntied4Chunk1", "tiny-odd", 4, sp(4, [](auto& p) { p.head_chunk = 1; })},
       {"GqaDataParallel2", "tiny-gqa", 2, sp(1)},
       {"GqaUlysses2TimesData2", "tiny-gqa", 4, sp(2)},
+      {"GqaZero1", "tiny-gqa", 2, sp(1, [](auto& p) { p.sharding = Sharding::Zero1; })},
+      {"GqaZero2Ulysses2", "tiny-gqa", 2, sp(2, [](auto& p) { p.sharding = Sharding::Zero2; })},
+      {"GqaZero3", "tiny-gqa", 2, sp(1, [](auto& p) { p.sharding = Sharding::Zero3; })},
+      {"OddZero3TiedUlysses4", "tiny-odd", 4, sp(4, [](auto& p) { p.sharding = Sharding::Zero3; })},
+      {"GqaZero3CheckpointEvery2Ulysses2TimesData2", "tiny-gqa", 4, sp(2, [](auto& p) {
+         p.sharding = Sharding::Zero3;
+         p.checkpoint = CheckpointPolicy::every_k(2);
+       })},
+      {"OddEverythingUlysses2", "tiny-odd", 2, sp(2, [](auto& p) {
+         p.head_chunk = 1;
+         p.checkpoint = CheckpointPolicy::full();
+         p.offload_checkpoints = true;
+         p.mlp_tiles = 4;
+         p.loss_tiles = 2;
+         p.sharding = Sharding::Zero3;
+         p.offload_params = true;
+       })},
       {"OddUlysses2WithEveryTechnique", "tiny-odd", 2, sp(2, [](auto& p) {
          p.head_chunk = 1;
          p.checkpoint = CheckpointPolicy::full();
@@ -107,15 +125,39 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
         auto& cm = **comm;
         LlamaWeights w = init_weights(plan.model, /*seed=*/7, {});
         LlamaStep step(plan.model, plan.parallel, S, w, torch::kCPU, &cm);
+        std::unique_ptr<ShardedParams> shards;
+        if (c.parallel.sharding != Sharding::None) {
+          shards = std::make_unique<ShardedParams>(w, c.parallel.sharding, c.parallel.offload_params, cm, false);
+          step.use_shards(shards.get());
+        }
         const auto n = S / u;
         auto mine = [&](const torch::Tensor& t) {
           return t.narrow(0, cm.dp_rank() * b, b).narrow(1, cm.sp_rank() * n, n).contiguous();
         };
         losses[r] = step.forward_backward(mine(tokens), mine(targets));
-        for (auto& p : w.all()) {
-          torch::Tensor g = p.grad();
-          cm.all_reduce_sum(g);
-          grads[r].push_back(g);
+        if (!shards) {
+          for (auto& p : w.all()) {
+            torch::Tensor g = p.grad();
+            cm.all_reduce_sum(g);
+            grads[r].push_back(g);
+          }
+          return;
+        }
+        // Sharded: the shards' gradients, gathered and cut back into parameters.
+        shards->prepare_step();
+        std::vector<torch::Tensor> flat;
+        for (int g = 0; g < shards->groups(); ++g) {
+          const torch::Tensor& shard = shards->shards()[static_cast<std::size_t>(g)];
+          if (!shard.grad().defined()) throw std::runtime_error("group " + std::to_string(g) + " has no gradient");
+          torch::Tensor full = torch::empty({cm.world() * shard.numel()});
+          cm.all_gather(full, shard.grad());
+          flat.push_back(full.narrow(0, 0, shards->group_numel(g)));
+        }
+        torch::Tensor all_grads = torch::cat(flat);
+        std::int64_t off = 0;
+        for (auto& p : ref.all()) {
+          grads[r].push_back(all_grads.narrow(0, off, p.numel()).view(p.sizes()));
+          off += p.numel();
         }
       } catch (const std::exception& e) {
         errors[r] = e.what();

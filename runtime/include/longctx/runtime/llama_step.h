@@ -34,6 +34,7 @@
 #include "longctx/runtime/checkpoint_store.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/norm_rope.h"
+#include "longctx/runtime/sharded_params.h"
 #include "longctx/runtime/ulysses.h"
 
 namespace longctx::runtime {
@@ -59,6 +60,10 @@ class LlamaStep {
   // calls it again inside the layer's backward.
   torch::Tensor layer_forward(std::int64_t layer, const torch::Tensor& x);
   CheckpointStore& checkpoints() { return *checkpoints_; }
+  // ZeRO across ranks: parameters come from (zero3) and gradients go to (zero2/zero3) the
+  // shards. REQUIRES: shards outlive the step; set before the first forward.
+  void use_shards(ShardedParams* shards) { shards_ = shards; }
+  ShardedParams* shards() { return shards_; }
   const ParallelConfig& parallel() const { return p_; }
 
  private:
@@ -85,6 +90,7 @@ class LlamaStep {
   LlamaWeights& w_;
   torch::Device device_;
   Communicator* comm_;
+  ShardedParams* shards_ = nullptr;
   UlyssesLayout layout_;
   RopeTables rope_;
   AttentionShape attn_shape_;

@@ -1,0 +1,80 @@
+#pragma once
+// ZeRO over the world (DESIGN.md: data- and sequence-parallel ranks hold the same
+// parameters, so they share the shards). Each parameter group (a layer; the embedding; the
+// head: final norm and output projection) is one flat vector padded to world x shard
+// elements, in the order LlamaWeights lists them; rank r owns [r*shard, (r+1)*shard).
+//
+//   zero1  full parameters, re-laid as one flat buffer per group (the weights are views of
+//          it); full gradients all-reduced; the optimizer updates this rank's shard and the
+//          shards are all-gathered back into the parameters.
+//   zero2  as zero1, but each group's gradient is reduce-scattered as soon as its backward
+//          ends: only the shard's gradient outlives the group.
+//   zero3  only the shards are kept (in the host pool with offload_params); a group is
+//          all-gathered into a full buffer just before its forward and its backward and
+//          freed after use; gradients as zero2.
+// Matches the planner's inventory (params.shard, params.full, grad.shard, optim.* of a shard).
+#include <vector>
+
+#include <torch/torch.h>
+
+#include "longctx/planner/parallel_config.h"
+#include "longctx/runtime/communicator.h"
+#include "longctx/runtime/llama_weights.h"
+
+namespace longctx::runtime {
+
+class ShardedParams {
+ public:
+  // Takes over the full weights (every rank initialized them alike from the seed) and keeps
+  // what the stage keeps; with zero3 the weights are left undefined until gathered.
+  // REQUIRES: sharding is not None; w and comm outlive this object.
+  ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_params, Communicator& comm, bool pinned);
+
+  int groups() const { return layers_ + 2; }
+  std::int64_t group_numel(int g) const { return groups_[static_cast<std::size_t>(g)].numel; }
+  int embed_group() const { return layers_; }
+  int head_group() const { return layers_ + 1; }
+  bool gathers() const { return sharding_ == Sharding::Zero3; }
+  bool shards_grads() const { return sharding_ != Sharding::Zero1; }
+
+  // zero3: group g all-gathered into a full buffer, as leaves that require grad (views of
+  // the buffer), in the group's order. The gradients of every set gathered since the last
+  // finish_grads(g) are summed there.
+  std::vector<torch::Tensor> gather(int g);
+  // zero3, for a group whose gathered views autograd keeps until its backward: frees the
+  // buffer's memory after forward, and gathers into it again when the backward begins.
+  void release(int g);
+  void restore(int g);
+  // zero2/zero3: the group's gradient is flattened into one send buffer, reduce-scattered
+  // and added to the shard's gradient; the full gradient is freed. No-op for zero1.
+  void finish_grads(int g);
+
+  // The tensors the optimizer updates: one shard per group, each with its gradient.
+  // zero1: call prepare_step() first (all-reduces the full gradients and takes the shard's
+  // slice); zero1/zero2: call finish_step() after (all-gathers the updated shards).
+  const std::vector<torch::Tensor>& shards() const { return shards_; }
+  void prepare_step();
+  void finish_step();
+
+ private:
+  struct Group {
+    std::vector<torch::Tensor*> slots;  // the LlamaWeights members of the group, in order
+    std::vector<std::vector<std::int64_t>> shapes;
+    std::int64_t numel = 0, shard = 0;
+    torch::Tensor flat;                             // zero1/zero2: the full parameters
+    std::vector<std::vector<torch::Tensor>> sets;  // zero3: gathered leaves awaiting finish_grads
+    std::vector<torch::Tensor> released;           // zero3: gathered buffers released after forward
+  };
+  torch::Tensor flatten_grads(Group& g);
+
+  LlamaWeights& w_;
+  Sharding sharding_;
+  bool offload_params_, pinned_;
+  Communicator& comm_;
+  int layers_;
+  torch::Device device_;
+  std::vector<Group> groups_;
+  std::vector<torch::Tensor> shards_;
+};
+
+}  // namespace longctx::runtime

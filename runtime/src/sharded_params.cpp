@@ -1,0 +1,222 @@
+#include "longctx/runtime/sharded_params.h"
+
+#include <ATen/native/Resize.h>
+#include <ATen/native/cuda/Resize.h>
+
+#include "longctx/runtime/memory_meter.h"
+
+namespace longctx::runtime {
+
+using torch::Tensor;
+
+namespace {
+void resize_storage(const Tensor& t, std::size_t bytes) {
+  if (t.is_cuda())
+    at::native::resize_bytes_cuda(t.storage().unsafeGetStorageImpl(), bytes);
+  else
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
+}
+
+std::vector<Tensor*> group_slots(LlamaWeights& w, int g, int layers) {
+  std::vector<Tensor*> s;
+  auto add = [&](Tensor& t) {
+    if (t.defined()) s.push_back(&t);
+  };
+  if (g < layers) {
+    auto& l = w.layers[static_cast<std::size_t>(g)];
+    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.mlp_norm, &l.w_gate, &l.w_up,
+                      &l.w_down})
+      add(*t);
+  } else if (g == layers) {
+    add(w.embed);
+  } else {
+    add(w.final_norm);
+    add(w.output);
+  }
+  return s;
+}
+}  // namespace
+
+ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_params, Communicator& comm, bool pinned)
+    : w_(w), sharding_(sharding), offload_params_(offload_params), pinned_(pinned), comm_(comm),
+      layers_(static_cast<int>(w.layers.size())), device_(w.embed.device()) {
+  torch::NoGradGuard no_grad;
+  const auto N = comm.world();
+  for (int gi = 0; gi < layers_ + 2; ++gi) {
+    Group g;
+    g.slots = group_slots(w, gi, layers_);
+    for (Tensor* t : g.slots) {
+      g.shapes.push_back(t->sizes().vec());
+      g.numel += t->numel();
+    }
+    g.shard = (g.numel + N - 1) / N;
+    const Tensor& first = *g.slots.front();
+    const auto opts = first.options().device(device_);
+    // The group as one flat vector, padding zero.
+    Tensor flat = at::zeros({N * g.shard}, opts);
+    std::int64_t off = 0;
+    for (Tensor* t : g.slots) {
+      flat.narrow(0, off, t->numel()).copy_(t->reshape({-1}));
+      off += t->numel();
+    }
+    Tensor mine = flat.narrow(0, comm.rank() * g.shard, g.shard);
+    if (sharding == Sharding::Zero3) {
+      Tensor shard = offload_params ? host_empty({g.shard}, first.scalar_type(), pinned) : at::empty({g.shard}, opts);
+      shard.copy_(mine);
+      for (Tensor* t : g.slots) *t = Tensor();
+      flat = Tensor();
+      shards_.push_back(shard.requires_grad_(true));
+    } else {
+      off = 0;
+      for (std::size_t i = 0; i < g.slots.size(); ++i) {
+        const auto n = g.slots[i]->numel();
+        *g.slots[i] = flat.narrow(0, off, n).view(g.shapes[i]).detach().requires_grad_(true);
+        off += n;
+      }
+      g.flat = flat;
+      shards_.push_back(mine.detach().requires_grad_(true));
+    }
+    groups_.push_back(std::move(g));
+  }
+}
+
+std::vector<Tensor> ShardedParams::gather(int gi) {
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  const bool for_backward = torch::GradMode::is_enabled();
+  torch::NoGradGuard no_grad;
+  Tensor src = shard.detach();
+  if (offload_params_) {
+    // The shard comes to the device through a staging buffer of its size.
+    Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
+    staging.copy_(src, /*non_blocking=*/true);
+    src = staging;
+  }
+  Tensor full = at::empty({comm_.world() * g.shard}, src.options());
+  comm_.all_gather(full, src);
+  std::vector<Tensor> leaves;
+  std::int64_t off = 0;
+  for (std::size_t i = 0; i < g.shapes.size(); ++i) {
+    std::int64_t n = 1;
+    for (auto s : g.shapes[i]) n *= s;
+    leaves.push_back(full.narrow(0, off, n).view(g.shapes[i]).detach().requires_grad_(true));
+    off += n;
+  }
+  if (for_backward) g.sets.push_back(leaves);
+  return leaves;
+}
+
+void ShardedParams::release(int gi) {
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  if (g.sets.empty()) return;
+  Tensor buffer = g.sets.back().front();
+  resize_storage(buffer, 0);
+  g.released.push_back(buffer);
+}
+
+void ShardedParams::restore(int gi) {
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  if (g.released.empty()) return;
+  Tensor buffer = g.released.back();
+  g.released.pop_back();
+  torch::NoGradGuard no_grad;
+  const auto bytes = comm_.world() * g.shard * static_cast<std::int64_t>(buffer.element_size());
+  resize_storage(buffer, static_cast<std::size_t>(bytes));
+  // Gather through an alias with its own version counter: the views autograd saved must
+  // not look modified in place.
+  Tensor full = at::empty({0}, buffer.options());
+  full.set_(buffer.storage(), 0, {comm_.world() * g.shard}, {1});
+  Tensor src = shards_[static_cast<std::size_t>(gi)].detach();
+  if (offload_params_) {
+    Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
+    staging.copy_(src, /*non_blocking=*/true);
+    src = staging;
+  }
+  comm_.all_gather(full, src);
+}
+
+Tensor ShardedParams::flatten_grads(Group& g) {
+  torch::NoGradGuard no_grad;
+  std::vector<std::vector<Tensor>> sets;
+  if (sharding_ == Sharding::Zero3) {
+    sets = std::move(g.sets);
+    g.sets.clear();
+  } else {
+    std::vector<Tensor> own;
+    for (Tensor* t : g.slots) own.push_back(*t);
+    sets.push_back(own);
+  }
+  Tensor flat;
+  for (auto& set : sets) {
+    std::int64_t off = 0;
+    for (auto& leaf : set) {
+      const auto n = leaf.numel();
+      if (leaf.grad().defined()) {
+        if (!flat.defined()) flat = at::zeros({comm_.world() * g.shard}, leaf.grad().options());
+        flat.narrow(0, off, n).add_(leaf.grad().reshape({-1}));
+        leaf.mutable_grad().reset();
+      }
+      off += n;
+    }
+  }
+  return flat;
+}
+
+void ShardedParams::finish_grads(int gi) {
+  if (!shards_grads()) return;
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  Tensor flat = flatten_grads(g);
+  if (!flat.defined()) return;
+  torch::NoGradGuard no_grad;
+  Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  if (!shard.grad().defined()) {
+    Tensor sg = at::empty({g.shard}, flat.options());
+    comm_.reduce_scatter_sum(sg, flat);
+    shard.mutable_grad() = sg;
+  } else {
+    Tensor sg = at::empty({g.shard}, flat.options());
+    comm_.reduce_scatter_sum(sg, flat);
+    shard.mutable_grad().add_(sg);
+  }
+}
+
+void ShardedParams::prepare_step() {
+  if (sharding_ != Sharding::Zero1) return;
+  torch::NoGradGuard no_grad;
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    // The full gradients are summed in place, then the shard's slice is copied out of them.
+    for (Tensor* t : g.slots)
+      if (t->grad().defined()) {
+        Tensor gr = t->grad();
+        comm_.all_reduce_sum(gr);
+      }
+    const std::int64_t begin = comm_.rank() * g.shard, end = begin + g.shard;
+    Tensor sg;
+    std::int64_t off = 0;
+    for (Tensor* t : g.slots) {
+      const auto n = t->numel();
+      const auto lo = std::max(off, begin), hi = std::min(off + n, end);
+      if (lo < hi && t->grad().defined()) {
+        if (!sg.defined()) sg = at::zeros({g.shard}, t->grad().options());
+        sg.narrow(0, lo - begin, hi - lo).copy_(t->grad().reshape({-1}).narrow(0, lo - off, hi - lo));
+      }
+      off += n;
+    }
+    for (Tensor* t : g.slots) t->mutable_grad().reset();
+    if (sg.defined()) shards_[gi].mutable_grad() = sg;
+  }
+}
+
+void ShardedParams::finish_step() {
+  if (sharding_ == Sharding::Zero3) return;
+  torch::NoGradGuard no_grad;
+  for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
+    Group& g = groups_[gi];
+    // The shard is an input that must not alias the gathered output: a copy of it is sent.
+    Tensor send = shards_[gi].detach().clone();
+    comm_.all_gather(g.flat, send);
+  }
+}
+
+}  // namespace longctx::runtime
