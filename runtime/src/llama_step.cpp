@@ -289,7 +289,10 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
     k = rope(k, rope_);
     auto sp = ulysses_to_sequence(q, k, v, layout_);
     q = k = v = Tensor();
-    o = ulysses_to_heads(attention(sp[0], sp[1], sp[2]), layout_).view({b, S, H * d});
+    Tensor o_sp = attention(sp[0], sp[1], sp[2]);
+    sp.clear();  // without a graph (a checkpointed layer's forward) nothing else holds them
+    o = ulysses_to_heads(o_sp, layout_).view({b, S, H * d});
+    o_sp = Tensor();
   }
   xn1 = Tensor();
   Tensor attn_out = at::linear(o, w.wo);

@@ -184,3 +184,35 @@ INSTANTIATE_TEST_SUITE_P(Configurations, DistributedEquivalence, ::testing::Valu
 
 }  // namespace
 }  // namespace longctx::runtime
+
+namespace longctx::runtime {
+namespace {
+
+// A rank that leaves (its process died: its connections close) makes the others' next
+// collective fail with an error naming it, instead of hanging; the group timeout bounds
+// the wait when a peer stalls without closing.
+TEST(DeadRank, TheSurvivorsCollectiveFailsWithAClearError) {
+  const int port = free_port();
+  std::string error;
+  std::thread dead([&] {
+    ProcessGroupOptions o;
+    o.timeout = std::chrono::seconds(5);
+    auto comm = Communicator::connect(RankEnv{1, 2, 1, "127.0.0.1", port}, 2, o);
+    // Leaves at once: the communicator is destroyed without a collective.
+  });
+  ProcessGroupOptions o;
+  o.timeout = std::chrono::seconds(5);
+  auto comm = Communicator::connect(RankEnv{0, 2, 0, "127.0.0.1", port}, 2, o);
+  ASSERT_TRUE(comm.ok()) << comm.error().what();
+  dead.join();
+  try {
+    (*comm)->all_to_all(torch::ones({2, 8}));
+  } catch (const CommError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("Ulysses all-to-all failed on rank 0 of 2"), std::string::npos) << error;
+  EXPECT_NE(error.find("a peer rank died or stalled"), std::string::npos) << error;
+}
+
+}  // namespace
+}  // namespace longctx::runtime
