@@ -10,20 +10,23 @@
 #include "longctx/planner/plan.h"
 #include "longctx/planner/result.h"
 #include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/training_state.h"
 
 namespace longctx::runtime {
 
 struct RunOptions {
-  int steps = 1;
+  int steps = 1;                  // of the whole run: a resumed run does the steps after its checkpoint
   std::string device = "cpu";     // "cpu" (the virtual device) or "cuda"
   std::uint64_t seed = 0;         // weights and synthetic tokens
   std::string data_path;          // optional: a file of little-endian uint32 token ids
   bool enforce_budget = true;     // CPU: refuse allocations past the plan's budgets
   int threads = 0;                // LibTorch intra-op threads; 0 keeps its default
   std::FILE* allocation_log = nullptr;  // every counted allocation, for debugging the inventory
+  CheckpointOptions checkpoint;   // training-state checkpoints: save every N steps, resume
 };
 
 struct StepResult {
+  int step = 0;  // 1-based, counted over the whole run (a resumed run's first is the checkpoint's + 1)
   double loss = 0;
   double time_s = 0;
   std::int64_t peak_device = 0;
@@ -41,10 +44,11 @@ struct RunReport {
   std::int64_t persistent_device = 0;  // after setup: weights and optimizer state
   std::int64_t persistent_host = 0;
   std::string device;                  // "cpu (virtual device)" or the GPU's name
+  int resumed_after = 0;               // the checkpoint's step a resumed run went on from; 0 otherwise
 };
 
 // Why this runtime cannot run the plan (one rank; ulysses 1; sharding none, or zero3 over one
-// rank), naming the field and the fix; ok otherwise.
+// rank) or these options (check_checkpoint_options), naming the field and the fix; ok otherwise.
 Result<bool> runnable(const Plan& plan, const RunOptions& o);
 
 // Called after each step, for progress.
