@@ -27,6 +27,11 @@ struct RunArgs {
   std::uint64_t seed = 0;
   std::string data_path;
   int threads = 0;
+  std::string checkpoint_dir;
+  int checkpoint_every = 0;
+  bool checkpoint_every_given = false;
+  int keep = 2;
+  bool resume = false;
 };
 
 int fail(const Error& e) {
@@ -60,6 +65,11 @@ int run(const RunArgs& a) {
   o.seed = a.seed;
   o.data_path = a.data_path;
   o.threads = a.threads;
+  o.checkpoint.dir = a.checkpoint_dir;
+  if (a.checkpoint_every_given) o.checkpoint.every = a.checkpoint_every;
+  o.checkpoint.keep = a.keep;
+  o.checkpoint.resume = a.resume;
+  o.checkpoint.log = stderr;
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
 
@@ -88,7 +98,8 @@ int run(const RunArgs& a) {
   if (a.json) {
     nlohmann::json steps = nlohmann::json::array();
     for (const auto& s : report->steps)
-      steps.push_back({{"loss", s.loss},
+      steps.push_back({{"step", s.step},
+                       {"loss", s.loss},
                        {"time_s", s.time_s},
                        {"peak_device_bytes", s.peak_device},
                        {"peak_host_bytes", s.peak_host}});
@@ -120,7 +131,8 @@ int run(const RunArgs& a) {
         {"plan_prediction",
          {{"peak_device_bytes", plan->prediction.peak_device_bytes},
           {"peak_host_bytes", plan->prediction.peak_host_bytes}}},
-        {"device", report->device}};
+        {"device", report->device},
+        {"resumed_after_step", report->resumed_after}};
     fmt::print("{}\n", j.dump(2));
     return 0;
   }
@@ -158,7 +170,15 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
   sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
-  return {sub, [args] {
+  sub->add_option("--checkpoint-dir", args->checkpoint_dir,
+                  "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
+  auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");
+  sub->add_option("--keep", args->keep, "Checkpoints to keep in --checkpoint-dir (default 2); older ones are deleted");
+  sub->add_flag("--resume", args->resume,
+                "Go on from the newest checkpoint in --checkpoint-dir (from scratch if it has none); --steps counts "
+                "the whole run");
+  return {sub, [args, every] {
+            args->checkpoint_every_given = every->count() > 0;
             return run(*args);
           }};
 }

@@ -59,6 +59,11 @@ void Communicator::all_reduce_sum(torch::Tensor& t) {
   wait(world_group_->allreduce(ts), "gradient all-reduce");
 }
 
+void Communicator::barrier() {
+  if (world_ == 1) return;
+  wait(world_group_->barrier(), "barrier");
+}
+
 void Communicator::all_gather(torch::Tensor& full, const torch::Tensor& shard) {
   Pending p = all_gather_async(full, shard);
   p.complete();

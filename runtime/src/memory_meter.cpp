@@ -235,6 +235,16 @@ MeterScope::~MeterScope() {
   g_active.reset();
 }
 
+MeterPause::MeterPause() {
+  std::lock_guard lock(g_active_mu);
+  paused_ = std::exchange(g_active, nullptr);
+}
+
+MeterPause::~MeterPause() {
+  std::lock_guard lock(g_active_mu);
+  g_active = std::move(paused_);
+}
+
 MemoryMeter* active_meter() {
   std::lock_guard lock(g_active_mu);
   return g_active.get();

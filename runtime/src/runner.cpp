@@ -42,7 +42,7 @@ Result<bool> runnable(const Plan& plan, const RunOptions& o) {
   if (o.device == "cuda" && plan.train.dtype != DType::BF16)
     return Error::bad_input("train.dtype", "the CUDA flash kernels need bf16; plan with --dtype bf16 or run on cpu");
   if (o.steps < 1) return Error::bad_input("--steps", "must be at least 1");
-  return true;
+  return check_checkpoint_options(o.checkpoint);
 }
 
 namespace {
@@ -79,6 +79,10 @@ class BatchSource {
       if (static_cast<std::int64_t>(id) >= V_) return fmt::format("{} holds token id {} >= the vocabulary {}", path, id, V_);
     return "";
   }
+  std::int64_t tokens() const { return static_cast<std::int64_t>(file_.size()); }  // 0: synthetic
+  // The read position in the file; synthetic tokens have none (they come from the step).
+  std::int64_t cursor() const { return cursor_; }
+  void restore_cursor(std::int64_t c) { cursor_ = c; }
   Batch next(int step, torch::Device device) {
     torch::Tensor all;
     if (file_.empty()) {
@@ -135,6 +139,11 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   BatchSource data(plan, o, *comm);
   if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
   if (o.threads > 0) torch::set_num_threads(o.threads);
+  CheckpointRank place;
+  place.rank = comm->rank();
+  place.world = comm->world();
+  place.barrier = [c = comm.get()] { c->barrier(); };
+  LONGCTX_TRY(auto checkpoints, TrainingCheckpoints::open(o.checkpoint, plan, o.seed, data.tokens(), o.steps, place));
 
   const bool cpu = device.is_cpu();
   const bool budget = o.enforce_budget && cpu;
@@ -160,16 +169,23 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
     step.use_shards(shards.get());
     const auto params = weights.all();
+    // What a checkpoint holds of the parameters: zero3's shards, or the full parameters
+    // (zero1/zero2 shards are views of them).
+    const auto state = shards && shards->gathers() ? shards->shards() : params;
     report.persistent_device = meter->current(Pool::Device);
     report.persistent_host = meter->current(Pool::Host);
+    if (auto r = checkpoints.restore(state, optimizer); !r) return r.error();
+    data.restore_cursor(checkpoints.data_cursor());
+    report.resumed_after = checkpoints.start_step();
     meter->take_phases();
     meter->take_samples();
 
-    for (int i = 0; i < o.steps; ++i) {
+    for (int i = checkpoints.start_step(); i < o.steps; ++i) {
       meter->reset_peaks();
       meter->set_phase("batch");
       const auto t0 = std::chrono::steady_clock::now();
       StepResult r;
+      r.step = i + 1;
       {
         Batch batch = data.next(i, device);
         r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
@@ -200,6 +216,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       report.peak_device_reserved = std::max(report.peak_device_reserved, r.peak_device_reserved);
       report.steps.push_back(std::move(r));
       if (on_step) on_step(i, report.steps.back());
+      if (checkpoints.due(i + 1))  // between steps, outside the measured phases
+        if (auto c = checkpoints.save(i + 1, data.cursor(), state, optimizer); !c) return c.error();
     }
   } catch (const std::exception& e) {
     if (auto oom = meter->oom()) {

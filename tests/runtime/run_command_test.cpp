@@ -2,50 +2,16 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include <cstdio>
-#include <unistd.h>
-
-#include <cstdlib>
 #include <fstream>
+#include <regex>
 
+#include "cli_fixture.h"
 #include "reference_llama.h"
 
 namespace longctx::runtime {
 namespace {
 
-struct Output {
-  int status = -1;
-  std::string out;
-};
-
-Output run_cli(const std::string& args) {
-  const std::string cmd = std::string(LONGCTX_BINARY) + " " + args + " 2>/dev/null";
-  Output o;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) o.out.append(buf, n);
-  const int rc = ::pclose(p);
-  o.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
-  return o;
-}
-
-class RunCommand : public ::testing::Test {
- protected:
-  // Not std::filesystem: libtorch.so exports its own copy of some of it, built for another ABI.
-  std::string dir_;
-  void SetUp() override {
-    char tmpl[] = "/tmp/longctx_run_XXXXXX";
-    ASSERT_NE(::mkdtemp(tmpl), nullptr);
-    dir_ = tmpl;
-  }
-  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
-  std::string path(const std::string& name) const { return dir_ + "/" + name; }
-  std::string write(const Plan& p, const std::string& name) {
-    const auto path = this->path(name);
-    EXPECT_TRUE(write_plan_file(p, path).ok());
-    return path;
-  }
-};
+class RunCommand : public testing::CliTest {};
 
 TEST_F(RunCommand, JsonHasTheContractKeysAndTheTraceOpensAsChromeEvents) {
   ParallelConfig p;
@@ -81,17 +47,23 @@ TEST_F(RunCommand, BadInputExitsTwoNamingTheField) {
   p.ulysses = 2;
   auto plan = testing::tiny_plan("tiny-gqa", 64, 1, p);
   plan.cluster.shape = {1, 2};
-  const std::string cmd = std::string(LONGCTX_BINARY) + " run --plan " + write(plan, "u2.json") + " 2>&1";
-  std::FILE* f = ::popen(cmd.c_str(), "r");
-  char buf[1024] = {};
-  std::fread(buf, 1, sizeof buf - 1, f);
-  EXPECT_EQ(WEXITSTATUS(::pclose(f)), 2);
-  EXPECT_NE(std::string(buf).find("cluster"), std::string::npos) << buf;
+  const auto o = run_cli("run --plan " + write(plan, "u2.json"));
+  EXPECT_EQ(o.status, 2);
+  EXPECT_NE(o.err.find("cluster"), std::string::npos) << o.err;
 }
 
 TEST_F(RunCommand, OutOfMemoryOnTheVirtualDeviceExitsOne) {
   const auto plan = write(testing::tiny_plan("tiny-gqa", 64, 1, {}, /*device_budget=*/200 * 1024), "small.json");
-  EXPECT_EQ(run_cli("run --plan " + plan).status, 1);
+  // The message gives the actual figures (the request, what was in use, the budget) beside
+  // the plan's predicted peak.
+  const auto o = run_cli("run --plan " + plan + " --threads 1");
+  EXPECT_EQ(o.status, 1);
+  const std::string size = R"([0-9.]+ (B|KiB|MiB|GiB))";
+  EXPECT_TRUE(std::regex_search(o.err, std::regex("error: cluster.device_budget_bytes: out of memory on the CPU virtual "
+                                                  "device's device pool in phase [a-z.0-9]+: " + size + " requested with " +
+                                                  size + " in use, budget 200.0 KiB \\(the plan predicts a device peak "
+                                                  "of " + size + "\\)")))
+      << o.err;
 }
 
 }  // namespace

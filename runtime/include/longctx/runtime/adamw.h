@@ -28,10 +28,16 @@ class AdamW {
   void step();
   std::int64_t steps() const { return t_; }
 
- private:
   struct State {
-    torch::Tensor master, exp_avg, exp_avg_sq;  // master undefined when the param is fp32 and not offloaded
+    torch::Tensor master, exp_avg, exp_avg_sq;  // master undefined when the param is fp32
   };
+  // The state a training-state checkpoint saves: one entry per parameter, in the
+  // constructor's order, living where the optimizer put it (device, or host pool with
+  // offload). Restoring copies into these tensors and sets the step count with set_steps.
+  const std::vector<State>& state() const { return states_; }
+  void set_steps(std::int64_t t) { t_ = t; }
+
+ private:
   // One AdamW update of `target` (fp32: the master, or the parameter itself) in place.
   void update(torch::Tensor& target, const torch::Tensor& grad_fp32, State& s);
 

@@ -54,6 +54,9 @@ class Communicator {
   // World: shard [n] <- sum over ranks of full's rank-th slice [world * n].
   void reduce_scatter_sum(torch::Tensor& shard, const torch::Tensor& full);
 
+  // World: returns once every rank has called it.
+  void barrier();
+
   // A world all-gather running beside compute; complete() before reading `full`.
   class Pending {
    public:

@@ -119,6 +119,23 @@ class MeterScope {
   MeterScope& operator=(const MeterScope&) = delete;
 };
 
+// While alive, nothing is counted: every allocation goes to LibTorch's default allocator as
+// if no scope were active, and no budget applies. For work between steps that the planner's
+// step does not contain (writing and reading training-state checkpoints). Tensors counted
+// before the pause are still uncounted when they die; tensors made during it never count.
+// REQUIRES: inside a MeterScope; no step is running (its worker threads would go uncounted
+// too); pauses do not nest.
+class MeterPause {
+ public:
+  MeterPause();
+  ~MeterPause();
+  MeterPause(const MeterPause&) = delete;
+  MeterPause& operator=(const MeterPause&) = delete;
+
+ private:
+  std::shared_ptr<MemoryMeter> paused_;
+};
+
 // The meter of the active scope, or null.
 MemoryMeter* active_meter();
 

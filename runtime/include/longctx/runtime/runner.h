@@ -12,13 +12,14 @@
 #include "longctx/planner/plan.h"
 #include "longctx/planner/result.h"
 #include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/training_state.h"
 
 namespace longctx::runtime {
 
 class Communicator;
 
 struct RunOptions {
-  int steps = 1;
+  int steps = 1;                  // of the whole run: a resumed run does the steps after its checkpoint
   std::string device = "cpu";     // "cpu" (the virtual device) or "cuda"
   std::uint64_t seed = 0;         // weights and synthetic tokens
   std::string data_path;          // optional: a file of little-endian uint32 token ids
@@ -29,9 +30,11 @@ struct RunOptions {
   // WORLD_SIZE, ...), one rank when it is unset.
   std::shared_ptr<Communicator> comm;
   int comm_timeout_s = 60;  // a collective waiting longer fails: a dead rank is reported, not waited on
+  CheckpointOptions checkpoint;   // training-state checkpoints: save every N steps, resume
 };
 
 struct StepResult {
+  int step = 0;  // 1-based, counted over the whole run (a resumed run's first is the checkpoint's + 1)
   double loss = 0;
   double time_s = 0;
   std::int64_t peak_device = 0;
@@ -49,6 +52,7 @@ struct RunReport {
   std::int64_t persistent_device = 0;  // after setup: weights and optimizer state
   std::int64_t persistent_host = 0;
   std::string device;                  // "cpu (virtual device)" or the GPU's name
+  int resumed_after = 0;               // the checkpoint's step a resumed run went on from; 0 otherwise
 };
 
 // Why this runtime cannot run the plan (its world differs from the ranks started, or a

@@ -1,0 +1,388 @@
+#include "longctx/runtime/training_state.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstring>
+#include <fstream>
+#include <optional>
+
+#include <ATen/CPUGeneratorImpl.h>
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "longctx/runtime/adamw.h"
+#include "longctx/runtime/memory_meter.h"
+
+// POSIX file calls rather than std::filesystem: libtorch.so exports its own copy of part of
+// it, built for another ABI.
+namespace longctx::runtime {
+
+namespace {
+
+constexpr const char* kManifest = "manifest.json";
+constexpr const char* kSections[3] = {"model", "parallel", "train"};
+
+std::string errno_text() { return std::strerror(errno); }
+
+bool exists(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0;
+}
+
+std::int64_t file_size(const std::string& path) {
+  struct stat st{};
+  return ::stat(path.c_str(), &st) == 0 ? static_cast<std::int64_t>(st.st_size) : -1;
+}
+
+std::vector<std::string> list_dir(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  return names;
+}
+
+// A step folder holds only files; deletes them and the folder, the manifest first, so a
+// deletion cut short leaves an incomplete checkpoint, never a complete-looking one.
+void remove_step_dir(const std::string& dir) {
+  ::unlink((dir + "/" + kManifest).c_str());
+  for (const auto& name : list_dir(dir)) ::unlink((dir + "/" + name).c_str());
+  ::rmdir(dir.c_str());
+}
+
+bool sync_dir(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
+  if (fd < 0) return false;
+  const bool ok = ::fsync(fd) == 0;
+  ::close(fd);
+  return ok;
+}
+
+// "step-<N>" -> N; -1 for any other name.
+int step_of(const std::string& name) {
+  if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 14) return -1;
+  int n = 0;
+  for (std::size_t i = 5; i < name.size(); ++i) {
+    if (name[i] < '0' || name[i] > '9') return -1;
+    n = n * 10 + (name[i] - '0');
+  }
+  return n;
+}
+
+// The step folders of dir, oldest first, and whether each is complete (has its manifest).
+std::vector<std::pair<int, bool>> step_dirs(const std::string& dir) {
+  std::vector<std::pair<int, bool>> steps;
+  for (const auto& name : list_dir(dir))
+    if (const int n = step_of(name); n >= 0) steps.emplace_back(n, exists(dir + "/" + name + "/" + kManifest));
+  std::sort(steps.begin(), steps.end());
+  return steps;
+}
+
+// Writes a file whole or not at all: a temporary name in the same folder, fsync, rename,
+// fsync of the folder. write(fd) returns false on failure.
+Result<bool> write_atomically(const std::string& dir, const std::string& name, const std::function<bool(int fd)>& write) {
+  const std::string path = dir + "/" + name, tmp = path + ".tmp";
+  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot create {}: {}", tmp, errno_text())};
+  const bool ok = write(fd) && ::fsync(fd) == 0;
+  const std::string why = errno_text();
+  ::close(fd);
+  if (!ok) {
+    ::unlink(tmp.c_str());
+    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("writing {} failed: {} (disk full?)", tmp, why)};
+  }
+  if (::rename(tmp.c_str(), path.c_str()) != 0 || !sync_dir(dir))
+    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot put {} in place: {}", path, errno_text())};
+  return true;
+}
+
+bool write_all(int fd, const void* data, std::size_t n) {
+  const char* p = static_cast<const char*>(data);
+  while (n > 0) {
+    const ssize_t w = ::write(fd, p, n);
+    if (w < 0 && errno == EINTR) continue;
+    if (w <= 0) return false;
+    p += w;
+    n -= static_cast<std::size_t>(w);
+  }
+  return true;
+}
+
+std::string size_text(std::int64_t b) {
+  if (b >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1LL << 30));
+  if (b >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1LL << 20));
+  return fmt::format("{:.1f} KiB", double(b) / double(1LL << 10));
+}
+
+std::string data_text(std::int64_t tokens) {
+  return tokens == 0 ? "synthetic tokens" : fmt::format("a --data file of {} tokens", tokens);
+}
+
+}  // namespace
+
+Result<bool> check_checkpoint_options(const CheckpointOptions& o) {
+  if (o.every && *o.every < 1)
+    return Error::bad_input("--checkpoint-every", fmt::format("{} is not a step count; save every N >= 1 steps", *o.every));
+  if (o.keep < 1) return Error::bad_input("--keep", fmt::format("{} keeps no checkpoint; keep at least 1", o.keep));
+  if (o.dir.empty() && o.resume)
+    return Error::bad_input("--resume", "needs --checkpoint-dir DIR, the folder the interrupted run saved into");
+  if (o.dir.empty() && o.every)
+    return Error::bad_input("--checkpoint-every", "needs --checkpoint-dir DIR, the folder to save into");
+  if (!o.dir.empty() && !o.every && !o.resume)
+    return Error::bad_input("--checkpoint-dir",
+                            "given without --checkpoint-every N or --resume; add one, or drop --checkpoint-dir");
+  return true;
+}
+
+std::string plan_fingerprint(const Plan& plan, const std::string& section) {
+  const std::string text = plan_to_json(plan).at(section).dump();
+  std::uint64_t h = 14695981039346656037ULL;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ULL;
+  return fmt::format("{:016x}", h);
+}
+
+std::string TrainingCheckpoints::step_dir(int step) const { return fmt::format("{}/step-{}", o_.dir, step); }
+
+std::string TrainingCheckpoints::rank_file_name() const {
+  return fmt::format("rank-{}-of-{}.pt", rank_.rank, rank_.world);
+}
+
+Result<TrainingCheckpoints> TrainingCheckpoints::open(const CheckpointOptions& o, const Plan& plan, std::uint64_t seed,
+                                                      std::int64_t data_tokens, int total_steps, CheckpointRank rank) {
+  if (auto r = check_checkpoint_options(o); !r) return r.error();
+  TrainingCheckpoints c;
+  c.o_ = o;
+  c.rank_ = std::move(rank);
+  c.seed_ = seed;
+  c.data_tokens_ = data_tokens;
+  if (o.dir.empty()) return c;
+  for (int s = 0; s < 3; ++s) c.fingerprint_[s] = plan_fingerprint(plan, kSections[s]);
+
+  // mkdir -p, then a probe file: a folder that exists but refuses writes fails here, not at
+  // the first save.
+  for (std::size_t pos = 1; pos <= o.dir.size(); ++pos)
+    if (pos == o.dir.size() || o.dir[pos] == '/') ::mkdir(o.dir.substr(0, pos).c_str(), 0755);
+  const std::string probe = fmt::format("{}/.write-test-{}", o.dir, ::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0)
+    return Error::bad_input("--checkpoint-dir",
+                            fmt::format("cannot write into {}: {}; choose a folder this user can write", o.dir, errno_text()));
+  ::close(fd);
+  ::unlink(probe.c_str());
+
+  std::optional<int> newest;
+  for (const auto& [step, complete] : step_dirs(o.dir))
+    if (complete) newest = step;
+  if (newest && !o.resume)
+    return Error::bad_input("--checkpoint-dir",
+                            fmt::format("{} already holds checkpoints (the newest after step {}); add --resume to go on "
+                                        "from it, or choose an empty folder",
+                                        o.dir, *newest));
+  if (newest)
+    if (auto r = c.check_newest(*newest, total_steps); !r) return r.error();
+  // Step folders without a manifest are saves that were cut short: never used, deleted.
+  if (c.rank_.rank == 0)
+    for (const auto& [step, complete] : step_dirs(o.dir))
+      if (!complete) remove_step_dir(c.step_dir(step));
+  return c;
+}
+
+Result<bool> TrainingCheckpoints::check_newest(int newest, int total_steps) {
+  const std::string manifest_path = step_dir(newest) + "/" + kManifest;
+  const auto damaged = [&](const std::string& why) {
+    return Error::bad_input("--resume", fmt::format("{} is damaged ({}); delete {} to resume from the checkpoint before it",
+                                                    manifest_path, why, step_dir(newest)));
+  };
+  std::ifstream in(manifest_path);
+  const auto m = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (m.is_discarded() || !m.is_object()) return damaged("not JSON");
+  try {
+    if (m.at("format").get<std::string>() != kTrainingStateFormat)
+      return Error::bad_input("--resume", fmt::format("{} has format {}; this build reads {}; resume with the build that "
+                                                      "wrote it, or start a new --checkpoint-dir",
+                                                      manifest_path, m.at("format").dump(), kTrainingStateFormat));
+    const int world = m.at("world_size").get<int>();
+    if (world != rank_.world)
+      return Error::bad_input("--nproc", fmt::format("the checkpoint after step {} in {} was saved by {} ranks, this run has "
+                                                     "{}; resume with {} ranks (its shards are per rank)",
+                                                     newest, o_.dir, world, rank_.world, world));
+    for (int s = 0; s < 3; ++s) {
+      const auto saved = m.at("plan").at(kSections[s]).get<std::string>();
+      if (saved != fingerprint_[s])
+        return Error::bad_input("--plan", fmt::format("the plan's {} section differs from the one the checkpoint after step {} "
+                                                      "in {} was saved with (fingerprint {} there, {} here); resume with "
+                                                      "the plan that run used, or start a new --checkpoint-dir",
+                                                      kSections[s], newest, o_.dir, saved, fingerprint_[s]));
+    }
+    const auto saved_seed = m.at("seed").get<std::uint64_t>();
+    if (saved_seed != seed_)
+      return Error::bad_input("--seed", fmt::format("the checkpoint in {} was saved by a run with seed {}; pass --seed {}",
+                                                    o_.dir, saved_seed, saved_seed));
+    const auto saved_tokens = m.at("data").at("tokens").get<std::int64_t>();
+    if (saved_tokens != data_tokens_)
+      return Error::bad_input("--data", fmt::format("the checkpoint in {} was saved by a run on {}, this run reads {}; "
+                                                    "pass the same --data",
+                                                    o_.dir, data_text(saved_tokens), data_text(data_tokens_)));
+    start_step_ = m.at("step").get<int>();
+    cursor_ = m.at("data").at("cursor").get<std::int64_t>();
+    rank_file_bytes_ = m.at("ranks").at(rank_.rank).at("bytes").get<std::int64_t>();
+    if (start_step_ != newest) return damaged(fmt::format("its step is {}", start_step_));
+  } catch (const nlohmann::json::exception& e) {
+    return damaged(e.what());
+  }
+  if (start_step_ >= total_steps)
+    return Error::bad_input("--steps", fmt::format("{} steps are already done (the checkpoint in {}); --steps counts the "
+                                                   "whole run: ask for more than {}",
+                                                   start_step_, o_.dir, start_step_));
+  return true;
+}
+
+Result<bool> TrainingCheckpoints::restore(const std::vector<at::Tensor>& params, AdamW& optimizer) {
+  if (start_step_ == 0) return true;
+
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string path = step_dir(start_step_) + "/" + rank_file_name();
+  const auto damaged = [&](const std::string& why) {
+    return Error::bad_input("--resume", fmt::format("{}: {}; delete {} to resume from the checkpoint before it", path, why,
+                                                    step_dir(start_step_)));
+  };
+  if (const auto size = file_size(path); size != rank_file_bytes_)
+    return damaged(size < 0 ? "missing" : fmt::format("{} bytes, the manifest says {}", size, rank_file_bytes_));
+
+  // Paused: the archive holds a whole copy of the state until every tensor is copied in.
+  MeterPause pause;
+  try {
+    torch::NoGradGuard no_grad;
+    torch::serialize::InputArchive archive;
+    archive.load_from(path, torch::Device(torch::kCPU));
+    const auto read_int = [&](const std::string& key) {
+      c10::IValue v;
+      archive.read(key, v);
+      return v.toInt();
+    };
+    // Into `target` in place; the archive's tensor must have its shape and dtype.
+    const auto read_into = [&](const std::string& key, const at::Tensor& target) -> std::string {
+      at::Tensor saved;
+      if (!archive.try_read(key, saved, /*is_buffer=*/true)) return fmt::format("{} is missing", key);
+      if (saved.sizes() != target.sizes() || saved.scalar_type() != target.scalar_type())
+        return fmt::format("{} is {} {}, this run's is {} {}", key, c10::toString(saved.scalar_type()),
+                           c10::str(saved.sizes()), c10::toString(target.scalar_type()), c10::str(target.sizes()));
+      target.copy_(saved);
+      return "";
+    };
+    const auto& states = optimizer.state();
+    if (read_int("params") != static_cast<std::int64_t>(params.size()) || states.size() != params.size())
+      return damaged(fmt::format("it holds {} parameters, this run has {}", read_int("params"), params.size()));
+    for (std::size_t i = 0; i < params.size(); ++i) {
+      std::vector<std::pair<std::string, at::Tensor>> tensors = {
+          {fmt::format("param_{}", i), params[i].detach()},
+          {fmt::format("adamw_{}_exp_avg", i), states[i].exp_avg},
+          {fmt::format("adamw_{}_exp_avg_sq", i), states[i].exp_avg_sq}};
+      if (states[i].master.defined()) tensors.emplace_back(fmt::format("adamw_{}_master", i), states[i].master);
+      for (const auto& [key, target] : tensors)
+        if (auto why = read_into(key, target); !why.empty()) return damaged(why);
+    }
+    optimizer.set_steps(read_int("adamw_t"));
+    at::Tensor rng;
+    archive.read("cpu_rng", rng, /*is_buffer=*/true);
+    at::Generator cpu_rng = at::detail::getDefaultCPUGenerator();  // a handle to the process's generator
+    cpu_rng.set_state(rng);
+  } catch (const std::exception& e) {
+    return damaged(fmt::format("cannot read it: {}", e.what()));
+  }
+  if (o_.log)
+    std::fprintf(o_.log, "checkpoint: resumed after step %d from %s (%.2f s)\n", start_step_, step_dir(start_step_).c_str(),
+                 std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return true;
+}
+
+Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor, const std::vector<at::Tensor>& params,
+                                       const AdamW& optimizer) {
+  const auto t0 = std::chrono::steady_clock::now();
+  const std::string dir = step_dir(steps_done);
+  if (rank_.rank == 0 && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
+    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot create {}: {}", dir, errno_text())};
+  if (rank_.barrier) rank_.barrier();  // the folder exists for every rank
+
+  // Paused: serializing from CPU tensors writes their storage as it stands; a GPU tensor is
+  // staged through one host copy at a time.
+  {
+    MeterPause pause;
+    torch::serialize::OutputArchive archive;
+    try {
+      torch::NoGradGuard no_grad;
+      const auto& states = optimizer.state();
+      archive.write("params", c10::IValue(static_cast<std::int64_t>(params.size())));
+      archive.write("adamw_t", c10::IValue(optimizer.steps()));
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        archive.write(fmt::format("param_{}", i), params[i].detach(), /*is_buffer=*/true);
+        if (states[i].master.defined()) archive.write(fmt::format("adamw_{}_master", i), states[i].master, true);
+        archive.write(fmt::format("adamw_{}_exp_avg", i), states[i].exp_avg, true);
+        archive.write(fmt::format("adamw_{}_exp_avg_sq", i), states[i].exp_avg_sq, true);
+      }
+      archive.write("cpu_rng", at::detail::getDefaultCPUGenerator().get_state(), true);
+    } catch (const std::exception& e) {
+      return Error{ErrorKind::Internal, "", fmt::format("cannot serialize the training state: {}", e.what())};
+    }
+    auto written = write_atomically(dir, rank_file_name(), [&](int fd) {
+      bool ok = true;
+      try {
+        archive.save_to([&](const void* data, std::size_t n) -> std::size_t {
+          ok = ok && write_all(fd, data, n);
+          return ok ? n : 0;
+        });
+      } catch (const std::exception&) {
+        return false;
+      }
+      return ok;
+    });
+    if (!written) return written.error();
+  }
+  if (rank_.barrier) rank_.barrier();  // every rank file is in place
+
+  std::int64_t bytes = 0;
+  if (rank_.rank == 0) {
+    nlohmann::json ranks = nlohmann::json::array();
+    for (int r = 0; r < rank_.world; ++r) {
+      const std::string name = fmt::format("rank-{}-of-{}.pt", r, rank_.world);
+      const auto size = file_size(dir + "/" + name);
+      if (size < 0) return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("{}/{} is missing", dir, name)};
+      ranks.push_back({{"file", name}, {"bytes", size}});
+      bytes += size;
+    }
+    nlohmann::json plan;
+    for (int s = 0; s < 3; ++s) plan[kSections[s]] = fingerprint_[s];
+    const nlohmann::json m = {{"format", kTrainingStateFormat},
+                              {"step", steps_done},
+                              {"world_size", rank_.world},
+                              {"plan", plan},
+                              {"seed", seed_},
+                              {"data", {{"tokens", data_tokens_}, {"cursor", data_cursor}}},
+                              {"ranks", ranks}};
+    const std::string text = m.dump(2) + "\n";
+    if (auto r = write_atomically(dir, kManifest, [&](int fd) { return write_all(fd, text.data(), text.size()); }); !r)
+      return r.error();
+    sync_dir(o_.dir);  // the step folder's own entry
+
+    std::vector<int> complete;
+    for (const auto& [step, done] : step_dirs(o_.dir))
+      if (done) complete.push_back(step);
+    for (std::size_t i = 0; i + static_cast<std::size_t>(o_.keep) < complete.size(); ++i)
+      remove_step_dir(step_dir(complete[i]));
+  }
+  if (o_.log && rank_.rank == 0)
+    std::fprintf(o_.log, "checkpoint: saved after step %d to %s (%s, %.2f s)\n", steps_done, dir.c_str(),
+                 size_text(bytes).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+  return true;
+}
+
+}  // namespace longctx::runtime

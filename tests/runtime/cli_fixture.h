@@ -1,0 +1,61 @@
+#pragma once
+// Tests of the `longctx` binary: each test gets its own temporary folder and runs the binary
+// as a child process.
+#include <gtest/gtest.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "longctx/planner/plan.h"
+
+namespace longctx::runtime::testing {
+
+struct CliOutput {
+  int status = -1;  // the exit status; -1 when killed by a signal
+  std::string out, err;
+};
+
+inline std::string slurp(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CliTest : public ::testing::Test {
+ protected:
+  // Not std::filesystem: libtorch.so exports its own copy of some of it, built for another ABI.
+  std::string dir_;
+  void SetUp() override {
+    char tmpl[] = "/tmp/longctx_cli_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::system(("rm -rf " + dir_).c_str()); }
+  std::string path(const std::string& name) const { return dir_ + "/" + name; }
+  std::string write(const Plan& p, const std::string& name) {
+    EXPECT_TRUE(write_plan_file(p, path(name)).ok());
+    return path(name);
+  }
+  // `longctx ARGS` (the planner binary, which hands `run` over to longctx-runtime).
+  CliOutput run_cli(const std::string& args) {
+    const std::string err = path("stderr.txt");
+    const std::string cmd = std::string(LONGCTX_BINARY) + " " + args + " 2>" + err;
+    CliOutput o;
+    std::FILE* p = ::popen(cmd.c_str(), "r");
+    char buf[4096];
+    while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) o.out.append(buf, n);
+    const int rc = ::pclose(p);
+    o.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
+    o.err = slurp(err);
+    return o;
+  }
+};
+
+}  // namespace longctx::runtime::testing
