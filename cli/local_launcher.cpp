@@ -5,6 +5,7 @@
 #include <netinet/in.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -53,6 +54,7 @@ LaunchResult launch_local_ranks(const std::string& program, const std::vector<st
       r.error = std::string("pipe: ") + std::strerror(errno);
       break;
     }
+    const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
       r.error = std::string("fork: ") + std::strerror(errno);
@@ -62,6 +64,9 @@ LaunchResult launch_local_ranks(const std::string& program, const std::vector<st
     }
     if (pid == 0) {
       ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
+      // A launcher killed outright (SIGKILL) cannot stop its ranks: the kernel does.
+      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (::getppid() != launcher) ::_exit(1);
       ::dup2(fds[1], STDOUT_FILENO);
       ::close(fds[0]);
       ::close(fds[1]);

@@ -32,8 +32,8 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
     for (const auto& rank : r.ranks) fmt::print("[rank {}]\n{}", rank.rank, rank.output);
     return 0;
   }
-  // One report: rank 0's steps (every rank computes the same loss), the largest peaks of
-  // any rank, and each rank's report.
+  // One report: rank 0's steps and prediction (every rank computes the same loss), the
+  // largest peaks of any rank, and each rank's report.
   nlohmann::json out = {{"ranks", nlohmann::json::array()}};
   std::int64_t device = 0, host = 0;
   for (const auto& rank : r.ranks) {
@@ -42,7 +42,9 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
       fmt::print(stderr, "longctx: error: rank {} printed no JSON report\n", rank.rank);
       return 1;
     }
-    if (rank.rank == 0 && j.contains("steps")) out["steps"] = j["steps"];
+    if (rank.rank == 0)  // what every rank shares: steps, prediction, resume point
+      for (auto it = j.begin(); it != j.end(); ++it)
+        if (it.key() != "measured") out[it.key()] = it.value();
     if (j.contains("measured")) {
       device = std::max(device, j["measured"].value("peak_device_bytes", std::int64_t{0}));
       host = std::max(host, j["measured"].value("peak_host_bytes", std::int64_t{0}));

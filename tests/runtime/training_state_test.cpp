@@ -136,6 +136,7 @@ struct Variant {
   ParallelConfig parallel;
   DType dtype = DType::FP32;
   bool data_file = false;
+  int ranks = 1;  // > 1: `--nproc`, the launcher is what gets killed
 };
 void PrintTo(const Variant& v, std::ostream* os) { *os << v.name; }
 
@@ -152,12 +153,17 @@ TEST_P(KilledAndResumed, LossesEqualAnUninterruptedRun) {
   const Variant& v = GetParam();
   auto plan = testing::tiny_plan("tiny-gqa", 512, 2, v.parallel);
   plan.train.dtype = v.dtype;
+  plan.cluster.shape = {1, v.ranks};
   const std::string common = "run --plan " + write(plan, "plan.json") +
+                             (v.ranks > 1 ? " --nproc " + std::to_string(v.ranks) : "") +
                              (v.data_file ? " --data " + token_file(3 * 2 * 512 + 101, plan.model.vocab) : "");
   const auto ck = path("ck");
 
   std::vector<std::string> args;
-  std::istringstream words(common + " --steps 1000 --threads 1 --checkpoint-dir " + ck + " --checkpoint-every 2");
+  // Ranks' stdout reaches the launcher only when they end: with several, progress goes to
+  // stderr (--json), which they share with it.
+  std::istringstream words(common + " --steps 1000 --threads 1 --checkpoint-dir " + ck + " --checkpoint-every 2" +
+                           (v.ranks > 1 ? " --json" : ""));
   for (std::string w; words >> w;) args.push_back(w);
   const std::string progress = run_and_kill_when(args, ck + "/step-4/manifest.json");
   const auto saved = complete_checkpoints(ck);
@@ -212,7 +218,15 @@ INSTANTIATE_TEST_SUITE_P(
         // The data cursor: a token file that wraps within the run.
         Variant{"TokenFile", {}, DType::FP32, /*data_file=*/true},
         // bf16 parameters in the host pool, with fp32 masters and moments there too.
-        Variant{"Bf16OffloadedParamsAndMasters", offload_everything(), DType::BF16}),
+        Variant{"Bf16OffloadedParamsAndMasters", offload_everything(), DType::BF16},
+        // Two ranks: each saves its zero3 shards and optimizer shard; Ulysses splits the tokens.
+        Variant{"TwoRanksZero3Ulysses2", [] {
+                  ParallelConfig p;
+                  p.sharding = Sharding::Zero3;
+                  p.ulysses = 2;
+                  p.head_chunk = 1;
+                  return p;
+                }(), DType::FP32, false, 2}),
     [](const auto& info) { return info.param.name; });
 
 // The small plan of the tests below: steps of a few tens of milliseconds.
