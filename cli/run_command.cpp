@@ -2,6 +2,7 @@
 // predicted memory.
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -27,6 +28,7 @@ struct RunArgs {
   std::uint64_t seed = 0;
   std::string data_path;
   int threads = 0;
+  std::string allocation_log;
 };
 
 int fail(const Error& e) {
@@ -60,6 +62,12 @@ int run(const RunArgs& a) {
   o.seed = a.seed;
   o.data_path = a.data_path;
   o.threads = a.threads;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  if (!a.allocation_log.empty()) {
+    log.reset(std::fopen(a.allocation_log.c_str(), "w"));
+    if (!log) return fail(Error::bad_input("--allocation-log", fmt::format("cannot write {}", a.allocation_log)));
+    o.allocation_log = log.get();
+  }
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
 
@@ -158,6 +166,8 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
   sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
+  sub->add_option("--allocation-log", args->allocation_log,
+                  "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE (CPU)");
   return {sub, [args] {
             return run(*args);
           }};
