@@ -113,21 +113,21 @@ Tensor project(const Tensor& x2, const Tensor& w, std::int64_t begin, std::int64
 
 // The forward of q or k for some heads: projection -> optional per-head norm -> rope.
 struct QkRecompute {
-  Tensor pre;    // before the norm (kept for its backward)
+  Tensor pre;    // before the norm, kept for its backward; undefined without qk norm
   Tensor rstd;   // undefined without qk norm
   Tensor rotated;
 };
 QkRecompute q_or_k(const Tensor& x2, const Tensor& w, const Tensor& norm_w, std::int64_t begin, std::int64_t count,
                    std::int64_t b, std::int64_t S, std::int64_t d, double eps, const RopeTables& rope) {
   QkRecompute r;
-  r.pre = project(x2, w, begin, count, b, S, d);
-  Tensor normed = r.pre;
+  Tensor normed = project(x2, w, begin, count, b, S, d);
   if (norm_w.defined()) {
+    r.pre = std::move(normed);
     auto n = rms_norm_forward(r.pre, norm_w, eps);
     normed = n.y;
     r.rstd = n.rstd;
   }
-  r.rotated = rope_rotate(normed, rope, false);
+  r.rotated = rope_rotate(normed, rope, false);  // the projection dies here without qk norm
   return r;
 }
 
