@@ -165,7 +165,8 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print the result as JSON (progress goes to stderr)");
   sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
-  sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
+  sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: the plan's on the CPU virtual device, which its prediction counts; "
+                  "LibTorch's on CUDA)");
   sub->add_option("--allocation-log", args->allocation_log,
                   "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE (CPU)");
   return {sub, [args] {

@@ -412,7 +412,8 @@ Plan saving_plan(const Plan& base, const Coarse& c, const TechniqueSet& a, std::
 // every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
 // live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
 OpTotals totals_of(const Plan& p) {
-  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                      p.cluster.hardware.threads};
   return simulate_totals(build_step(in), in.backend);
 }
 
@@ -533,7 +534,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
           if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
           // The step up to the last layer's backward is a lower bound: over budget there, out.
           const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
-                                   /*prefix_only=*/true};
+                                   /*prefix_only=*/true, probe.cluster.hardware.threads};
           if (!fits(probe, simulate_totals(build_step(head_in), head_in.backend))) {
             cache[key] = {0, "", true};
             continue;

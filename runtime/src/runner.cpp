@@ -95,7 +95,13 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   const torch::Device device = o.device == "cuda" ? torch::Device(torch::kCUDA, 0) : torch::Device(torch::kCPU);
   BatchSource data(plan, o);
   if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  // The plan's thread count on the virtual device: the prediction counts the flash kernel's
+  // per-thread buffers.
+  const int threads = o.threads > 0 ? o.threads
+                      : o.device == "cpu" && plan.cluster.hardware.backend == Backend::Cpu
+                          ? static_cast<int>(plan.cluster.hardware.threads)
+                          : 0;
+  if (threads > 0) torch::set_num_threads(threads);
 
   const bool cpu = device.is_cpu();
   const bool budget = o.enforce_budget && cpu;

@@ -218,7 +218,8 @@ TEST(Properties, AStepPrefixIsALowerBound) {
   std::mt19937 rng(8);
   for (int i = 0; i < kCases / 3; ++i) {
     const Plan p = random_case(rng).plan;
-    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                  p.cluster.hardware.threads};
     const OpTotals whole = simulate_totals(build_step(in), in.backend);
     in.prefix_only = true;
     const OpTotals prefix = simulate_totals(build_step(in), in.backend);
