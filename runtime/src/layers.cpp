@@ -17,7 +17,8 @@ using torch::autograd::variable_list;
 
 NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
   const auto h = x.size(-1);
-  // ||x||^2 / h + eps, reduced in fp32 without an [n, h] temporary.
+  // ||x||^2 / h + eps, reduced in fp32: without an [n, h] temporary in fp32; in bf16 LibTorch
+  // reduces an fp32 copy of x (the planner's norm forward workspace).
   Tensor rstd = at::linalg_vector_norm(x, 2, {-1}, /*keepdim=*/true, torch::kFloat);
   rstd.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
   Tensor y;
