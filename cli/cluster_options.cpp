@@ -21,7 +21,9 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "untied,checkpoint,offload-checkpoints,tiled-mlp,tiled-loss; 'all' (default) or 'none'")
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "Parameters and activations: bf16 or fp32 (default: bf16 on GPUs, fp32 on --gpu cpu)");
-  app.add_option("--grad-dtype", o.grad_dtype, "Gradients: fp32 or bf16")->capture_default_str();
+  app.add_option("--grad-dtype", o.grad_dtype,
+                 "Gradients: fp32 or bf16 (default: fp32 on GPUs; on --gpu cpu the --dtype, as the runtime's autograd "
+                 "keeps them)");
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 
@@ -52,7 +54,11 @@ Result<Plan> resolve_cluster(const ClusterOptions& o) {
   if (!o.dtype.empty()) {
     LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
   }
-  LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
+  if (!o.grad_dtype.empty()) {
+    LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
+  } else {
+    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu ? p.train.dtype : DType::FP32;
+  }
   return p;
 }
 

@@ -20,7 +20,7 @@ struct ClusterOptions {
   std::string host_mem;  // per node; default: the preset's
   std::string techniques = "all";
   std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
-  std::string grad_dtype = "fp32";
+  std::string grad_dtype;  // empty: fp32, or on the CPU virtual device the parameters' dtype
   bool json = false;
 };
 

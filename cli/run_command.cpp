@@ -2,6 +2,7 @@
 // predicted memory.
 #include <cstdio>
 #include <fstream>
+#include <memory>
 #include <string>
 
 #include <fmt/format.h>
@@ -32,6 +33,7 @@ struct RunArgs {
   bool checkpoint_every_given = false;
   int keep = 2;
   bool resume = false;
+  std::string allocation_log;
 };
 
 int fail(const Error& e) {
@@ -70,6 +72,12 @@ int run(const RunArgs& a) {
   o.checkpoint.keep = a.keep;
   o.checkpoint.resume = a.resume;
   o.checkpoint.log = stderr;
+  std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  if (!a.allocation_log.empty()) {
+    log.reset(std::fopen(a.allocation_log.c_str(), "w"));
+    if (!log) return fail(Error::bad_input("--allocation-log", fmt::format("cannot write {}", a.allocation_log)));
+    o.allocation_log = log.get();
+  }
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
 
@@ -169,7 +177,10 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--json", args->json, "Print the result as JSON (progress goes to stderr)");
   sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
-  sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: LibTorch's)");
+  sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: the plan's on the CPU virtual device, which its prediction counts; "
+                  "LibTorch's on CUDA)");
+  sub->add_option("--allocation-log", args->allocation_log,
+                  "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE (CPU)");
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
   auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");

@@ -31,11 +31,14 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
   }
+  if (j.contains("threads")) {
+    LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
+  }
   return h;
 }
 
 nlohmann::json hardware_to_json(const Hardware& h) {
-  return {{"name", h.name},
+  nlohmann::json j = {{"name", h.name},
           {"backend", h.backend == Backend::Cpu ? "cpu" : "cuda"},
           {"device_memory_bytes", h.device_memory_bytes},
           {"host_memory_bytes_per_node", h.host_memory_bytes_per_node},
@@ -47,6 +50,8 @@ nlohmann::json hardware_to_json(const Hardware& h) {
           {"pcie_bytes_per_s", h.pcie_bytes_per_s},
           {"host_flops", h.host_flops},
           {"context_bytes", h.context_bytes}};
+  if (h.backend == Backend::Cpu) j["threads"] = h.threads;
+  return j;
 }
 
 Result<Hardware> load_hardware(const std::string& name) {

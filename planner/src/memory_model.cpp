@@ -6,7 +6,7 @@ namespace longctx {
 namespace {
 
 StepInputs step_inputs(const Plan& p) {
-  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false, p.cluster.hardware.threads};
 }
 
 Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {

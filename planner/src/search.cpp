@@ -412,7 +412,8 @@ Plan saving_plan(const Plan& base, const Coarse& c, const TechniqueSet& a, std::
 // every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
 // live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
 OpTotals totals_of(const Plan& p) {
-  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                      p.cluster.hardware.threads};
   return simulate_totals(build_step(in), in.backend);
 }
 
@@ -505,6 +506,9 @@ using BoundCache = std::map<BoundKey, std::tuple<std::int64_t, std::string, bool
 MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0) {
   MaxSeq best;
   const std::int64_t tile = min_tile_tokens(base.model);
+  // Whether every op's live bytes are affine in the length, which makes two simulations a
+  // configuration's answer: on CUDA, not on the CPU virtual device (see below).
+  const bool affine = base.cluster.hardware.backend != Backend::Cpu;
   std::vector<MaxSeqCandidate> all;
   std::string last_binding;
   // The most memory-saving choices first, so the floor rises early and later choices are
@@ -533,7 +537,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
           if (!validate(probe.model, probe.cluster.shape, probe.train, probe.parallel).ok()) continue;
           // The step up to the last layer's backward is a lower bound: over budget there, out.
           const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
-                                   /*prefix_only=*/true};
+                                   /*prefix_only=*/true, probe.cluster.hardware.threads};
           if (!fits(probe, simulate_totals(build_step(head_in), head_in.backend))) {
             cache[key] = {0, "", true};
             continue;
@@ -551,24 +555,43 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
         cache[key] = {m.tokens, m.binding, false};
       }
       // A bound that would raise the floor is confirmed with a full simulation first
-      // (allocator rounding can cost a grid step).
+      // (allocator rounding can cost a grid step). On the CPU virtual device the bound is a
+      // guess, not a bound: the flash kernel's per-thread block buffers grow with the length
+      // up to 768 tokens and then stay constant, so every configuration is settled by
+      // simulation, upwards as well.
       auto& cached = cache[key];
-      if (!std::get<2>(cached) && m.tokens > floor) {
+      if (!std::get<2>(cached) && (m.tokens > floor || !affine)) {
         auto fits_at = [&](std::int64_t seq) {
           const Plan at = saving_plan(base, c, a, seq, chunk);
           return validate(at.model, at.cluster.shape, at.train, at.parallel).ok() && fits(at, totals_of(at));
         };
         // Usually the bound itself fits; else the largest fitting grid step below it, by
         // bisection (fitting is monotone in the length).
-        if (!fits_at(m.tokens)) {
-          std::int64_t lo = 0, hi = m.tokens / grid;  // lo steps fit (0: none), hi steps do not
-          while (hi - lo > 1) {
-            const std::int64_t mid = lo + (hi - lo) / 2;
-            if (fits_at(mid * grid)) lo = mid;
-            else hi = mid;
+        std::int64_t lo = 0, hi = m.tokens / grid;  // lo steps fit (0: none), hi steps do not
+        if (m.tokens > 0 && fits_at(m.tokens)) {
+          lo = hi;
+          hi = 0;
+          if (!affine) {
+            // Gallop up from the guess to a length that does not fit.
+            const std::int64_t cap = (std::int64_t{1} << 40) / grid;
+            std::int64_t step = 1;
+            while (lo + step <= cap && fits_at((lo + step) * grid)) {
+              lo += step;
+              step *= 2;
+            }
+            hi = std::min(lo + step, cap + 1);
           }
-          m.tokens = lo * grid;
+        } else if (!affine && m.tokens == 0) {
+          hi = 1;
+          while (hi <= (std::int64_t{1} << 40) / grid && fits_at(hi * grid)) lo = hi, hi *= 2;
         }
+        while (hi - lo > 1) {
+          const std::int64_t mid = lo + (hi - lo) / 2;
+          if (fits_at(mid * grid)) lo = mid;
+          else hi = mid;
+        }
+        m.tokens = lo * grid;
+        if (m.tokens > 0 && m.binding.empty()) m.binding = "device memory";
         cached = {m.tokens, m.binding, true};
       }
       if (!m.binding.empty()) last_binding = m.binding;

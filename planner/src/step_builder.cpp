@@ -201,7 +201,7 @@ class Builder {
     a.in = x;
     a.rstd1 = tensor(N(l, "attn_norm.rstd", rc), n_ * 4, act);
     a.xn1 = tensor(N(l, "attn_norm.out", rc), n_ * h_ * e_, act);
-    op(N(l, "attn_norm", rc), phase, l, {x}, {a.xn1, a.rstd1}, 0, 4.0 * double(n_ * h_));
+    op(N(l, "attn_norm", rc), phase, l, {x}, {a.xn1, a.rstd1}, norm_forward_workspace(n_, h_), 4.0 * double(n_ * h_));
 
     if (p_.head_chunk > 0) {
       untied_attention_forward(l, a, phase, rc);
@@ -216,7 +216,7 @@ class Builder {
 
     a.rstd2 = tensor(N(l, "mlp_norm.rstd", rc), n_ * 4, act);
     a.xn2 = tensor(N(l, "mlp_norm.out", rc), n_ * h_ * e_, act);
-    op(N(l, "mlp_norm", rc), phase, l, {a.mid}, {a.xn2, a.rstd2}, 0, 4.0 * double(n_ * h_));
+    op(N(l, "mlp_norm", rc), phase, l, {a.mid}, {a.xn2, a.rstd2}, norm_forward_workspace(n_, h_), 4.0 * double(n_ * h_));
 
     // A recompute runs the whole layer, as reentrant checkpointing does: the recomputed
     // output is the root the layer's backward starts from, held until that backward ends.
@@ -224,8 +224,9 @@ class Builder {
     const int down = tensor(N(l, "mlp.down.out", rc), n_ * h_ * e_, Category::Transient);
     if (p_.mlp_tiles > 1) {
       const std::int64_t t = n_ / p_.mlp_tiles;
-      // Per tile: gate, up, silu(gate) and their product (4 x t x I).
-      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 4 * t * I_ * e_, mlp_flops, OpKind::Matmul, 4 * p_.mlp_tiles,
+      // Per tile: gate, which silu and then the product with up overwrite in place, and up
+      // (2 x t x I); the tile's rows of the output are written into the output directly.
+      op(N(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down}, 2 * t * I_ * e_, mlp_flops, OpKind::Matmul, 4 * p_.mlp_tiles,
          p_.mlp_tiles);
     } else {
       a.gate = tensor(N(l, "mlp.gate", rc), n_ * I_ * e_, act);
@@ -245,16 +246,53 @@ class Builder {
   // before it [n, u*kvr, d] (kv heads replicated to u when u > K), after it [b*S, kvr, d].
   std::int64_t kv_sp_elems() const { return n_ * u_ * kvr_ * d_; }
 
-  // Scratch of the attention op under GQA: LibTorch's flash kernels (CPU, and the
-  // FlashAttention-2 that at::scaled_dot_product_attention runs on CUDA) take as many kv
-  // heads as query heads, so k and v are expanded to the group's query heads inside the op
-  // (`copies` = 2), and in backward their gradients too (4) before being summed back.
-  std::int64_t gqa_expansion(std::int64_t q_heads, std::int64_t kv_heads, int copies) const {
-    if (q_heads == kv_heads) return 0;
-    return copies * (b_ * S_) * q_heads * d_ * e_;
+  // GQA inside the attention op: LibTorch's flash kernels (CPU, and the FlashAttention-2 that
+  // at::scaled_dot_product_attention runs on CUDA) take as many kv heads as query heads, so k
+  // and v are expanded to the query heads, [b*S, q_heads, d] each: a copy, except that one kv
+  // head expands as a view with stride 0. In backward the kernel's dk and dv are over the
+  // query heads too and are summed back over each group.
+  std::int64_t kv_expansion(std::int64_t q_heads, std::int64_t kv_heads) const {
+    if (q_heads == kv_heads || kv_heads == 1) return 0;
+    return 2 * (b_ * S_) * q_heads * d_ * e_;
   }
   // FlashAttention-2's fp32 dq accumulator on CUDA; the CPU kernel accumulates in place.
   std::int64_t dq_accumulator(std::int64_t q_heads) const { return cpu_ ? 0 : (b_ * S_) * q_heads * d_ * 4; }
+
+  // LibTorch's CPU flash attention kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp)
+  // works in blocks of qs query rows by ks keys, qs = 256 from 768 rows up, 64 from 192,
+  // else 32, and ks = min(512, S), with buffers of its own for each intra-op thread (T), in
+  // fp32 and, for bf16 inputs, in bf16 beside them.
+  std::int64_t cpu_q_block() const { return S_ >= 768 ? 256 : S_ >= 192 ? 64 : 32; }
+  std::int64_t cpu_kv_block() const { return std::min<std::int64_t>(512, S_); }
+  // Forward: a block's scores, its rows' running max and sum, and its output accumulator,
+  // T x (qs*ks + 2*qs + qs*d) x 4 (bf16: the scores in bf16 too, T x qs*ks*2). On CUDA,
+  // nothing beyond the outputs.
+  std::int64_t flash_forward_scratch(std::int64_t /*q_heads*/) const {
+    if (!cpu_) return 0;
+    const std::int64_t qs = std::min(cpu_q_block(), S_), ks = cpu_kv_block();
+    return in_.cpu_threads * ((qs * ks + 2 * qs + qs * d_) * 4 + (e_ == 4 ? 0 : qs * ks * e_));
+  }
+  // Backward: a block's probabilities and their gradient, T x 2*qs*ks*4 (bf16: in bf16 too,
+  // T x 2*qs*ks*2), and the rows' sums of dO*O, T x qs*4. On CUDA: FlashAttention-2's fp32 dq
+  // accumulator and its row sums of dO*O [b, heads, S] fp32.
+  std::int64_t flash_backward_scratch(std::int64_t q_heads) const {
+    if (!cpu_) return dq_accumulator(q_heads) + (b_ * S_) * q_heads * 4;
+    const std::int64_t qs = std::min(cpu_q_block(), S_), ks = cpu_kv_block();
+    return in_.cpu_threads * (2 * qs * ks * 4 + (e_ == 4 ? 0 : 2 * qs * ks * e_) + qs * 4);
+  }
+
+  // RMSNorm over `rows` rows of `width` (runtime/src/layers.cpp). Forward, bf16: the norm is
+  // reduced from an fp32 copy of the input, [rows, width] x 4, freed before the output is
+  // made, so rows*width*(4 - e) beyond it. Backward: the rows' dot products [rows] fp32; in bf16
+  // also fp32 copies of the input and of the incoming gradient, which becomes the fp32 input
+  // gradient before its cast ([rows, width] x 4 each), and of the weight and its gradient
+  // ([width] x 4 each). In fp32 the gradient is computed in its own output buffer.
+  std::int64_t norm_forward_workspace(std::int64_t rows, std::int64_t width) const {
+    return e_ == 4 ? 0 : rows * width * (4 - e_);
+  }
+  std::int64_t norm_backward_workspace(std::int64_t rows, std::int64_t width) const {
+    return rows * 4 + (e_ == 4 ? 0 : rows * width * 8 + width * 8);
+  }
 
   double attention_flops(std::int64_t heads) const {
     // QK^T and PV over the causal half: 2 matmuls x 2 flops x S^2/2 per head.
@@ -277,7 +315,8 @@ class Builder {
       a.rstd_k = tensor(N(l, "attn.k_norm.rstd", rc), n_ * K_ * 4, act);
       const int qn = tensor(N(l, "attn.q_norm.out", rc), n_ * H_ * d_ * e_, Category::Transient);
       const int kn = tensor(N(l, "attn.k_norm.out", rc), n_ * K_ * d_ * e_, Category::Transient);
-      op(N(l, "attn.qk_norm", rc), phase, l, {q, k}, {qn, kn, a.rstd_q, a.rstd_k});
+      // q's norm, then k's: the larger scratch is q's.
+      op(N(l, "attn.qk_norm", rc), phase, l, {q, k}, {qn, kn, a.rstd_q, a.rstd_k}, norm_forward_workspace(n_ * H_, d_));
       q = qn;
       k = kn;
     }
@@ -303,7 +342,7 @@ class Builder {
     a.o_sp = tensor(N(l, "attn.flash.out", rc), n_ * H_ * d_ * e_, act);
     a.lse = tensor(N(l, "attn.flash.lse", rc), n_ * H_ * 4, act);
     op(N(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
-       gqa_expansion(hl_, kvr_, 2), attention_flops(hl_), OpKind::Attention);
+       kv_expansion(hl_, kvr_) + flash_forward_scratch(hl_), attention_flops(hl_), OpKind::Attention);
     if (u_ == 1) {
       a.o_loc = a.o_sp;
     } else {
@@ -320,25 +359,59 @@ class Builder {
     const std::int64_t group = hl_ / kvr_;
     return std::max<std::int64_t>(1, p_.head_chunk / group);
   }
-  // Buffers on both sides of an all-to-all: two with u > 1, one on a single rank.
-  std::int64_t sides() const { return u_ > 1 ? 2 : 1; }
-  std::int64_t untied_forward_workspace() const {
-    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads(), f = sides();
-    const std::int64_t kv = 2 * f * n_ * u_ * kvs * d_ * e_;  // k and v, before and after the all-to-all
-    const std::int64_t q = f * n_ * u_ * c * d_ * e_;         // stage q, before and after
-    const std::int64_t o = f * n_ * u_ * c * d_ * e_;         // stage out, before and after
-    return kv + q + o + gqa_expansion(c, kvs, 2);
+  // One [b*S, heads, d] buffer: the size of a stage tensor on either side of an all-to-all
+  // ([n, u*heads, d] before it, [b*S, heads, d] after it).
+  std::int64_t stage_unit(std::int64_t heads) const { return n_ * u_ * heads * d_ * e_; }
+  // q or k of `heads` heads from the projection to after RoPE (runtime/src/attention.cpp,
+  // q_or_k): the projection and the rotated copy; with qk norm the projection is kept for the
+  // norm's backward beside the normed copy and its rstd [rows] fp32 (bf16: the norm's fp32
+  // copy of the projection, 2 units, is freed before the normed copy is made).
+  std::int64_t qk_projection_peak(std::int64_t heads) const {
+    const std::int64_t U = stage_unit(heads);
+    return m_.qk_norm ? 3 * U + n_ * u_ * heads * 4 : 2 * U;
   }
+  // What a group keeps across its stages in forward: k after RoPE and v, or k and v expanded
+  // to the stage's heads instead when that takes a copy (kv_expansion; the unexpanded ones
+  // are freed once expanded).
+  std::int64_t untied_group_forward() const {
+    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
+    const std::int64_t expanded = kv_expansion(c, kvs);
+    return expanded > 0 ? expanded : 2 * stage_unit(kvs);
+  }
+  // Buffers on the other side of each all-to-all (u > 1): one more of each exchanged tensor.
+  std::int64_t other_sides(std::int64_t units) const { return u_ > 1 ? units : 0; }
+
+  // Forward, per stage: q is projected and rotated (its projection freed, or with qk norm
+  // held until q's rotation is done), then the kernel writes the stage's output [b*S, c, d]
+  // and log-sum-exp [b, c, S] fp32 with its block buffers, which the output and log-sum-exp
+  // of the whole op receive.
+  std::int64_t untied_forward_workspace() const {
+    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
+    const std::int64_t kernel = 2 * stage_unit(c) + (b_ * S_) * c * 4 + flash_forward_scratch(c);
+    return untied_group_forward() + std::max(qk_projection_peak(c), kernel) +
+           other_sides(2 * stage_unit(kvs) + 2 * stage_unit(c));  // k, v; q, out
+  }
+  // Backward, with the input gradient [n, h] and the weight gradients allocated before the
+  // first stage (the op's outputs). A group keeps k (after RoPE; with qk norm also its
+  // projection and rstd), v, their expanded copies where expanding copies (kv_expansion),
+  // and the accumulated gradients of k and v. A stage recomputes q (its projection too
+  // with qk norm), then the kernel allocates dq, and dk and dv over the stage's heads, and a
+  // contiguous copy of the stage's slice of the output gradient when the stage does not span
+  // every head, beside its block buffers. After it, dk and dv are reduced over the group (one
+  // [b*S, kvs, d] sum) into the accumulators; then RoPE's backward of dq, [b*S, c, d], and
+  // with qk norm the norm's backward, whose input gradient is one more unit, are pushed into
+  // the input and weight gradients with in-place matmuls.
   std::int64_t untied_backward_workspace() const {
-    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads(), f = sides();
-    const std::int64_t kv = 2 * f * n_ * u_ * kvs * d_ * e_;   // recomputed k, v around the all-to-all
-    const std::int64_t dkv = 2 * f * n_ * u_ * kvs * d_ * e_;  // their gradients, after and before
-    const std::int64_t stage = 4 * f * n_ * u_ * c * d_ * e_;  // q, out, d_out, dq: each before and after
-    const std::int64_t flash = gqa_expansion(c, kvs, 4) + dq_accumulator(c) + (b_ * S_) * c * 4;
-    // Each stage's input gradient, q's part (and at a group's end k's and v's), is a matmul
-    // result [n, h] before it is added into the accumulated input gradient.
-    const std::int64_t dx_part = n_ * h_ * e_;
-    return kv + dkv + stage + flash + dx_part;
+    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
+    const std::int64_t Uc = stage_unit(c), Ukv = stage_unit(kvs);
+    const std::int64_t norm_kv = m_.qk_norm ? Ukv + n_ * u_ * kvs * 4 : 0;
+    const std::int64_t group = 4 * Ukv + norm_kv + kv_expansion(c, kvs);
+    const std::int64_t q = Uc + (m_.qk_norm ? Uc + n_ * u_ * c * 4 : 0);
+    const std::int64_t kernel = q + 3 * Uc + (c < hl_ ? Uc : 0) + flash_backward_scratch(c);
+    const std::int64_t reduce = q + 3 * Uc + (c > kvs ? Ukv : 0);
+    const std::int64_t q_back = q + 2 * Uc + (m_.qk_norm ? norm_backward_workspace(n_ * u_ * c, d_) + Uc : 0);
+    return group + std::max({kernel, reduce, q_back}) +
+           other_sides(4 * Ukv + 4 * Uc);  // k, v, dk, dv; q, out, d_out, dq
   }
 
   // Kernel launches and collective rounds of the staged schedule: `per_stage` of each stage.
@@ -361,7 +434,8 @@ class Builder {
     if (m_.tie_embeddings && zero3_) tied_full_ = gather(embed_group(), Phase::Loss);
     rstd_f_ = tensor(N(Name::kNone, "loss.final_norm.rstd"), n_ * 4, Category::Activations);
     xf_ = tensor(N(Name::kNone, "loss.final_norm.out"), n_ * h_ * e_, Category::Activations);
-    op(N(Name::kNone, "loss.final_norm"), Phase::Loss, -1, {final_x_}, {xf_, rstd_f_}, 0, 4.0 * double(n_ * h_));
+    op(N(Name::kNone, "loss.final_norm"), Phase::Loss, -1, {final_x_}, {xf_, rstd_f_}, norm_forward_workspace(n_, h_),
+       4.0 * double(n_ * h_));
     const double flops = mm(n_, h_, V_);
     if (p_.loss_tiles > 1) {
       const std::int64_t t = n_ / p_.loss_tiles;
@@ -451,7 +525,8 @@ class Builder {
       op(N(Name::kNone, "loss.logits.bwd"), B, -1, head_reads, grads_out, 0, flops);
     }
     int d_x = tensor(N(Name::kNone, "loss.final_norm.in.grad"), n_ * h_ * e_, Category::Transient);
-    op(N(Name::kNone, "loss.final_norm.bwd"), B, -1, {d_xf, final_x_, rstd_f_}, {d_x}, 0, 8.0 * double(n_ * h_));
+    op(N(Name::kNone, "loss.final_norm.bwd"), B, -1, {d_xf, final_x_, rstd_f_}, {d_x}, norm_backward_workspace(n_, h_),
+       8.0 * double(n_ * h_));
     finish_grad(head_group(), {head_grad}, B);
 
     // Layers, last to first; zero3 prefetches the next layer's parameters, checkpoint offload
@@ -473,10 +548,16 @@ class Builder {
         a = layer_forward(l, x, B, true);
         recompute_out = a.out;
       }
+      const int d_out = d_x;
       d_x = layer_backward(l, a, d_x);
       auto& last = const_cast<OpSpec&>(graph_.ops().back());
       if (layer_params >= 0) last.inputs.push_back(layer_params);
-      if (recompute_out >= 0) last.inputs.push_back(recompute_out);
+      // Reentrant checkpointing backpropagates from the recomputed output with the gradient
+      // it was handed: both stay referenced until the layer's backward returns.
+      if (recompute_out >= 0) {
+        last.inputs.push_back(recompute_out);
+        last.inputs.push_back(d_out);
+      }
     }
 
     // Embedding backward: a dense [V, h] gradient.
@@ -524,7 +605,8 @@ class Builder {
     }
     const int d_mid = tensor(N(l, "mid.grad", rc), n_ * h_ * e_, tr);
     const int g_mlp_norm = grad_piece(l, "grad.full.mlp_norm", "grad.mlp_norm", h_, grad);
-    op(N(l, "mlp_norm.bwd", rc), B, l, {d_xn2, a.mid, a.rstd2, d_out}, {d_mid, g_mlp_norm}, 0, 8.0 * double(n_ * h_));
+    op(N(l, "mlp_norm.bwd", rc), B, l, {d_xn2, a.mid, a.rstd2, d_out}, {d_mid, g_mlp_norm}, norm_backward_workspace(n_, h_),
+       8.0 * double(n_ * h_));
     const int d_oloc = tensor(N(l, "attn.out.grad", rc), n_ * H_ * d_ * e_, tr);
     const int g_o = grad_piece(l, "grad.full.attn.o", "grad.attn.o", H_ * d_ * h_, grad);
     op(N(l, "attn.o_proj.bwd", rc), B, l, {d_mid, a.o_loc}, {d_oloc, g_o}, 0, mm(n_, H_ * d_, h_) * 2);
@@ -542,7 +624,8 @@ class Builder {
     }
     const int d_in = tensor(N(l, "in.grad"), n_ * h_ * e_, tr);
     const int g_attn_norm = grad_piece(l, "grad.full.attn_norm", "grad.attn_norm", h_, grad);
-    op(N(l, "attn_norm.bwd", rc), B, l, {d_xn1, a.in, a.rstd1, d_mid}, {d_in, g_attn_norm}, 0, 8.0 * double(n_ * h_));
+    op(N(l, "attn_norm.bwd", rc), B, l, {d_xn1, a.in, a.rstd1, d_mid}, {d_in, g_attn_norm}, norm_backward_workspace(n_, h_),
+       8.0 * double(n_ * h_));
     finish_grad(l, grad, B);
     return d_in;
   }
@@ -560,9 +643,16 @@ class Builder {
     const int dq_sp = tensor(N(l, "attn.q_sp.grad", rc), n_ * H_ * d_ * e_, tr);
     const int dk_sp = tensor(N(l, "attn.k_sp.grad", rc), kv_sp_elems() * e_, tr);
     const int dv_sp = tensor(N(l, "attn.v_sp.grad", rc), kv_sp_elems() * e_, tr);
-    // k, v and their gradients expanded to the group's query heads; on CUDA the fp32 dq
-    // accumulator; the fp32 row sums of dO * O.
-    const std::int64_t ws = gqa_expansion(hl_, kvr_, 4) + dq_accumulator(hl_) + n_ * H_ * 4;
+    // Under GQA the kernel writes dk and dv over the query heads, beside the expanded k and v
+    // and its own scratch; once it returns the expanded k and v are freed and dk, then dv, are
+    // summed over their groups into this op's outputs (one [b*S, kvr, d] at a time beside the
+    // kernel's two). So at the kernel only dq of the outputs exists, and at the first sum dq
+    // and dk.
+    std::int64_t ws = flash_backward_scratch(hl_);
+    if (hl_ != kvr_) {
+      const std::int64_t full = 2 * (b_ * S_) * hl_ * d_ * e_, kv = kv_sp_elems() * e_;
+      ws = std::max(kv_expansion(hl_, kvr_) + full + ws, full + kv) - 2 * kv;
+    }
     op(N(l, "attn.flash.bwd", rc), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse}, {dq_sp, dk_sp, dv_sp}, ws,
        2.5 * attention_flops(hl_), OpKind::Attention);
     int dq = dq_sp, dk = dk_sp, dv = dv_sp;
@@ -584,7 +674,8 @@ class Builder {
       dq_in = tensor(N(l, "attn.q_pre.grad", rc), n_ * H_ * d_ * e_, tr);
       dk_in = tensor(N(l, "attn.k_pre.grad", rc), n_ * K_ * d_ * e_, tr);
       const int g_qk = grad_piece(l, "grad.full.attn.qk_norm", "grad.attn.qk_norm", 2 * d_, grad);
-      op(N(l, "attn.qk_norm.bwd", rc), B, l, {dq_r, dk_r, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_in, dk_in, g_qk});
+      op(N(l, "attn.qk_norm.bwd", rc), B, l, {dq_r, dk_r, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_in, dk_in, g_qk},
+         norm_backward_workspace(n_ * H_, d_));
     }
     const int g_qkv = grad_piece(l, "grad.full.attn.qkv", "grad.attn.qkv", h_ * (H_ + 2 * K_) * d_, grad);
     op(N(l, "attn.qkv.bwd", rc), B, l, {dq_in, dk_in, dv, a.xn1}, {d_xn1, g_qkv}, 0, 2 * mm(n_, h_, (H_ + 2 * K_) * d_));

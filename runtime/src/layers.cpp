@@ -17,7 +17,8 @@ using torch::autograd::variable_list;
 
 NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
   const auto h = x.size(-1);
-  // ||x||^2 / h + eps, reduced in fp32 without an [n, h] temporary.
+  // ||x||^2 / h + eps, reduced in fp32: without an [n, h] temporary in fp32; in bf16 LibTorch
+  // reduces an fp32 copy of x (the planner's norm forward workspace).
   Tensor rstd = at::linalg_vector_norm(x, 2, {-1}, /*keepdim=*/true, torch::kFloat);
   rstd.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
   Tensor y;
@@ -35,16 +36,29 @@ NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   // With r = rstd, g = dy·w and s = Σ_j g·x per row:
   //   dx = r·g − x·(r³·s/h),   dw = Σ_rows dy·x·r.
   // Everything goes through one fp32 [n, h] buffer that ends as dx; the rest is [n] or [h].
+  // bf16 also holds an fp32 copy of x, and casts dx back at the end. No op mixes dtypes:
+  // LibTorch would upcast its bf16 input into a hidden [n, h] temporary.
   const auto h = x.size(-1);
   const bool fp32 = x.scalar_type() == torch::kFloat;
   Tensor xf = fp32 ? x : x.to(torch::kFloat);  // bf16: an fp32 copy of x
-  Tensor buf = at::empty(x.sizes(), x.options().dtype(torch::kFloat));
-  at::mul_out(buf, dy, xf);
+  Tensor wf = fp32 ? w : w.to(torch::kFloat);  // [h]
+  Tensor buf;
+  if (fp32) {
+    buf = at::mul(dy, xf);
+  } else {
+    buf = dy.to(torch::kFloat);
+    buf.mul_(xf);
+  }
   buf.mul_(rstd);
   std::vector<int64_t> rows;
   for (int64_t i = 0; i + 1 < dy.dim(); ++i) rows.push_back(i);
   Tensor dw = buf.sum(rows);
-  at::mul_out(buf, dy, w);
+  if (fp32) {
+    at::mul_out(buf, dy, w);
+  } else {
+    buf.copy_(dy);
+    buf.mul_(wf);
+  }
   // Row dot products as a batch of [1, h] x [h, 1] products: no [n, h] temporary.
   Tensor s = at::bmm(buf.reshape({-1, 1, h}), xf.reshape({-1, h, 1})).view(rstd.sizes());
   s.mul_(rstd).mul_(rstd).mul_(rstd).div_(static_cast<double>(h));

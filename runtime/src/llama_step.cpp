@@ -277,6 +277,7 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
                                p_.head_chunk);
   } else {
     auto qkv = project(xn1, {w.wq, w.wk, w.wv});
+    xn1 = Tensor();  // without a graph (a checkpointed layer's forward) nothing else reads it
     Tensor q = qkv[0].view({b, S, H, d});
     Tensor k = qkv[1].view({b, S, K, d});
     Tensor v = qkv[2].view({b, S, K, d});
@@ -306,6 +307,7 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
     down = tiled_mlp(xn2, w.w_gate, w.w_up, w.w_down, p_.mlp_tiles);
   } else {
     auto gate_up = project(xn2, {w.w_gate, w.w_up});
+    xn2 = Tensor();
     Tensor act = swiglu(gate_up[0], gate_up[1]);
     gate_up.clear();
     down = at::linear(act, w.w_down);

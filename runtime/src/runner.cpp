@@ -138,7 +138,13 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local)) : torch::Device(torch::kCPU);
   BatchSource data(plan, o, *comm);
   if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
-  if (o.threads > 0) torch::set_num_threads(o.threads);
+  // The plan's thread count on the virtual device: the prediction counts the flash kernel's
+  // per-thread buffers.
+  const int threads = o.threads > 0 ? o.threads
+                      : o.device == "cpu" && plan.cluster.hardware.backend == Backend::Cpu
+                          ? static_cast<int>(plan.cluster.hardware.threads)
+                          : 0;
+  if (threads > 0) torch::set_num_threads(threads);
   CheckpointRank place;
   place.rank = comm->rank();
   place.world = comm->world();

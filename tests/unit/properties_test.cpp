@@ -105,11 +105,11 @@ TEST(Properties, ASmallerHeadChunkNeverRaisesThePeak) {
   }
 }
 
-// Checkpointing never raises the peak by more than one layer output: a recompute holds the
-// recomputed output of its layer while that layer's backward runs, so where the peak is set by
-// what else is live there (accumulated gradients, a short model) checkpointing can cost that
-// one [n, h] tensor; it never costs more.
-TEST(Properties, CheckpointingRaisesThePeakByAtMostOneLayerOutput) {
+// Checkpointing never raises the peak by more than two [n, h] tensors: a recompute holds the
+// recomputed output of its layer and the gradient it was handed while that layer's backward
+// runs (reentrant checkpointing), so where the peak is set by what else is live there
+// (accumulated gradients, a short model) checkpointing can cost those two; it never costs more.
+TEST(Properties, CheckpointingRaisesThePeakByAtMostTwoLayerOutputs) {
   std::mt19937 rng(4);
   for (int i = 0; i < kCases; ++i) {
     Case c = random_case(rng);
@@ -121,8 +121,8 @@ TEST(Properties, CheckpointingRaisesThePeakByAtMostOneLayerOutput) {
     every2.parallel.offload_checkpoints = full.parallel.offload_checkpoints = c.plan.parallel.offload_checkpoints;
     const std::int64_t layer_output = c.plan.train.micro_batch * c.plan.train.seq / c.plan.parallel.ulysses *
                                       c.plan.model.hidden * bytes_of(c.plan.train.dtype);
-    EXPECT_LE(peak(full), peak(every2) + layer_output) << c.text;
-    EXPECT_LE(peak(every2), peak(none) + layer_output) << c.text;
+    EXPECT_LE(peak(full), peak(every2) + 2 * layer_output) << c.text;
+    EXPECT_LE(peak(every2), peak(none) + 2 * layer_output) << c.text;
     if (!c.plan.parallel.offload_checkpoints) EXPECT_EQ(host(full), host(none)) << c.text;
   }
   // And in a deep model whose peak is set by activations, it lowers it.
@@ -184,14 +184,18 @@ TEST(Properties, ShardingMoreNeverRaisesDeviceOrHostMemory) {
 }
 
 // What max-context's affine bound rests on: with tiles of a fixed length, every op's live
-// bytes are affine in the sequence length (exact on the CPU backend).
+// bytes are affine in the sequence length. On CUDA: the lengths here (2K to 24K tokens) keep
+// every size that grows with the length a multiple of the allocator's 512 bytes. (Not on the CPU virtual
+// device, whose flash kernel's block buffers stop growing at 768 tokens; max_context settles
+// its configurations by simulation there.)
 TEST(Properties, LiveBytesAreAffineInSequenceLength) {
   std::mt19937 rng(7);
   for (int i = 0; i < kCases / 3; ++i) {
     Case c = random_case(rng);
+    c.plan.cluster.hardware = load_hardware("h100-80gb").value();
     auto at = [&](std::int64_t k) {
       Plan p = c.plan;
-      p.train.seq = c.plan.train.seq * k;
+      p.train.seq = c.plan.train.seq * 8 * k;
       // Tiles of a fixed length: the count grows with the sequence (one tile stays untiled).
       if (p.parallel.mlp_tiles > 1) p.parallel.mlp_tiles *= static_cast<int>(k);
       if (p.parallel.loss_tiles > 1) p.parallel.loss_tiles *= static_cast<int>(k);
@@ -218,7 +222,8 @@ TEST(Properties, AStepPrefixIsALowerBound) {
   std::mt19937 rng(8);
   for (int i = 0; i < kCases / 3; ++i) {
     const Plan p = random_case(rng).plan;
-    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                  p.cluster.hardware.threads};
     const OpTotals whole = simulate_totals(build_step(in), in.backend);
     in.prefix_only = true;
     const OpTotals prefix = simulate_totals(build_step(in), in.backend);

@@ -25,6 +25,10 @@ struct Hardware {
   double pcie_bytes_per_s = 0;       // host <-> device, per device, one direction
   double host_flops = 0;             // host optimizer step, per node
   std::int64_t context_bytes = 0;    // device memory outside the allocator: CUDA context, NCCL, handles
+  // CPU virtual device: LibTorch intra-op threads of the run. The CPU flash attention kernel
+  // allocates its block buffers once per thread, so the prediction depends on it; `longctx
+  // run` uses this many unless --threads says otherwise.
+  std::int64_t threads = 1;
 };
 
 Result<Hardware> hardware_from_json(const nlohmann::json& j);

@@ -19,6 +19,8 @@ struct StepInputs {
   // live set it has in the whole step (later readers are missing, never extra), so a prefix
   // over budget proves the step is: the search's cheap rejection.
   bool prefix_only = false;
+  // CPU backend: intra-op threads (Hardware::threads), for the flash kernel's per-thread buffers.
+  std::int64_t cpu_threads = 1;
 };
 
 // REQUIRES: validate(model, cluster, train, parallel) holds.
