@@ -386,10 +386,11 @@ class Builder {
   // and log-sum-exp [b, c, S] fp32 with its block buffers, which the output and log-sum-exp
   // of the whole op receive.
   std::int64_t untied_forward_workspace() const {
-    const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
+    const std::int64_t c = p_.head_chunk;
     const std::int64_t kernel = 2 * stage_unit(c) + (b_ * S_) * c * 4 + flash_forward_scratch(c);
-    return untied_group_forward() + std::max(qk_projection_peak(c), kernel) +
-           other_sides(2 * stage_unit(kvs) + 2 * stage_unit(c));  // k, v; q, out
+    // u > 1: the exchanges' send and receive buffers (q's; the output's beside the kernel's
+    // output and log-sum-exp) are never more than the kernel's own moment holds.
+    return untied_group_forward() + std::max(qk_projection_peak(c), kernel);
   }
   // Backward, with the input gradient [n, h] and the weight gradients allocated before the
   // first stage (the op's outputs). A group keeps k (after RoPE; with qk norm also its
@@ -410,8 +411,12 @@ class Builder {
     const std::int64_t kernel = q + 3 * Uc + (c < hl_ ? Uc : 0) + flash_backward_scratch(c);
     const std::int64_t reduce = q + 3 * Uc + (c > kvs ? Ukv : 0);
     const std::int64_t q_back = q + 2 * Uc + (m_.qk_norm ? norm_backward_workspace(n_ * u_ * c, d_) + Uc : 0);
-    return group + std::max({kernel, reduce, q_back}) +
-           other_sides(4 * Ukv + 4 * Uc);  // k, v, dk, dv; q, out, d_out, dq
+    // u > 1: the stage's output and its gradient arrive as contiguous [b*S, c, d] copies
+    // (no slice copy for the kernel), q arrives beside its send buffer, and dq leaves
+    // through a send and a receive buffer.
+    const std::int64_t exchanged = other_sides(2 * Uc - (c < hl_ ? Uc : 0));
+    const std::int64_t q_exchange = other_sides(q + Uc), dq_exchange = other_sides(3 * Uc);
+    return group + std::max({kernel + exchanged, reduce, q_back, q_exchange, dq_exchange});
   }
 
   // Kernel launches and collective rounds of the staged schedule: `per_stage` of each stage.
