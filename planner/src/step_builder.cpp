@@ -150,12 +150,13 @@ class Builder {
 
   // zero3: all-gathers a group's parameters into a full buffer (offloaded shards are first
   // copied to the device through a staging buffer of one shard).
-  int gather(int gi, Phase phase) {
+  // at_layer: the layer whose phase issues it (a prefetch runs in the previous layer's).
+  int gather(int gi, Phase phase, int at_layer = -2) {
     if (!zero3_) return -1;
     const std::int64_t full = group_params(gi) * e_;
     const int t = tensor(G(gi, "params.full"), full, Category::Params);
     const std::int64_t staging = p_.offload_params ? shard_elems(gi) * e_ : 0;
-    const int o = op(G(gi, "gather"), phase, gi < m_.layers ? gi : -1,
+    const int o = op(G(gi, "gather"), phase, at_layer != -2 ? at_layer : gi < m_.layers ? gi : -1,
                      {params_[static_cast<std::size_t>(gi)]}, {t}, staging);
     set_comm(o, CommKind::AllGather, double(shard_elems(gi) * e_) * double(N_ - 1), static_cast<int>(N_));
     return t;
@@ -176,10 +177,10 @@ class Builder {
     acts_.resize(static_cast<std::size_t>(m_.layers));
     ckpt_host_.assign(static_cast<std::size_t>(m_.layers), -1);
     int x = x0;
-    int next_params = gather(0, Phase::Forward);
+    int next_params = gather(0, Phase::Forward, 0);
     for (int l = 0; l < m_.layers; ++l) {
       const int layer_params = next_params;
-      if (l + 1 < m_.layers) next_params = gather(l + 1, Phase::Forward);  // prefetch
+      if (l + 1 < m_.layers) next_params = gather(l + 1, Phase::Forward, l);  // prefetch
       LayerActs a = layer_forward(l, x, Phase::Forward, false);
       if (layer_params >= 0) const_cast<OpSpec&>(graph_.op(a.last_forward_op)).inputs.push_back(layer_params);
       if (p_.checkpoint.checkpoints_layer(l) && p_.offload_checkpoints) {
@@ -543,7 +544,7 @@ class Builder {
       const int layer_params = next_params;
       const int ckpt = next_ckpt;
       if (l > 0) {
-        next_params = gather(l - 1, B);
+        next_params = gather(l - 1, B, l);
         next_ckpt = prefetch_checkpoint(l - 1);
       }
       LayerActs a = acts_[static_cast<std::size_t>(l)];

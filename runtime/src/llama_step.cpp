@@ -209,8 +209,12 @@ class CheckpointFn : public torch::autograd::Function<CheckpointFn> {
     auto* step = reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt());
     const auto layer = ctx->saved_data["layer"].toInt();
     Tensor x = step->checkpoints().take(layer).detach().requires_grad_(true);
-    // The next layer down starts coming back while this one recomputes (planner order).
-    if (layer > 0) step->checkpoints().prefetch(layer - 1);
+    // The next layer down (its input, its parameters) starts coming back while this one
+    // recomputes (planner order).
+    if (layer > 0) {
+      step->checkpoints().prefetch(layer - 1);
+      step->prefetch_layer(layer - 1);
+    }
     Tensor dx;
     {
       torch::AutoGradMode grad_on(true);
@@ -236,6 +240,10 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
                              layout_.rank * (seq / layout_.u))),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {}
+
+void LlamaStep::prefetch_layer(std::int64_t layer) {
+  if (shards_ && shards_->gathers() && layer >= 0 && layer < m_.layers) shards_->prefetch(static_cast<int>(layer));
+}
 
 LayerWeights LlamaStep::fetch_layer(std::int64_t layer) {
   if (shards_ && shards_->gathers()) {
@@ -350,8 +358,10 @@ class RegatherFn : public torch::autograd::Function<RegatherFn> {
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt())
-        ->restore(static_cast<int>(ctx->saved_data["group"].toInt()));
+    auto* shards = reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt());
+    const auto group = static_cast<int>(ctx->saved_data["group"].toInt());
+    shards->restore(group);
+    shards->prefetch(group - 1);  // the layer below, beside this one's backward
     return {grads[0], Tensor(), Tensor()};
   }
 };
@@ -404,6 +414,8 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   x = mark_backward_phase(x, "backward.embed");
   for (std::int64_t l = 0; l < m_.layers; ++l) {
     set_phase(fmt::format("forward.layer.{}", l));
+    if (l == 0) prefetch_layer(0);
+    prefetch_layer(l + 1);  // beside this layer's forward
     if (shard_grads) x = GradsReadyFn::apply(x, shards_, l);
     if (p_.checkpoint.checkpoints_layer(l)) {
       x = CheckpointFn::apply(x, this, l);

@@ -80,30 +80,42 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
   }
 }
 
-std::vector<Tensor> ShardedParams::gather(int gi) {
-  Group& g = groups_[static_cast<std::size_t>(gi)];
-  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
-  const bool for_backward = torch::GradMode::is_enabled();
-  torch::NoGradGuard no_grad;
-  Tensor src = shard.detach();
-  if (offload_params_) {
-    // The shard comes to the device through a staging buffer of its size.
-    Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
-    staging.copy_(src, /*non_blocking=*/true);
-    src = staging;
-  }
-  Tensor full = at::empty({comm_.world() * g.shard}, src.options());
-  comm_.all_gather(full, src);
+Tensor ShardedParams::staged_shard(int gi, const Group& g) {
+  Tensor src = shards_[static_cast<std::size_t>(gi)].detach();
+  if (!offload_params_) return src;
+  // The shard comes to the device through a staging buffer of its size.
+  Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
+  staging.copy_(src, /*non_blocking=*/true);
+  return staging;
+}
+
+std::vector<Tensor> ShardedParams::leaves_of(Group& g, const Tensor& full, bool for_backward) {
   std::vector<Tensor> leaves;
   std::int64_t off = 0;
-  for (std::size_t i = 0; i < g.shapes.size(); ++i) {
+  for (const auto& shape : g.shapes) {
     std::int64_t n = 1;
-    for (auto s : g.shapes[i]) n *= s;
-    leaves.push_back(full.narrow(0, off, n).view(g.shapes[i]).detach().requires_grad_(true));
+    for (auto s : shape) n *= s;
+    leaves.push_back(full.narrow(0, off, n).view(shape).detach().requires_grad_(true));
     off += n;
   }
   if (for_backward) g.sets.push_back(leaves);
   return leaves;
+}
+
+std::vector<Tensor> ShardedParams::gather(int gi) {
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  const bool for_backward = torch::GradMode::is_enabled();
+  torch::NoGradGuard no_grad;
+  if (auto it = inflight_.find(gi); it != inflight_.end() && !it->second.into_released) {
+    Inflight f = std::move(it->second);
+    inflight_.erase(it);
+    f.pending.complete();
+    return leaves_of(g, f.full, for_backward);
+  }
+  Tensor src = staged_shard(gi, g);
+  Tensor full = at::empty({comm_.world() * g.shard}, src.options());
+  comm_.all_gather(full, src);
+  return leaves_of(g, full, for_backward);
 }
 
 void ShardedParams::release(int gi) {
@@ -114,25 +126,44 @@ void ShardedParams::release(int gi) {
   g.released.push_back(buffer);
 }
 
+namespace {
+// The released buffer's storage, refilled to `elems` elements, through an alias with its own
+// version counter: the views autograd saved must not look modified in place.
+Tensor refill(const Tensor& buffer, std::int64_t elems) {
+  resize_storage(buffer, static_cast<std::size_t>(elems * static_cast<std::int64_t>(buffer.element_size())));
+  Tensor full = at::empty({0}, buffer.options());
+  full.set_(buffer.storage(), 0, {elems}, {1});
+  return full;
+}
+}  // namespace
+
 void ShardedParams::restore(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   if (g.released.empty()) return;
-  Tensor buffer = g.released.back();
-  g.released.pop_back();
   torch::NoGradGuard no_grad;
-  const auto bytes = comm_.world() * g.shard * static_cast<std::int64_t>(buffer.element_size());
-  resize_storage(buffer, static_cast<std::size_t>(bytes));
-  // Gather through an alias with its own version counter: the views autograd saved must
-  // not look modified in place.
-  Tensor full = at::empty({0}, buffer.options());
-  full.set_(buffer.storage(), 0, {comm_.world() * g.shard}, {1});
-  Tensor src = shards_[static_cast<std::size_t>(gi)].detach();
-  if (offload_params_) {
-    Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
-    staging.copy_(src, /*non_blocking=*/true);
-    src = staging;
+  if (auto it = inflight_.find(gi); it != inflight_.end() && it->second.into_released) {
+    Inflight f = std::move(it->second);
+    inflight_.erase(it);
+    f.pending.complete();
+    g.released.pop_back();
+    return;
   }
-  comm_.all_gather(full, src);
+  Tensor full = refill(g.released.back(), comm_.world() * g.shard);
+  g.released.pop_back();
+  comm_.all_gather(full, staged_shard(gi, g));
+}
+
+void ShardedParams::prefetch(int gi) {
+  if (sharding_ != Sharding::Zero3 || gi < 0 || gi >= static_cast<int>(groups_.size()) || inflight_.count(gi)) return;
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  torch::NoGradGuard no_grad;
+  Inflight f;
+  f.source = staged_shard(gi, g);
+  f.into_released = !g.released.empty();
+  f.full = f.into_released ? refill(g.released.back(), comm_.world() * g.shard)
+                           : at::empty({comm_.world() * g.shard}, f.source.options());
+  f.pending = comm_.all_gather_async(f.full, f.source);
+  inflight_[gi] = std::move(f);
 }
 
 Tensor ShardedParams::flatten_grads(Group& g) {

@@ -13,14 +13,11 @@
 #include <string>
 
 #include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
 #include "longctx/planner/result.h"
 #include "longctx/runtime/process_group.h"
-
-namespace c10d {
-class Work;
-}
 
 namespace longctx::runtime {
 

@@ -64,6 +64,8 @@ class LlamaStep {
   // shards. REQUIRES: shards outlive the step; set before the first forward.
   void use_shards(ShardedParams* shards) { shards_ = shards; }
   ShardedParams* shards() { return shards_; }
+  // zero3: starts gathering layer l's parameters beside compute (no-op otherwise).
+  void prefetch_layer(std::int64_t layer);
   const ParallelConfig& parallel() const { return p_; }
 
  private:

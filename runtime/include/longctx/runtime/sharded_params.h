@@ -13,6 +13,7 @@
 //          all-gathered into a full buffer just before its forward and its backward and
 //          freed after use; gradients as zero2.
 // Matches the planner's inventory (params.shard, params.full, grad.shard, optim.* of a shard).
+#include <map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -45,6 +46,10 @@ class ShardedParams {
   // buffer's memory after forward, and gathers into it again when the backward begins.
   void release(int g);
   void restore(int g);
+  // zero3: starts gathering group g beside compute (into its released buffer, if it has
+  // one); the next gather(g) or restore(g) waits for it instead of gathering. The step
+  // prefetches layer l+1 while layer l runs forward and l-1 while l runs backward.
+  void prefetch(int g);
   // zero2/zero3: the group's gradient is flattened into one send buffer, reduce-scattered
   // and added to the shard's gradient; the full gradient is freed. No-op for zero1.
   void finish_grads(int g);
@@ -66,6 +71,15 @@ class ShardedParams {
     std::vector<torch::Tensor> released;           // zero3: gathered buffers released after forward
   };
   torch::Tensor flatten_grads(Group& g);
+  torch::Tensor staged_shard(int g, const Group& group);  // the shard where the gather reads it
+  std::vector<torch::Tensor> leaves_of(Group& g, const torch::Tensor& full, bool for_backward);
+
+  struct Inflight {
+    torch::Tensor full, source;  // source: the shard or its staging copy, alive until done
+    Communicator::Pending pending;
+    bool into_released = false;
+  };
+  std::map<int, Inflight> inflight_;
 
   LlamaWeights& w_;
   Sharding sharding_;
