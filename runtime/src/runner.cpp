@@ -71,7 +71,12 @@ class BatchSource {
       for (std::int64_t i = 0; i < b_ * (S_ + 1); ++i) a[i] = file_[static_cast<std::size_t>((cursor_ + i) % n)];
       cursor_ = (cursor_ + b_ * S_) % n;
     }
-    return {all.narrow(1, 0, S_).to(device).contiguous(), all.narrow(1, 1, S_).to(device).contiguous()};
+    // Tokens and targets in buffers of their own, [b, S] each, as the planner has them (a
+    // view into `all` would keep both alive as long as either).
+    auto part = [&](std::int64_t from) {
+      return torch::empty({b_, S_}, all.options().device(device)).copy_(all.narrow(1, from, S_));
+    };
+    return {part(0), part(1)};
   }
 
  private:
