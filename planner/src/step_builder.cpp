@@ -47,7 +47,8 @@ class Builder {
     master_ = in.train.dtype != DType::FP32;
     cpu_ = in.backend == Backend::Cpu;
     zero3_ = p_.sharding == Sharding::Zero3;
-    shard_grads_ = p_.sharding == Sharding::Zero2 || zero3_;
+    // On one rank a gradient's shard is the whole gradient: nothing to reduce-scatter.
+    shard_grads_ = (p_.sharding == Sharding::Zero2 || zero3_) && N_ > 1;
     shard_optim_ = p_.sharding != Sharding::None;
   }
 
@@ -128,16 +129,43 @@ class Builder {
   }
   Name G(int gi, const char* base) const { return Name{scope(gi), base, false}; }
   std::int64_t shard_elems(int gi) const { return ceil_div(group_params(gi), N_); }
+  // The group's parameters in the runtime's order (LlamaWeights::all()): a layer's attention
+  // norm, wq, wk, wv, wo, (q and k norms,) MLP norm, gate, up, down; the embedding; the final
+  // norm and the output projection.
+  std::vector<std::int64_t> param_sizes(int gi) const {
+    const std::int64_t h = h_, q = H_ * d_, kv = K_ * d_;
+    if (gi == embed_group()) return {V_ * h};
+    if (gi == head_group()) return m_.tie_embeddings ? std::vector<std::int64_t>{h} : std::vector<std::int64_t>{h, V_ * h};
+    std::vector<std::int64_t> v = {h, q * h, kv * h, kv * h, h * q};
+    if (m_.qk_norm) v.insert(v.end(), {d_, d_});
+    v.insert(v.end(), {h, I_ * h, I_ * h, h * I_});
+    return v;
+  }
+  // Scratch of a step that walks the group parameter by parameter, needing `temp(elems)` for
+  // each and releasing each one's `freed` bytes per element after it: the most it holds
+  // beyond what the group held at the start.
+  template <class Temp>
+  std::int64_t per_param_peak(int gi, Temp temp, std::int64_t freed) const {
+    std::int64_t done = 0, peak = 0;
+    for (std::int64_t elems : param_sizes(gi)) {
+      peak = std::max(peak, temp(elems) - done);
+      done += elems * freed;
+    }
+    return peak;
+  }
 
   // ---- model states ----------------------------------------------------------------------
+  // offload-params streams the layers' parameters from the host (runtime: LlamaStep::fetch_layer);
+  // the embedding and the head stay on the device.
+  bool streamed(int gi) const { return p_.offload_params && gi < m_.layers; }
+
   void persistent_state() {
-    const Place param_place = p_.offload_params ? Place::Host : Place::Device;
     const Place optim_place = p_.offload_optimizer ? Place::Host : Place::Device;
     params_.resize(static_cast<std::size_t>(groups()));
     for (int gi = 0; gi < groups(); ++gi) {
       const std::int64_t elems = zero3_ ? shard_elems(gi) : group_params(gi);
-      params_[static_cast<std::size_t>(gi)] =
-          persistent(G(gi, zero3_ ? "params.shard" : "params"), elems * e_, Category::Params, param_place);
+      params_[static_cast<std::size_t>(gi)] = persistent(G(gi, zero3_ ? "params.shard" : "params"), elems * e_,
+                                                         Category::Params, streamed(gi) ? Place::Host : Place::Device);
       const std::int64_t opt = shard_optim_ ? shard_elems(gi) : group_params(gi);
       if (master_) persistent(G(gi, "optim.master"), opt * 4, Category::Optimizer, optim_place);
       persistent(G(gi, "optim.exp_avg"), opt * 4, Category::Optimizer, optim_place);
@@ -149,18 +177,23 @@ class Builder {
   }
 
   // zero3: all-gathers a group's parameters into a full buffer (offloaded shards are first
-  // copied to the device through a staging buffer of one shard).
-  // at_layer: the layer whose phase issues it (a prefetch runs in the previous layer's).
-  int gather(int gi, Phase phase, int at_layer = -2) {
-    if (!zero3_) return -1;
+  // copied to the device through a staging buffer of one shard). `at_layer`: the layer whose
+  // ops it runs among (-1 outside the layers), for the phase it is counted in.
+  int gather(int gi, Phase phase, int at_layer) {
+    // On one rank the shard is the whole group: used in place, unless it lives on the host.
+    if (!zero3_ || (N_ == 1 && !streamed(gi))) return -1;
     const std::int64_t full = group_params(gi) * e_;
     const int t = tensor(G(gi, "params.full"), full, Category::Params);
-    const std::int64_t staging = p_.offload_params ? shard_elems(gi) * e_ : 0;
-    const int o = op(G(gi, "gather"), phase, at_layer != -2 ? at_layer : gi < m_.layers ? gi : -1,
-                     {params_[static_cast<std::size_t>(gi)]}, {t}, staging);
+    // On one rank there is nothing to gather: the copy from the host is the full buffer.
+    const std::int64_t staging = streamed(gi) && N_ > 1 ? shard_elems(gi) * e_ : 0;
+    const int o = op(G(gi, "gather"), phase, at_layer, {params_[static_cast<std::size_t>(gi)]}, {t}, staging);
     set_comm(o, CommKind::AllGather, double(shard_elems(gi) * e_) * double(N_ - 1), static_cast<int>(N_));
     return t;
   }
+
+  // Whether a layer's parameters are gathered while the layer before it runs. One rank has
+  // nothing to exchange: it copies a streamed layer from the host when the layer starts.
+  bool prefetch_params() const { return N_ > 1; }
 
   // ---- forward ---------------------------------------------------------------------------
   void forward() {
@@ -168,7 +201,7 @@ class Builder {
     targets_ = tensor(N(Name::kNone, "batch.targets"), n_ * 8, Category::Activations);
     op(N(Name::kNone, "batch.load"), Phase::Forward, -1, {}, {tokens_, targets_});
 
-    const int embed_full = gather(embed_group(), Phase::Forward);
+    const int embed_full = gather(embed_group(), Phase::Forward, -1);
     const int x0 = tensor(N(0, "in"), n_ * h_ * e_, Category::Activations);
     Ids ins = {tokens_};
     if (embed_full >= 0) ins.push_back(embed_full);
@@ -180,7 +213,7 @@ class Builder {
     int next_params = gather(0, Phase::Forward, 0);
     for (int l = 0; l < m_.layers; ++l) {
       const int layer_params = next_params;
-      if (l + 1 < m_.layers) next_params = gather(l + 1, Phase::Forward, l);  // prefetch
+      if (l + 1 < m_.layers) next_params = prefetch_params() ? gather(l + 1, Phase::Forward, l) : -1;
       LayerActs a = layer_forward(l, x, Phase::Forward, false);
       if (layer_params >= 0) const_cast<OpSpec&>(graph_.op(a.last_forward_op)).inputs.push_back(layer_params);
       if (p_.checkpoint.checkpoints_layer(l) && p_.offload_checkpoints) {
@@ -191,6 +224,7 @@ class Builder {
       }
       acts_[static_cast<std::size_t>(l)] = a;
       x = a.out;
+      if (!prefetch_params() && l + 1 < m_.layers) next_params = gather(l + 1, Phase::Forward, l + 1);
     }
     final_x_ = x;
   }
@@ -435,19 +469,26 @@ class Builder {
   }
 
   // ---- loss ------------------------------------------------------------------------------
+  // One loss tile of t rows (runtime/src/layers.cpp, TiledCrossEntropyFn): its fp32 logits
+  // [t, V], and inside logsumexp exp(logits - max) [t, V] fp32 with the rows' maxima and sums
+  // [t] fp32. In bf16 the tile's bf16 logits [t, V] are freed once upcast, before logsumexp.
+  std::int64_t tiled_loss_workspace() const {
+    const std::int64_t t = n_ / p_.loss_tiles;
+    return t * V_ * 8 + t * 8;
+  }
+
   void loss() {
-    head_full_ = gather(head_group(), Phase::Loss);
-    if (m_.tie_embeddings && zero3_) tied_full_ = gather(embed_group(), Phase::Loss);
+    head_full_ = gather(head_group(), Phase::Loss, -1);
+    if (m_.tie_embeddings && zero3_) tied_full_ = gather(embed_group(), Phase::Loss, -1);
     rstd_f_ = tensor(N(Name::kNone, "loss.final_norm.rstd"), n_ * 4, Category::Activations);
     xf_ = tensor(N(Name::kNone, "loss.final_norm.out"), n_ * h_ * e_, Category::Activations);
     op(N(Name::kNone, "loss.final_norm"), Phase::Loss, -1, {final_x_}, {xf_, rstd_f_}, norm_forward_workspace(n_, h_),
        4.0 * double(n_ * h_));
     const double flops = mm(n_, h_, V_);
     if (p_.loss_tiles > 1) {
-      const std::int64_t t = n_ / p_.loss_tiles;
-      // One tile's logits, and logsumexp's exp(logits - max) beside them, in fp32 (bf16: the
-      // logits in bf16 too).
-      op(N(Name::kNone, "loss.tiled"), Phase::Loss, -1, {xf_, targets_}, {}, t * V_ * (e_ == 4 ? 8 : e_ + 8), flops,
+      // One tile's fp32 logits and logsumexp's exp(logits - max) beside them, with its row
+      // maxima and sums [t] fp32 (bf16: the tile's bf16 logits are freed once upcast).
+      op(N(Name::kNone, "loss.tiled"), Phase::Loss, -1, {xf_, targets_}, {}, tiled_loss_workspace(), flops,
          OpKind::Matmul, 3 * p_.loss_tiles, p_.loss_tiles);
       return;
     }
@@ -505,7 +546,9 @@ class Builder {
     const int head_grad = new_grad(head_group());
     int tied_grad = -1;
     if (m_.tie_embeddings) tied_grad = new_grad(embed_group());
-    Ids head_reads = {xf_, targets_};
+    // The tiled loss reads the targets in its backward; the untiled one only in nll's.
+    Ids head_reads = {xf_};
+    if (p_.loss_tiles > 1) head_reads.push_back(targets_);
     if (head_full_ >= 0) head_reads.push_back(head_full_);
     if (tied_full_ >= 0) head_reads.push_back(tied_full_);
     const int d_xf = tensor(N(Name::kNone, "loss.final_norm.out.grad"), n_ * h_ * e_, Category::Transient);
@@ -513,9 +556,10 @@ class Builder {
     if (tied_grad >= 0) grads_out.push_back(tied_grad);
     const double flops = 2 * mm(n_, h_, V_);
     if (p_.loss_tiles > 1) {
-      const std::int64_t t = n_ / p_.loss_tiles;
-      // One tile's logits and their softmax gradient (fp32; bf16 adds the tile's bf16 logits).
-      op(N(Name::kNone, "loss.tiled.bwd"), B, -1, head_reads, grads_out, t * V_ * (e_ == 4 ? 8 : e_ + 8),
+      // The tile's logits recomputed as in forward, logsumexp beside them; the softmax
+      // gradient then overwrites the logits (bf16: cast to bf16, t x V x 2, after logsumexp's
+      // buffer is gone).
+      op(N(Name::kNone, "loss.tiled.bwd"), B, -1, head_reads, grads_out, tiled_loss_workspace(),
          flops + mm(n_, h_, V_), OpKind::Matmul, 6 * p_.loss_tiles, p_.loss_tiles);
     } else {
       const int d_logp = tensor(N(Name::kNone, "loss.nll.grad"), n_ * V_ * 4, Category::Transient);
@@ -537,15 +581,16 @@ class Builder {
 
     // Layers, last to first; zero3 prefetches the next layer's parameters, checkpoint offload
     // prefetches the next checkpoint.
-    int next_params = gather(static_cast<int>(m_.layers) - 1, B);
-    int next_ckpt = prefetch_checkpoint(static_cast<int>(m_.layers) - 1);
-    for (int l = static_cast<int>(m_.layers) - 1; l >= 0; --l) {
-      if (in_.prefix_only && l < static_cast<int>(m_.layers) - 1) return;
+    const int last_layer = static_cast<int>(m_.layers) - 1;
+    int next_params = gather(last_layer, B, last_layer);
+    int next_ckpt = prefetch_checkpoint(last_layer, last_layer);
+    for (int l = last_layer; l >= 0; --l) {
+      if (in_.prefix_only && l < last_layer) return;
       const int layer_params = next_params;
       const int ckpt = next_ckpt;
       if (l > 0) {
-        next_params = gather(l - 1, B, l);
-        next_ckpt = prefetch_checkpoint(l - 1);
+        next_params = prefetch_params() ? gather(l - 1, B, l) : -1;
+        next_ckpt = prefetch_checkpoint(l - 1, l);
       }
       LayerActs a = acts_[static_cast<std::size_t>(l)];
       int recompute_out = -1;
@@ -564,23 +609,33 @@ class Builder {
         last.inputs.push_back(recompute_out);
         last.inputs.push_back(d_out);
       }
+      if (!prefetch_params() && l > 0) next_params = gather(l - 1, B, l - 1);
     }
 
-    // Embedding backward: a dense [V, h] gradient.
-    const int embed_full = m_.tie_embeddings ? -1 : gather(embed_group(), B);
+    // Embedding backward: a dense [V, h] gradient. Tied to the output projection, it is a
+    // second gradient of the same weight, which autograd then adds to the head's: the sum is
+    // a new [V, h] buffer that replaces the old one.
+    const int embed_full = m_.tie_embeddings ? -1 : gather(embed_group(), B, -1);
     const int eg = tied_grad >= 0 ? tied_grad : new_grad(embed_group());
     Ids reads = {d_x, tokens_};
     if (embed_full >= 0) reads.push_back(embed_full);
-    if (tied_grad >= 0) reads.push_back(tied_grad);
-    op(N(Name::kEmbed, "backward"), B, -1, reads, tied_grad >= 0 ? Ids{} : Ids{eg}, 0, double(n_ * h_));
+    if (tied_grad >= 0) {
+      const int dense = tensor(N(Name::kEmbed, "grad.dense"), group_params(embed_group()) * g_, Category::Transient);
+      op(N(Name::kEmbed, "backward"), B, -1, reads, {dense}, 0, double(n_ * h_));
+      op(N(Name::kEmbed, "grad.accumulate"), B, -1, {tied_grad, dense}, {}, group_params(embed_group()) * g_);
+    } else {
+      op(N(Name::kEmbed, "backward"), B, -1, reads, {eg}, 0, double(n_ * h_));
+    }
     finish_grad(embed_group(), {eg}, B);
   }
 
-  int prefetch_checkpoint(int l) {
+  // Brings layer l's checkpoint back, among the ops of layer `at_layer` (the one above it,
+  // while it recomputes, or l itself for the last layer).
+  int prefetch_checkpoint(int l, int at_layer) {
     const int host = ckpt_host_[static_cast<std::size_t>(l)];
     if (host < 0) return -1;
     const int dev = tensor(N(l, "in.prefetched"), n_ * h_ * e_, Category::Activations);
-    const int o = op(N(l, "checkpoint.prefetch"), Phase::Backward, l, {host}, {dev});
+    const int o = op(N(l, "checkpoint.prefetch"), Phase::Backward, at_layer, {host}, {dev});
     set_comm(o, CommKind::HostToDevice, double(n_ * h_ * e_), 1);
     return dev;
   }
@@ -716,15 +771,25 @@ class Builder {
       o.inputs = grad;
       o.flops = 12.0 * double(elems);
       o.memory_bytes = double(elems) * (master_ ? 16 : 12) * 2;
-      // One fp32 temporary of the shard (the update before it is applied).
+      // The update's fp32 temporary, sqrt(v)/sqrt(bc2) + eps. A flat shard is updated at once;
+      // whole parameters (unsharded gradients, or one rank) one at a time, as the runtime's
+      // AdamW does, each gradient released once its parameter is updated: what the step
+      // holds beyond the group's gradients is the largest of each parameter's temporaries
+      // less the gradients released before it.
+      const bool whole = !shard_grads_ || N_ == 1;
       if (p_.offload_optimizer) {
+        // On the host, beside fp32 gradients; fp32 parameters are updated in a host copy too.
+        // The update is copied straight into the device parameters.
         o.host_compute = true;
-        o.host_workspace_bytes = elems * 4;
-        o.workspace_bytes = elems * e_;  // staging of the updated parameters back to the device
+        const std::int64_t temps = master_ ? 1 : 2;
+        o.host_workspace_bytes =
+            whole ? per_param_peak(gi, [&](std::int64_t n) { return n * 4 * temps; }, 4) : elems * 4 * temps;
         o.comm = CommKind::HostToDevice;
         o.comm_bytes = double(elems * e_);
       } else {
-        o.workspace_bytes = elems * 4;
+        // Gradients other than fp32 are first upcast, one more fp32 temporary each.
+        const std::int64_t temps = g_ == 4 ? 1 : 2;
+        o.workspace_bytes = whole ? per_param_peak(gi, [&](std::int64_t n) { return n * 4 * temps; }, g_) : elems * 4 * temps;
       }
       graph_.add_op(std::move(o));
       if (p_.sharding == Sharding::Zero1 || p_.sharding == Sharding::Zero2) {

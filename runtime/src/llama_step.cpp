@@ -495,8 +495,10 @@ void AdamW::update(Tensor& target, const Tensor& g, State& s) {
   const double bc2 = 1.0 - std::pow(o_.beta2, static_cast<double>(t_));
   s.exp_avg.lerp_(g, 1.0 - o_.beta1);
   s.exp_avg_sq.mul_(o_.beta2).addcmul_(g, g, 1.0 - o_.beta2);
-  // The one fp32 temporary: sqrt(v / bc2) + eps.
-  Tensor denom = at::sqrt(s.exp_avg_sq);
+  // The one fp32 temporary: sqrt(v / bc2) + eps, beside the state it is computed from (an
+  // offloaded state's in the host pool: the CPU allocator would count it on the device).
+  Tensor denom = offload_ ? host_empty(s.exp_avg_sq.sizes(), torch::kFloat, pinned_) : at::empty_like(s.exp_avg_sq);
+  at::sqrt_out(denom, s.exp_avg_sq);
   denom.div_(std::sqrt(bc2)).add_(o_.eps);
   target.mul_(1.0 - o_.lr * o_.weight_decay);
   target.addcdiv_(s.exp_avg, denom, -o_.lr / bc1);

@@ -1,0 +1,178 @@
+// The allocator model's claims (allocator_model.h, rules 1-5), each held against a sequence
+// of requests whose allocated and reserved bytes are worked out by hand in the comments.
+#include <gtest/gtest.h>
+
+#include "longctx/planner/allocator_model.h"
+
+namespace longctx {
+namespace {
+
+constexpr std::int64_t KiB = 1024, MiB = 1024 * 1024;
+
+TEST(AllocatorModel, CpuBooksExactlyWhatIsRequested) {
+  EXPECT_EQ(allocated_bytes(Backend::Cpu, 1), 1);
+  EXPECT_EQ(allocated_bytes(Backend::Cpu, 1000), 1000);
+  EXPECT_EQ(allocated_bytes(Backend::Cpu, 0), 0);
+}
+
+TEST(AllocatorModel, CudaRoundsEveryRequestUpToA512ByteMultiple) {
+  // Rule 1: ceil(n / 512) * 512, at least 512.
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 1), 512);
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 512), 512);
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 513), 1024);
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 4000), 4096);  // 4000 / 512 = 7.8 -> 8 x 512
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 0), 0);
+  // The simulation's figure is the model's block for a fresh request.
+  CachingAllocatorModel m;
+  const int a = m.allocate(4000);
+  EXPECT_EQ(m.block_size(a), 4096);
+  EXPECT_EQ(m.allocated(), 4096);
+}
+
+TEST(AllocatorModel, SmallRequestsShareTwoMiBSegments) {
+  CachingAllocatorModel m;
+  // 1 byte -> a 512-byte block split off a new 2 MiB small segment (rule 2; remainder
+  // 2 MiB - 512 >= 512, so split: rule 4).
+  const int a = m.allocate(1);
+  EXPECT_EQ(m.allocated(), 512);
+  EXPECT_EQ(m.reserved(), 2 * MiB);
+  // 1000 bytes -> 1024 from the same segment's free remainder: nothing new reserved.
+  m.allocate(1000);
+  EXPECT_EQ(m.allocated(), 512 + 1024);
+  EXPECT_EQ(m.reserved(), 2 * MiB);
+  // Exactly 1 MiB is still small (rule 2: up to 1 MiB): 1 MiB more from the same segment,
+  // whose free remainder is 2 MiB - 512 - 1024 = 2095616 >= 1048576.
+  m.allocate(MiB);
+  EXPECT_EQ(m.allocated(), 512 + 1024 + MiB);
+  EXPECT_EQ(m.reserved(), 2 * MiB);
+  EXPECT_EQ(m.segments(), 1);
+  // Freed and asked again, the block is reused (rule 5 then 3).
+  m.free(a);
+  m.allocate(300);
+  EXPECT_EQ(m.allocated(), 512 + 1024 + MiB);
+  EXPECT_EQ(m.reserved(), 2 * MiB);
+}
+
+TEST(AllocatorModel, AFullSmallSegmentOpensAnother) {
+  CachingAllocatorModel m;
+  // 2048 blocks of 1 KiB fill 2 MiB exactly: the last split leaves 1 KiB, then 0 (no split).
+  for (int i = 0; i < 2048; ++i) m.allocate(KiB);
+  EXPECT_EQ(m.allocated(), 2 * MiB);
+  EXPECT_EQ(m.reserved(), 2 * MiB);
+  // The 2049th needs a second segment.
+  m.allocate(KiB);
+  EXPECT_EQ(m.allocated(), 2 * MiB + KiB);
+  EXPECT_EQ(m.reserved(), 4 * MiB);
+  EXPECT_EQ(m.segments(), 2);
+}
+
+TEST(AllocatorModel, LargeRequestsUnderTenMiBGetTwentyMiBSegmentsAndSplitThem) {
+  CachingAllocatorModel m;
+  // 4 MiB: large pool (> 1 MiB), under 10 MiB -> a 20 MiB segment; remainder 16 MiB > 1 MiB
+  // is split off (rule 4).
+  const int a = m.allocate(4 * MiB);
+  EXPECT_EQ(m.block_size(a), 4 * MiB);
+  EXPECT_EQ(m.allocated(), 4 * MiB);
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  // 16 MiB fits the free 16 MiB block exactly (rule 3): no new segment.
+  m.allocate(16 * MiB);
+  EXPECT_EQ(m.allocated(), 20 * MiB);
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  EXPECT_EQ(m.segments(), 1);
+}
+
+TEST(AllocatorModel, AnUnsplitRemainderUnderOneMiBCountsAsAllocated) {
+  CachingAllocatorModel m;
+  m.allocate(4 * MiB);  // 20 MiB segment: 4 MiB used, 16 MiB free
+  // 15.5 MiB takes the 16 MiB block; the remainder, 0.5 MiB, is not more than 1 MiB, so it is
+  // not split and the whole 16 MiB counts (rule 4): allocated 4 + 16 = 20 MiB for 19.5 asked.
+  const int b = m.allocate(15 * MiB + 512 * KiB);
+  EXPECT_EQ(m.block_size(b), 16 * MiB);
+  EXPECT_EQ(m.allocated(), 20 * MiB);
+  EXPECT_EQ(allocated_bytes(Backend::Cuda, 15 * MiB + 512 * KiB), 15 * MiB + 512 * KiB);  // the simulation's figure
+  // A remainder of exactly 1 MiB is not split either: 11 MiB (>= 10 MiB) reserves a segment
+  // of 11 MiB rounded up to 2 MiB, 12 MiB, and keeps all of it.
+  CachingAllocatorModel n;
+  const int c = n.allocate(11 * MiB);
+  EXPECT_EQ(n.reserved(), 12 * MiB);
+  EXPECT_EQ(n.block_size(c), 12 * MiB);
+  EXPECT_EQ(n.allocated(), 12 * MiB);
+  // One byte over 10 MiB: rounded to 10 MiB + 512, segment 12 MiB, remainder 2 MiB - 512
+  // > 1 MiB: split, and only the rounded request counts.
+  CachingAllocatorModel k;
+  const int d = k.allocate(10 * MiB + 1);
+  EXPECT_EQ(k.reserved(), 12 * MiB);
+  EXPECT_EQ(k.block_size(d), 10 * MiB + 512);
+  EXPECT_EQ(k.allocated(), 10 * MiB + 512);
+}
+
+TEST(AllocatorModel, RequestsOfTenMiBAndMoreGetSegmentsRoundedToTwoMiB) {
+  CachingAllocatorModel m;
+  m.allocate(10 * MiB);  // exactly 10 MiB: not under 10 MiB, so a segment of 10 MiB itself
+  EXPECT_EQ(m.reserved(), 10 * MiB);
+  m.allocate(33 * MiB);  // 33 MiB rounded up to a multiple of 2 MiB: 34 MiB
+  EXPECT_EQ(m.reserved(), 44 * MiB);
+  EXPECT_EQ(m.allocated(), 10 * MiB + 34 * MiB);  // remainder 1 MiB: not split
+}
+
+TEST(AllocatorModel, FreedNeighboursMergeAndTheBestFitWins) {
+  CachingAllocatorModel m;
+  // Two 4 MiB blocks from one 20 MiB segment: [a 4][b 4][free 12].
+  const int a = m.allocate(4 * MiB);
+  const int b = m.allocate(4 * MiB);
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  // Freed, a and b merge with each other and with the free 12 MiB: one free 20 MiB block
+  // (rule 5), so 18 MiB fits without a new segment (remainder 2 MiB > 1 MiB: split).
+  m.free(a);
+  m.free(b);
+  EXPECT_EQ(m.allocated(), 0);
+  EXPECT_EQ(m.reserved(), 20 * MiB);  // segments are never given back
+  const int c = m.allocate(18 * MiB);
+  EXPECT_EQ(m.block_size(c), 18 * MiB);
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  EXPECT_EQ(m.segments(), 1);
+
+  // Best fit: free blocks of 6 MiB and 3 MiB in two 20 MiB segments; 2.5 MiB takes the
+  // 3 MiB one (the smallest that fits), whose 0.5 MiB remainder stays in the block.
+  CachingAllocatorModel n;
+  const int s1 = n.allocate(9 * MiB);  // segment 1: [9][free 11]
+  n.allocate(5 * MiB);                 // best fit 11: [9][5][free 6]
+  n.allocate(9 * MiB);                 // 6 is too small: segment 2, [9][free 11]
+  n.allocate(8 * MiB);                 // best fit among 6 and 11 is 11: [9][8][free 3]
+  EXPECT_EQ(n.reserved(), 40 * MiB);
+  EXPECT_EQ(n.allocated(), 31 * MiB);
+  const int fit = n.allocate(2 * MiB + 512 * KiB);
+  EXPECT_EQ(n.block_size(fit), 3 * MiB);
+  EXPECT_EQ(n.allocated(), 34 * MiB);
+  // Then 5 MiB goes to the 6 MiB block (remainder 1 MiB, not split): no third segment.
+  n.allocate(5 * MiB);
+  EXPECT_EQ(n.allocated(), 40 * MiB);
+  EXPECT_EQ(n.reserved(), 40 * MiB);
+  EXPECT_EQ(n.segments(), 2);
+  n.free(s1);
+  EXPECT_EQ(n.allocated(), 31 * MiB);
+  // The freed 9 MiB has no free neighbour (the 5 MiB block after it is in use): a 9 MiB
+  // request reuses it.
+  n.allocate(9 * MiB);
+  EXPECT_EQ(n.reserved(), 40 * MiB);
+}
+
+TEST(AllocatorModel, PoolsDoNotShareBlocks) {
+  CachingAllocatorModel m;
+  // A free large block does not serve a small request: 20 MiB free in the large pool, and a
+  // 1 KiB request still reserves a 2 MiB small segment.
+  m.free(m.allocate(4 * MiB));
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  m.allocate(KiB);
+  EXPECT_EQ(m.reserved(), 22 * MiB);
+  // Nor a free small block a large one: 1 MiB + 512 is large, and the small segment's free
+  // 2 MiB - 1 KiB would fit it; it takes the free 20 MiB large block instead.
+  const int big = m.allocate(MiB + 512);
+  EXPECT_EQ(m.block_size(big), MiB + 512);
+  EXPECT_EQ(m.reserved(), 22 * MiB);
+  EXPECT_EQ(m.peak_reserved(), 22 * MiB);
+  EXPECT_EQ(m.peak_allocated(), 4 * MiB);
+}
+
+}  // namespace
+}  // namespace longctx
