@@ -1,6 +1,7 @@
 // longctx run: executes a plan file as real training steps and shows measured beside
 // predicted memory.
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <memory>
 #include <string>
@@ -91,10 +92,17 @@ int run(const RunArgs& a) {
   });
   if (!report) return fail(report.error());
 
-  if (!a.trace_path.empty()) {
-    std::ofstream out(a.trace_path);
+  // Rank 0 writes FILE; rank R of several writes FILE with ".rankR" before its extension.
+  std::string trace_path = a.trace_path;
+  if (const char* rank = std::getenv("RANK"); rank && *rank && std::string(rank) != "0" && !trace_path.empty()) {
+    const auto dot = trace_path.rfind('.');
+    const bool ext = dot != std::string::npos && trace_path.find('/', dot) == std::string::npos;
+    trace_path = ext ? trace_path.substr(0, dot) + ".rank" + rank + trace_path.substr(dot) : trace_path + ".rank" + rank;
+  }
+  if (!trace_path.empty()) {
+    std::ofstream out(trace_path);
     out << runtime::chrome_trace_json(*report);
-    if (!out) return fail(Error::bad_input("--trace", fmt::format("cannot write {}", a.trace_path)));
+    if (!out) return fail(Error::bad_input("--trace", fmt::format("cannot write {}", trace_path)));
   }
 
   const auto& last = report->steps.back();
@@ -160,7 +168,7 @@ int run(const RunArgs& a) {
                it == predicted.phases.end() ? "-" : format_bytes(pred),
                it == predicted.phases.end() ? "" : percent(p.peak_device, pred), 1e3 * (p.end_s - p.start_s));
   }
-  if (!a.trace_path.empty()) fmt::print("\ntrace: {} (open in https://ui.perfetto.dev)\n", a.trace_path);
+  if (!trace_path.empty()) fmt::print("\ntrace: {} (open in https://ui.perfetto.dev)\n", trace_path);
   return 0;
 }
 
@@ -173,7 +181,7 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--steps", args->steps, "Training steps to run")->check(CLI::PositiveNumber);
   sub->add_option("--device", args->device, "cpu (the virtual device, which enforces the plan's budgets) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
-  sub->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of phases and memory to FILE");
+  sub->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of phases and memory to FILE (rank R > 0 of several: FILE with .rankR before the extension)");
   sub->add_flag("--json", args->json, "Print the result as JSON (progress goes to stderr)");
   sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");

@@ -56,6 +56,17 @@ grid=(
   "odd-ckpt-hc-6k|tiny-odd|1|6K|--checkpoint every:2 --head-chunk 1 --mlp-tiles 2"
   "odd-bf16-4k|tiny-odd|1|4K|--dtype bf16"
   "gqa-bf16-all-8k|tiny-gqa|1|8K|--dtype bf16 --checkpoint full --mlp-tiles 4 --loss-tiles 4 --head-chunk 1"
+  # Several ranks (rank 0's trace; every rank's peak is in the run's log)
+  "gqa-w2-dp2-ckpt-4k|tiny-gqa|2|4K|--checkpoint full"
+  "gqa-w2-u2-8k|tiny-gqa|2|8K|--ulysses 2"
+  "gqa-w2-u2-hc1-8k|tiny-gqa|2|8K|--ulysses 2 --head-chunk 1"
+  "gqa-w4-u4-kvrep-8k|tiny-gqa|4|8K|--ulysses 4"
+  "gqa-w2-zero1-4k|tiny-gqa|2|4K|--sharding zero1"
+  "gqa-w2-u2-zero2-8k|tiny-gqa|2|8K|--ulysses 2 --sharding zero2"
+  "gqa-w2-zero3-4k|tiny-gqa|2|4K|--sharding zero3"
+  "odd-w4-u4-hc1-8k|tiny-odd|4|8K|--ulysses 4 --head-chunk 1"
+  "odd-w2-u2-zero3-off-4k|tiny-odd|2|4K|--ulysses 2 --sharding zero3 --offload-params --offload-optimizer"
+  "odd-w4-u2-dp2-all-8k|tiny-odd|4|8K|--ulysses 2 --sharding zero3 --checkpoint full --offload-checkpoints --mlp-tiles 4 --loss-tiles 4 --head-chunk 1"
 )
 
 rows=()
@@ -65,12 +76,16 @@ for entry in "${grid[@]}"; do
   trace="$out/$name.trace.json"
   # shellcheck disable=SC2086
   "$longctx" plan --model "$model" --gpu cpu --gpus "$gpus" --seq "$seq" --budget 1GiB --host-mem 4GiB $knobs --no-search -o "$plan" >/dev/null
-  "$longctx" run --plan "$plan" --steps 2 --trace "$trace" >/dev/null 2>"$out/$name.log" || {
+  ranks=()
+  [ "$gpus" -gt 1 ] && ranks=(--nproc "$gpus")
+  "$longctx" run --plan "$plan" --steps 2 --trace "$trace" "${ranks[@]}" >/dev/null 2>"$out/$name.log" || {
     echo "run failed: $name (see $out/$name.log)" >&2
     exit 1
   }
-  rm -f "$out/$name.log"
-  rows+=("$("$longctx" compare --plan "$plan" --trace "$trace" --json | tr -d '\n')|$name|$knobs")
+  rm -f "$out/$name.log" "$out/$name".trace.rank*.json
+  label="$knobs"
+  [ "$gpus" -gt 1 ] && label="--gpus $gpus $knobs"
+  rows+=("$("$longctx" compare --plan "$plan" --trace "$trace" --json | tr -d '\n')|$name|$label")
   echo "$name done" >&2
 done
 printf '%s\n' "${rows[@]}" >"$out/grid.results"

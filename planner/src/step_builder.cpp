@@ -429,8 +429,8 @@ class Builder {
   }
   // Backward, with the input gradient [n, h] and the weight gradients allocated before the
   // first stage (the op's outputs). A group keeps k (after RoPE; with qk norm also its
-  // projection and rstd), v, their expanded copies where expanding copies (kv_expansion),
-  // and the accumulated gradients of k and v. A stage recomputes q (its projection too
+  // projection and rstd) and v, or instead their expanded copies where expanding copies
+  // (kv_expansion), and the accumulated gradients of k and v. A stage recomputes q (its projection too
   // with qk norm), then the kernel allocates dq, and dk and dv over the stage's heads, and a
   // contiguous copy of the stage's slice of the output gradient when the stage does not span
   // every head, beside its block buffers. After it, dk and dv are reduced over the group (one
@@ -441,7 +441,9 @@ class Builder {
     const std::int64_t c = p_.head_chunk, kvs = stage_kv_heads();
     const std::int64_t Uc = stage_unit(c), Ukv = stage_unit(kvs);
     const std::int64_t norm_kv = m_.qk_norm ? Ukv + n_ * u_ * kvs * 4 : 0;
-    const std::int64_t group = 4 * Ukv + norm_kv + kv_expansion(c, kvs);
+    // Where expanding copies, k and v themselves are freed once expanded.
+    const std::int64_t expanded = kv_expansion(c, kvs);
+    const std::int64_t group = (expanded > 0 ? 2 : 4) * Ukv + norm_kv + expanded;
     const std::int64_t q = Uc + (m_.qk_norm ? Uc + n_ * u_ * c * 4 : 0);
     const std::int64_t kernel = q + 3 * Uc + (c < hl_ ? Uc : 0) + flash_backward_scratch(c);
     const std::int64_t reduce = q + 3 * Uc + (c > kvs ? Ukv : 0);
@@ -525,7 +527,9 @@ class Builder {
       return;
     }
     const int shard = tensor(G(gi, "grad.shard"), shard_elems(gi) * g_, Category::Grads);
-    const int o = op(G(gi, "grad.reduce_scatter"), phase, gi < m_.layers ? gi : -1, full, {shard});
+    // Across ranks the pieces are first summed into one flat send buffer of the padded group.
+    const std::int64_t send = N_ > 1 ? shard_elems(gi) * N_ * g_ : 0;
+    const int o = op(G(gi, "grad.reduce_scatter"), phase, gi < m_.layers ? gi : -1, full, {shard}, send);
     set_comm(o, CommKind::ReduceScatter, double(shard_elems(gi) * g_) * double(N_ - 1), static_cast<int>(N_));
     grads_[static_cast<std::size_t>(gi)] = {shard};
     if (p_.offload_optimizer) to_host(gi, phase);

@@ -411,6 +411,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   const bool gathered = shards_ && shards_->gathers();
   const bool shard_grads = shards_ && shards_->shards_grads() && torch::GradMode::is_enabled();
   Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
+  // The embedding's backward reads only the token ids: the gathered table's memory goes now
+  // (its leaf stays, to receive the gradient).
+  if (gathered && torch::GradMode::is_enabled()) shards_->release(shards_->embed_group());
   x = mark_backward_phase(x, "backward.embed");
   for (std::int64_t l = 0; l < m_.layers; ++l) {
     set_phase(fmt::format("forward.layer.{}", l));

@@ -172,6 +172,7 @@ Tensor ShardedParams::flatten_grads(Group& g) {
   if (sharding_ == Sharding::Zero3) {
     sets = std::move(g.sets);
     g.sets.clear();
+    g.released.clear();  // buffers released for good (the embedding's: nothing gathers into them)
   } else {
     std::vector<Tensor> own;
     for (Tensor* t : g.slots) own.push_back(*t);
