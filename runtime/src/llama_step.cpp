@@ -529,8 +529,12 @@ void AdamW::step() {
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    host_grads[i] = host_empty(p.sizes(), torch::kFloat, pinned_);
-    host_grads[i].copy_(p.grad());
+    if (grads_on_host_) {
+      host_grads[i] = p.grad();
+    } else {
+      host_grads[i] = host_empty(p.sizes(), torch::kFloat, pinned_);
+      host_grads[i].copy_(p.grad());
+    }
     p.mutable_grad().reset();
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {

@@ -173,6 +173,12 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     if (sharded)
       shards = std::make_unique<ShardedParams>(weights, plan.parallel.sharding, plan.parallel.offload_params, *comm, !cpu);
     AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
+    // zero2/zero3 with the optimizer offloaded: each shard's gradient goes to the host as
+    // soon as it is reduced (the planner's grad.to_host), not all at the step.
+    if (shards && shards->shards_grads() && plan.parallel.offload_optimizer) {
+      shards->gradients_to_host(true);
+      optimizer.gradients_on_host(true);
+    }
     step.use_shards(shards.get());
     const auto params = weights.all();
     // What a checkpoint holds of the parameters: zero3's shards, or the full parameters

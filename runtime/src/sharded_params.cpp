@@ -201,15 +201,18 @@ void ShardedParams::finish_grads(int gi) {
   if (!flat.defined()) return;
   torch::NoGradGuard no_grad;
   Tensor& shard = shards_[static_cast<std::size_t>(gi)];
-  if (!shard.grad().defined()) {
-    Tensor sg = at::empty({g.shard}, flat.options());
-    comm_.reduce_scatter_sum(sg, flat);
-    shard.mutable_grad() = sg;
-  } else {
-    Tensor sg = at::empty({g.shard}, flat.options());
-    comm_.reduce_scatter_sum(sg, flat);
-    shard.mutable_grad().add_(sg);
+  Tensor sg = at::empty({g.shard}, flat.options());
+  comm_.reduce_scatter_sum(sg, flat);
+  flat = Tensor();
+  if (grads_to_host_) {
+    Tensor host = host_empty({g.shard}, torch::kFloat, pinned_);
+    host.copy_(sg);
+    sg = host;
   }
+  if (!shard.grad().defined())
+    shard.mutable_grad() = sg;
+  else
+    shard.mutable_grad().add_(sg);
 }
 
 void ShardedParams::prepare_step() {

@@ -39,6 +39,36 @@ TEST_F(RunCommand, JsonHasTheContractKeysAndTheTraceOpensAsChromeEvents) {
   EXPECT_TRUE(layer_slice);
 }
 
+// Across ranks, through the launcher: every rank reports, each rank's trace is written, and
+// an optimizer offloaded with zero3 (gradient shards moved to the host as each is reduced)
+// trains exactly as the one on the device.
+TEST_F(RunCommand, TwoRanksReportAndOffloadingTheOptimizerChangesNoLoss) {
+  std::vector<std::vector<double>> losses;
+  for (bool offload : {false, true}) {
+    ParallelConfig p;
+    p.ulysses = 2;
+    p.sharding = Sharding::Zero3;
+    p.offload_optimizer = offload;
+    auto plan = testing::tiny_plan("tiny-odd", 128, 1, p);
+    plan.cluster.shape = {1, 2};
+    const auto file = write(plan, offload ? "off.json" : "dev.json");
+    const auto trace = path(offload ? "off.trace.json" : "dev.trace.json");
+    auto o = run_cli("run --plan " + file + " --nproc 2 --steps 3 --json --threads 1 --trace " + trace);
+    ASSERT_EQ(o.status, 0) << o.out;
+    auto j = nlohmann::json::parse(o.out);
+    ASSERT_EQ(j["ranks"].size(), 2u);
+    EXPECT_GT(j["predicted"]["peak_device_bytes"].get<std::int64_t>(), 0);
+    for (const auto& r : j["ranks"]) EXPECT_GT(r["measured"]["peak_device_bytes"].get<std::int64_t>(), 0);
+    EXPECT_TRUE(std::ifstream(trace).good());
+    EXPECT_TRUE(std::ifstream(path(offload ? "off.trace.rank1.json" : "dev.trace.rank1.json")).good());
+    std::vector<double> l;
+    for (const auto& s : j["steps"]) l.push_back(s["loss"].get<double>());
+    losses.push_back(l);
+  }
+  ASSERT_EQ(losses[0].size(), 3u);
+  EXPECT_EQ(losses[0], losses[1]);
+}
+
 TEST_F(RunCommand, BadInputExitsTwoNamingTheField) {
   const auto bad = path("bad.json");
   std::ofstream(bad) << R"({"schema": "longctx.plan/1"})";

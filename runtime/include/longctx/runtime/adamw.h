@@ -24,6 +24,9 @@ class AdamW {
  public:
   // REQUIRES: params are leaves that require grad; they outlive the optimizer.
   AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned);
+  // Offloaded: the gradients arrive already in the host pool, in fp32 (ZeRO's shards, moved
+  // there as soon as they are reduced), and are used where they are.
+  void gradients_on_host(bool on) { grads_on_host_ = on; }
   // Applies one update from each parameter's .grad() (parameters without one are skipped).
   void step();
   std::int64_t steps() const { return t_; }
@@ -45,6 +48,7 @@ class AdamW {
   std::vector<State> states_;
   AdamWOptions o_;
   bool offload_, pinned_;
+  bool grads_on_host_ = false;
   std::int64_t t_ = 0;
 };
 

@@ -52,7 +52,10 @@ class ShardedParams {
   void prefetch(int g);
   // zero2/zero3: the group's gradient is flattened into one send buffer, reduce-scattered
   // and added to the shard's gradient; the full gradient is freed. No-op for zero1.
+  // With gradients_to_host, the shard's gradient then moves to the host pool in fp32 at
+  // once (an offloaded optimizer's input; AdamW::gradients_on_host).
   void finish_grads(int g);
+  void gradients_to_host(bool on) { grads_to_host_ = on; }
 
   // The tensors the optimizer updates: one shard per group, each with its gradient.
   // zero1: call prepare_step() first (all-reduces the full gradients and takes the shard's
@@ -84,6 +87,7 @@ class ShardedParams {
   LlamaWeights& w_;
   Sharding sharding_;
   bool offload_params_, pinned_;
+  bool grads_to_host_ = false;
   Communicator& comm_;
   int layers_;
   torch::Device device_;
