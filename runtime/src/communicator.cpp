@@ -2,6 +2,9 @@
 
 #include <ATen/native/Resize.h>
 #include <fmt/format.h>
+
+#include <chrono>
+#include <thread>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -49,6 +52,11 @@ void release(const torch::Tensor& t) {
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
     work->wait(timeout_);
+    // Gloo's worker thread holds the finished work, and with it the collective's tensors,
+    // until its loop moves on; waiting for that (a few microseconds, bounded) makes the
+    // tensors die where the caller drops them, so each phase's bytes are the same every run.
+    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+    while (work.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   } catch (const std::exception& e) {
     throw CommError(fmt::format("{} failed on rank {} of {} (a peer rank died or stalled; {} s timeout): {}", what,
                                 rank_, world_, timeout_.count() / 1000.0, e.what()));
