@@ -3,8 +3,6 @@
 
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
-#include <ATen/native/Resize.h>
-#include <ATen/native/cuda/Resize.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 
@@ -326,13 +324,6 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
 }
 
 namespace {
-void resize_storage(const Tensor& t, std::size_t bytes) {
-  if (t.is_cuda())
-    at::native::resize_bytes_cuda(t.storage().unsafeGetStorageImpl(), bytes);
-  else
-    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
-}
-
 // ZeRO: when a group's backward has ended (the gradient reached its input), its gradient is
 // reduce-scattered into the shard. Identity in forward.
 class GradsReadyFn : public torch::autograd::Function<GradsReadyFn> {

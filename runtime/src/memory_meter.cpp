@@ -1,6 +1,8 @@
 #include "longctx/runtime/memory_meter.h"
 
 #include <ATen/EmptyTensor.h>
+#include <ATen/native/Resize.h>
+#include <ATen/native/cuda/Resize.h>
 #include <ATen/core/Tensor.h>
 #include <ATen/cuda/PinnedMemoryAllocator.h>
 #include <c10/core/CPUAllocator.h>
@@ -253,6 +255,13 @@ MemoryMeter* active_meter() {
 at::Tensor host_empty(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned) {
   c10::Allocator* a = pinned ? static_cast<c10::Allocator*>(&pinned_host_allocator()) : &host_allocator();
   return at::detail::empty_generic(sizes, a, c10::DispatchKeySet(c10::DispatchKey::CPU), dtype, std::nullopt);
+}
+
+void resize_storage(const at::Tensor& t, std::size_t bytes) {
+  if (t.is_cuda())
+    at::native::resize_bytes_cuda(t.storage().unsafeGetStorageImpl(), bytes);
+  else
+    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
 }
 
 }  // namespace longctx::runtime

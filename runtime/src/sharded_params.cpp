@@ -1,7 +1,5 @@
 #include "longctx/runtime/sharded_params.h"
 
-#include <ATen/native/Resize.h>
-#include <ATen/native/cuda/Resize.h>
 
 #include "longctx/runtime/memory_meter.h"
 
@@ -10,13 +8,6 @@ namespace longctx::runtime {
 using torch::Tensor;
 
 namespace {
-void resize_storage(const Tensor& t, std::size_t bytes) {
-  if (t.is_cuda())
-    at::native::resize_bytes_cuda(t.storage().unsafeGetStorageImpl(), bytes);
-  else
-    at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), bytes);
-}
-
 std::vector<Tensor*> group_slots(LlamaWeights& w, int g, int layers) {
   std::vector<Tensor*> s;
   auto add = [&](Tensor& t) {

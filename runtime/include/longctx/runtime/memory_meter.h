@@ -143,4 +143,9 @@ MemoryMeter* active_meter();
 // devices (pinned=true) the memory is page-locked so copies overlap with compute.
 at::Tensor host_empty(c10::IntArrayRef sizes, c10::ScalarType dtype, bool pinned);
 
+// Frees (bytes = 0) or refills a tensor's storage in place, CPU or CUDA: every tensor and
+// view sharing the storage sees it, autograd's saved ones included. The pool's count
+// follows the allocation.
+void resize_storage(const at::Tensor& t, std::size_t bytes);
+
 }  // namespace longctx::runtime
