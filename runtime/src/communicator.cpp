@@ -1,6 +1,5 @@
 #include "longctx/runtime/communicator.h"
 
-#include <ATen/native/Resize.h>
 #include <fmt/format.h>
 
 #include <chrono>
@@ -38,16 +37,6 @@ Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, 
 
 Communicator::~Communicator() = default;
 
-namespace {
-// A CPU input that nothing but the caller's temporary refers to. Gloo's worker thread lets
-// go of a finished collective's tensors at a moment of its own, so such an input's memory
-// is released as soon as the collective completes: the bytes in use stay the same from run
-// to run (the virtual device's measurement).
-bool sole_owner(const torch::Tensor& t) { return t.is_cpu() && t.storage().use_count() == 1; }
-void release(const torch::Tensor& t) {
-  at::native::resize_bytes_cpu(t.storage().unsafeGetStorageImpl(), 0);
-}
-}  // namespace
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
@@ -68,10 +57,8 @@ torch::Tensor Communicator::all_to_all(const torch::Tensor& send) {
   TORCH_CHECK(send.is_contiguous() && send.size(0) == sp_size_, "all_to_all: send must be [u, ...] contiguous");
   torch::Tensor recv = at::empty(send.sizes(), send.options());
   std::vector<std::int64_t> counts;  // empty: equal splits over dim 0
-  const bool owned = sole_owner(send);
   torch::Tensor in = send;
   wait(sp_group_->alltoall_base(recv, in, counts, counts), "Ulysses all-to-all");
-  if (owned) release(in);
   return recv;
 }
 
@@ -116,10 +103,8 @@ void Communicator::reduce_scatter_sum(torch::Tensor& shard, const torch::Tensor&
     shard.copy_(full);
     return;
   }
-  const bool owned = sole_owner(full);
   torch::Tensor in = full;
   wait(world_group_->_reduce_scatter_base(shard, in), "ZeRO gradient reduce-scatter");
-  if (owned) release(in);
 }
 
 }  // namespace longctx::runtime

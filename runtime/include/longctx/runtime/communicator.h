@@ -42,9 +42,9 @@ class Communicator {
   int dp_size() const { return world_ / sp_size_; }
 
   // Ulysses group. send [u, ...], contiguous: send[j] goes to group rank j. Returns recv of
-  // the same shape, recv[j] from group rank j. The only allocation is recv. On the CPU, a
-  // send buffer nothing else refers to (a temporary) is freed as the exchange completes,
-  // not whenever Gloo's thread lets go of it; the same for reduce_scatter_sum's input.
+  // the same shape, recv[j] from group rank j. The only allocation is recv. Every
+  // collective returns once Gloo's thread has let go of its tensors, so they die where the
+  // caller drops them.
   torch::Tensor all_to_all(const torch::Tensor& send);
   // World: t <- sum over ranks, in place. REQUIRES: t contiguous.
   void all_reduce_sum(torch::Tensor& t);
