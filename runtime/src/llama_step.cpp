@@ -324,54 +324,45 @@ Tensor LlamaStep::layer_forward(std::int64_t layer, const Tensor& x) {
 }
 
 namespace {
-// ZeRO: when a group's backward has ended (the gradient reached its input), its gradient is
-// reduce-scattered into the shard. Identity in forward.
-class GradsReadyFn : public torch::autograd::Function<GradsReadyFn> {
+// Identity in forward; when the gradient reaches it, tells the step which event that is
+// (LlamaStep::on_backward): where a layer's or group's backward begins or has ended.
+class OnBackwardFn : public torch::autograd::Function<OnBackwardFn> {
  public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, ShardedParams* shards, std::int64_t group) {
-    ctx->saved_data["shards"] = reinterpret_cast<std::int64_t>(shards);
-    ctx->saved_data["group"] = group;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt())
-        ->finish_grads(static_cast<int>(ctx->saved_data["group"].toInt()));
-    return {grads[0], Tensor(), Tensor()};
-  }
-};
-
-// zero3: gathers a layer's parameters again when the gradient reaches its output.
-class RegatherFn : public torch::autograd::Function<RegatherFn> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, ShardedParams* shards, std::int64_t group) {
-    ctx->saved_data["shards"] = reinterpret_cast<std::int64_t>(shards);
-    ctx->saved_data["group"] = group;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    auto* shards = reinterpret_cast<ShardedParams*>(ctx->saved_data["shards"].toInt());
-    const auto group = static_cast<int>(ctx->saved_data["group"].toInt());
-    shards->restore(group);
-    shards->prefetch(group - 1);  // the layer below, beside this one's backward
-    return {grads[0], Tensor(), Tensor()};
-  }
-};
-
-// Restores a layer's streamed weights when the gradient reaches its output, i.e. just
-// before the layer's backward. Identity in forward.
-class RestoreStreamedFn : public torch::autograd::Function<RestoreStreamedFn> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t layer) {
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t event,
+                        std::int64_t index) {
     ctx->saved_data["step"] = reinterpret_cast<std::int64_t>(step);
-    ctx->saved_data["layer"] = layer;
+    ctx->saved_data["event"] = event;
+    ctx->saved_data["index"] = index;
     return x;
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())->restore_streamed(ctx->saved_data["layer"].toInt());
-    return {grads[0], Tensor(), Tensor()};
+    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())
+        ->on_backward(static_cast<LlamaStep::BackwardEvent>(ctx->saved_data["event"].toInt()),
+                      ctx->saved_data["index"].toInt());
+    return {grads[0], Tensor(), Tensor(), Tensor()};
   }
 };
 }  // namespace
+
+Tensor LlamaStep::on_backward_of(const Tensor& x, BackwardEvent event, std::int64_t index) {
+  return OnBackwardFn::apply(x, this, static_cast<std::int64_t>(event), index);
+}
+
+void LlamaStep::on_backward(BackwardEvent event, std::int64_t index) {
+  const int group = static_cast<int>(index);
+  switch (event) {
+    case BackwardEvent::GroupGradsReady:
+      shards_->finish_grads(group);
+      break;
+    case BackwardEvent::RegatherLayer:
+      shards_->restore(group);
+      shards_->prefetch(group - 1);  // the layer below, beside this one's backward
+      break;
+    case BackwardEvent::RestoreStreamedLayer:
+      restore_streamed(index);
+      break;
+  }
+}
 
 void LlamaStep::release_streamed(std::int64_t layer) {
   torch::NoGradGuard no_grad;
@@ -410,27 +401,27 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     set_phase(fmt::format("forward.layer.{}", l));
     if (l == 0) prefetch_layer(0);
     prefetch_layer(l + 1);  // beside this layer's forward
-    if (shard_grads) x = GradsReadyFn::apply(x, shards_, l);
+    if (shard_grads) x = on_backward_of(x, BackwardEvent::GroupGradsReady, l);
     if (p_.checkpoint.checkpoints_layer(l)) {
       x = CheckpointFn::apply(x, this, l);
     } else if (gathered && torch::GradMode::is_enabled()) {
       x = layer_forward(l, x);
       shards_->release(static_cast<int>(l));
-      x = RegatherFn::apply(x, shards_, l);
+      x = on_backward_of(x, BackwardEvent::RegatherLayer, l);
     } else {
       record_fetches_ = p_.offload_params && torch::GradMode::is_enabled();
       x = layer_forward(l, x);
       if (record_fetches_) {
         record_fetches_ = false;
         release_streamed(l);
-        x = RestoreStreamedFn::apply(x, this, l);
+        x = on_backward_of(x, BackwardEvent::RestoreStreamedLayer, l);
       }
     }
     last_fetched_.clear();
     x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
   }
   set_phase("loss");
-  if (shard_grads) x = GradsReadyFn::apply(x, shards_, shards_->head_group());
+  if (shard_grads) x = on_backward_of(x, BackwardEvent::GroupGradsReady, shards_->head_group());
   Tensor final_norm = w_.final_norm, head = w_.head();
   if (gathered) {
     auto h = shards_->gather(shards_->head_group());

@@ -77,7 +77,18 @@ class LlamaStep {
   void release_streamed(std::int64_t layer);
   void restore_streamed(std::int64_t layer);
 
+  // What the step does when the gradient reaches a mark it put in the graph:
+  //   GroupGradsReady       at a group's input, its backward has ended: reduce-scatter the
+  //                         group's gradient into its shard (zero2/zero3)
+  //   RegatherLayer         at a layer's output, its backward begins: gather its parameters
+  //                         again, and start the layer below (zero3)
+  //   RestoreStreamedLayer  the same for parameter offload on one rank
+  enum class BackwardEvent : std::int64_t { GroupGradsReady, RegatherLayer, RestoreStreamedLayer };
+  void on_backward(BackwardEvent event, std::int64_t index);
+
  private:
+  // x, marked so that on_backward(event, index) runs when its gradient arrives.
+  torch::Tensor on_backward_of(const torch::Tensor& x, BackwardEvent event, std::int64_t index);
   struct Streamed {
     torch::Tensor device;  // the copy autograd saved
     torch::Tensor host;    // the host-resident leaf it came from
