@@ -1,5 +1,7 @@
 #include "longctx/planner/footprint/step_shapes.h"
 
+#include "longctx/planner/footprint/zero.h"
+
 namespace longctx::footprint {
 
 StepShapes step_shapes(const StepInputs& in) {
@@ -26,6 +28,9 @@ StepShapes step_shapes(const StepInputs& in) {
   s.master = in.train.dtype != DType::FP32;
   s.cpu = in.backend == Backend::Cpu;
   s.cpu_threads = in.cpu_threads;
+  s.layer_params = sum_of_param_sizes(s, 0);
+  s.embed_params = sum_of_param_sizes(s, embed_group(s));
+  s.head_params = sum_of_param_sizes(s, head_group(s));
   return s;
 }
 

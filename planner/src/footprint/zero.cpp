@@ -33,7 +33,7 @@ ParamSizes param_sizes(const StepShapes& s, int group) {
   return v;
 }
 
-std::int64_t group_params(const StepShapes& s, int group) {
+std::int64_t sum_of_param_sizes(const StepShapes& s, int group) {
   std::int64_t total = 0;
   for (std::int64_t elems : param_sizes(s, group)) total += elems;
   return total;

@@ -29,6 +29,9 @@ namespace longctx::footprint {
 //   master  fp32 master weights beside the parameters (parameters not fp32)
 //   cpu     LibTorch's CPU kernels (the virtual device) rather than CUDA's
 //   cpu_threads  intra-op threads of the CPU backend (the flash kernel's buffers are per thread)
+//   layer_params, embed_params, head_params  parameter elements of each kind of group: the
+//                sums of zero.h's param_sizes, computed once (the search builds thousands of
+//                graphs and asks for them at every gather and reduction)
 struct StepShapes {
   std::int64_t b = 0, S = 0, u = 0, n = 0, world = 0;
   std::int64_t h = 0, I = 0, V = 0, H = 0, K = 0, d = 0, hl = 0, kvr = 0;
@@ -37,6 +40,7 @@ struct StepShapes {
   bool qk_norm = false, tied = false, master = false;
   bool cpu = false;
   std::int64_t cpu_threads = 1;
+  std::int64_t layer_params = 0, embed_params = 0, head_params = 0;
 };
 
 // REQUIRES: validate(in.model, in.cluster, in.train, in.parallel) holds.

@@ -35,8 +35,13 @@ class ParamSizes {
 // [V, h] (absent when tied). Every element count of a group below derives from this table.
 ParamSizes param_sizes(const StepShapes& s, int group);
 
-// Parameter elements of a group: the sum of its param_sizes.
-std::int64_t group_params(const StepShapes& s, int group);
+// Parameter elements of a group: the sum of its param_sizes, computed from the table by
+// sum_of_param_sizes and kept in the shapes by step_shapes().
+std::int64_t sum_of_param_sizes(const StepShapes& s, int group);
+inline std::int64_t group_params(const StepShapes& s, int group) {
+  if (group < s.layers) return s.layer_params;
+  return group == static_cast<int>(s.layers) ? s.embed_params : s.head_params;
+}
 
 // A rank's shard of a group: ceil(group_params / world) elements (the last rank's padded).
 std::int64_t shard_elems(const StepShapes& s, int group);
