@@ -20,8 +20,8 @@ struct NormNames {
 void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, Phase phase, int layer, bool rc,
                          TensorId& out, TensorId& rstd) {
   const StepShapes& s = sb.shapes;
-  rstd = sb.graph.tensor(Name{scope, names.rstd, rc}, s.n * 4, Category::Activations);
-  out = sb.graph.tensor(Name{scope, names.out, rc}, s.n * s.h * s.e, Category::Activations);
+  rstd = sb.graph.tensor(Name{scope, names.rstd, rc}, s.n * 4, Category::Activations);           // [n] fp32
+  out = sb.graph.tensor(Name{scope, names.out, rc}, s.n * s.h * s.e, Category::Activations);  // [n, h] e
   sb.graph.op(Name{scope, names.op, rc}, phase, layer, {x}, {out, rstd},
               {.workspace = rms_norm_forward_workspace(s, s.n, s.h), .flops = rms_norm_forward_flops(s.n, s.h)});
 }
@@ -30,8 +30,8 @@ void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, 
 TensorId layer_norm_backward(StepBuild& sb, int l, const char* op, const char* d_in_name, const char* grad_name,
                              const char* full_grad_name, Ids reads, Ids& grad) {
   const StepShapes& s = sb.shapes;
-  const TensorId d_in = sb.graph.tensor(layer_name(l, d_in_name), s.n * s.h * s.e, Category::Transient);
-  const TensorId g_w = grad_piece(sb, l, full_grad_name, grad_name, s.h, grad);
+  const TensorId d_in = sb.graph.tensor(layer_name(l, d_in_name), s.n * s.h * s.e, Category::Transient);  // [n, h] e
+  const TensorId g_w = grad_piece(sb, l, full_grad_name, grad_name, s.h, grad);                           // [h] g
   sb.graph.op(layer_name(l, op), Phase::Backward, l, reads, {d_in, g_w},
               {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h)});
   return d_in;

@@ -1,4 +1,5 @@
-// The optimizer phase: gradients all-reduced (unsharded, zero1) or moved to the host
+// The optimizer phase: gradients all-reduced (unsharded: runtime/src/runner.cpp, run_plan;
+// zero1: runtime/src/sharded_params.cpp, ShardedParams::prepare_step) or moved to the host
 // (offloaded optimizer), AdamW per group (runtime/src/llama_step.cpp, AdamW::step), and
 // zero1/zero2's all-gather of the updated parameter shards (runtime/src/sharded_params.cpp,
 // ShardedParams::finish_step). Footprints: footprint/optimizer.h; the parameter order the

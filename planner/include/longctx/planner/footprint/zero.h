@@ -54,7 +54,8 @@ std::int64_t gathered_params_bytes(const StepShapes& s, int group);
 std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed);
 
 // Bytes a rank receives in the all-gather of a group's parameters (every other rank's shard);
-// the all-gather after the optimizer step under zero1/zero2 moves as many.
+// the all-gather of the updated shards after the optimizer step under zero1/zero2
+// (runtime/src/sharded_params.cpp, ShardedParams::finish_step) moves as many.
 double gather_received_bytes(const StepShapes& s, int group);
 
 // zero2/zero3 reduce-scatter of a finished group gradient (runtime/src/sharded_params.cpp,
@@ -67,7 +68,9 @@ std::int64_t reduce_scatter_send_bytes(const StepShapes& s, int group);
 // Bytes a rank sends in the reduce-scatter: every other rank's shard of the gradient.
 double reduce_scatter_sent_bytes(const StepShapes& s, int group);
 
-// zero1 / unsharded all-reduce of a group's gradient (ring): 2 (world-1)/world of it.
+// All-reduce of a group's gradient, ring: 2 (world-1)/world of it, sent by each rank. zero1
+// (runtime/src/sharded_params.cpp, ShardedParams::prepare_step) and unsharded data parallel
+// (runtime/src/runner.cpp, run_plan) reduce the gradients in place: no buffer of their own.
 double all_reduce_sent_bytes(const StepShapes& s, int group);
 
 }  // namespace longctx::footprint
