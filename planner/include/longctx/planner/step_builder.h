@@ -2,6 +2,11 @@
 // Builds the graph of one training step (forward, loss, backward, optimizer) of a Llama
 // model on one rank under one configuration. docs/memory-model.md lists every tensor it
 // creates with its shape; the runtime allocates the same tensors.
+//
+// The buffers are sized by footprint functions (longctx/planner/footprint/), pure functions
+// of the step's shapes, one header per technique family; the ops are written by one source
+// per technique (planner/src/step/), forward and backward together (docs/footprints.md).
+// tests/unit/step_graph_golden_test.cpp holds the graph byte for byte.
 #include "longctx/planner/hardware.h"
 #include "longctx/planner/model_config.h"
 #include "longctx/planner/parallel_config.h"

@@ -1,0 +1,35 @@
+#pragma once
+// AdamW's per-parameter temporaries, on the device or, offloaded, on the host. Shapes:
+// step_shapes.h.
+#include <cstdint>
+
+#include "longctx/planner/footprint/step_shapes.h"
+
+namespace longctx::footprint {
+
+// Scratch of a step that walks a group parameter by parameter (param_sizes order), needing
+// temp_bytes_per_elem x elems for each and releasing freed_bytes_per_elem x elems (its
+// gradient) after it: the most it holds beyond what the group held at the start.
+std::int64_t per_param_peak(const StepShapes& s, int group, std::int64_t temp_bytes_per_elem,
+                            std::int64_t freed_bytes_per_elem);
+
+// optim.step on the device (runtime/src/llama_step.cpp, AdamW::step and AdamW::update): the
+// update's fp32 temporary denom = sqrt(v)/sqrt(bc2) + eps [elems] x 4, and gradients other
+// than fp32 first upcast, g_fp32 [elems] x 4. A flat shard (`whole` false) is updated at
+// once; whole parameters (unsharded gradients, or one rank) one at a time, each gradient
+// released once its parameter is updated.
+std::int64_t adamw_device_workspace(const StepShapes& s, int group, std::int64_t elems, bool whole);
+
+// optim.step on the host (offload-optimizer): beside fp32 gradients, denom [elems] x 4, and
+// for fp32 parameters (their own master) a host copy host_p [elems] x 4 updated and copied
+// back. Whole parameters one at a time, as on the device, each fp32 gradient released after.
+std::int64_t adamw_host_workspace(const StepShapes& s, int group, std::int64_t elems, bool whole);
+
+// Bytes the update moves over memory: the states (master when present, exp_avg, exp_avg_sq)
+// and the gradient, fp32, read and written.
+double adamw_memory_bytes(const StepShapes& s, std::int64_t elems);
+
+// 12 flops an element.
+inline double adamw_flops(std::int64_t elems) { return 12.0 * double(elems); }
+
+}  // namespace longctx::footprint

@@ -1,0 +1,76 @@
+#pragma once
+// Parameter groups and ZeRO: which parameters a group holds, in what order, and the buffers
+// of gathering a group's parameters and reduce-scattering its gradient. Shapes: step_shapes.h.
+//
+// Groups: layers 0..layers-1, then the embedding, then the head (final norm, and the output
+// projection unless tied).
+#include <cstdint>
+
+#include "longctx/planner/footprint/step_shapes.h"
+
+namespace longctx::footprint {
+
+int param_groups(const StepShapes& s);  // layers + 2
+int embed_group(const StepShapes& s);   // layers
+int head_group(const StepShapes& s);    // layers + 1
+
+// Element counts of a group's parameters, in order; at most 11 (a Qwen3 layer).
+class ParamSizes {
+ public:
+  void push_back(std::int64_t elems) { elems_[count_++] = elems; }
+  const std::int64_t* begin() const { return elems_; }
+  const std::int64_t* end() const { return elems_ + count_; }
+  int size() const { return count_; }
+
+ private:
+  std::int64_t elems_[11] = {};
+  int count_ = 0;
+};
+
+// ---- THE parameter order ---------------------------------------------------------------
+// The group's parameters in the runtime's order (runtime/src/llama_step.cpp,
+// LlamaWeights::all and LayerWeights::all): a layer's attention norm [h], wq [H*d, h],
+// wk [K*d, h], wv [K*d, h], wo [h, H*d], (q and k norms [d] each,) MLP norm [h], gate [I, h],
+// up [I, h], down [h, I]; the embedding [V, h]; the final norm [h] and the output projection
+// [V, h] (absent when tied). Every element count of a group below derives from this table.
+ParamSizes param_sizes(const StepShapes& s, int group);
+
+// Parameter elements of a group: the sum of its param_sizes, computed from the table by
+// sum_of_param_sizes and kept in the shapes by step_shapes().
+std::int64_t sum_of_param_sizes(const StepShapes& s, int group);
+inline std::int64_t group_params(const StepShapes& s, int group) {
+  if (group < s.layers) return s.layer_params;
+  return group == static_cast<int>(s.layers) ? s.embed_params : s.head_params;
+}
+
+// A rank's shard of a group: ceil(group_params / world) elements (the last rank's padded).
+std::int64_t shard_elems(const StepShapes& s, int group);
+
+// zero3 gather (runtime/src/sharded_params.cpp, ShardedParams::gather): the full buffer
+// params.full [group_params] e, and when the shard lives on the host (parameter streaming)
+// and there are ranks to gather from, a staging buffer of one shard [shard_elems] e that
+// brings it to the device first (ShardedParams::staged_shard).
+std::int64_t gathered_params_bytes(const StepShapes& s, int group);
+std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed);
+
+// Bytes a rank receives in the all-gather of a group's parameters (every other rank's shard);
+// the all-gather of the updated shards after the optimizer step under zero1/zero2
+// (runtime/src/sharded_params.cpp, ShardedParams::finish_step) moves as many.
+double gather_received_bytes(const StepShapes& s, int group);
+
+// zero2/zero3 reduce-scatter of a finished group gradient (runtime/src/sharded_params.cpp,
+// ShardedParams::flatten_grads and finish_grads): the shard grad.shard [shard_elems] g, and
+// across ranks a flat send buffer of the padded group [shard_elems * world] g into which the
+// gradient's pieces are first summed (0 on one rank).
+std::int64_t grad_shard_bytes(const StepShapes& s, int group);
+std::int64_t reduce_scatter_send_bytes(const StepShapes& s, int group);
+
+// Bytes a rank sends in the reduce-scatter: every other rank's shard of the gradient.
+double reduce_scatter_sent_bytes(const StepShapes& s, int group);
+
+// All-reduce of a group's gradient, ring: 2 (world-1)/world of it, sent by each rank. zero1
+// (runtime/src/sharded_params.cpp, ShardedParams::prepare_step) and unsharded data parallel
+// (runtime/src/runner.cpp, run_plan) reduce the gradients in place: no buffer of their own.
+double all_reduce_sent_bytes(const StepShapes& s, int group);
+
+}  // namespace longctx::footprint

@@ -1,0 +1,77 @@
+#include "longctx/planner/footprint/attention.h"
+
+#include <algorithm>
+
+namespace longctx::footprint {
+
+std::int64_t rope_tables_bytes(const StepShapes& s) {
+  return 2 * (s.S / s.u) * (s.d / 2) * s.e;  // cos, sin [S/u, d/2] e
+}
+
+double attention_flops(const StepShapes& s, std::int64_t heads) {
+  return 2.0 * double(s.b) * double(s.S) * double(s.S) * double(s.d) * double(heads);
+}
+
+std::int64_t kv_sp_elems(const StepShapes& s) { return s.n * s.u * s.kvr * s.d; }
+
+std::int64_t kv_expansion(const StepShapes& s, std::int64_t q_heads, std::int64_t kv_heads) {
+  if (q_heads == kv_heads || kv_heads == 1) return 0;
+  return 2 * (s.b * s.S) * q_heads * s.d * s.e;  // k_expanded, v_expanded [b*S, q_heads, d] e
+}
+
+std::int64_t dq_accumulator(const StepShapes& s, std::int64_t q_heads) {
+  return s.cpu ? 0 : (s.b * s.S) * q_heads * s.d * 4;  // dq_accum [b*S, q_heads, d] fp32
+}
+
+std::int64_t cpu_flash_q_block(const StepShapes& s) { return s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32; }
+std::int64_t cpu_flash_kv_block(const StepShapes& s) { return std::min<std::int64_t>(512, s.S); }
+
+std::int64_t flash_forward_scratch(const StepShapes& s) {
+  if (!s.cpu) return 0;
+  const std::int64_t qs = std::min(cpu_flash_q_block(s), s.S), ks = cpu_flash_kv_block(s);
+  // Per thread: scores [qs, ks], max and sum [qs] each, out accumulator [qs, d], fp32;
+  // bf16: scores [qs, ks] e.
+  return s.cpu_threads * ((qs * ks + 2 * qs + qs * s.d) * 4 + (s.e == 4 ? 0 : qs * ks * s.e));
+}
+
+std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads) {
+  // CUDA: dq_accum, and the row sums of dO*O [b, q_heads, S] fp32.
+  if (!s.cpu) return dq_accumulator(s, q_heads) + (s.b * s.S) * q_heads * 4;
+  const std::int64_t qs = std::min(cpu_flash_q_block(s), s.S), ks = cpu_flash_kv_block(s);
+  // Per thread: probabilities and their gradient [qs, ks] fp32 each (bf16: e each too), row
+  // sums of dO*O [qs] fp32.
+  return s.cpu_threads * (2 * qs * ks * 4 + (s.e == 4 ? 0 : 2 * qs * ks * s.e) + qs * 4);
+}
+
+std::int64_t flash_op_forward_workspace(const StepShapes& s) {
+  return kv_expansion(s, s.hl, s.kvr) + flash_forward_scratch(s);
+}
+
+std::int64_t flash_op_backward_workspace(const StepShapes& s) {
+  std::int64_t ws = flash_backward_scratch(s, s.hl);
+  if (s.hl != s.kvr) {
+    // dk_e, dv_e [b*S, hl, d] e; dk_sp or dv_sp [b*S, kvr, d] e.
+    const std::int64_t full = 2 * (s.b * s.S) * s.hl * s.d * s.e, kv = kv_sp_elems(s) * s.e;
+    // At the kernel: expanded k and v, dk_e and dv_e, its scratch; at the first sum: dk_e,
+    // dv_e and the sum. Less dk_sp and dv_sp, the op's outputs.
+    ws = std::max(kv_expansion(s, s.hl, s.kvr) + full + ws, full + kv) - 2 * kv;
+  }
+  return ws;
+}
+
+std::int64_t ulysses_qkv_send_bytes(const StepShapes& s) {
+  return (s.n * s.H * s.d + 2 * kv_sp_elems(s)) * s.e;  // q [n, H, d], k, v [n, u*kvr, d]
+}
+
+std::int64_t ulysses_qkv_backward_workspace(const StepShapes& s) {
+  const std::int64_t replicas = s.kvr * s.u > s.K ? 2 * kv_sp_elems(s) * s.e : 0;  // dk, dv received
+  return ulysses_qkv_send_bytes(s) + replicas;
+}
+
+std::int64_t ulysses_out_send_bytes(const StepShapes& s) { return s.n * s.H * s.d * s.e; }  // o [n, H, d]
+
+double ulysses_sent_bytes(const StepShapes& s, std::int64_t send) {
+  return double(send) * double(s.u - 1) / double(s.u);
+}
+
+}  // namespace longctx::footprint

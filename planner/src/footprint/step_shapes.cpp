@@ -1,0 +1,37 @@
+#include "longctx/planner/footprint/step_shapes.h"
+
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::footprint {
+
+StepShapes step_shapes(const StepInputs& in) {
+  const ModelConfig& m = in.model;
+  StepShapes s;
+  s.b = in.train.micro_batch;
+  s.S = in.train.seq;
+  s.u = in.parallel.ulysses;
+  s.n = s.b * s.S / s.u;
+  s.world = in.cluster.world();
+  s.h = m.hidden;
+  s.I = m.intermediate;
+  s.V = m.vocab;
+  s.H = m.heads;
+  s.K = m.kv_heads;
+  s.d = m.head_dim;
+  s.hl = s.H / s.u;
+  s.kvr = kv_heads_per_rank(m, in.parallel.ulysses);
+  s.e = bytes_of(in.train.dtype);
+  s.g = bytes_of(in.train.grad_dtype);
+  s.layers = m.layers;
+  s.qk_norm = m.qk_norm;
+  s.tied = m.tie_embeddings;
+  s.master = in.train.dtype != DType::FP32;
+  s.cpu = in.backend == Backend::Cpu;
+  s.cpu_threads = in.cpu_threads;
+  s.layer_params = sum_of_param_sizes(s, 0);
+  s.embed_params = sum_of_param_sizes(s, embed_group(s));
+  s.head_params = sum_of_param_sizes(s, head_group(s));
+  return s;
+}
+
+}  // namespace longctx::footprint

@@ -1,0 +1,51 @@
+// Untied Ulysses: attention in stages of c heads per rank, projection, qk norm, RoPE, the
+// all-to-alls and the kernel inside one op each way (runtime/src/attention.cpp,
+// HeadChunkedAttentionFn::forward and ::backward). Forward, then backward. Footprints:
+// footprint/attention_untied.h.
+#include "emitters.h"
+#include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/attention_untied.h"
+
+namespace longctx::step {
+
+using namespace footprint;
+
+namespace {
+
+// Kernel launches and collective rounds of the staged schedule: `per_stage` each stage.
+int stage_launches(const StepShapes& s, std::int64_t c, int per_stage) {
+  return per_stage * static_cast<int>(untied_stages(s, c));
+}
+
+}  // namespace
+
+void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t c = sb.parallel.head_chunk;
+  // The op keeps only its output and log-sum-exp: backward recomputes q, k and v.
+  a.o_loc = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * s.H * s.d * s.e, Category::Activations);  // [n, H*d] e
+  a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, Category::Activations);     // [b, hl, S] fp32
+  const double flops = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d) + attention_flops(s, s.hl);
+  const int o = sb.graph.op(layer_name(l, "attn.untied", rc), phase, l, {a.xn1}, {a.o_loc, a.lse},
+                            {.workspace = untied_forward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
+                             .launches = stage_launches(s, c, 4), .repeats = static_cast<int>(untied_stages(s, c))});
+  if (s.u > 1) sb.graph.set_comm(o, CommKind::AllToAll, untied_forward_sent_bytes(s), static_cast<int>(s.u));
+}
+
+void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t c = sb.parallel.head_chunk;
+  const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);
+  // The projection's two gradient matmuls and its recompute, the kernel's recompute and backward.
+  const double flops = 2 * projection + projection + 3.5 * attention_flops(s, s.hl);
+  // wq, wk, wv (and the q and k norms) in one gradient [h * (H + 2K) * d (+ 2d)] g
+  const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + (s.qk_norm ? 2 * s.d : 0);
+  const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", elems, grad);
+  const int o = sb.graph.op(layer_name(l, "attn.untied.bwd"), Phase::Backward, l, {d_oloc, a.xn1, a.o_loc, a.lse},
+                            {d_xn1, g_qkv},
+                            {.workspace = untied_backward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
+                             .launches = stage_launches(s, c, 10), .repeats = static_cast<int>(untied_stages(s, c))});
+  if (s.u > 1) sb.graph.set_comm(o, CommKind::AllToAll, untied_backward_sent_bytes(s), static_cast<int>(s.u));
+}
+
+}  // namespace longctx::step

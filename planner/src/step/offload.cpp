@@ -1,0 +1,49 @@
+// Offloads: checkpointed layer inputs to the host in forward and back before their recompute,
+// parameter streaming's placement, and gradients to the host for an offloaded optimizer.
+// Footprints: footprint/offload.h.
+#include "emitters.h"
+#include "longctx/planner/footprint/offload.h"
+
+namespace longctx::step {
+
+using namespace footprint;
+
+bool streamed(const StepBuild& sb, int group) {
+  return streamed_group(sb.shapes, sb.parallel.offload_params, group);
+}
+
+void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a) {
+  const std::int64_t bytes = checkpoint_bytes(sb.shapes);
+  // in.host [n, h] e, on the host
+  const TensorId host = sb.graph.tensor(layer_name(layer, "in.host"), bytes, Category::Activations, Place::Host);
+  sb.checkpoint_host[static_cast<std::size_t>(layer)] = host;
+  const int o = sb.graph.op(layer_name(layer, "checkpoint.offload"), Phase::Forward, layer, {a.in}, {host});
+  sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+}
+
+// Brings layer l's checkpoint back, among the ops of layer `at_layer` (the one above it,
+// while it recomputes, or l itself for the last layer).
+TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer) {
+  const TensorId host = sb.checkpoint_host[static_cast<std::size_t>(layer)];
+  if (host < 0) return -1;
+  const std::int64_t bytes = checkpoint_bytes(sb.shapes);
+  // in.prefetched [n, h] e
+  const TensorId dev = sb.graph.tensor(layer_name(layer, "in.prefetched"), bytes, Category::Activations);
+  const int o = sb.graph.op(layer_name(layer, "checkpoint.prefetch"), Phase::Backward, at_layer, {host}, {dev});
+  sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+  return dev;
+}
+
+void grads_to_host(StepBuild& sb, int group, Phase phase) {
+  const Ids dev = sb.grads[static_cast<std::size_t>(group)];
+  std::int64_t bytes = 0;
+  for (TensorId t : dev) bytes += sb.graph.bytes(t);
+  // grad.host [elements of the device gradient] fp32, on the host
+  const TensorId host = sb.graph.tensor(sb.group_name(group, "grad.host"), host_grad_bytes(sb.shapes, bytes),
+                                        Category::Grads, Place::Host);
+  const int o = sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), dev, {host});
+  sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+  sb.grads[static_cast<std::size_t>(group)] = {host};
+}
+
+}  // namespace longctx::step

@@ -1,0 +1,74 @@
+// The optimizer phase: gradients all-reduced (unsharded: runtime/src/runner.cpp, run_plan;
+// zero1: runtime/src/sharded_params.cpp, ShardedParams::prepare_step) or moved to the host
+// (offloaded optimizer), AdamW per group (runtime/src/llama_step.cpp, AdamW::step), and
+// zero1/zero2's all-gather of the updated parameter shards (runtime/src/sharded_params.cpp,
+// ShardedParams::finish_step). Footprints: footprint/optimizer.h; the parameter order the
+// update walks: footprint/zero.h, param_sizes.
+#include "emitters.h"
+#include "longctx/planner/footprint/optimizer.h"
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::step {
+
+using namespace footprint;
+
+namespace {
+
+void all_reduce_grad(StepBuild& sb, int group) {
+  const int o = sb.graph.op(sb.group_name(group, "grad.all_reduce"), Phase::Optimizer, -1,
+                            sb.grads[static_cast<std::size_t>(group)], {});
+  sb.graph.set_comm(o, CommKind::AllReduce, all_reduce_sent_bytes(sb.shapes, group), static_cast<int>(sb.shapes.world));
+}
+
+// AdamW over one group, reading its gradient (pieces, a shard, or a host copy).
+void adamw_step(StepBuild& sb, int group) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t elems = sb.shard_optim ? shard_elems(s, group) : group_params(s, group);
+  OpSpec o;
+  o.name = sb.group_name(group, "optim.step");
+  o.kind = OpKind::Optimizer;
+  o.phase = Phase::Optimizer;
+  o.inputs = sb.grads[static_cast<std::size_t>(group)];
+  o.flops = adamw_flops(elems);
+  o.memory_bytes = adamw_memory_bytes(s, elems);
+  // A flat shard is updated at once; whole parameters (unsharded gradients, or one rank) one
+  // at a time, as the runtime's AdamW does.
+  const bool whole = !sb.shard_grads || s.world == 1;
+  if (sb.parallel.offload_optimizer) {
+    // On the host; the update is copied straight into the device parameters.
+    o.host_compute = true;
+    o.host_workspace_bytes = adamw_host_workspace(s, group, elems, whole);
+    o.comm = CommKind::HostToDevice;
+    o.comm_bytes = double(elems * s.e);
+  } else {
+    o.workspace_bytes = adamw_device_workspace(s, group, elems, whole);
+  }
+  sb.graph.raw_op(std::move(o));
+}
+
+}  // namespace
+
+void optimizer_step(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  const Sharding sharding = sb.parallel.sharding;
+  const bool offload = sb.parallel.offload_optimizer;
+  // Unsharded gradients of an offloaded optimizer go to the host first, every group before
+  // the first update (zero1 reduces each before it leaves).
+  if (!sb.shard_grads && offload) {
+    for (int gi = 0; gi < param_groups(s); ++gi) {
+      if (sharding == Sharding::Zero1) all_reduce_grad(sb, gi);
+      grads_to_host(sb, gi, Phase::Optimizer);
+    }
+  }
+  for (int gi = 0; gi < param_groups(s); ++gi) {
+    const bool reduce = sharding == Sharding::Zero1 || (sharding == Sharding::None && s.world > 1);
+    if (reduce && !offload) all_reduce_grad(sb, gi);
+    adamw_step(sb, gi);
+    if (sharding == Sharding::Zero1 || sharding == Sharding::Zero2) {
+      const int g = sb.graph.op(sb.group_name(gi, "params.all_gather"), Phase::Optimizer, -1, {}, {});
+      sb.graph.set_comm(g, CommKind::AllGather, gather_received_bytes(s, gi), static_cast<int>(s.world));
+    }
+  }
+}
+
+}  // namespace longctx::step

@@ -1,0 +1,82 @@
+#pragma once
+// The state the step's emitters share while they write one rank's step graph: the shapes,
+// the graph, and the tensors one technique produces and another reads (parameters,
+// gradients, the activations a layer's backward reads). Shapes: footprint/step_shapes.h.
+#include <vector>
+
+#include "graph_writer.h"
+#include "longctx/planner/footprint/step_shapes.h"
+#include "longctx/planner/step_builder.h"
+
+namespace longctx::step {
+
+// A tensor's index in the graph; -1: absent under this configuration.
+using TensorId = int;
+
+// The tensors of one layer's forward that its backward reads (the first pass, or the
+// recompute of a checkpointed layer).
+struct LayerActs {
+  TensorId in = -1;      // layer input, the residual stream [n, h] e
+  TensorId rstd1 = -1;   // attention norm's rstd [n] fp32
+  TensorId xn1 = -1;     // attention norm's output [n, h] e
+  // Qwen3 qk norm: q and k before the per-head norm, and the norms' rstd.
+  TensorId q_pre = -1;   // [n, H*d] e
+  TensorId k_pre = -1;   // [n, K*d] e
+  TensorId rstd_q = -1;  // [n*H] fp32
+  TensorId rstd_k = -1;  // [n*K] fp32
+  // Unchunked attention's inputs and outputs on the sequence side of the all-to-all.
+  TensorId q_sp = -1;    // [b*S, hl, d] e
+  TensorId k_sp = -1;    // [b*S, kvr, d] e
+  TensorId v_sp = -1;    // [b*S, kvr, d] e
+  TensorId o_sp = -1;    // [b*S, hl, d] e
+  TensorId lse = -1;     // log-sum-exp [b, hl, S] fp32
+  TensorId o_loc = -1;   // attention output on this rank's tokens, all heads: o_proj's input [n, H*d] e
+  TensorId mid = -1;     // residual stream after attention [n, h] e
+  TensorId rstd2 = -1;   // MLP norm's rstd [n] fp32
+  TensorId xn2 = -1;     // MLP norm's output [n, h] e
+  // Plain MLP (the tiled MLP keeps none of these).
+  TensorId gate = -1;    // [n, I] e
+  TensorId up = -1;      // [n, I] e
+  TensorId act = -1;     // silu(gate) * up [n, I] e
+  TensorId out = -1;     // layer output, the next layer's input [n, h] e
+  int last_forward_op = -1;  // the op that writes `out`
+};
+
+// Tensors of the batch, the loss and the head, shared by the embedding, the loss and the
+// layers' schedule.
+struct OuterActs {
+  TensorId tokens = -1;     // token ids [n] int64
+  TensorId targets = -1;    // target ids [n] int64
+  TensorId final_x = -1;    // last layer's output, the final norm's input [n, h] e
+  TensorId rstd_f = -1;     // final norm's rstd [n] fp32
+  TensorId xf = -1;         // final norm's output [n, h] e
+  TensorId logp = -1;       // untiled loss: log-softmax [n, V] fp32
+  TensorId head_full = -1;  // zero3: the head group's gathered parameters
+  TensorId tied_full = -1;  // zero3, tied: the embedding gathered again for the output projection
+  TensorId tied_grad = -1;  // tied: the embedding's gradient, first produced by the loss
+};
+
+struct StepBuild {
+  explicit StepBuild(const StepInputs& inputs);
+
+  const StepInputs& in;
+  const ParallelConfig& parallel;
+  footprint::StepShapes shapes;
+  bool zero3 = false;
+  bool shard_grads = false;  // zero2/zero3 across ranks: gradients reduce-scattered into shards
+  bool shard_optim = false;  // any ZeRO stage: optimizer states sharded
+  GraphWriter graph;
+
+  std::vector<TensorId> params;   // per group: its parameters (a shard under zero3)
+  std::vector<Ids> grads;         // per group: what the optimizer step reads
+  std::vector<LayerActs> acts;    // per layer
+  std::vector<TensorId> checkpoint_host;  // per layer: the offloaded checkpoint, or -1
+  OuterActs outer;
+
+  // A group's tensor name ("layer.3.", "embed.", "head.").
+  Name group_name(int group, const char* base) const;
+  // The layer a group's ops run among, -1 for the embedding and the head.
+  int layer_of_group(int group) const { return group < shapes.layers ? group : -1; }
+};
+
+}  // namespace longctx::step

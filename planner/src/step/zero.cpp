@@ -1,0 +1,78 @@
+// Model states and ZeRO: parameters and optimizer states per group, zero3's gathers of a
+// group's parameters, and zero2/zero3's reduce-scatter of its gradient. Footprints:
+// footprint/zero.h.
+#include "emitters.h"
+#include "longctx/planner/footprint/offload.h"
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::step {
+
+using namespace footprint;
+
+void model_states(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  const Place optim_place = sb.parallel.offload_optimizer ? Place::Host : Place::Device;
+  sb.params.resize(static_cast<std::size_t>(param_groups(s)));
+  for (int gi = 0; gi < param_groups(s); ++gi) {
+    // params [group_params] e, or under zero3 params.shard [shard_elems] e; streamed layers on the host.
+    const std::int64_t elems = sb.zero3 ? shard_elems(s, gi) : group_params(s, gi);
+    sb.params[static_cast<std::size_t>(gi)] =
+        sb.graph.persistent(sb.group_name(gi, sb.zero3 ? "params.shard" : "params"), elems * s.e, Category::Params,
+                            streamed(sb, gi) ? Place::Host : Place::Device);
+    // AdamW's states, fp32 [group_params] or [shard_elems]: master (parameters not fp32),
+    // exp_avg, exp_avg_sq.
+    const std::int64_t opt = sb.shard_optim ? shard_elems(s, gi) : group_params(s, gi);
+    if (s.master) sb.graph.persistent(sb.group_name(gi, "optim.master"), opt * 4, Category::Optimizer, optim_place);
+    sb.graph.persistent(sb.group_name(gi, "optim.exp_avg"), opt * 4, Category::Optimizer, optim_place);
+    sb.graph.persistent(sb.group_name(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
+  }
+  sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
+}
+
+TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
+  const StepShapes& s = sb.shapes;
+  // On one rank the shard is the whole group: used in place, unless it lives on the host.
+  if (!sb.zero3 || (s.world == 1 && !streamed(sb, group))) return -1;
+  // params.full [group_params] e
+  const TensorId full = sb.graph.tensor(sb.group_name(group, "params.full"), gathered_params_bytes(s, group), Category::Params);
+  const int o = sb.graph.op(sb.group_name(group, "gather"), phase, at_layer, {sb.params[static_cast<std::size_t>(group)]},
+                            {full}, {.workspace = gather_staging_bytes(s, group, streamed(sb, group))});
+  sb.graph.set_comm(o, CommKind::AllGather, gather_received_bytes(s, group), static_cast<int>(s.world));
+  return full;
+}
+
+// One rank has nothing to exchange: it copies a streamed layer from the host when the layer starts.
+bool prefetch_params(const StepBuild& sb) { return sb.shapes.world > 1; }
+
+TensorId new_group_grad(StepBuild& sb, int group) {
+  // grad (or grad.full before its reduce-scatter) [group_params] g
+  return sb.graph.tensor(sb.group_name(group, sb.shard_grads ? "grad.full" : "grad"),
+                         group_params(sb.shapes, group) * sb.shapes.g, Category::Grads);
+}
+
+TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const char* name, std::int64_t elems,
+                    Ids& pieces) {
+  // [elems] g
+  const TensorId t = sb.graph.tensor(layer_name(layer, sb.shard_grads ? sharded_name : name), elems * sb.shapes.g,
+                                     Category::Grads);
+  pieces.push_back(t);
+  return t;
+}
+
+void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
+  const StepShapes& s = sb.shapes;
+  if (!sb.shard_grads) {
+    sb.grads[static_cast<std::size_t>(group)] = pieces;
+    return;
+  }
+  // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer.
+  const TensorId shard = sb.graph.tensor(sb.group_name(group, "grad.shard"), grad_shard_bytes(s, group), Category::Grads);
+  const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), pieces, {shard},
+                            {.workspace = reduce_scatter_send_bytes(s, group)});
+  sb.graph.set_comm(o, CommKind::ReduceScatter, reduce_scatter_sent_bytes(s, group), static_cast<int>(s.world));
+  sb.grads[static_cast<std::size_t>(group)] = {shard};
+  // With the optimizer offloaded the shard then goes to host memory.
+  if (sb.parallel.offload_optimizer) grads_to_host(sb, group, phase);
+}
+
+}  // namespace longctx::step

@@ -1,0 +1,64 @@
+// The footprint functions against counts derived independently of them: the parameter table
+// against ModelConfig's own counts, and the flash kernel's blocks and GQA's expansion at the
+// edges their comments name.
+#include <gtest/gtest.h>
+
+#include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx {
+namespace {
+
+footprint::StepShapes shapes_of(const std::string& model, std::int64_t seq, int ulysses, std::int64_t gpus) {
+  StepInputs in;
+  in.model = load_model(model).value();
+  in.cluster = {1, gpus};
+  in.train.seq = seq;
+  in.parallel.ulysses = ulysses;
+  return footprint::step_shapes(in);
+}
+
+TEST(Footprint, TheParameterTableAddsUpToTheModelsCounts) {
+  for (const std::string& name : model_preset_names()) {
+    const ModelConfig m = load_model(name).value();
+    const footprint::StepShapes s = shapes_of(name, 1024, 1, 1);
+    EXPECT_EQ(footprint::sum_of_param_sizes(s, 0), m.params_per_layer()) << name;
+    EXPECT_EQ(footprint::sum_of_param_sizes(s, footprint::embed_group(s)), m.embedding_params()) << name;
+    EXPECT_EQ(footprint::sum_of_param_sizes(s, footprint::head_group(s)), m.hidden + m.output_params()) << name;
+    EXPECT_EQ(footprint::param_sizes(s, 0).size(), m.qk_norm ? 11 : 9) << name;
+    EXPECT_EQ(footprint::param_sizes(s, footprint::head_group(s)).size(), m.tie_embeddings ? 1 : 2) << name;
+    std::int64_t total = 0;
+    for (int g = 0; g < footprint::param_groups(s); ++g) total += footprint::group_params(s, g);
+    EXPECT_EQ(total, m.total_params()) << name;
+  }
+}
+
+TEST(Footprint, ShardsCoverTheGroup) {
+  // 8 ranks: ceil(group / 8) elements each, never less than the group in all.
+  const footprint::StepShapes s = shapes_of("tiny-odd", 768, 1, 8);
+  for (int g = 0; g < footprint::param_groups(s); ++g) {
+    const std::int64_t shard = footprint::shard_elems(s, g), whole = footprint::group_params(s, g);
+    EXPECT_GE(shard * 8, whole);
+    EXPECT_LT((shard - 1) * 8, whole);
+  }
+}
+
+TEST(Footprint, CpuFlashBlocksChangeAtTheirThresholds) {
+  EXPECT_EQ(footprint::cpu_flash_q_block(shapes_of("tiny-gqa", 191, 1, 1)), 32);
+  EXPECT_EQ(footprint::cpu_flash_q_block(shapes_of("tiny-gqa", 192, 1, 1)), 64);
+  EXPECT_EQ(footprint::cpu_flash_q_block(shapes_of("tiny-gqa", 767, 1, 1)), 64);
+  EXPECT_EQ(footprint::cpu_flash_q_block(shapes_of("tiny-gqa", 768, 1, 1)), 256);
+  EXPECT_EQ(footprint::cpu_flash_kv_block(shapes_of("tiny-gqa", 300, 1, 1)), 300);
+  EXPECT_EQ(footprint::cpu_flash_kv_block(shapes_of("tiny-gqa", 4096, 1, 1)), 512);
+}
+
+TEST(Footprint, KvExpansionCopiesOnlyWhenHeadsDifferAndMoreThanOneKvHead) {
+  // tiny-gqa: 4 query heads, 2 kv heads, head_dim 16; bf16 (2 bytes).
+  const footprint::StepShapes s = shapes_of("tiny-gqa", 256, 1, 1);
+  EXPECT_EQ(footprint::kv_expansion(s, 4, 2), 2 * 256 * 4 * 16 * 2);  // k and v [b*S, 4, d]
+  EXPECT_EQ(footprint::kv_expansion(s, 4, 4), 0);                     // nothing to expand
+  EXPECT_EQ(footprint::kv_expansion(s, 4, 1), 0);                     // a stride-0 view
+}
+
+}  // namespace
+}  // namespace longctx
