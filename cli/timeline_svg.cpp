@@ -20,7 +20,6 @@ const std::array<const char*, kCategories> kColors = {
     "#e15759",  // optimizer
     "#59a14f",  // activations
     "#edc948",  // transient
-    "#b07aa1",  // comm
     "#9c755f",  // workspace
 };
 

@@ -119,7 +119,7 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
     return Error::bad_input("--mlp-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.mlp_tiles, tokens));
   if (p.loss_tiles < 1 || tokens % p.loss_tiles != 0)
     return Error::bad_input("--loss-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.loss_tiles, tokens));
-  // Launch counts are int multiples of the tile count (step_builder.cpp).
+  // Launch counts are int multiples of the tile count (planner/src/step/mlp.cpp, planner/src/step/loss.cpp).
   if (p.mlp_tiles > kMaxTiles)
     return Error::bad_input("--mlp-tiles", fmt::format("{} is above longctx's bound of {} tiles", p.mlp_tiles, kMaxTiles));
   if (p.loss_tiles > kMaxTiles)

@@ -14,7 +14,6 @@ const char* to_string(Category c) {
     case Category::Optimizer: return "optimizer";
     case Category::Activations: return "activations";
     case Category::Transient: return "transient";
-    case Category::Comm: return "comm";
     case Category::Workspace: return "workspace";
   }
   return "?";

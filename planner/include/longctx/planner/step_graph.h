@@ -14,8 +14,9 @@
 
 namespace longctx {
 
-enum class Category { Params, Grads, Optimizer, Activations, Transient, Comm, Workspace };
-inline constexpr int kCategories = 7;
+// What a tensor is for; `Workspace` is an op's scratch, which lives only inside the op.
+enum class Category { Params, Grads, Optimizer, Activations, Transient, Workspace };
+inline constexpr int kCategories = 6;
 const char* to_string(Category c);
 
 enum class Place { Device, Host };
