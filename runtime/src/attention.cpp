@@ -1,6 +1,7 @@
 // Causal GQA attention: whole (all heads at once) and head-chunked (stages of `chunk` heads).
 #include <cmath>
 
+#include <fmt/format.h>
 #include <torch/torch.h>
 
 #include "longctx/runtime/attention.h"
@@ -12,11 +13,47 @@ using torch::Tensor;
 using torch::autograd::AutogradContext;
 using torch::autograd::variable_list;
 
+namespace {
+
+// [b,H,S,d] -> [b,H,S,to], zeros in the added columns (a copy; the input when d == to).
+// Zero columns change neither q.k nor the output's first d columns, and the scale is passed
+// from the real d, so the result is the unpadded attention's.
+Tensor pad_head_dim(const Tensor& t, std::int64_t to) {
+  const auto d = t.size(-1);
+  return d == to ? t : at::constant_pad_nd(t, {0, to - d}, 0);
+}
+std::int64_t cuda_head_dim(std::int64_t d) {
+  return (d + kCudaFlashHeadDimMultiple - 1) / kCudaFlashHeadDimMultiple * kCudaFlashHeadDimMultiple;
+}
+
+}  // namespace
+
+void check_flash_backward_inputs(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                 const Tensor& out, const Tensor& lse) {
+  // The CUDA flash backward indexes softmax_lse as a dense [b,H,S] array (flash_api.cpp,
+  // mha_bwd: no stride of it is passed), and q, k, v, out, dout by their strides with the
+  // head dimension dense ("must have contiguous last dimension"). The CPU kernel reads
+  // strides throughout (its own forward returns lse as a [b,S,H] buffer seen as [b,H,S]).
+  if (!lse.is_contiguous())
+    throw FlashLayoutError(fmt::format("flash backward: the log-sum-exp {} with strides {} is not contiguous; the CUDA "
+                                       "kernel reads it as dense [b,H,S]",
+                                       c10::str(lse.sizes()), c10::str(lse.strides())));
+  for (const auto& [name, t] : {std::pair<const char*, const Tensor*>{"dout", &dout}, {"q", &q}, {"k", &k},
+                                {"v", &v}, {"out", &out}})
+    if (t->stride(-1) != 1)
+      throw FlashLayoutError(fmt::format("flash backward: {} {} has head-dimension stride {}; the kernels need 1", name,
+                                         c10::str(t->sizes()), t->stride(-1)));
+}
+
 FlashOut flash_forward(const Tensor& q, const Tensor& k, const Tensor& v) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const auto d = q.size(-1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   if (q.is_cuda()) {
-    auto r = at::_scaled_dot_product_flash_attention(q, k, v, 0.0, /*is_causal=*/true, false, scale);
-    return {std::get<0>(r), std::get<1>(r)};
+    const auto dp = cuda_head_dim(d);
+    auto r = at::_scaled_dot_product_flash_attention(pad_head_dim(q, dp), pad_head_dim(k, dp), pad_head_dim(v, dp),
+                                                     0.0, /*is_causal=*/true, false, scale);
+    Tensor out = std::get<0>(r);
+    return {dp == d ? out : out.narrow(-1, 0, d), std::get<1>(r)};
   }
   auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
   return {out, lse};
@@ -24,12 +61,18 @@ FlashOut flash_forward(const Tensor& q, const Tensor& k, const Tensor& v) {
 
 std::tuple<Tensor, Tensor, Tensor> flash_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                                   const Tensor& v, const Tensor& out, const Tensor& lse) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const auto d = q.size(-1);
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   if (q.is_cuda()) {
+    check_flash_backward_inputs(dout, q, k, v, out, lse);
+    const auto dp = cuda_head_dim(d);
     // No dropout: the RNG state is never read, but the signature wants tensors.
     Tensor zero = at::zeros({}, q.options().dtype(torch::kLong));
-    return at::_scaled_dot_product_flash_attention_backward(dout, q, k, v, out, lse, Tensor(), Tensor(), q.size(2),
-                                                            k.size(2), 0.0, true, zero, zero, scale);
+    auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
+        pad_head_dim(dout, dp), pad_head_dim(q, dp), pad_head_dim(k, dp), pad_head_dim(v, dp), pad_head_dim(out, dp),
+        lse, Tensor(), Tensor(), q.size(2), k.size(2), 0.0, true, zero, zero, scale);
+    if (dp == d) return {dq, dk, dv};
+    return {dq.narrow(-1, 0, d), dk.narrow(-1, 0, d), dv.narrow(-1, 0, d)};
   }
   return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, true, {}, scale);
 }
@@ -192,7 +235,10 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
     const double eps = sh->norm_eps;
     Tensor x2 = x.reshape({b * n, x.size(2)});
     Tensor out = at::empty({b, n, H * d}, x.options());
-    Tensor lse = at::empty({b, L->hl, S}, x.options().dtype(torch::kFloat));
+    // The log-sum-exp per stage [stages, b, c, S]: the bytes of one [b, hl, S], laid out so
+    // each stage's is contiguous (a head slice of [b, hl, S] is not once b > 1, and the CUDA
+    // backward reads it as dense).
+    Tensor lse = at::empty({L->hl / chunk, b, chunk, S}, x.options().dtype(torch::kFloat));
     Tensor out4 = out.view({b, n, H, d});
     Tensor ke, ve;
     std::int64_t cached_kv = -1;
@@ -210,7 +256,7 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       Tensor q = to_seq(*L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, *L, nullptr));
       auto f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve));
       q = Tensor();
-      lse.narrow(1, st.qb, st.c).copy_(f.lse);
+      lse[s].copy_(f.lse);
       Tensor o = to_rank_slices(*L, bhsd(f.out));
       f = FlashOut();
       for (std::int64_t j = 0; j < L->u; ++j) out4.narrow(2, q_first(j), st.c).copy_(o[j]);
@@ -282,8 +328,10 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       std::vector<QkParts> q_parts;
       Tensor q = to_seq(L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, L, &q_parts));
       Tensor d_o = stage_heads(L, dout4, st), o = stage_heads(L, out4, st);
-      auto [dq_e, dk_e, dv_e] =
-          flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse.narrow(1, st.qb, st.c));
+      // This stage's log-sum-exp is a slice the step made, not a kernel's output: checked on
+      // every device, so a CPU run catches a layout the CUDA kernel would misread.
+      check_flash_backward_inputs(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
+      auto [dq_e, dk_e, dv_e] = flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
       q = d_o = o = Tensor();
       dk_acc.add_(reduce_kv(bhsd(dk_e), st.repeat));
       dk_e = Tensor();

@@ -9,7 +9,11 @@
 
 namespace longctx::runtime {
 
-std::shared_ptr<Communicator> Communicator::single() { return std::shared_ptr<Communicator>(new Communicator()); }
+std::shared_ptr<Communicator> Communicator::single(c10::Device device) {
+  std::shared_ptr<Communicator> c(new Communicator());
+  c->device_ = device;
+  return c;
+}
 
 Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, int ulysses,
                                                             const ProcessGroupOptions& options) {
@@ -21,6 +25,8 @@ Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, 
   c->world_ = env.world_size;
   c->sp_size_ = ulysses;
   c->timeout_ = options.timeout;
+  c->device_ = options.device;
+  c->backend_ = options.backend;
   if (env.world_size == 1) return c;
   c10::intrusive_ptr<c10d::Store> store;
   LONGCTX_TRY(store, connect_store(env, options.timeout));
@@ -40,10 +46,20 @@ Communicator::~Communicator() = default;
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
   try {
+    if (backend_ == CommBackend::Nccl) {
+      // No timeout: WorkNCCL::wait(timeout) blocks the host until the GPU has finished the
+      // collective when a timeout is given, and only orders the current stream after it
+      // when none is (torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp, WorkNCCL::wait).
+      // A timed wait would make every all-to-all and reduce-scatter a device sync. The
+      // group's timeout is still enforced, by the watchdog (ProcessGroupNCCL::Options::timeout).
+      work->wait();
+      return;
+    }
     work->wait(timeout_);
     // Gloo's worker thread holds the finished work, and with it the collective's tensors,
     // until its loop moves on; waiting for that (a few microseconds, bounded) makes the
     // tensors die where the caller drops them, so each phase's bytes are the same every run.
+    // (NCCL's watchdog holds its work until the GPU finishes: not waited on.)
     const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
     while (work.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
   } catch (const std::exception& e) {
@@ -52,9 +68,17 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
   }
 }
 
+void Communicator::check_placement(const torch::Tensor& t, const char* collective, const char* role) const {
+  if (t.device() == device_ && t.is_contiguous()) return;
+  throw CollectivePlacementError(fmt::format(
+      "{} on rank {}: the {} is {} on {}; the communicator's collectives take contiguous tensors on {}", collective,
+      rank_, role, t.is_contiguous() ? "contiguous" : "not contiguous", t.device().str(), device_.str()));
+}
+
 torch::Tensor Communicator::all_to_all(const torch::Tensor& send) {
+  check_placement(send, "Ulysses all-to-all", "send buffer");
   if (sp_size_ == 1) return send;
-  TORCH_CHECK(send.is_contiguous() && send.size(0) == sp_size_, "all_to_all: send must be [u, ...] contiguous");
+  TORCH_CHECK(send.size(0) == sp_size_, "all_to_all: send must be [u, ...]");
   torch::Tensor recv = at::empty(send.sizes(), send.options());
   std::vector<std::int64_t> counts;  // empty: equal splits over dim 0
   torch::Tensor in = send;
@@ -63,9 +87,18 @@ torch::Tensor Communicator::all_to_all(const torch::Tensor& send) {
 }
 
 void Communicator::all_reduce_sum(torch::Tensor& t) {
+  check_placement(t, "gradient all-reduce", "tensor");
   if (world_ == 1) return;
   std::vector<torch::Tensor> ts = {t};
   wait(world_group_->allreduce(ts), "gradient all-reduce");
+}
+
+double Communicator::all_reduce_sum(double value) {
+  if (world_ == 1) return value;
+  torch::Tensor sum = at::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(device_));
+  std::vector<torch::Tensor> ts = {sum};
+  wait(world_group_->allreduce(ts), "loss all-reduce");
+  return sum.item<double>();  // on CUDA: waits for the sum on the current stream
 }
 
 void Communicator::barrier() {
@@ -79,6 +112,8 @@ void Communicator::all_gather(torch::Tensor& full, const torch::Tensor& shard) {
 }
 
 Communicator::Pending Communicator::all_gather_async(torch::Tensor& full, const torch::Tensor& shard) {
+  check_placement(full, "ZeRO parameter all-gather", "output");
+  check_placement(shard, "ZeRO parameter all-gather", "shard");
   Pending p;
   if (world_ == 1) {
     full.copy_(shard);
@@ -99,6 +134,8 @@ void Communicator::Pending::complete() {
 }
 
 void Communicator::reduce_scatter_sum(torch::Tensor& shard, const torch::Tensor& full) {
+  check_placement(shard, "ZeRO gradient reduce-scatter", "shard");
+  check_placement(full, "ZeRO gradient reduce-scatter", "input");
   if (world_ == 1) {
     shard.copy_(full);
     return;

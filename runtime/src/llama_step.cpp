@@ -441,11 +441,7 @@ double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
   Tensor loss = forward(tokens, targets);
   tokens = targets = Tensor();
   double value = loss.item<double>();
-  if (comm_ && comm_->world() > 1) {
-    Tensor sum = at::full({1}, value, torch::TensorOptions().dtype(torch::kDouble));
-    comm_->all_reduce_sum(sum);
-    value = sum.item<double>();
-  }
+  if (comm_ && comm_->world() > 1) value = comm_->all_reduce_sum(value);  // on the rank's device (NCCL: CUDA)
   loss.backward();
   if (shards_) shards_->finish_grads(shards_->embed_group());
   checkpoints_->clear();
@@ -454,17 +450,22 @@ double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
 
 // ---- AdamW ---------------------------------------------------------------------------------
 
-AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, bool offload, bool pinned)
+AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, bool offload, bool pinned,
+             std::optional<torch::Device> state_device)
     : params_(std::move(params)), o_(o), offload_(offload), pinned_(pinned) {
   for (const auto& p : params_) {
     State s;
+    const torch::Device where = state_device.value_or(p.device());
+    TORCH_CHECK(offload_ || p.scalar_type() != torch::kFloat || p.device() == where,
+                "AdamW: an fp32 parameter is its own master and must live where its state does");
     auto fp32_state = [&](const Tensor& init) {
       Tensor t;
       if (offload_) {
         t = host_empty(p.sizes(), torch::kFloat, pinned_);
         if (init.defined()) t.copy_(init); else t.zero_();
       } else {
-        t = init.defined() ? init.detach().to(torch::kFloat).clone() : at::zeros(p.sizes(), p.options().dtype(torch::kFloat));
+        t = init.defined() ? init.detach().to(where, torch::kFloat).clone()
+                           : at::zeros(p.sizes(), p.options().dtype(torch::kFloat).device(where));
       }
       return t;
     };
@@ -496,8 +497,9 @@ void AdamW::step() {
     for (std::size_t i = 0; i < params_.size(); ++i) {
       Tensor& p = params_[i];
       if (!p.grad().defined()) continue;
-      Tensor g = p.grad().scalar_type() == torch::kFloat ? p.grad() : p.grad().to(torch::kFloat);
       State& s = states_[i];
+      // To the state's device: a host-resident parameter's gradient may arrive elsewhere.
+      Tensor g = p.grad().to(s.exp_avg.device(), torch::kFloat);
       Tensor target = s.master.defined() ? s.master : p.detach();
       update(target, g, s);
       if (s.master.defined()) p.detach().copy_(s.master);

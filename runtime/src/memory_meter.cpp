@@ -8,6 +8,8 @@
 #include <c10/core/CPUAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
+#include <c10/util/llvmMathExtras.h>
+#include <ATen/Context.h>
 #include <unordered_map>
 #include <fmt/format.h>
 
@@ -20,18 +22,34 @@ MemoryMeter::MemoryMeter(std::int64_t device_budget, std::int64_t host_budget, c
   budget_[0] = device_budget;
   budget_[1] = host_budget;
   open_.name = phase_;
-  if (device_.is_cuda()) c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+  if (device_.is_cuda()) {
+    // The caching allocator's per-device statistics exist only once CUDA is initialized in
+    // the process: resetPeakStats before that throws "Invalid device argument ... did you
+    // call init?" (c10/cuda/CUDACachingAllocator.cpp, NativeCachingAllocator's device
+    // check). at::Context::lazyInitDevice (ATen/Context.h) runs that initialization once.
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
+    c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
+    refresh_cuda_current_locked();
+  }
 }
 
 double MemoryMeter::now_s() const {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0_).count();
 }
 
+namespace {
+constexpr auto kAggregate = static_cast<std::size_t>(c10::CachingAllocator::StatType::AGGREGATE);
+}  // namespace
+
+void MemoryMeter::refresh_cuda_current_locked() const {
+  if (!device_.is_cuda()) return;
+  current_[0] = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).allocated_bytes[kAggregate].current;
+}
+
 void MemoryMeter::read_cuda_locked() {
   if (!device_.is_cuda()) return;
-  using c10::CachingAllocator::StatType;
   const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index());
-  const auto agg = static_cast<std::size_t>(StatType::AGGREGATE);
+  const auto agg = kAggregate;
   current_[0] = stats.allocated_bytes[agg].current;
   open_.peak_device = std::max(open_.peak_device, stats.allocated_bytes[agg].peak);
   open_.peak_device_reserved = std::max(open_.peak_device_reserved, stats.reserved_bytes[agg].peak);
@@ -63,7 +81,7 @@ void MemoryMeter::finish() {
 }
 
 void MemoryMeter::on_alloc(Pool pool, std::int64_t bytes) {
-  // On CUDA the device pool is the caching allocator's; host-side scratch is not counted.
+  // On CUDA the device pool is the caching allocator's statistics (read_cuda_locked).
   if (pool == Pool::Device && device_.is_cuda()) return;
   std::lock_guard lock(mu_);
   const auto p = static_cast<std::size_t>(pool);
@@ -94,6 +112,9 @@ void MemoryMeter::on_free(Pool pool, std::int64_t bytes) {
 
 std::int64_t MemoryMeter::current(Pool pool) const {
   std::lock_guard lock(mu_);
+  // On CUDA the device figure is the caching allocator's, read now: nothing else refreshes
+  // it between phase boundaries.
+  if (pool == Pool::Device) refresh_cuda_current_locked();
   return current_[static_cast<std::size_t>(pool)];
 }
 
@@ -175,18 +196,25 @@ void delete_counted(void* data) {
 // Wraps another allocator; counts into the active meter's `pool`.
 class CountingAllocator final : public c10::Allocator {
  public:
-  CountingAllocator(c10::Allocator* base, Pool pool) : base_(base), pool_(pool) {}
+  // held: the bytes the base allocator really holds for a request of n (n, unless it rounds).
+  CountingAllocator(c10::Allocator* base, Pool pool, std::size_t (*held)(std::size_t) = nullptr)
+      : base_(base), pool_(pool), held_(held) {}
 
   c10::DataPtr allocate(size_t n) override {
     auto meter = load_active();
     if (!meter || n == 0) return base_->allocate(n);
-    meter->on_alloc(pool_, static_cast<std::int64_t>(n));
+    // On a CUDA run the CPU allocator's memory is host memory (scratch, gradients of host
+    // leaves, host-side optimizer state): it counts in the host pool, the device pool being
+    // the caching allocator's statistics.
+    const Pool pool = pool_ == Pool::Device && meter->device().is_cuda() ? Pool::Host : pool_;
+    const auto bytes = static_cast<std::int64_t>(held_ ? held_(n) : n);
+    meter->on_alloc(pool, bytes);
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
     const c10::Device device = inner.device();
     {
       std::lock_guard lock(g_counted_mu);
-      counted().emplace(data, Counted{std::move(inner), static_cast<std::int64_t>(n), pool_, std::move(meter)});
+      counted().emplace(data, Counted{std::move(inner), bytes, pool, std::move(meter)});
     }
     return {data, data, &delete_counted, device};
   }
@@ -200,6 +228,7 @@ class CountingAllocator final : public c10::Allocator {
  private:
   c10::Allocator* base_;
   Pool pool_;
+  std::size_t (*held_)(std::size_t);
 };
 
 CountingAllocator& device_allocator() {
@@ -213,8 +242,20 @@ CountingAllocator& host_allocator() {
   return a;
 }
 
+// What LibTorch's pinned (caching host) allocator holds for a request of n bytes: a block
+// of the next power of two (ATen/core/CachingHostAllocator.h,
+// CachingHostAllocatorImpl::allocate: "Round up the allocation to the nearest power of
+// two", c10::llvm::PowerOf2Ceil). The block stays held while the tensor lives; after it
+// dies the block is cached for reuse, not returned to the system, which the meter does not
+// count (the pool's reserved bytes, like the device's, are an upper bound it leaves aside).
+// The wrapper's DataPtr carries the data pointer as its context, not the allocator's block:
+// a non_blocking copy's record_event still finds the block, by pointer
+// (CachingHostAllocatorImpl::record_event, get_block_from_ptr), so the block is not reused
+// before the copy has run.
+std::size_t pinned_block_bytes(std::size_t n) { return static_cast<std::size_t>(c10::llvm::PowerOf2Ceil(n)); }
+
 CountingAllocator& pinned_host_allocator() {
-  static CountingAllocator a(at::cuda::getPinnedMemoryAllocator(), Pool::Host);
+  static CountingAllocator a(at::cuda::getPinnedMemoryAllocator(), Pool::Host, &pinned_block_bytes);
   return a;
 }
 

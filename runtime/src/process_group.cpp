@@ -37,6 +37,21 @@ Result<RankEnv> rank_env_from_environment() {
   return e;
 }
 
+Result<c10::Device> rank_device(const std::string& device, int local_rank, int visible) {
+  if (device != "cuda") return c10::Device(c10::kCPU);
+  if (visible <= 0) return Error::bad_input("--device", "cuda was asked for but no GPU is visible; use --device cpu");
+  if (local_rank >= visible) {
+    const char* mask = std::getenv("CUDA_VISIBLE_DEVICES");
+    return Error::bad_input(
+        "LOCAL_RANK", fmt::format("{} names GPU {} but this node has {} visible{}: start at most {} rank{} per node "
+                                  "(--nproc {}), or make more GPUs visible",
+                                  local_rank, local_rank, visible == 1 ? "1 GPU" : fmt::format("{} GPUs", visible),
+                                  mask ? fmt::format(" (CUDA_VISIBLE_DEVICES={})", mask) : std::string(), visible,
+                                  visible == 1 ? "" : "s", visible));
+  }
+  return c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(local_rank));
+}
+
 Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::chrono::milliseconds timeout) {
   try {
     c10d::TCPStoreOptions so;
@@ -70,9 +85,16 @@ Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c1
     }
     if (c10::cuda::device_count() == 0)
       return Error::bad_input("--device", "NCCL needs a GPU and none is visible; use --device cpu");
+    if (!options.device.is_cuda())
+      return Error::bad_input("--device", "NCCL groups join ranks on GPUs; pass the rank's cuda device");
     auto o = c10d::ProcessGroupNCCL::Options::create();
+    // The watchdog's bound: a collective not finished on the GPU within it aborts the
+    // communicator (Communicator::wait explains why the host does not wait with a timeout).
     o->timeout = options.timeout;
     c10::intrusive_ptr<c10d::Backend> pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(store, rank, size, o);
+    // Without a bound device, ProcessGroupNCCL::barrier guesses one from the current device
+    // and the ranks it has seen (guessDeviceId); bound, every rank uses its own GPU.
+    pg->setBoundDeviceId(options.device);
     return pg;
   } catch (const std::exception& e) {
     return Error{ErrorKind::Internal, "process group",

@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/adamw.h"
+#include "longctx/runtime/attention.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/sharded_params.h"
@@ -41,6 +42,10 @@ Result<bool> runnable(const Plan& plan, const RunOptions& o) {
     return Error::bad_input("--device", "cuda was asked for but no GPU is visible; use --device cpu");
   if (o.device == "cuda" && plan.train.dtype != DType::BF16)
     return Error::bad_input("train.dtype", "the CUDA flash kernels need bf16; plan with --dtype bf16 or run on cpu");
+  if (o.device == "cuda" && plan.model.head_dim > kCudaFlashMaxHeadDim)
+    return Error::bad_input("model.head_dim", fmt::format("{} is above the {} the CUDA flash kernel supports; run this "
+                                                          "model with --device cpu",
+                                                          plan.model.head_dim, kCudaFlashMaxHeadDim));
   if (o.steps < 1) return Error::bad_input("--steps", "must be at least 1");
   return check_checkpoint_options(o.checkpoint);
 }
@@ -127,15 +132,34 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   std::shared_ptr<Communicator> comm = o.comm;
   RankEnv env;
   LONGCTX_TRY(env, rank_env_from_environment());
+  const int local = o.comm ? 0 : env.local_rank;
+  LONGCTX_TRY(const torch::Device device,
+              rank_device(o.device, local, o.device == "cuda" ? static_cast<int>(c10::cuda::device_count()) : 0));
+  const bool cpu = device.is_cpu();
+  const bool budget = o.enforce_budget && cpu;
+  std::shared_ptr<MemoryMeter> meter;
+  try {
+    // The rank's GPU is the current one before anything touches CUDA: streams from
+    // getStreamFromPool(), events, torch::cuda::synchronize() and NCCL's communicators take
+    // the current device, and a rank left on GPU 0 would open a context there too.
+    if (device.is_cuda()) c10::cuda::set_device(device.index());
+    // On CUDA the meter initializes CUDA in the process (it reads the caching allocator).
+    meter = std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
+                                          budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
+  } catch (const std::exception& e) {
+    return Error{ErrorKind::Internal, "--device",
+                 fmt::format("{} could not be initialized on rank {}: {}", device.str(), env.rank, e.what())};
+  }
   if (!comm) {
     ProcessGroupOptions po;
     po.backend = o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo;
     po.timeout = std::chrono::seconds(o.comm_timeout_s);
+    po.device = device;
     LONGCTX_TRY(comm, Communicator::connect(env, plan.parallel.ulysses, po));
   }
-  const int local = o.comm ? 0 : env.local_rank;
-  const torch::Device device =
-      o.device == "cuda" ? torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local)) : torch::Device(torch::kCPU);
+  if (comm->device() != device)
+    return Error{ErrorKind::Internal, "comm", fmt::format("the communicator's tensors live on {}, the run's on {}",
+                                                          comm->device().str(), device.str())};
   BatchSource data(plan, o, *comm);
   if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
   // The plan's thread count on the virtual device: the prediction counts the flash kernel's
@@ -151,10 +175,6 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   place.barrier = [c = comm.get()] { c->barrier(); };
   LONGCTX_TRY(auto checkpoints, TrainingCheckpoints::open(o.checkpoint, plan, o.seed, data.tokens(), o.steps, place));
 
-  const bool cpu = device.is_cpu();
-  const bool budget = o.enforce_budget && cpu;
-  auto meter = std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
-                                             budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
   meter->set_log(o.allocation_log);
   RunReport report;
   report.device = cpu ? "cpu (virtual device)" : fmt::format("cuda:{}", device.index());
@@ -172,7 +192,10 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     std::unique_ptr<ShardedParams> shards;
     if (sharded)
       shards = std::make_unique<ShardedParams>(weights, plan.parallel.sharding, plan.parallel.offload_params, *comm, !cpu);
-    AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu);
+    // Not offloaded, the optimizer state is on the device with the gradients, also for
+    // parameters in the host pool (ZeRO-3 with offloaded parameters).
+    AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu,
+                    device);
     // zero2/zero3 with the optimizer offloaded: each shard's gradient goes to the host as
     // soon as it is reduced (the planner's grad.to_host), not all at the step.
     if (shards && shards->shards_grads() && plan.parallel.offload_optimizer) {

@@ -314,7 +314,13 @@ Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor,
   if (rank_.barrier) rank_.barrier();  // the folder exists for every rank
 
   // Paused: serializing from CPU tensors writes their storage as it stands; a GPU tensor is
-  // staged through one host copy at a time.
+  // staged through one host copy at a time. The archive holds references, not copies, until
+  // save_to; save_to's serializer (torch/csrc/jit/serialization/export_module.cpp,
+  // ScriptModuleSerializer::writeArchive) then copies each tensor to the host inside its
+  // loop over the pickled tensors (getWriteableTensorData, which calls .to(kCPU) for a
+  // non-CPU storage) and drops the copy once its record is written. So a save's host
+  // staging is at most the largest single state tensor, not the rank's state; uncounted
+  // like the rest of the save, which is I/O between steps.
   {
     MeterPause pause;
     torch::serialize::OutputArchive archive;

@@ -2,8 +2,15 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <c10/cuda/CUDAFunctions.h>
+
+#include <cstdlib>
+
 #include "longctx/runtime/build_info.h"
 #include "longctx/runtime/cuda_smoke.h"
+#include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/runner.h"
+#include "reference_llama.h"
 
 namespace longctx::runtime {
 namespace {
@@ -27,6 +34,42 @@ TEST_F(Gpu, LibTorchBackwardOnCuda) {
   auto expected = torch::ones({64, 64}, w.options().requires_grad(false)).matmul(w.detach().t()) +
                   w.detach().t().matmul(torch::ones({64, 64}, w.options().requires_grad(false)));
   EXPECT_TRUE(torch::allclose(w.grad(), expected, 1e-3, 1e-3));
+}
+
+// ctest runs each test in its own process: here the meter is the first thing to touch the
+// caching allocator, as in a run (its statistics need CUDA initialized first).
+TEST_F(Gpu, TheMeterCanBeTheProcesssFirstCudaUseAndReadsTheAllocatorNow) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, c10::Device(c10::kCUDA, 0));
+  const auto before = meter->current(Pool::Device);
+  auto t = torch::empty({1 << 20}, torch::TensorOptions().dtype(torch::kByte).device(torch::kCUDA));
+  EXPECT_GE(meter->current(Pool::Device) - before, 1 << 20);  // no phase boundary in between
+}
+
+TEST_F(Gpu, HostMemoryIsCountedAsHeld) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, c10::Device(c10::kCUDA, 0));
+  MeterScope scope(meter);
+  {
+    auto pinned = host_empty({1000}, torch::kByte, /*pinned=*/true);
+    EXPECT_EQ(meter->current(Pool::Host), 1024);  // the caching host allocator's block
+    auto scratch = torch::empty({100}, torch::kByte);  // the CPU allocator: host memory on CUDA
+    EXPECT_EQ(meter->current(Pool::Host), 1124);
+  }
+  EXPECT_EQ(meter->current(Pool::Host), 0);
+}
+
+TEST_F(Gpu, ARunOnLocalRankOneUsesAndMakesCurrentTheSecondGpu) {
+  if (build_info().gpus_visible < 2) GTEST_SKIP() << "two GPUs needed, " << build_info().gpus_visible << " visible";
+  ::setenv("LOCAL_RANK", "1", 1);
+  auto plan = testing::tiny_plan("tiny-gqa", 64, 1, {});
+  plan.train.dtype = DType::BF16;
+  RunOptions o;
+  o.device = "cuda";
+  auto r = run_plan(plan, o);
+  ::unsetenv("LOCAL_RANK");
+  ASSERT_TRUE(r.ok()) << r.error().what();
+  EXPECT_EQ(r->device, "cuda:1");
+  EXPECT_EQ(c10::cuda::current_device(), 1);
+  EXPECT_GT(r->persistent_device, 0);
 }
 
 }  // namespace

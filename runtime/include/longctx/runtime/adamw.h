@@ -6,6 +6,7 @@
 // pool, the gradient is copied there, the update runs on the CPU and the parameter is
 // copied back. step() consumes the gradients: each is released once applied, so the next
 // backward allocates them afresh (the planner's grads live from backward to optimizer).
+#include <optional>
 #include <vector>
 
 #include <torch/torch.h>
@@ -23,7 +24,15 @@ struct AdamWOptions {
 class AdamW {
  public:
   // REQUIRES: params are leaves that require grad; they outlive the optimizer.
-  AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned);
+  // state_device (not offloaded): where the state lives and the update runs, the device the
+  // gradients are computed on; unset, beside each parameter. ZeRO-3 with offloaded
+  // parameters but not optimizer keeps the shards in the host pool while their gradients
+  // come from the reduce-scatter on the GPU: the state is on the GPU with them (the
+  // planner's optim.* on the device), each gradient is moved to the state's device, and
+  // the updated master is copied into the host shard.
+  // REQUIRES: an fp32 parameter (its own master) lives on state_device.
+  AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned,
+        std::optional<torch::Device> state_device = std::nullopt);
   // Offloaded: the gradients arrive already in the host pool, in fp32 (ZeRO's shards, moved
   // there as soon as they are reduced), and are used where they are.
   void gradients_on_host(bool on) { grads_on_host_ = on; }

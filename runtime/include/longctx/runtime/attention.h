@@ -12,11 +12,13 @@
 //   for one stage, attends over all S tokens, and sends the output back into its slice of
 //   out [b,n,H*d]. K/V are projected and exchanged once per GQA group and reused by the
 //   group's stages; a stage's buffers die before the next stage allocates. Saves only x
-//   (the attention input), the weights, out and the per-stage log-sum-exp [b,hl,S];
+//   (the attention input), the weights, out and the per-stage log-sum-exp (hl*b*S fp32,
+//   [stages,b,chunk,S] so each stage's slice is contiguous);
 //   backward recomputes each stage (with its exchanges) and accumulates dx and the weight
 //   gradients.
 //   REQUIRES: chunk divides H/u, and chunk divides or is a multiple of (H/u)/kvr.
 #include <optional>
+#include <stdexcept>
 
 #include <torch/torch.h>
 
@@ -24,11 +26,32 @@
 
 namespace longctx::runtime {
 
+// The CUDA flash kernel's limits (aten/src/ATen/native/transformers/cuda/flash_attn/
+// flash_api.cpp, mha_fwd/mha_bwd): head_dim at most 256, and a multiple of 8, which
+// flash_forward/flash_backward meet by zero-padding the head dimension as the composite
+// scaled_dot_product_attention does (attention.cpp, pad_last_dim). Above 256 the runner
+// refuses a CUDA run (runnable()).
+inline constexpr std::int64_t kCudaFlashMaxHeadDim = 256;
+inline constexpr std::int64_t kCudaFlashHeadDimMultiple = 8;
+
 struct FlashOut {
   torch::Tensor out;  // [b,H,S,d] view (memory may be [b,S,H,d])
   torch::Tensor lse;  // [b,H,S] fp32
 };
-// q, k, v: [b,H,S,d] (any strides); equal head counts. Causal, scale 1/sqrt(d).
+// A tensor handed to the flash backward is laid out as a kernel cannot read it.
+class FlashLayoutError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+// Throws FlashLayoutError unless lse is contiguous and every other input's head dimension
+// is dense (what the CUDA kernel assumes). flash_backward checks it on CUDA; head-chunked
+// attention, which slices each stage's lse itself, checks it on every device.
+void check_flash_backward_inputs(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
+                                 const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse);
+
+// q, k, v: [b,H,S,d] (any strides, head dimension dense); equal head counts. Causal, scale
+// 1/sqrt(d). CUDA: d not a multiple of 8 is zero-padded to one for the kernel (a padded
+// copy of q, k, v, and of out and dout in backward: scratch the planner does not count).
 FlashOut flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,

@@ -6,8 +6,17 @@
 // sequence between them, S/u tokens each, in rank order. ZeRO shards over the whole world.
 // With one rank nothing is connected and every collective is the identity.
 //
-// Collectives block. A peer that died or stalls makes them throw CommError within the
-// group's timeout, naming the collective, so no rank hangs.
+// Every tensor handed to a collective must live on the communicator's device (the rank's
+// GPU under NCCL, the CPU under Gloo) and be contiguous: anything else throws
+// CollectivePlacementError naming the collective and the tensor, on CPU as on CUDA, before
+// the backend sees it (NCCL would fail on a host tensor, or read a strided one as dense).
+//
+// Gloo: collectives block the host; a peer that died or stalls makes them throw CommError
+// within the group's timeout, naming the collective, so no rank hangs.
+// NCCL: a collective returns once it is ordered before later work on the current stream;
+// the host does not wait for the GPU (WorkNCCL::wait with a timeout would: see wait()). A
+// peer that died or stalls is caught by NCCL's watchdog within the same timeout, which
+// aborts the communicator and ends the rank with its own message naming the collective.
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -26,10 +35,17 @@ class CommError : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A tensor handed to a collective is not on the communicator's device or not contiguous:
+// a defect of the caller, not of the peers.
+class CollectivePlacementError : public std::logic_error {
+ public:
+  using std::logic_error::logic_error;
+};
+
 class Communicator {
  public:
-  // One rank: no peers.
-  static std::shared_ptr<Communicator> single();
+  // One rank: no peers. device: where the tensors handed to it live.
+  static std::shared_ptr<Communicator> single(c10::Device device = c10::Device(c10::kCPU));
   // REQUIRES: ulysses divides env.world_size.
   static Result<std::shared_ptr<Communicator>> connect(const RankEnv& env, int ulysses,
                                                        const ProcessGroupOptions& options);
@@ -40,6 +56,7 @@ class Communicator {
   int sp_size() const { return sp_size_; }
   int dp_rank() const { return rank_ / sp_size_; }
   int dp_size() const { return world_ / sp_size_; }
+  c10::Device device() const { return device_; }
 
   // Ulysses group. send [u, ...], contiguous: send[j] goes to group rank j. Returns recv of
   // the same shape, recv[j] from group rank j. The only allocation is recv. Every
@@ -48,6 +65,9 @@ class Communicator {
   torch::Tensor all_to_all(const torch::Tensor& send);
   // World: t <- sum over ranks, in place. REQUIRES: t contiguous.
   void all_reduce_sum(torch::Tensor& t);
+  // World: the sum over ranks of a host scalar (the step's loss), reduced through a
+  // one-element tensor on the communicator's device; returns once the sum is on the host.
+  double all_reduce_sum(double value);
   // World: full [world * n] <- every rank's shard [n], in rank order.
   void all_gather(torch::Tensor& full, const torch::Tensor& shard);
   // World: shard [n] <- sum over ranks of full's rank-th slice [world * n].
@@ -76,8 +96,12 @@ class Communicator {
  private:
   Communicator() = default;
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
+  // Throws CollectivePlacementError unless t is on device_ and contiguous.
+  void check_placement(const torch::Tensor& t, const char* collective, const char* role) const;
 
   int rank_ = 0, world_ = 1, sp_size_ = 1;
+  c10::Device device_{c10::kCPU};
+  CommBackend backend_ = CommBackend::Gloo;
   std::chrono::milliseconds timeout_{0};
   c10::intrusive_ptr<c10d::Backend> world_group_, sp_group_;  // sp_group_ may be world_group_
 };

@@ -3,11 +3,15 @@
 //
 //   device: on the CPU virtual device, every allocation LibTorch makes through its CPU
 //           allocator (a counting wrapper installed by MeterScope); on CUDA, the caching
-//           allocator's allocated and reserved peaks, read at each phase boundary.
+//           allocator's allocated and reserved peaks, read at each phase boundary (and its
+//           current figure whenever current() is asked).
 //   host:   tensors offloaded on purpose (checkpoints, optimizer state, parameters), which
-//           the runtime allocates explicitly from host_empty().
+//           the runtime allocates explicitly from host_empty(); on CUDA also every other
+//           CPU tensor (the CPU allocator's memory is host memory there: token batches,
+//           gradients autograd copies to host-resident leaves).
 //
-// Bytes are counted exactly as requested (nbytes of the storage), never rounded.
+// Bytes are counted as requested (nbytes of the storage), except pinned host memory on
+// CUDA, counted as the block the caching host allocator holds for it (the next power of two).
 // A budget per pool turns an allocation past it into an OutOfMemory record naming the
 // phase, and a c10::OutOfMemoryError that unwinds the step; the runner turns the record
 // into a clean error. Thread-safe: LibTorch may allocate from worker threads.
@@ -90,11 +94,12 @@ class MemoryMeter {
  private:
   void sample_locked();
   void read_cuda_locked();
+  void refresh_cuda_current_locked() const;  // current_[Device] from the caching allocator
 
   mutable std::mutex mu_;
   c10::Device device_;
   std::int64_t budget_[2] = {0, 0};
-  std::int64_t current_[2] = {0, 0};
+  mutable std::int64_t current_[2] = {0, 0};  // mutable: refreshed from CUDA's statistics
   std::int64_t peak_[2] = {0, 0};
   std::int64_t peak_reserved_ = 0;
   std::string phase_ = "setup";

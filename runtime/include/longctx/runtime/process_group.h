@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <string>
 
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 #include "longctx/planner/result.h"
@@ -30,6 +31,12 @@ struct RankEnv {
 // a malformed or inconsistent value is an error that names the variable.
 Result<RankEnv> rank_env_from_environment();
 
+// The device a rank computes on: the CPU for "cpu"; for "cuda", GPU LOCAL_RANK among the
+// `visible` ones (c10::cuda::device_count(), after CUDA_VISIBLE_DEVICES). Errors, naming the
+// variable and the fix: no GPU visible, or LOCAL_RANK >= visible (more ranks were started on
+// this node than it has GPUs). Unknown device names are runnable()'s to refuse.
+Result<c10::Device> rank_device(const std::string& device, int local_rank, int visible);
+
 enum class CommBackend { Gloo, Nccl };
 
 struct ProcessGroupOptions {
@@ -37,6 +44,10 @@ struct ProcessGroupOptions {
   // A collective that waits longer than this fails instead of hanging: a dead peer is
   // reported within this bound.
   std::chrono::milliseconds timeout{std::chrono::seconds(60)};
+  // The rank's device (rank_device). NCCL: the group is bound to it
+  // (c10d::Backend::setBoundDeviceId), so its communicators and barrier use this GPU and
+  // not the current one; every tensor handed to a collective must live there.
+  c10::Device device{c10::kCPU};
 };
 
 // Connects to (or, on rank 0, hosts) the store and creates the backend.
