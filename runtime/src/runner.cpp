@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "longctx/planner/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/communicator.h"
@@ -117,13 +118,6 @@ class BatchSource {
   std::vector<std::uint32_t> file_;
   std::int64_t cursor_ = 0;
 };
-
-std::string bytes_text(std::int64_t b) {
-  if (b >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1LL << 30));
-  if (b >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1LL << 20));
-  if (b >= (1LL << 10)) return fmt::format("{:.1f} KiB", double(b) / double(1LL << 10));
-  return fmt::format("{} B", b);
-}
 
 }  // namespace
 
@@ -261,9 +255,9 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
                    fmt::format("out of memory on the CPU virtual device's {} pool in phase {}: {} requested with {} "
                                "in use, budget {} (the plan predicts a {} peak of {}); raise the budget or plan "
                                "with more memory techniques",
-                               dev ? "device" : "host", oom->phase, bytes_text(oom->requested),
-                               bytes_text(oom->in_use), bytes_text(oom->budget), dev ? "device" : "host",
-                               bytes_text(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
+                               dev ? "device" : "host", oom->phase, format_bytes(oom->requested),
+                               format_bytes(oom->in_use), format_bytes(oom->budget), dev ? "device" : "host",
+                               format_bytes(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
     }
     return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm->rank(),
                                                       comm->world(), e.what())};

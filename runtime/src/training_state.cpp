@@ -17,6 +17,8 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
+#include "longctx/planner/atomic_file.h"
+#include "longctx/planner/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
 
@@ -59,14 +61,6 @@ void remove_step_dir(const std::string& dir) {
   ::rmdir(dir.c_str());
 }
 
-bool sync_dir(const std::string& dir) {
-  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY);
-  if (fd < 0) return false;
-  const bool ok = ::fsync(fd) == 0;
-  ::close(fd);
-  return ok;
-}
-
 // "step-<N>" -> N; -1 for any other name.
 int step_of(const std::string& name) {
   if (name.rfind("step-", 0) != 0 || name.size() == 5 || name.size() > 14) return -1;
@@ -85,42 +79,6 @@ std::vector<std::pair<int, bool>> step_dirs(const std::string& dir) {
     if (const int n = step_of(name); n >= 0) steps.emplace_back(n, exists(dir + "/" + name + "/" + kManifest));
   std::sort(steps.begin(), steps.end());
   return steps;
-}
-
-// Writes a file whole or not at all: a temporary name in the same folder, fsync, rename,
-// fsync of the folder. write(fd) returns false on failure.
-Result<bool> write_atomically(const std::string& dir, const std::string& name, const std::function<bool(int fd)>& write) {
-  const std::string path = dir + "/" + name, tmp = path + ".tmp";
-  const int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot create {}: {}", tmp, errno_text())};
-  const bool ok = write(fd) && ::fsync(fd) == 0;
-  const std::string why = errno_text();
-  ::close(fd);
-  if (!ok) {
-    ::unlink(tmp.c_str());
-    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("writing {} failed: {} (disk full?)", tmp, why)};
-  }
-  if (::rename(tmp.c_str(), path.c_str()) != 0 || !sync_dir(dir))
-    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot put {} in place: {}", path, errno_text())};
-  return true;
-}
-
-bool write_all(int fd, const void* data, std::size_t n) {
-  const char* p = static_cast<const char*>(data);
-  while (n > 0) {
-    const ssize_t w = ::write(fd, p, n);
-    if (w < 0 && errno == EINTR) continue;
-    if (w <= 0) return false;
-    p += w;
-    n -= static_cast<std::size_t>(w);
-  }
-  return true;
-}
-
-std::string size_text(std::int64_t b) {
-  if (b >= (1LL << 30)) return fmt::format("{:.2f} GiB", double(b) / double(1LL << 30));
-  if (b >= (1LL << 20)) return fmt::format("{:.2f} MiB", double(b) / double(1LL << 20));
-  return fmt::format("{:.1f} KiB", double(b) / double(1LL << 10));
 }
 
 std::string data_text(std::int64_t tokens) {
@@ -339,7 +297,7 @@ Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor,
     } catch (const std::exception& e) {
       return Error{ErrorKind::Internal, "", fmt::format("cannot serialize the training state: {}", e.what())};
     }
-    auto written = write_atomically(dir, rank_file_name(), [&](int fd) {
+    auto written = write_file_atomically(dir + "/" + rank_file_name(), "--checkpoint-dir", [&](int fd) {
       bool ok = true;
       try {
         archive.save_to([&](const void* data, std::size_t n) -> std::size_t {
@@ -375,7 +333,7 @@ Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor,
                               {"data", {{"tokens", data_tokens_}, {"cursor", data_cursor}}},
                               {"ranks", ranks}};
     const std::string text = m.dump(2) + "\n";
-    if (auto r = write_atomically(dir, kManifest, [&](int fd) { return write_all(fd, text.data(), text.size()); }); !r)
+    if (auto r = write_text_atomically(dir + "/" + kManifest, "--checkpoint-dir", text); !r)
       return r.error();
     sync_dir(o_.dir);  // the step folder's own entry
 
@@ -387,7 +345,7 @@ Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor,
   }
   if (o_.log && rank_.rank == 0)
     std::fprintf(o_.log, "checkpoint: saved after step %d to %s (%s, %.2f s)\n", steps_done, dir.c_str(),
-                 size_text(bytes).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
+                 format_bytes(bytes).c_str(), std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count());
   return true;
 }
 
