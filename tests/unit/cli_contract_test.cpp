@@ -1,4 +1,4 @@
-// The CLI contract of DESIGN.md that scripts rely on: JSON keys and exit statuses.
+// The CLI contract (docs/architecture.md) that scripts rely on: JSON keys and exit statuses.
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 

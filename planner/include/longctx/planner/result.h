@@ -1,6 +1,6 @@
 #pragma once
 // Errors as values at the library boundary: every planner entry point that can fail on
-// user input returns Result<T>. The CLI maps ErrorKind to the exit status of DESIGN.md.
+// user input returns Result<T>. The CLI maps ErrorKind to the exit statuses of docs/architecture.md.
 #include <string>
 #include <utility>
 #include <variant>
