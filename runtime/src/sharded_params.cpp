@@ -1,41 +1,19 @@
 #include "longctx/runtime/sharded_params.h"
 
-
 #include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
 
 using torch::Tensor;
 
-namespace {
-std::vector<Tensor*> group_slots(LlamaWeights& w, int g, int layers) {
-  std::vector<Tensor*> s;
-  auto add = [&](Tensor& t) {
-    if (t.defined()) s.push_back(&t);
-  };
-  if (g < layers) {
-    auto& l = w.layers[static_cast<std::size_t>(g)];
-    for (Tensor* t : {&l.attn_norm, &l.wq, &l.wk, &l.wv, &l.wo, &l.q_norm, &l.k_norm, &l.mlp_norm, &l.w_gate, &l.w_up,
-                      &l.w_down})
-      add(*t);
-  } else if (g == layers) {
-    add(w.embed);
-  } else {
-    add(w.final_norm);
-    add(w.output);
-  }
-  return s;
-}
-}  // namespace
-
 ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_params, Communicator& comm, bool pinned)
-    : w_(w), sharding_(sharding), offload_params_(offload_params), pinned_(pinned), comm_(comm),
-      layers_(static_cast<int>(w.layers.size())), device_(w.embed.device()) {
+    : w_(w), sharding_(sharding), pinned_(pinned), comm_(comm), layers_(static_cast<int>(w.layers.size())),
+      device_(w.embed.device()), home_(offload_params, device_, pinned) {
   torch::NoGradGuard no_grad;
   const auto N = comm.world();
   for (int gi = 0; gi < layers_ + 2; ++gi) {
     Group g;
-    g.slots = group_slots(w, gi, layers_);
+    g.slots = w.group(gi);
     for (Tensor* t : g.slots) {
       g.shapes.push_back(t->sizes().vec());
       g.numel += t->numel();
@@ -52,7 +30,7 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
     }
     Tensor mine = flat.narrow(0, comm.rank() * g.shard, g.shard);
     if (sharding == Sharding::Zero3) {
-      Tensor shard = offload_params ? host_empty({g.shard}, first.scalar_type(), pinned) : at::empty({g.shard}, opts);
+      Tensor shard = home_.allocate({g.shard}, first.scalar_type());
       shard.copy_(mine);
       for (Tensor* t : g.slots) *t = Tensor();
       flat = Tensor();
@@ -71,13 +49,11 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
   }
 }
 
-Tensor ShardedParams::staged_shard(int gi, const Group& g) {
-  Tensor src = shards_[static_cast<std::size_t>(gi)].detach();
-  if (!offload_params_) return src;
-  // The shard comes to the device through a staging buffer of its size.
-  Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
-  staging.copy_(src, /*non_blocking=*/true);
-  return staging;
+Tensor ShardedParams::staged_shard(int gi) const { return home_.stage(shards_[static_cast<std::size_t>(gi)].detach()); }
+
+std::size_t ShardedParams::full_bytes(int gi) const {
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  return static_cast<std::size_t>(comm_.world() * shard.numel()) * shard.element_size();
 }
 
 std::vector<Tensor> ShardedParams::leaves_of(Group& g, const Tensor& full, bool for_backward) {
@@ -103,7 +79,7 @@ std::vector<Tensor> ShardedParams::gather(int gi) {
     f.pending.complete();
     return leaves_of(g, f.full, for_backward);
   }
-  Tensor src = staged_shard(gi, g);
+  Tensor src = staged_shard(gi);
   Tensor full = at::empty({comm_.world() * g.shard}, src.options());
   comm_.all_gather(full, src);
   return leaves_of(g, full, for_backward);
@@ -113,20 +89,9 @@ void ShardedParams::release(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   if (g.sets.empty()) return;
   Tensor buffer = g.sets.back().front();
-  resize_storage(buffer, 0);
+  park(buffer);
   g.released.push_back(buffer);
 }
-
-namespace {
-// The released buffer's storage, refilled to `elems` elements, through an alias with its own
-// version counter: the views autograd saved must not look modified in place.
-Tensor refill(const Tensor& buffer, std::int64_t elems) {
-  resize_storage(buffer, static_cast<std::size_t>(elems * static_cast<std::int64_t>(buffer.element_size())));
-  Tensor full = at::empty({0}, buffer.options());
-  full.set_(buffer.storage(), 0, {elems}, {1});
-  return full;
-}
-}  // namespace
 
 void ShardedParams::restore(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
@@ -139,9 +104,9 @@ void ShardedParams::restore(int gi) {
     g.released.pop_back();
     return;
   }
-  Tensor full = refill(g.released.back(), comm_.world() * g.shard);
+  Tensor full = unpark(g.released.back(), full_bytes(gi));
   g.released.pop_back();
-  comm_.all_gather(full, staged_shard(gi, g));
+  comm_.all_gather(full, staged_shard(gi));
 }
 
 void ShardedParams::prefetch(int gi) {
@@ -149,9 +114,9 @@ void ShardedParams::prefetch(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   torch::NoGradGuard no_grad;
   Inflight f;
-  f.source = staged_shard(gi, g);
+  f.source = staged_shard(gi);
   f.into_released = !g.released.empty();
-  f.full = f.into_released ? refill(g.released.back(), comm_.world() * g.shard)
+  f.full = f.into_released ? unpark(g.released.back(), full_bytes(gi))
                            : at::empty({comm_.world() * g.shard}, f.source.options());
   f.pending = comm_.all_gather_async(f.full, f.source);
   inflight_[gi] = std::move(f);

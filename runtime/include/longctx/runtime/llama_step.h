@@ -8,12 +8,10 @@
 //   head_chunk >= 1     head_chunked_attention(); 0: attention() over all heads
 //   mlp_tiles > 1       tiled_mlp(); 1: project() gate and up, swiglu(), down linear
 //   loss_tiles > 1      tiled_cross_entropy(); 1: cross_entropy_loss()
-//   offload_params      layer weights live in the host pool and are copied to the device by
-//                       each layer that uses them. A checkpointed layer's copies die with its
-//                       forward and are made again by its recompute; a layer that is not
-//                       checkpointed releases its copies' memory after forward (the tensors
-//                       autograd saved stay, empty) and refills them from the host when its
-//                       backward begins, as FSDP does.
+//   offload_params      layer weights live in the host pool (zero3's shards, across ranks)
+//                       and come to the device for each use of their layer
+// How each layer runs follows from these once, when the step is set up: one LayerExecutor
+// per layer (layer_executor.h).
 // Phases are reported to the active MemoryMeter: forward.embed, forward.layer.L, loss,
 // backward.loss, backward.layer.L, backward.embed.
 //
@@ -22,7 +20,6 @@
 // its exchanges inside; RoPE uses the rank's own positions. The loss is this rank's token
 // mean divided by the world size, so the sum over ranks of loss and gradients is the
 // token-weighted mean over every token of every sample: the single-process loss.
-#include <map>
 #include <memory>
 #include <vector>
 
@@ -32,6 +29,7 @@
 #include "longctx/planner/parallel_config.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/checkpoint_store.h"
+#include "longctx/runtime/layer_executor.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/norm_rope.h"
 #include "longctx/runtime/sharded_params.h"
@@ -39,7 +37,7 @@
 
 namespace longctx::runtime {
 
-class LlamaStep {
+class LlamaStep : private BackwardHook {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
   // runnable(); seq is the longest sequence forward() will see.
@@ -47,6 +45,9 @@ class LlamaStep {
   // comm: nullptr for one rank.
   LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
             torch::Device device, Communicator* comm = nullptr);
+  ~LlamaStep();
+  LlamaStep(const LlamaStep&) = delete;
+  LlamaStep& operator=(const LlamaStep&) = delete;
 
   // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
@@ -56,47 +57,26 @@ class LlamaStep {
   // targets die (targets after the loss backward, tokens after the embedding's).
   double forward_backward(torch::Tensor tokens, torch::Tensor targets);
 
-  // One layer's forward (with autograd when grad mode is on); the checkpoint's recompute
-  // calls it again inside the layer's backward.
-  torch::Tensor layer_forward(std::int64_t layer, const torch::Tensor& x);
   CheckpointStore& checkpoints() { return *checkpoints_; }
   // ZeRO across ranks: parameters come from (zero3) and gradients go to (zero2/zero3) the
-  // shards. REQUIRES: shards outlive the step; set before the first forward.
-  void use_shards(ShardedParams* shards) { shards_ = shards; }
+  // shards; the layers' executors are chosen again. REQUIRES: shards outlive the step; set
+  // before the first forward.
+  void use_shards(ShardedParams* shards);
   ShardedParams* shards() { return shards_; }
-  // zero3: starts gathering layer l's parameters beside compute (no-op otherwise).
-  void prefetch_layer(std::int64_t layer);
   const ParallelConfig& parallel() const { return p_; }
 
  private:
-  LayerWeights fetch_layer(std::int64_t layer);  // seam: zero3 gathers go here
-
- public:
-  // Parameter offload of layers that are not checkpointed: frees the device copies' memory
-  // after the layer's forward; restores it (from the host leaves) when its backward begins.
-  void release_streamed(std::int64_t layer);
-  void restore_streamed(std::int64_t layer);
-
-  // What the step does when the gradient reaches a mark it put in the graph:
-  //   GroupGradsReady       at a group's input, its backward has ended: reduce-scatter the
-  //                         group's gradient into its shard (zero2/zero3)
-  //   RegatherLayer         at a layer's output, its backward begins: gather its parameters
-  //                         again, and start the layer below (zero3)
-  //   RestoreStreamedLayer  the same for parameter offload on one rank
-  enum class BackwardEvent : std::int64_t { GroupGradsReady, RegatherLayer, RestoreStreamedLayer };
-  void on_backward(BackwardEvent event, std::int64_t index);
-
- private:
-  // x, marked so that on_backward(event, index) runs when its gradient arrives.
-  torch::Tensor on_backward_of(const torch::Tensor& x, BackwardEvent event, std::int64_t index);
-  struct Streamed {
-    torch::Tensor device;  // the copy autograd saved
-    torch::Tensor host;    // the host-resident leaf it came from
-    std::size_t bytes = 0;
-  };
-  std::vector<Streamed> last_fetched_;  // of the layer running now, when record_fetches_
-  bool record_fetches_ = false;
-  std::map<std::int64_t, std::vector<Streamed>> streamed_;
+  // One executor per layer (layer_executors.h), from the plan and where the parameters
+  // live: gathered (zero3), streamed (offload_params on one rank) or plain, checkpointed
+  // where the policy names the layer.
+  void choose_executors();
+  // The layer's computation on parameters already on the device: out [b, S, h] from x [b, S, h].
+  torch::Tensor layer_body(const LayerWeights& w, const torch::Tensor& x) const;
+  // The final norm and the loss from the last layer's output x [b, S, h].
+  torch::Tensor head_loss(torch::Tensor x, const torch::Tensor& targets);
+  // zero2/zero3: the backward of parameter group `group` has ended (the mark at its input):
+  // its gradient is reduce-scattered into its shard.
+  void on_backward(std::int64_t group) override;
 
   ModelConfig m_;
   ParallelConfig p_;
@@ -108,6 +88,7 @@ class LlamaStep {
   RopeTables rope_;
   AttentionShape attn_shape_;
   std::unique_ptr<CheckpointStore> checkpoints_;
+  std::vector<std::unique_ptr<LayerExecutor>> executors_;  // one per layer
 };
 
 // Sets the active meter's phase (no-op without one).

@@ -1,5 +1,6 @@
 #pragma once
-// The parameters of a Llama-family model, laid out as Hugging Face names them, with a
+// The parameters of a Llama-family model, laid out as Hugging Face names them
+// (longctx/planner/param_layout.h: the one table of their order and shapes), with a
 // deterministic initialization from a seed.
 #include <cstdint>
 #include <vector>
@@ -7,6 +8,7 @@
 #include <torch/torch.h>
 
 #include "longctx/planner/model_config.h"
+#include "longctx/planner/param_layout.h"
 
 namespace longctx::runtime {
 
@@ -17,7 +19,10 @@ struct LayerWeights {
   torch::Tensor mlp_norm;        // [h]
   torch::Tensor w_gate, w_up;    // [I, h]
   torch::Tensor w_down;          // [h, I]
-  std::vector<torch::Tensor> all() const;  // the defined ones, in the order above
+  // The member holding a layer parameter. REQUIRES: role is one of a layer's (kParamTable).
+  torch::Tensor& operator[](ParamRole role);
+  const torch::Tensor& operator[](ParamRole role) const;
+  std::vector<torch::Tensor> all() const;  // the defined ones, in the table's order
 };
 
 struct LlamaWeights {
@@ -26,7 +31,10 @@ struct LlamaWeights {
   torch::Tensor final_norm;  // [h]
   torch::Tensor output;      // [V, h]; undefined when tied to embed
   const torch::Tensor& head() const { return output.defined() ? output : embed; }
-  std::vector<torch::Tensor> all() const;  // layers first (as the planner's groups), then embed, head
+  // Parameter group g (layers 0..L-1, the embedding L, the head L+1): its defined members,
+  // in the table's order.
+  std::vector<torch::Tensor*> group(std::int64_t g);
+  std::vector<torch::Tensor> all() const;  // every group's, in group order: layers, embed, head
 };
 
 struct WeightPlacement {

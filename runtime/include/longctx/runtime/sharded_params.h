@@ -2,7 +2,8 @@
 // ZeRO over the world (DESIGN.md: data- and sequence-parallel ranks hold the same
 // parameters, so they share the shards). Each parameter group (a layer; the embedding; the
 // head: final norm and output projection) is one flat vector padded to world x shard
-// elements, in the order LlamaWeights lists them; rank r owns [r*shard, (r+1)*shard).
+// elements, in the order of the parameter table (longctx/planner/param_layout.h);
+// rank r owns [r*shard, (r+1)*shard).
 //
 //   zero1  full parameters, re-laid as one flat buffer per group (the weights are views of
 //          it); full gradients all-reduced; the optimizer updates this rank's shard and the
@@ -21,6 +22,7 @@
 #include "longctx/planner/parallel_config.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_weights.h"
+#include "longctx/runtime/param_home.h"
 
 namespace longctx::runtime {
 
@@ -66,7 +68,7 @@ class ShardedParams {
 
  private:
   struct Group {
-    std::vector<torch::Tensor*> slots;  // the LlamaWeights members of the group, in order
+    std::vector<torch::Tensor*> slots;  // the LlamaWeights members of the group (LlamaWeights::group)
     std::vector<std::vector<std::int64_t>> shapes;
     std::int64_t numel = 0, shard = 0;
     torch::Tensor flat;                             // zero1/zero2: the full parameters
@@ -74,7 +76,8 @@ class ShardedParams {
     std::vector<torch::Tensor> released;           // zero3: gathered buffers released after forward
   };
   torch::Tensor flatten_grads(Group& g);
-  torch::Tensor staged_shard(int g, const Group& group);  // the shard where the gather reads it
+  torch::Tensor staged_shard(int g) const;  // the shard where the gather reads it (ParamHome::stage)
+  std::size_t full_bytes(int g) const;       // a gathered buffer's
   std::vector<torch::Tensor> leaves_of(Group& g, const torch::Tensor& full, bool for_backward);
 
   struct Inflight {
@@ -86,11 +89,12 @@ class ShardedParams {
 
   LlamaWeights& w_;
   Sharding sharding_;
-  bool offload_params_, pinned_;
+  bool pinned_;
   bool grads_to_host_ = false;
   Communicator& comm_;
   int layers_;
   torch::Device device_;
+  ParamHome home_;  // where the shards live (the host pool with offload_params), how they reach the device
   std::vector<Group> groups_;
   std::vector<torch::Tensor> shards_;
 };

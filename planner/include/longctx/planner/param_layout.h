@@ -1,0 +1,77 @@
+#pragma once
+// The order of a Llama-family model's parameters: one table, read by the planner (the
+// parameter groups' sizes) and by the runtime (weights, ZeRO's flat groups, the optimizer's
+// and a checkpoint's parameter lists), so the two cannot disagree on it.
+//
+// Parameters come in groups, in this order: one group per layer (layer 0 first), then the
+// embedding, then the head (final norm and, unless tied to the embedding, the output
+// projection). Within a group they follow the table's order.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "longctx/planner/model_config.h"
+
+namespace longctx {
+
+enum class ParamGroupKind { Layer, Embedding, Head };
+
+// Every parameter a model may have, one value per table row.
+enum class ParamRole { AttnNorm, Wq, Wk, Wv, Wo, QNorm, KNorm, MlpNorm, Gate, Up, Down, Embed, FinalNorm, Output };
+
+// A dimension of a parameter's shape, as a function of ModelConfig; None ends a 1-D shape.
+enum class ParamDim { None, Hidden, QDim, KvDim, Intermediate, HeadDim, Vocab };
+
+// Which models have the parameter.
+enum class ParamPresence { Always, QkNorm, Untied };
+
+struct ParamSpec {
+  ParamRole role;
+  ParamGroupKind group;
+  std::string_view hf_name;  // Hugging Face's name; "{}" stands for the layer's index
+  std::array<ParamDim, 2> dims;
+  ParamPresence presence = ParamPresence::Always;
+};
+
+// THE table: a layer's parameters in order, then the embedding, then the head's.
+inline constexpr std::array<ParamSpec, 14> kParamTable = {{
+    {ParamRole::AttnNorm, ParamGroupKind::Layer, "model.layers.{}.input_layernorm.weight", {ParamDim::Hidden}},
+    {ParamRole::Wq, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_proj.weight", {ParamDim::QDim, ParamDim::Hidden}},
+    {ParamRole::Wk, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Wv, ParamGroupKind::Layer, "model.layers.{}.self_attn.v_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Wo, ParamGroupKind::Layer, "model.layers.{}.self_attn.o_proj.weight", {ParamDim::Hidden, ParamDim::QDim}},
+    {ParamRole::QNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_norm.weight", {ParamDim::HeadDim},
+     ParamPresence::QkNorm},
+    {ParamRole::KNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_norm.weight", {ParamDim::HeadDim},
+     ParamPresence::QkNorm},
+    {ParamRole::MlpNorm, ParamGroupKind::Layer, "model.layers.{}.post_attention_layernorm.weight", {ParamDim::Hidden}},
+    {ParamRole::Gate, ParamGroupKind::Layer, "model.layers.{}.mlp.gate_proj.weight",
+     {ParamDim::Intermediate, ParamDim::Hidden}},
+    {ParamRole::Up, ParamGroupKind::Layer, "model.layers.{}.mlp.up_proj.weight", {ParamDim::Intermediate, ParamDim::Hidden}},
+    {ParamRole::Down, ParamGroupKind::Layer, "model.layers.{}.mlp.down_proj.weight",
+     {ParamDim::Hidden, ParamDim::Intermediate}},
+    {ParamRole::Embed, ParamGroupKind::Embedding, "model.embed_tokens.weight", {ParamDim::Vocab, ParamDim::Hidden}},
+    {ParamRole::FinalNorm, ParamGroupKind::Head, "model.norm.weight", {ParamDim::Hidden}},
+    {ParamRole::Output, ParamGroupKind::Head, "lm_head.weight", {ParamDim::Vocab, ParamDim::Hidden},
+     ParamPresence::Untied},
+}};
+
+// Whether model m has the parameter.
+bool has_param(const ParamSpec& p, const ModelConfig& m);
+// Its shape under m: [rows, cols] for a matrix, [n] for a norm's weight.
+std::vector<std::int64_t> param_shape(const ParamSpec& p, const ModelConfig& m);
+std::int64_t param_numel(const ParamSpec& p, const ModelConfig& m);
+// Its Hugging Face name; `layer` fills a layer parameter's index (ignored by the others).
+std::string param_hf_name(const ParamSpec& p, std::int64_t layer = 0);
+
+// The parameters m has in a group of this kind, in the table's order.
+std::vector<ParamSpec> group_params(ParamGroupKind group, const ModelConfig& m);
+// Their element counts, in the same order (what a group's flat ZeRO vector is made of).
+std::vector<std::int64_t> group_param_sizes(ParamGroupKind group, const ModelConfig& m);
+
+// The group kind of group index g of m: layers 0..L-1, then the embedding (L), the head (L+1).
+ParamGroupKind group_kind(const ModelConfig& m, std::int64_t g);
+
+}  // namespace longctx
