@@ -1,5 +1,7 @@
 #include "longctx/planner/footprint/zero.h"
 
+#include "longctx/planner/param_layout.h"
+
 namespace longctx::footprint {
 namespace {
 
@@ -11,25 +13,35 @@ int param_groups(const StepShapes& s) { return static_cast<int>(s.layers) + 2; }
 int embed_group(const StepShapes& s) { return static_cast<int>(s.layers); }
 int head_group(const StepShapes& s) { return static_cast<int>(s.layers) + 1; }
 
-// ---- THE parameter order (see zero.h) ----------------------------------------------------
+// ---- The parameter order: the shared table (param_layout.h), read with this step's shapes --
+namespace {
+
+std::int64_t dim_of(const StepShapes& s, ParamDim d) {
+  switch (d) {
+    case ParamDim::None: return 1;
+    case ParamDim::Hidden: return s.h;
+    case ParamDim::QDim: return s.H * s.d;
+    case ParamDim::KvDim: return s.K * s.d;
+    case ParamDim::Intermediate: return s.I;
+    case ParamDim::HeadDim: return s.d;
+    case ParamDim::Vocab: return s.V;
+  }
+  return 0;
+}
+
+bool present(const StepShapes& s, ParamPresence p) {
+  return p == ParamPresence::Always || (p == ParamPresence::QkNorm && s.qk_norm) || (p == ParamPresence::Untied && !s.tied);
+}
+
+}  // namespace
+
 ParamSizes param_sizes(const StepShapes& s, int group) {
-  const std::int64_t h = s.h, q = s.H * s.d, kv = s.K * s.d;
+  const ParamGroupKind kind = group == embed_group(s)  ? ParamGroupKind::Embedding
+                              : group == head_group(s) ? ParamGroupKind::Head
+                                                       : ParamGroupKind::Layer;
   ParamSizes v;
-  if (group == embed_group(s)) {
-    v.push_back(s.V * h);  // embedding
-    return v;
-  }
-  if (group == head_group(s)) {
-    v.push_back(h);                      // final norm
-    if (!s.tied) v.push_back(s.V * h);  // output projection
-    return v;
-  }
-  for (std::int64_t elems : {h, q * h, kv * h, kv * h, h * q}) v.push_back(elems);  // attn norm, wq, wk, wv, wo
-  if (s.qk_norm) {
-    v.push_back(s.d);  // q norm
-    v.push_back(s.d);  // k norm
-  }
-  for (std::int64_t elems : {h, s.I * h, s.I * h, h * s.I}) v.push_back(elems);  // mlp norm, gate, up, down
+  for (const ParamSpec& p : kParamTable)
+    if (p.group == kind && present(s, p.presence)) v.push_back(dim_of(s, p.dims[0]) * dim_of(s, p.dims[1]));
   return v;
 }
 

@@ -19,7 +19,8 @@ std::int64_t checkpoint_bytes(const StepShapes& s);
 std::int64_t host_grad_bytes(const StepShapes& s, std::int64_t device_bytes);
 
 // Parameter streaming (offload-params, zero3 only) streams the layers' parameter shards from
-// the host (runtime/src/llama_step.cpp, LlamaStep::fetch_layer, through ShardedParams::gather);
+// the host (runtime/src/layer_executors.cpp, streamed_layer and gathered_layer, with ParamHome::fetch
+// and ShardedParams::gather);
 // the embedding and the head stay on the device. The staging buffer each gather needs is
 // zero.h's gather_staging_bytes.
 bool streamed_group(const StepShapes& s, bool offload_params, int group);

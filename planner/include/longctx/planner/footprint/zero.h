@@ -27,12 +27,13 @@ class ParamSizes {
   int count_ = 0;
 };
 
-// ---- THE parameter order ---------------------------------------------------------------
-// The group's parameters in the runtime's order (runtime/src/llama_step.cpp,
-// LlamaWeights::all and LayerWeights::all): a layer's attention norm [h], wq [H*d, h],
-// wk [K*d, h], wv [K*d, h], wo [h, H*d], (q and k norms [d] each,) MLP norm [h], gate [I, h],
-// up [I, h], down [h, I]; the embedding [V, h]; the final norm [h] and the output projection
-// [V, h] (absent when tied). Every element count of a group below derives from this table.
+// ---- The parameter order ---------------------------------------------------------------
+// The group's parameters in the order of the one parameter table (param_layout.h,
+// kParamTable), which the runtime's weights, ZeRO's flat groups and the optimizer read too:
+// a layer's attention norm [h], wq [H*d, h], wk [K*d, h], wv [K*d, h], wo [h, H*d], (q and k
+// norms [d] each,) MLP norm [h], gate [I, h], up [I, h], down [h, I]; the embedding [V, h];
+// the final norm [h] and the output projection [V, h] (absent when tied). Every element
+// count of a group below derives from it.
 ParamSizes param_sizes(const StepShapes& s, int group);
 
 // Parameter elements of a group: the sum of its param_sizes, computed from the table by
