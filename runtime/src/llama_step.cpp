@@ -224,6 +224,22 @@ class CheckpointFn : public torch::autograd::Function<CheckpointFn> {
   }
 };
 
+// Identity in forward; when the gradient reaches it (a layer that is not checkpointed,
+// above one whose input was offloaded: every:K), starts bringing that input back, as a
+// checkpointed layer's backward does for the layer below it (planner order).
+class PrefetchCheckpointFn : public torch::autograd::Function<PrefetchCheckpointFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t layer) {
+    ctx->saved_data["step"] = reinterpret_cast<std::int64_t>(step);
+    ctx->saved_data["layer"] = layer;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())->checkpoints().prefetch(ctx->saved_data["layer"].toInt());
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+
 }  // namespace
 
 LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
@@ -418,6 +434,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
       }
     }
     last_fetched_.clear();
+    if (l > 0 && !p_.checkpoint.checkpoints_layer(l) && p_.checkpoint.checkpoints_layer(l - 1) && p_.offload_checkpoints &&
+        torch::GradMode::is_enabled())
+      x = PrefetchCheckpointFn::apply(x, this, l - 1);
     x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
   }
   set_phase("loss");
