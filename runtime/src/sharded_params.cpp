@@ -52,7 +52,10 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
     }
     Tensor mine = flat.narrow(0, comm.rank() * g.shard, g.shard);
     if (sharding == Sharding::Zero3) {
-      Tensor shard = offload_params ? host_empty({g.shard}, first.scalar_type(), pinned) : at::empty({g.shard}, opts);
+      // Parameter offload streams the layers; the embedding's and the head's shards stay on
+      // the device, as on one rank (planner: only layer groups are streamed).
+      const bool streamed = offload_params && gi < layers_;
+      Tensor shard = streamed ? host_empty({g.shard}, first.scalar_type(), pinned) : at::empty({g.shard}, opts);
       shard.copy_(mine);
       for (Tensor* t : g.slots) *t = Tensor();
       flat = Tensor();
@@ -73,7 +76,7 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
 
 Tensor ShardedParams::staged_shard(int gi, const Group& g) {
   Tensor src = shards_[static_cast<std::size_t>(gi)].detach();
-  if (!offload_params_) return src;
+  if (!offload_params_ || gi >= layers_) return src;  // the embedding and the head: on the device
   // The shard comes to the device through a staging buffer of its size.
   Tensor staging = at::empty({g.shard}, src.options().device(device_).pinned_memory(false));
   staging.copy_(src, /*non_blocking=*/true);
