@@ -538,7 +538,9 @@ class Builder {
     const Ids dev = grads_[static_cast<std::size_t>(gi)];
     std::int64_t bytes = 0;
     for (int t : dev) bytes += graph_.tensor(t).bytes;
-    const int host = tensor(G(gi, "grad.host"), bytes / g_ * 4, Category::Grads, Place::Host);
+    // zero1: the rank's optimizer takes only its shard of the all-reduced gradient.
+    const std::int64_t host_elems = p_.sharding == Sharding::Zero1 ? shard_elems(gi) : bytes / g_;
+    const int host = tensor(G(gi, "grad.host"), host_elems * 4, Category::Grads, Place::Host);
     const int o = op(G(gi, "grad.to_host"), phase, gi < m_.layers ? gi : -1, dev, {host});
     set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
     grads_[static_cast<std::size_t>(gi)] = {host};
@@ -780,7 +782,8 @@ class Builder {
       // AdamW does, each gradient released once its parameter is updated: what the step
       // holds beyond the group's gradients is the largest of each parameter's temporaries
       // less the gradients released before it.
-      const bool whole = !shard_grads_ || N_ == 1;
+      // zero1 updates the flat shard too (its gradient copied out of the all-reduced ones).
+      const bool whole = !shard_optim_ || N_ == 1;
       if (p_.offload_optimizer) {
         // On the host, beside fp32 gradients; fp32 parameters are updated in a host copy too.
         // The update is copied straight into the device parameters.
