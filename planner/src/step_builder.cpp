@@ -326,7 +326,9 @@ class Builder {
     return e_ == 4 ? 0 : rows * width * (4 - e_);
   }
   std::int64_t norm_backward_workspace(std::int64_t rows, std::int64_t width) const {
-    return rows * 4 + (e_ == 4 ? 0 : rows * width * 8 + width * 8);
+    // The weight's gradient is cast to the weight's dtype after the [rows, width] copies are
+    // freed: of its two fp32 [width] buffers, one becomes that output at the peak.
+    return rows * 4 + (e_ == 4 ? 0 : rows * width * 8 + width * (8 - e_));
   }
 
   double attention_flops(std::int64_t heads) const {
@@ -350,8 +352,10 @@ class Builder {
       a.rstd_k = tensor(N(l, "attn.k_norm.rstd", rc), n_ * K_ * 4, act);
       const int qn = tensor(N(l, "attn.q_norm.out", rc), n_ * H_ * d_ * e_, Category::Transient);
       const int kn = tensor(N(l, "attn.k_norm.out", rc), n_ * K_ * d_ * e_, Category::Transient);
-      // q's norm, then k's: the larger scratch is q's.
-      op(N(l, "attn.qk_norm", rc), phase, l, {q, k}, {qn, kn, a.rstd_q, a.rstd_k}, norm_forward_workspace(n_ * H_, d_));
+      // q's norm, then k's: q's scratch comes before k's outputs exist, k's beside q's.
+      const std::int64_t k_outputs = n_ * K_ * d_ * e_ + n_ * K_ * 4;
+      op(N(l, "attn.qk_norm", rc), phase, l, {q, k}, {qn, kn, a.rstd_q, a.rstd_k},
+         std::max(norm_forward_workspace(n_ * H_, d_) - k_outputs, norm_forward_workspace(n_ * K_, d_)));
       q = qn;
       k = kn;
     }
