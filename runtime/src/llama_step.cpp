@@ -39,6 +39,26 @@ Tensor mark_backward_phase(const Tensor& x, const std::string& name) { return Ph
 
 // ---- the step --------------------------------------------------------------------------------
 
+namespace {
+
+// Identity in forward; when the gradient reaches it (a layer that is not checkpointed,
+// above one whose input was offloaded: every:K), starts bringing that input back, as a
+// checkpointed layer's backward does for the layer below it (planner order).
+class PrefetchCheckpointFn : public torch::autograd::Function<PrefetchCheckpointFn> {
+ public:
+  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t layer) {
+    ctx->saved_data["step"] = reinterpret_cast<std::int64_t>(step);
+    ctx->saved_data["layer"] = layer;
+    return x;
+  }
+  static variable_list backward(AutogradContext* ctx, variable_list grads) {
+    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())->checkpoints().prefetch(ctx->saved_data["layer"].toInt());
+    return {grads[0], Tensor(), Tensor()};
+  }
+};
+
+}  // namespace
+
 LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
                      torch::Device device, Communicator* comm)
     : m_(m),
@@ -150,6 +170,11 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     if (l + 1 < m_.layers) executors_[static_cast<std::size_t>(l + 1)]->prefetch();  // beside this layer's forward
     if (shard_grads) x = on_backward_of(x, *this, l);  // the layer's backward has ended: its gradient
     x = layer.forward(x);
+    // A layer that is not checkpointed, above one whose input was offloaded (every:K), starts
+    // bringing that input back when its own backward begins (planner order).
+    if (l > 0 && !p_.checkpoint.checkpoints_layer(l) && p_.checkpoint.checkpoints_layer(l - 1) && p_.offload_checkpoints &&
+        torch::GradMode::is_enabled())
+      x = PrefetchCheckpointFn::apply(x, this, l - 1);
     x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
   }
   set_phase("loss");

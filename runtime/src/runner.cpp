@@ -163,6 +163,10 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
                           ? static_cast<int>(plan.cluster.hardware.threads)
                           : 0;
   if (threads > 0) torch::set_num_threads(threads);
+  // The virtual device's bf16 matmuls without oneDNN: its GEMMs allocate scratch that
+  // depends on the CPU's instruction set (tens to hundreds of KiB, several % of a small
+  // step), which no plan can predict; LibTorch's own kernels allocate only their outputs.
+  if (device.is_cpu()) at::globalContext().setUserEnabledMkldnn(false);
   CheckpointRank place;
   place.rank = comm->rank();
   place.world = comm->world();

@@ -8,7 +8,7 @@ using torch::Tensor;
 
 ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_params, Communicator& comm, bool pinned)
     : w_(w), sharding_(sharding), pinned_(pinned), comm_(comm), layers_(static_cast<int>(w.layers.size())),
-      device_(w.embed.device()), home_(offload_params, device_, pinned) {
+      device_(w.embed.device()), home_(offload_params, device_, pinned), device_home_(false, device_, pinned) {
   torch::NoGradGuard no_grad;
   const auto N = comm.world();
   for (int gi = 0; gi < layers_ + 2; ++gi) {
@@ -30,7 +30,7 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
     }
     Tensor mine = flat.narrow(0, comm.rank() * g.shard, g.shard);
     if (sharding == Sharding::Zero3) {
-      Tensor shard = home_.allocate({g.shard}, first.scalar_type());
+      Tensor shard = home_of(gi).allocate({g.shard}, first.scalar_type());
       shard.copy_(mine);
       for (Tensor* t : g.slots) *t = Tensor();
       flat = Tensor();
@@ -49,7 +49,7 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
   }
 }
 
-Tensor ShardedParams::staged_shard(int gi) const { return home_.stage(shards_[static_cast<std::size_t>(gi)].detach()); }
+Tensor ShardedParams::staged_shard(int gi) const { return home_of(gi).stage(shards_[static_cast<std::size_t>(gi)].detach()); }
 
 std::size_t ShardedParams::full_bytes(int gi) const {
   const Tensor& shard = shards_[static_cast<std::size_t>(gi)];

@@ -3,6 +3,7 @@
 // Footprints: footprint/offload.h.
 #include "emitters.h"
 #include "longctx/planner/footprint/offload.h"
+#include "longctx/planner/footprint/zero.h"
 
 namespace longctx::step {
 
@@ -38,9 +39,11 @@ void grads_to_host(StepBuild& sb, int group, Phase phase) {
   const Ids dev = sb.grads[static_cast<std::size_t>(group)];
   std::int64_t bytes = 0;
   for (TensorId t : dev) bytes += sb.graph.bytes(t);
-  // grad.host [elements of the device gradient] fp32, on the host
-  const TensorId host = sb.graph.tensor(sb.group_name(group, "grad.host"), host_grad_bytes(sb.shapes, bytes),
-                                        Category::Grads, Place::Host);
+  // grad.host [elements of the device gradient] fp32, on the host; zero1: the rank's
+  // optimizer takes only its shard of the all-reduced gradient, [shard] fp32.
+  const std::int64_t host_bytes = sb.parallel.sharding == Sharding::Zero1 ? shard_elems(sb.shapes, group) * 4
+                                                                         : host_grad_bytes(sb.shapes, bytes);
+  const TensorId host = sb.graph.tensor(sb.group_name(group, "grad.host"), host_bytes, Category::Grads, Place::Host);
   const int o = sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), dev, {host});
   sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
   sb.grads[static_cast<std::size_t>(group)] = {host};

@@ -95,6 +95,10 @@ class ShardedParams {
   int layers_;
   torch::Device device_;
   ParamHome home_;  // where the shards live (the host pool with offload_params), how they reach the device
+  ParamHome device_home_;  // the embedding's and the head's shards: always on the device
+  // Parameter offload streams the layers only; the embedding's and the head's shards stay on
+  // the device, as on one rank (the planner streams only layer groups).
+  const ParamHome& home_of(int gi) const { return gi < layers_ ? home_ : device_home_; }
   std::vector<Group> groups_;
   std::vector<torch::Tensor> shards_;
 };

@@ -1,0 +1,136 @@
+#pragma once
+// A random point of the validation grid: a small Llama-shaped model of random shape and a
+// random combination of the planner's techniques on 1 to 3 ranks of the CPU virtual device,
+// drawn from a seeded generator so that a seed names the same points on every machine.
+//
+// The shapes are far from the committed grid's (models/tiny-*.json) on purpose: head_dim
+// differs from hidden / heads, sizes are not powers of two, the vocabulary is odd-sized, and
+// the sequence takes each of the CPU flash kernel's block sizes.
+#include <cstdint>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
+
+#include "longctx/planner/hardware.h"
+#include "longctx/planner/plan.h"
+
+namespace longctx::validation {
+
+// A std::mt19937_64 with the few draws the grid needs. Uniform integers are drawn by
+// modulo, not std::uniform_int_distribution, whose algorithm differs between standard
+// libraries: the same seed must name the same points everywhere.
+class Draw {
+ public:
+  explicit Draw(std::uint64_t seed) : g_(seed) {}
+  std::int64_t in(std::int64_t lo, std::int64_t hi) {  // [lo, hi]
+    return lo + static_cast<std::int64_t>(g_() % static_cast<std::uint64_t>(hi - lo + 1));
+  }
+  bool chance(int percent) { return in(1, 100) <= percent; }
+  template <class T>
+  T pick(const std::vector<T>& v) { return v[static_cast<std::size_t>(in(0, static_cast<std::int64_t>(v.size()) - 1))]; }
+
+ private:
+  std::mt19937_64 g_;
+};
+
+inline std::vector<std::int64_t> divisors_in(std::int64_t n, const std::vector<std::int64_t>& candidates) {
+  std::vector<std::int64_t> out;
+  for (auto c : candidates)
+    if (c <= n && n % c == 0) out.push_back(c);
+  return out;
+}
+
+inline ModelConfig random_model(Draw& r, int index) {
+  ModelConfig m;
+  m.name = fmt::format("random-{}", index);
+  m.heads = r.pick<std::int64_t>({2, 3, 4, 6, 8});
+  m.kv_heads = r.pick(divisors_in(m.heads, {1, 2, 3, 4, 6, 8}));
+  m.hidden = 4 * r.in(6, 24);  // 24 .. 96
+  do m.head_dim = 2 * r.in(3, 12);  // 6 .. 24, never hidden / heads
+  while (m.head_dim * m.heads == m.hidden);
+  m.intermediate = r.in(m.hidden, 3 * m.hidden);
+  m.vocab = r.in(97, 420);
+  m.layers = r.in(1, 3);
+  m.tie_embeddings = r.chance(40);
+  m.qk_norm = r.chance(40);
+  m.model_type = m.qk_norm ? "qwen3" : "llama";
+  m.rms_norm_eps = 1e-6;
+  m.rope_theta = 10000.0;
+  return m;
+}
+
+// Ulysses degrees of `world` ranks the model's heads allow (validate()'s rules).
+inline std::vector<std::int64_t> ulysses_degrees(const ModelConfig& m, std::int64_t world) {
+  std::vector<std::int64_t> out;
+  for (std::int64_t u = 1; u <= world; ++u)
+    if (world % u == 0 && m.heads % u == 0 && (m.kv_heads % u == 0 || u % m.kv_heads == 0)) out.push_back(u);
+  return out;
+}
+
+inline ParallelConfig random_techniques(Draw& r, const ModelConfig& m, std::int64_t world, std::int64_t u,
+                                        std::int64_t tokens_per_rank) {
+  ParallelConfig p;
+  p.ulysses = static_cast<int>(u);
+  const int ckpt = static_cast<int>(r.in(0, 2));
+  if (ckpt == 1) p.checkpoint = CheckpointPolicy::full();
+  if (ckpt == 2 && m.layers > 1) p.checkpoint = CheckpointPolicy::every_k(static_cast<int>(r.in(2, m.layers)));
+  p.offload_checkpoints = p.checkpoint.any() && r.chance(50);
+  const std::vector<std::int64_t> tiles = divisors_in(tokens_per_rank, {2, 3, 4, 6, 8, 12, 16});
+  if (!tiles.empty() && r.chance(40)) p.mlp_tiles = static_cast<int>(r.pick(tiles));
+  if (!tiles.empty() && r.chance(40)) p.loss_tiles = static_cast<int>(r.pick(tiles));
+  const std::int64_t hl = m.heads / u, group = hl / kv_heads_per_rank(m, static_cast<int>(u));
+  std::vector<std::int64_t> chunks;
+  for (std::int64_t c = 1; c <= hl; ++c)
+    if (hl % c == 0 && (group % c == 0 || c % group == 0)) chunks.push_back(c);
+  if (r.chance(40)) p.head_chunk = static_cast<int>(r.pick(chunks));
+  p.offload_optimizer = r.chance(30);
+  // One rank runs unsharded or zero3 (its parameter offload); several ranks any stage of ZeRO.
+  p.sharding = world == 1 ? r.pick<Sharding>({Sharding::None, Sharding::None, Sharding::Zero3})
+                          : r.pick<Sharding>({Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3});
+  p.offload_params = p.sharding == Sharding::Zero3 && r.chance(50);
+  return p;
+}
+
+// One point: a plan for `world` ranks of the CPU virtual device, one node.
+inline Plan random_plan(Draw& r, int index) {
+  Plan plan;
+  plan.model = random_model(r, index);
+  const std::int64_t world = r.pick<std::int64_t>({1, 1, 1, 2, 2, 3});
+  const std::int64_t u = r.pick(ulysses_degrees(plan.model, world));
+  plan.cluster.shape = {1, world};
+  plan.cluster.hardware = load_hardware("cpu").value();
+  plan.cluster.device_budget_bytes = 1LL << 30;
+  plan.cluster.host_budget_bytes_per_node = 4LL << 30;
+  // 96 .. 480 tokens, divisible by every Ulysses degree of 3 ranks and by most tile counts;
+  // below 192, 192 .. 767 and their block sizes of the CPU flash kernel.
+  plan.train.seq = 48 * r.in(2, 10);
+  plan.train.micro_batch = r.chance(25) ? 2 : 1;
+  plan.train.dtype = r.chance(30) ? DType::BF16 : DType::FP32;
+  plan.train.grad_dtype = plan.train.dtype;  // the CPU virtual device's gradients: the parameters' dtype
+  plan.parallel = random_techniques(r, plan.model, world, u, plan.train.micro_batch * plan.train.seq / u);
+  return plan;
+}
+
+// Everything that names the point, on one line.
+inline std::string describe(const Plan& p) {
+  const auto& m = p.model;
+  const auto& q = p.parallel;
+  const std::int64_t world = p.cluster.shape.world();
+  std::string s = fmt::format("h={} I={} L={} H={} K={} d={} V={}{}{} | world={} u={} dp={} seq={} b={} {} | ckpt={}", m.hidden,
+                              m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab,
+                              m.tie_embeddings ? " tied" : "", m.qk_norm ? " qk-norm" : "", world, q.ulysses,
+                              world / q.ulysses, p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
+                              to_string(q.checkpoint));
+  if (q.offload_checkpoints) s += " offload-ckpt";
+  if (q.mlp_tiles > 1) s += fmt::format(" mlp-tiles={}", q.mlp_tiles);
+  if (q.loss_tiles > 1) s += fmt::format(" loss-tiles={}", q.loss_tiles);
+  if (q.head_chunk > 0) s += fmt::format(" head-chunk={}", q.head_chunk);
+  if (q.offload_optimizer) s += " offload-optim";
+  if (q.sharding != Sharding::None) s += " " + to_string(q.sharding);
+  if (q.offload_params) s += " offload-params";
+  return s;
+}
+
+}  // namespace longctx::validation
