@@ -91,7 +91,7 @@ TEST_F(RunCommand, OutOfMemoryOnTheVirtualDeviceExitsOne) {
   const std::string size = R"([0-9.]+ (B|KiB|MiB|GiB))";
   EXPECT_TRUE(std::regex_search(o.err, std::regex("error: cluster.device_budget_bytes: out of memory on the CPU virtual "
                                                   "device's device pool in phase [a-z.0-9]+: " + size + " requested with " +
-                                                  size + " in use, budget 200.0 KiB \\(the plan predicts a device peak "
+                                                  size + " in use, budget 200.00 KiB \\(the plan predicts a device peak "
                                                   "of " + size + "\\)")))
       << o.err;
 }
