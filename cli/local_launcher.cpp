@@ -39,67 +39,72 @@ struct Child {
   bool done = false;
 };
 
-}  // namespace
+// In the child, after fork: the torchrun environment, stdout into the pipe, then exec.
+// Never returns.
+[[noreturn]] void exec_rank(const std::string& program, const std::vector<std::string>& args, int rank, int world, int port,
+                            pid_t launcher, int fds[2]) {
+  ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
+  // A launcher killed outright (SIGKILL) cannot stop its ranks: the kernel does.
+  ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (::getppid() != launcher) ::_exit(1);
+  ::dup2(fds[1], STDOUT_FILENO);
+  ::close(fds[0]);
+  ::close(fds[1]);
+  const std::string r = std::to_string(rank), w = std::to_string(world), p = std::to_string(port);
+  ::setenv("RANK", r.c_str(), 1);
+  ::setenv("LOCAL_RANK", r.c_str(), 1);
+  ::setenv("WORLD_SIZE", w.c_str(), 1);
+  ::setenv("LOCAL_WORLD_SIZE", w.c_str(), 1);
+  ::setenv("MASTER_ADDR", "127.0.0.1", 1);
+  ::setenv("MASTER_PORT", p.c_str(), 1);
+  std::vector<std::string> owned = {program};
+  owned.insert(owned.end(), args.begin(), args.end());
+  std::vector<char*> argv;
+  for (auto& a : owned) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  ::execv(program.c_str(), argv.data());
+  std::fprintf(stderr, "rank %d: cannot start %s: %s\n", rank, program.c_str(), std::strerror(errno));
+  ::_exit(127);
+}
 
-LaunchResult launch_local_ranks(const std::string& program, const std::vector<std::string>& args, const LaunchOptions& o) {
-  LaunchResult r;
-  const int n = o.ranks;
-  const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
-  std::vector<Child> children(static_cast<std::size_t>(n));
-  r.ranks.resize(static_cast<std::size_t>(n));
-  for (int i = 0; i < n; ++i) {
-    r.ranks[static_cast<std::size_t>(i)].rank = i;
+// The ranks of one launch: started, their output collected, reaped, and stopped together.
+class Ranks {
+ public:
+  Ranks(int n, LaunchResult& r) : children_(static_cast<std::size_t>(n)), r_(r) { r_.ranks.resize(static_cast<std::size_t>(n)); }
+
+  // Starts rank i; false (with r.error set) when the launch itself fails.
+  bool start(const std::string& program, const std::vector<std::string>& args, int i, int port) {
+    r_.ranks[idx(i)].rank = i;
     int fds[2];
     if (::pipe(fds) != 0) {
-      r.error = std::string("pipe: ") + std::strerror(errno);
-      break;
+      r_.error = std::string("pipe: ") + std::strerror(errno);
+      return false;
     }
     const pid_t launcher = ::getpid();
     const pid_t pid = ::fork();
     if (pid < 0) {
-      r.error = std::string("fork: ") + std::strerror(errno);
+      r_.error = std::string("fork: ") + std::strerror(errno);
       ::close(fds[0]);
       ::close(fds[1]);
-      break;
+      return false;
     }
-    if (pid == 0) {
-      ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
-      // A launcher killed outright (SIGKILL) cannot stop its ranks: the kernel does.
-      ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (::getppid() != launcher) ::_exit(1);
-      ::dup2(fds[1], STDOUT_FILENO);
-      ::close(fds[0]);
-      ::close(fds[1]);
-      const std::string rank = std::to_string(i), world = std::to_string(n), p = std::to_string(port);
-      ::setenv("RANK", rank.c_str(), 1);
-      ::setenv("LOCAL_RANK", rank.c_str(), 1);
-      ::setenv("WORLD_SIZE", world.c_str(), 1);
-      ::setenv("LOCAL_WORLD_SIZE", world.c_str(), 1);
-      ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-      ::setenv("MASTER_PORT", p.c_str(), 1);
-      std::vector<std::string> owned = {program};
-      owned.insert(owned.end(), args.begin(), args.end());
-      std::vector<char*> argv;
-      for (auto& a : owned) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      ::execv(program.c_str(), argv.data());
-      std::fprintf(stderr, "rank %d: cannot start %s: %s\n", i, program.c_str(), std::strerror(errno));
-      ::_exit(127);
-    }
+    if (pid == 0) exec_rank(program, args, i, size(), port, launcher, fds);
     ::setpgid(pid, pid);  // also here, so a signal sent before the child ran setpgid finds the group
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
-    children[static_cast<std::size_t>(i)] = {pid, fds[0], false};
+    children_[idx(i)] = {pid, fds[0], false};
+    return true;
   }
 
-  auto drain = [&](int i) {
-    auto& c = children[static_cast<std::size_t>(i)];
+  // Reads what rank i has written so far; closes its pipe at end of file.
+  void drain(int i) {
+    auto& c = children_[idx(i)];
     if (c.out_fd < 0) return;
     char buf[65536];
     for (;;) {
       const ssize_t got = ::read(c.out_fd, buf, sizeof buf);
       if (got > 0) {
-        r.ranks[static_cast<std::size_t>(i)].output.append(buf, static_cast<std::size_t>(got));
+        r_.ranks[idx(i)].output.append(buf, static_cast<std::size_t>(got));
         continue;
       }
       if (got == 0) {
@@ -108,55 +113,91 @@ LaunchResult launch_local_ranks(const std::string& program, const std::vector<st
       }
       return;
     }
-  };
-  auto stop_all = [&](int sig) {
-    for (auto& c : children)
-      if (c.pid > 0) ::kill(-c.pid, sig);  // the rank's whole group, even once the rank itself is gone
-  };
+  }
 
-  int running = 0;
-  for (const auto& c : children) running += c.pid > 0;
-  if (!r.error.empty()) stop_all(SIGKILL);
-  std::chrono::steady_clock::time_point kill_at{};
-  bool stopping = !r.error.empty();
-  while (running > 0) {
+  void stop_all(int sig) {
+    for (auto& c : children_)
+      if (c.pid > 0) ::kill(-c.pid, sig);  // the rank's whole group, even once the rank itself is gone
+  }
+
+  int started() const {
+    int n = 0;
+    for (const auto& c : children_) n += c.pid > 0;
+    return n;
+  }
+
+  // Waits up to 50 ms for output and drains what came.
+  void wait_for_output() {
     std::vector<pollfd> fds;
     std::vector<int> which;
-    for (int i = 0; i < n; ++i)
-      if (children[static_cast<std::size_t>(i)].out_fd >= 0) {
-        fds.push_back({children[static_cast<std::size_t>(i)].out_fd, POLLIN, 0});
+    for (int i = 0; i < size(); ++i)
+      if (children_[idx(i)].out_fd >= 0) {
+        fds.push_back({children_[idx(i)].out_fd, POLLIN, 0});
         which.push_back(i);
       }
     if (!fds.empty()) ::poll(fds.data(), fds.size(), 50);
     else std::this_thread::sleep_for(std::chrono::milliseconds(50));
     for (std::size_t k = 0; k < fds.size(); ++k)
       if (fds[k].revents) drain(which[k]);
-    for (int i = 0; i < n; ++i) {
-      auto& c = children[static_cast<std::size_t>(i)];
-      if (c.pid <= 0 || c.done) continue;
-      int status = 0;
-      if (::waitpid(c.pid, &status, WNOHANG) != c.pid) continue;
-      c.done = true;
+  }
+
+  // Reaps rank i if it has ended: its outcome, or nullptr while it runs.
+  RankOutcome* reap(int i) {
+    auto& c = children_[idx(i)];
+    if (c.pid <= 0 || c.done) return nullptr;
+    int status = 0;
+    if (::waitpid(c.pid, &status, WNOHANG) != c.pid) return nullptr;
+    c.done = true;
+    drain(i);
+    auto& out = r_.ranks[idx(i)];
+    out.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    return &out;
+  }
+
+  int size() const { return static_cast<int>(children_.size()); }
+
+ private:
+  static std::size_t idx(int i) { return static_cast<std::size_t>(i); }
+  std::vector<Child> children_;
+  LaunchResult& r_;
+};
+
+}  // namespace
+
+LaunchResult launch_local_ranks(const std::string& program, const std::vector<std::string>& args, const LaunchOptions& o) {
+  LaunchResult r;
+  const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
+  Ranks ranks(o.ranks, r);
+  for (int i = 0; i < o.ranks; ++i)
+    if (!ranks.start(program, args, i, port)) break;
+
+  int running = ranks.started();
+  if (!r.error.empty()) ranks.stop_all(SIGKILL);
+  // When one rank fails the others get SIGTERM, then SIGKILL once the grace period is over.
+  std::chrono::steady_clock::time_point kill_at{};
+  bool stopping = !r.error.empty();
+  while (running > 0) {
+    ranks.wait_for_output();
+    for (int i = 0; i < o.ranks; ++i) {
+      RankOutcome* out = ranks.reap(i);
+      if (!out) continue;
       --running;
-      drain(i);
-      auto& out = r.ranks[static_cast<std::size_t>(i)];
-      out.exit_status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-      if (stopping) out.stopped = true;
-      if (out.exit_status != 0 && !stopping) {
+      if (stopping) out->stopped = true;
+      if (out->exit_status != 0 && !stopping) {
         r.first_failed = i;
         stopping = true;
-        stop_all(SIGTERM);
+        ranks.stop_all(SIGTERM);
         kill_at = std::chrono::steady_clock::now() + o.grace;
       }
     }
     if (stopping && running > 0 && kill_at != std::chrono::steady_clock::time_point{} &&
         std::chrono::steady_clock::now() >= kill_at) {
-      stop_all(SIGKILL);
+      ranks.stop_all(SIGKILL);
       kill_at = {};
     }
   }
-  if (stopping) stop_all(SIGKILL);  // whatever the stopped ranks started
-  for (int i = 0; i < n; ++i) drain(i);
+  if (stopping) ranks.stop_all(SIGKILL);  // whatever the stopped ranks started
+  for (int i = 0; i < o.ranks; ++i) ranks.drain(i);
   return r;
 }
 
