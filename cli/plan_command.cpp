@@ -9,6 +9,7 @@
 #include "commands.h"
 #include "longctx/planner/knobs.h"
 #include "longctx/planner/memory_model.h"
+#include "longctx/planner/phase_peaks.h"
 #include "longctx/planner/search.h"
 #include "longctx/planner/units.h"
 #include "plan_output.h"
@@ -80,12 +81,13 @@ int run_plan(const PlanOptions& o) {
     found = std::move(searched).value();
   }
   const Evaluation e = evaluate(found.best);
+  const Plan recorded = with_phase_predictions(e);  // the file records the peaks per phase too
   if (!o.output.empty()) {
-    auto w = write_plan_file(e.plan, o.output);
+    auto w = write_plan_file(recorded, o.output);
     if (!w) return report(w.error());
   }
   if (o.cluster.json) {
-    nlohmann::json j = plan_to_json(e.plan);
+    nlohmann::json j = plan_to_json(recorded);
     j["search"] = search_summary_json(found);
     fmt::print("{}\n", j.dump(2));
   } else {

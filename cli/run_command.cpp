@@ -12,6 +12,7 @@
 #include "commands.h"
 #include "longctx/planner/knobs.h"
 #include "longctx/planner/plan.h"
+#include "longctx/planner/prediction_drift.h"
 #include "longctx/planner/units.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
@@ -76,6 +77,8 @@ int run(const RunArgs& a) {
   }
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
+  const auto drift = prediction_differences(plan->prediction, predicted.totals);
+  fmt::print(stderr, "{}", drift_note(drift));
 
   std::FILE* progress = a.json ? stderr : stdout;
   fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", plan->model.name, plan->train.seq,
@@ -142,6 +145,7 @@ int run(const RunArgs& a) {
         {"plan_prediction",
          {{"peak_device_bytes", plan->prediction.peak_device_bytes},
           {"peak_host_bytes", plan->prediction.peak_host_bytes}}},
+        {"prediction_drift", drift_json(drift)},
         {"device", report->device},
         {"resumed_after_step", report->resumed_after}};
     fmt::print("{}\n", j.dump(2));

@@ -12,6 +12,43 @@
 
 namespace longctx {
 
+namespace {
+
+nlohmann::json phases_to_json(const std::vector<PredictedPhase>& phases) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& ph : phases) {
+    nlohmann::json j = {{"phase", ph.phase}, {"peak_device_bytes", ph.peak_device_bytes}, {"peak_host_bytes", ph.peak_host_bytes}};
+    if (ph.peak_device_reserved_bytes) j["peak_device_reserved_bytes"] = *ph.peak_device_reserved_bytes;
+    out.push_back(j);
+  }
+  return out;
+}
+
+// prediction.phases; absent in plan files written before phases were recorded.
+Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& prediction) {
+  using namespace json_fields;
+  std::vector<PredictedPhase> out;
+  auto it = prediction.find("phases");
+  if (it == prediction.end()) return out;
+  if (!it->is_array()) return Error::bad_input("prediction.phases", "must be an array of {phase, peak_device_bytes, peak_host_bytes}");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const auto& j = (*it)[i];
+    const std::string field = fmt::format("prediction.phases[{}]", i);
+    if (!j.is_object()) return Error::bad_input(field, "must be an object");
+    PredictedPhase ph;
+    LONGCTX_TRY(ph.phase, get_string(j, field, "phase"));
+    LONGCTX_TRY(ph.peak_device_bytes, get_int(j, field, "peak_device_bytes", 0));
+    LONGCTX_TRY(ph.peak_host_bytes, get_int(j, field, "peak_host_bytes", 0));
+    if (j.contains("peak_device_reserved_bytes")) {
+      LONGCTX_TRY(ph.peak_device_reserved_bytes, get_int(j, field, "peak_device_reserved_bytes", 0));
+    }
+    out.push_back(std::move(ph));
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json breakdown = nlohmann::json::object();
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
@@ -40,7 +77,8 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"step_time_s", p.prediction.step_time_s},
         {"tokens_per_s", p.prediction.tokens_per_s},
         {"mfu", p.prediction.mfu},
-        {"binding", p.prediction.binding}}},
+        {"binding", p.prediction.binding},
+        {"phases", phases_to_json(p.prediction.phases)}}},
   };
 }
 
@@ -92,6 +130,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) p.prediction.tokens_per_s = pr["tokens_per_s"];
     if (pr.contains("mfu") && pr["mfu"].is_number()) p.prediction.mfu = pr["mfu"];
     if (pr.contains("binding") && pr["binding"].is_string()) p.prediction.binding = pr["binding"];
+    LONGCTX_TRY(p.prediction.phases, phases_from_json(pr));
   }
   return p;
 }

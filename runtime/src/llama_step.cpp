@@ -6,6 +6,7 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <fmt/format.h>
 
+#include "longctx/planner/phase_names.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/memory_meter.h"
@@ -389,16 +390,16 @@ void LlamaStep::restore_streamed(std::int64_t layer) {
 Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   checkpoints_->clear();
   streamed_.clear();
-  set_phase("forward.embed");
+  set_phase(phase_name(StepPhase::ForwardEmbed));
   const bool gathered = shards_ && shards_->gathers();
   const bool shard_grads = shards_ && shards_->shards_grads() && torch::GradMode::is_enabled();
   Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
   // The embedding's backward reads only the token ids: the gathered table's memory goes now
   // (its leaf stays, to receive the gradient).
   if (gathered && torch::GradMode::is_enabled()) shards_->release(shards_->embed_group());
-  x = mark_backward_phase(x, "backward.embed");
+  x = mark_backward_phase(x, phase_name(StepPhase::BackwardEmbed));
   for (std::int64_t l = 0; l < m_.layers; ++l) {
-    set_phase(fmt::format("forward.layer.{}", l));
+    set_phase(phase_name(StepPhase::ForwardLayer, l));
     if (l == 0) prefetch_layer(0);
     prefetch_layer(l + 1);  // beside this layer's forward
     if (shard_grads) x = on_backward_of(x, BackwardEvent::GroupGradsReady, l);
@@ -418,9 +419,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
       }
     }
     last_fetched_.clear();
-    x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
+    x = mark_backward_phase(x, phase_name(StepPhase::BackwardLayer, l));
   }
-  set_phase("loss");
+  set_phase(phase_name(StepPhase::Loss));
   if (shard_grads) x = on_backward_of(x, BackwardEvent::GroupGradsReady, shards_->head_group());
   Tensor final_norm = w_.final_norm, head = w_.head();
   if (gathered) {
@@ -434,7 +435,7 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
                                   : cross_entropy_loss(xf, head, targets);
   // Every rank holds as many tokens: the whole batch's token mean is the sum of these.
   if (comm_ && comm_->world() > 1) loss = at::div(loss, comm_->world());
-  return mark_backward_phase(loss, "backward.loss");
+  return mark_backward_phase(loss, phase_name(StepPhase::BackwardLoss));
 }
 
 double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
