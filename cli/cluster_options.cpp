@@ -1,7 +1,9 @@
 #include "cluster_options.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/limits.h"
 #include "longctx/planner/units.h"
 
@@ -17,8 +19,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
   app.add_option("--budget", o.budget, "Device memory budget per GPU, e.g. 80GiB (default: the preset's memory)");
   app.add_option("--host-mem", o.host_mem, "Host memory per node, e.g. 2TiB (default: the preset's)");
   app.add_option("--techniques", o.techniques,
-                 "Comma list the search may use: zero1,zero2,zero3,offload-optimizer,offload-params,ulysses,"
-                 "untied,checkpoint,offload-checkpoints,tiled-mlp,tiled-loss; 'all' (default) or 'none'")
+                 fmt::format("Comma list the search may use: {}; 'all' (default) or 'none'",
+                             fmt::join(technique_names(all_techniques()), ",")))
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "Parameters and activations: bf16 or fp32 (default: bf16 on GPUs, fp32 on --gpu cpu)");
   app.add_option("--grad-dtype", o.grad_dtype,

@@ -10,6 +10,7 @@
 #include "commands.h"
 #include "longctx/planner/measured_trace.h"
 #include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/prediction_drift.h"
 #include "longctx/planner/units.h"
 
 namespace longctx::cli {
@@ -70,6 +71,8 @@ int run_compare(const CompareOptions& o) {
   auto trace = read_trace_file(o.trace_file);
   if (!trace) return report(trace.error());
   const Evaluation e = evaluate(*plan);
+  const auto drift = prediction_differences(plan->prediction, with_phase_predictions(e).prediction);
+  fmt::print(stderr, "{}", drift_note(drift));
   const auto peaks = phase_peaks(e);
   std::vector<std::pair<std::string, PhasePeak>> ordered(peaks.begin(), peaks.end());
   std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
@@ -105,7 +108,8 @@ int run_compare(const CompareOptions& o) {
                         {"predicted_peak_phase", predicted_peak_phase},
                         {"predicted_peak_op", e.plan.prediction.peak_at},
                         {"measured_peak_phase", measured_peak_phase},
-                        {"same_peak_phase", same_phase}};
+                        {"same_peak_phase", same_phase},
+                        {"prediction_drift", drift_json(drift)}};
     j["phases"] = nlohmann::json::array();
     for (const auto& r : rows)
       j["phases"].push_back({{"phase", r.phase},

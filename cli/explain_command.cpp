@@ -5,6 +5,8 @@
 #include "cluster_options.h"
 #include "commands.h"
 #include "longctx/planner/memory_model.h"
+#include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/prediction_drift.h"
 #include "plan_output.h"
 #include "timeline_svg.h"
 
@@ -22,9 +24,7 @@ int run_explain(const ExplainOptions& o) {
   if (!plan) return report(plan.error());
   const Evaluation e = evaluate(*plan);
   fmt::print("{}", render_plan(e, o.live_rows));
-  if (plan->prediction.peak_device_bytes != 0 && plan->prediction.peak_device_bytes != e.plan.prediction.peak_device_bytes)
-    fmt::print("\nnote: the file predicted {} bytes; this longctx predicts {} (the memory model changed since it was written)\n",
-               plan->prediction.peak_device_bytes, e.plan.prediction.peak_device_bytes);
+  fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
   if (!o.svg.empty()) {
     const std::string tmp = o.svg + ".tmp";
     {

@@ -31,7 +31,7 @@ int run_max_context(const ClusterOptions& o, bool no_ladder) {
              format_tokens(r->max_tokens), r->granularity, r->binding);
   fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
-  fmt::print("plan         {}\n", describe_parallel(p.parallel));
+  fmt::print("plan         {}\n", describe_knobs(p));
   if (!r->rule.empty()) fmt::print("rule         {}\n", r->rule);
   fmt::print("memory       device peak {} at {}, host {} per node\n", format_bytes(p.prediction.peak_device_bytes),
              p.prediction.peak_at, format_bytes(p.prediction.peak_host_bytes));

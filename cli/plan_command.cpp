@@ -1,3 +1,4 @@
+#include <array>
 #include <cstdio>
 #include <optional>
 
@@ -6,7 +7,9 @@
 
 #include "cluster_options.h"
 #include "commands.h"
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/memory_model.h"
+#include "longctx/planner/phase_peaks.h"
 #include "longctx/planner/search.h"
 #include "longctx/planner/units.h"
 #include "plan_output.h"
@@ -14,37 +17,44 @@
 namespace longctx::cli {
 namespace {
 
+// The knob flags, one per row of the knob table (knobs.h), as given: parsed by the table's
+// rules after CLI11, so a bad value exits 2 naming its flag like every other bad input.
+struct KnobFlags {
+  std::array<std::optional<std::string>, kKnobCount> value;  // --ulysses 2, --sharding zero3
+  std::array<bool, kKnobCount> on{}, off{};                  // --offload-params, --no-offload-params
+};
+
 struct PlanOptions {
   ClusterOptions cluster;
   std::string seq;
   std::string output;
-  std::optional<std::string> sharding, checkpoint;
-  std::optional<int> ulysses, head_chunk, mlp_tiles, loss_tiles;
-  std::optional<std::int64_t> micro_batch;
-  bool offload_checkpoints = false, offload_optimizer = false, offload_params = false;
-  bool no_offload_checkpoints = false, no_offload_optimizer = false, no_offload_params = false;
+  KnobFlags knobs;
   bool no_search = false;
 };
 
-Result<Knobs> knobs_from(const PlanOptions& o) {
+void add_knob_flags(CLI::App& sub, KnobFlags& f) {
+  for (const Knob& k : knob_table()) {
+    const auto i = static_cast<std::size_t>(k.id);
+    if (k.kind != KnobKind::Switch) {
+      sub.add_option(k.flag, f.value[i], k.rule.help)->type_name(k.kind == KnobKind::Int ? "INT" : "TEXT");
+      continue;
+    }
+    sub.add_flag(k.flag, f.on[i], k.rule.help);
+    sub.add_flag("--no-" + k.flag.substr(2), f.off[i], fmt::format("Fix {} off", k.flag));
+  }
+}
+
+Result<Knobs> knobs_from(const KnobFlags& f) {
   Knobs k;
-  if (o.sharding) {
-    LONGCTX_TRY(k.sharding, parse_sharding(*o.sharding, "--sharding"));
+  for (const Knob& row : knob_table()) {
+    const auto i = static_cast<std::size_t>(row.id);
+    if (f.value[i]) {
+      LONGCTX_TRY(auto v, parse_knob(row.id, *f.value[i], row.flag));
+      fix(k, row.id, v);
+    }
+    if (f.on[i]) fix(k, row.id, 1);
+    if (f.off[i]) fix(k, row.id, 0);
   }
-  if (o.checkpoint) {
-    LONGCTX_TRY(k.checkpoint, parse_checkpoint(*o.checkpoint, "--checkpoint"));
-  }
-  k.ulysses = o.ulysses;
-  k.head_chunk = o.head_chunk;
-  k.mlp_tiles = o.mlp_tiles;
-  k.loss_tiles = o.loss_tiles;
-  k.micro_batch = o.micro_batch;
-  if (o.offload_checkpoints) k.offload_checkpoints = true;
-  if (o.no_offload_checkpoints) k.offload_checkpoints = false;
-  if (o.offload_optimizer) k.offload_optimizer = true;
-  if (o.no_offload_optimizer) k.offload_optimizer = false;
-  if (o.offload_params) k.offload_params = true;
-  if (o.no_offload_params) k.offload_params = false;
   return k;
 }
 
@@ -56,7 +66,7 @@ int run_plan(const PlanOptions& o) {
   base->train.seq = *seq;
   auto techniques = parse_techniques(o.cluster.techniques);
   if (!techniques) return report(techniques.error());
-  auto knobs = knobs_from(o);
+  auto knobs = knobs_from(o.knobs);
   if (!knobs) return report(knobs.error());
 
   SearchResult found;
@@ -71,12 +81,13 @@ int run_plan(const PlanOptions& o) {
     found = std::move(searched).value();
   }
   const Evaluation e = evaluate(found.best);
+  const Plan recorded = with_phase_predictions(e);  // the file records the peaks per phase too
   if (!o.output.empty()) {
-    auto w = write_plan_file(e.plan, o.output);
+    auto w = write_plan_file(recorded, o.output);
     if (!w) return report(w.error());
   }
   if (o.cluster.json) {
-    nlohmann::json j = plan_to_json(e.plan);
+    nlohmann::json j = plan_to_json(recorded);
     j["search"] = search_summary_json(found);
     fmt::print("{}\n", j.dump(2));
   } else {
@@ -100,19 +111,7 @@ Command add_plan_command(CLI::App& app) {
   add_cluster_options(*sub, o->cluster);
   sub->add_option("--seq", o->seq, "Sequence length, e.g. 128K or 1M (K, M = x1024)")->required();
   sub->add_option("-o,--output", o->output, "Write the plan file that `longctx run` reads");
-  sub->add_option("--sharding", o->sharding, "none|zero1|zero2|zero3");
-  sub->add_option("--ulysses", o->ulysses, "Sequence-parallel degree u (divides the GPUs and the query heads)");
-  sub->add_option("--head-chunk", o->head_chunk, "Untied Ulysses: query heads per stage per rank (0: off)");
-  sub->add_option("--checkpoint", o->checkpoint, "none|full|every:K");
-  sub->add_flag("--offload-checkpoints", o->offload_checkpoints, "Keep checkpointed layer inputs in host memory");
-  sub->add_flag("--no-offload-checkpoints", o->no_offload_checkpoints, "Keep checkpoints on the device");
-  sub->add_flag("--offload-optimizer", o->offload_optimizer, "fp32 master weights and moments in host memory, step on the CPU");
-  sub->add_flag("--no-offload-optimizer", o->no_offload_optimizer, "Optimizer states on the device");
-  sub->add_flag("--offload-params", o->offload_params, "zero3 parameter shards in host memory");
-  sub->add_flag("--no-offload-params", o->no_offload_params, "Parameter shards on the device");
-  sub->add_option("--mlp-tiles", o->mlp_tiles, "Tiles of the MLP over the local sequence (1: untiled)");
-  sub->add_option("--loss-tiles", o->loss_tiles, "Tiles of the output projection + loss (1: full logits)");
-  sub->add_option("--micro-batch", o->micro_batch, "Samples per data-parallel rank");
+  add_knob_flags(*sub, o->knobs);
   sub->add_flag("--no-search", o->no_search,
                 "Evaluate exactly the knobs given, the others at none/1/0/off, even if it does not fit (exit 3 then)");
   return {sub, [o] { return run_plan(*o); }};

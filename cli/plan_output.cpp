@@ -3,20 +3,10 @@
 #include <algorithm>
 #include <fmt/format.h>
 
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/units.h"
 
 namespace longctx::cli {
-
-std::string describe_parallel(const ParallelConfig& p) {
-  std::string s = fmt::format("sharding {}, ulysses {}", to_string(p.sharding), p.ulysses);
-  s += p.head_chunk > 0 ? fmt::format(", untied head chunk {}", p.head_chunk) : ", heads unchunked";
-  s += fmt::format(", checkpoint {}", to_string(p.checkpoint));
-  if (p.offload_checkpoints) s += " (offloaded)";
-  s += fmt::format(", mlp tiles {}, loss tiles {}", p.mlp_tiles, p.loss_tiles);
-  if (p.offload_optimizer) s += ", optimizer offloaded";
-  if (p.offload_params) s += ", params offloaded";
-  return s;
-}
 
 namespace {
 
@@ -41,7 +31,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += fmt::format("train     seq {} ({} tokens), micro-batch {}, {} compute, {} gradients\n",
                      format_tokens(p.train.seq), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
-  out += fmt::format("parallel  {}\n", describe_parallel(p.parallel));
+  out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
                      pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_device_bytes),
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(pr.peak_host_bytes),

@@ -7,7 +7,6 @@
 
 namespace longctx::cli {
 
-std::string describe_parallel(const ParallelConfig& p);
 std::string render_plan(const Evaluation& e, int live_rows = 12);
 
 }  // namespace longctx::cli

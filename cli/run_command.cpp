@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/plan.h"
+#include "longctx/planner/prediction_drift.h"
 #include "longctx/planner/units.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
@@ -47,16 +49,10 @@ std::string percent(std::int64_t measured, std::int64_t predicted) {
   return fmt::format("{:+.1f}%", 100.0 * double(measured - predicted) / double(predicted));
 }
 
-std::string techniques(const ParallelConfig& p) {
-  std::string s = fmt::format("checkpoint {}", to_string(p.checkpoint));
-  if (p.offload_checkpoints) s += ", offload-checkpoints";
-  if (p.head_chunk > 0) s += fmt::format(", head-chunk {}", p.head_chunk);
-  if (p.mlp_tiles > 1) s += fmt::format(", mlp-tiles {}", p.mlp_tiles);
-  if (p.loss_tiles > 1) s += fmt::format(", loss-tiles {}", p.loss_tiles);
-  if (p.offload_optimizer) s += ", offload-optimizer";
-  if (p.offload_params) s += ", offload-params";
-  if (p.sharding != Sharding::None) s += ", " + to_string(p.sharding);
-  return s;
+// The knobs away from their plain values, or "plain step".
+std::string describe_or_plain(const Plan& p) {
+  const std::string s = describe_knobs(p, /*all_rows=*/false);
+  return s.empty() ? "plain step" : s;
 }
 
 int run(const RunArgs& a) {
@@ -81,10 +77,12 @@ int run(const RunArgs& a) {
   }
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
+  const auto drift = prediction_differences(plan->prediction, predicted.totals);
+  fmt::print(stderr, "{}", drift_note(drift));
 
   std::FILE* progress = a.json ? stderr : stdout;
   fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", plan->model.name, plan->train.seq,
-             plan->train.micro_batch, to_string(plan->train.dtype), a.device, techniques(plan->parallel));
+             plan->train.micro_batch, to_string(plan->train.dtype), a.device, describe_or_plain(*plan));
   auto report = runtime::run_plan(*plan, o, [&](int i, const runtime::StepResult& s) {
     fmt::print(progress, "step {}/{}  loss {:.4f}  {:.3f} s  peak device {}  host {}\n", i + 1, a.steps, s.loss, s.time_s,
                format_bytes(s.peak_device), format_bytes(s.peak_host));
@@ -147,6 +145,7 @@ int run(const RunArgs& a) {
         {"plan_prediction",
          {{"peak_device_bytes", plan->prediction.peak_device_bytes},
           {"peak_host_bytes", plan->prediction.peak_host_bytes}}},
+        {"prediction_drift", drift_json(drift)},
         {"device", report->device},
         {"resumed_after_step", report->resumed_after}};
     fmt::print("{}\n", j.dump(2));

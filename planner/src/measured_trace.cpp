@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/trace_schema.h"
 
 namespace longctx {
 namespace {
@@ -19,40 +20,41 @@ std::int64_t as_int(const nlohmann::json& v) {
 }  // namespace
 
 Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what) {
+  namespace k = trace_schema;
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded()) return Error::bad_input(what, "is not valid JSON; pass the trace file a run wrote");
   const nlohmann::json* events = nullptr;
-  if (doc.is_object() && doc.contains("traceEvents") && doc["traceEvents"].is_array()) events = &doc["traceEvents"];
+  if (doc.is_object() && doc.contains(k::kEvents) && doc[k::kEvents].is_array()) events = &doc[k::kEvents];
   else if (doc.is_array()) events = &doc;
   if (!events) return Error::bad_input(what, "has no traceEvents array; pass a Chrome trace event file");
 
   MeasuredTrace m;
   bool longctx = false, profiler = false;
   for (const auto& ev : *events) {
-    if (!ev.is_object() || !ev.contains("args") || !ev["args"].is_object()) continue;
-    const auto& args = ev["args"];
-    const std::string ph = ev.value("ph", "");
-    const std::string name = ev.contains("name") && ev["name"].is_string() ? ev["name"].get<std::string>() : "";
-    if (ph == "X" && args.contains("peak_device_bytes")) {
+    if (!ev.is_object() || !ev.contains(k::kArgs) || !ev[k::kArgs].is_object()) continue;
+    const auto& args = ev[k::kArgs];
+    const std::string ph = ev.value(k::kType, "");
+    const std::string name = ev.contains(k::kName) && ev[k::kName].is_string() ? ev[k::kName].get<std::string>() : "";
+    if (ph == k::kComplete && args.contains(k::kPeakDevice)) {
       longctx = true;
       auto& v = m.phases[name];
-      v = std::max(v, as_int(args["peak_device_bytes"]));
-      m.peak_device_bytes = std::max(m.peak_device_bytes, as_int(args["peak_device_bytes"]));
-      if (args.contains("peak_host_bytes")) m.peak_host_bytes = std::max(m.peak_host_bytes, as_int(args["peak_host_bytes"]));
-    } else if (name == "[memory]" && args.contains("Total Allocated")) {
+      v = std::max(v, as_int(args[k::kPeakDevice]));
+      m.peak_device_bytes = std::max(m.peak_device_bytes, as_int(args[k::kPeakDevice]));
+      if (args.contains(k::kPeakHost)) m.peak_host_bytes = std::max(m.peak_host_bytes, as_int(args[k::kPeakHost]));
+    } else if (name == k::kProfilerMemoryEvent && args.contains(k::kProfilerTotalAllocated)) {
       // PyTorch profiler: one instant event per allocation and free. Device Type 1 is CUDA;
       // a CPU-only run reports the CPU (0).
       profiler = true;
-      const int device_type = args.contains("Device Type") ? static_cast<int>(as_int(args["Device Type"])) : 0;
-      const std::int64_t total = as_int(args["Total Allocated"]);
+      const int device_type = args.contains(k::kProfilerDeviceType) ? static_cast<int>(as_int(args[k::kProfilerDeviceType])) : 0;
+      const std::int64_t total = as_int(args[k::kProfilerTotalAllocated]);
       if (device_type == 1) m.peak_device_bytes = std::max(m.peak_device_bytes, total);
       else m.peak_host_bytes = std::max(m.peak_host_bytes, total);
     }
   }
-  if (doc.is_object() && doc.contains("otherData") && doc["otherData"].is_object()) {
-    const auto& o = doc["otherData"];
-    if (o.contains("peak_device_bytes")) m.peak_device_bytes = std::max(m.peak_device_bytes, as_int(o["peak_device_bytes"]));
-    if (o.contains("peak_host_bytes")) m.peak_host_bytes = std::max(m.peak_host_bytes, as_int(o["peak_host_bytes"]));
+  if (doc.is_object() && doc.contains(k::kOtherData) && doc[k::kOtherData].is_object()) {
+    const auto& o = doc[k::kOtherData];
+    if (o.contains(k::kPeakDevice)) m.peak_device_bytes = std::max(m.peak_device_bytes, as_int(o[k::kPeakDevice]));
+    if (o.contains(k::kPeakHost)) m.peak_host_bytes = std::max(m.peak_host_bytes, as_int(o[k::kPeakHost]));
   }
   if (!longctx && !profiler)
     return Error::bad_input(what, "has no memory events; write it with `longctx run --trace FILE`, or export a PyTorch "

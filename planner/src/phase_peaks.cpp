@@ -2,18 +2,19 @@
 
 #include <algorithm>
 
-#include <fmt/format.h>
+#include "longctx/planner/phase_names.h"
 
 namespace longctx {
 
 std::string phase_of(const OpSpec& op) {
   switch (op.phase) {
-    case Phase::Forward: return op.layer >= 0 ? fmt::format("forward.layer.{}", op.layer) : "forward.embed";
-    case Phase::Loss: return "loss";
+    case Phase::Forward:
+      return op.layer >= 0 ? phase_name(StepPhase::ForwardLayer, op.layer) : phase_name(StepPhase::ForwardEmbed);
+    case Phase::Loss: return phase_name(StepPhase::Loss);
     case Phase::Backward:
-      if (op.layer >= 0) return fmt::format("backward.layer.{}", op.layer);
-      return op.name.scope == Name::kEmbed ? "backward.embed" : "backward.loss";
-    case Phase::Optimizer: return "optimizer";
+      if (op.layer >= 0) return phase_name(StepPhase::BackwardLayer, op.layer);
+      return phase_name(op.name.scope == Name::kEmbed ? StepPhase::BackwardEmbed : StepPhase::BackwardLoss);
+    case Phase::Optimizer: return phase_name(StepPhase::Optimizer);
   }
   return "?";
 }
@@ -28,6 +29,15 @@ std::map<std::string, PhasePeak> phase_peaks(const Evaluation& e) {
     it->second.host_bytes = std::max(it->second.host_bytes, e.sim.per_op[i].host_during);
   }
   return out;
+}
+
+Plan with_phase_predictions(const Evaluation& e) {
+  const auto peaks = phase_peaks(e);
+  Plan p = e.plan;
+  p.prediction.phases.assign(peaks.size(), {});
+  for (const auto& [name, peak] : peaks)
+    p.prediction.phases[static_cast<std::size_t>(peak.order)] = {name, peak.device_bytes, peak.host_bytes, std::nullopt};
+  return p;
 }
 
 }  // namespace longctx

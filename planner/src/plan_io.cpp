@@ -6,14 +6,56 @@
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/limits.h"
 #include "longctx/planner/plan.h"
 
 namespace longctx {
 
+namespace {
+
+nlohmann::json phases_to_json(const std::vector<PredictedPhase>& phases) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const auto& ph : phases) {
+    nlohmann::json j = {{"phase", ph.phase}, {"peak_device_bytes", ph.peak_device_bytes}, {"peak_host_bytes", ph.peak_host_bytes}};
+    if (ph.peak_device_reserved_bytes) j["peak_device_reserved_bytes"] = *ph.peak_device_reserved_bytes;
+    out.push_back(j);
+  }
+  return out;
+}
+
+// prediction.phases; absent in plan files written before phases were recorded.
+Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& prediction) {
+  using namespace json_fields;
+  std::vector<PredictedPhase> out;
+  auto it = prediction.find("phases");
+  if (it == prediction.end()) return out;
+  if (!it->is_array()) return Error::bad_input("prediction.phases", "must be an array of {phase, peak_device_bytes, peak_host_bytes}");
+  for (std::size_t i = 0; i < it->size(); ++i) {
+    const auto& j = (*it)[i];
+    const std::string field = fmt::format("prediction.phases[{}]", i);
+    if (!j.is_object()) return Error::bad_input(field, "must be an object");
+    PredictedPhase ph;
+    LONGCTX_TRY(ph.phase, get_string(j, field, "phase"));
+    LONGCTX_TRY(ph.peak_device_bytes, get_int(j, field, "peak_device_bytes", 0));
+    LONGCTX_TRY(ph.peak_host_bytes, get_int(j, field, "peak_host_bytes", 0));
+    if (j.contains("peak_device_reserved_bytes")) {
+      LONGCTX_TRY(ph.peak_device_reserved_bytes, get_int(j, field, "peak_device_reserved_bytes", 0));
+    }
+    out.push_back(std::move(ph));
+  }
+  return out;
+}
+
+}  // namespace
+
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json breakdown = nlohmann::json::object();
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
+  nlohmann::json train = {{"seq", p.train.seq}, {"dtype", to_string(p.train.dtype)}, {"grad_dtype", to_string(p.train.grad_dtype)}};
+  knobs_to_json(p, "train", train);
+  nlohmann::json parallel = nlohmann::json::object();
+  knobs_to_json(p, "parallel", parallel);
   return {
       {"schema", kPlanSchema},
       {"model", model_to_json(p.model)},
@@ -24,21 +66,8 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"hardware", hardware_to_json(p.cluster.hardware)},
         {"device_budget_bytes", p.cluster.device_budget_bytes},
         {"host_budget_bytes_per_node", p.cluster.host_budget_bytes_per_node}}},
-      {"train",
-       {{"seq", p.train.seq},
-        {"micro_batch", p.train.micro_batch},
-        {"dtype", to_string(p.train.dtype)},
-        {"grad_dtype", to_string(p.train.grad_dtype)}}},
-      {"parallel",
-       {{"sharding", to_string(p.parallel.sharding)},
-        {"ulysses", p.parallel.ulysses},
-        {"head_chunk", p.parallel.head_chunk},
-        {"checkpoint", to_string(p.parallel.checkpoint)},
-        {"offload_checkpoints", p.parallel.offload_checkpoints},
-        {"offload_optimizer", p.parallel.offload_optimizer},
-        {"offload_params", p.parallel.offload_params},
-        {"mlp_tiles", p.parallel.mlp_tiles},
-        {"loss_tiles", p.parallel.loss_tiles}}},
+      {"train", train},
+      {"parallel", parallel},
       {"prediction",
        {{"feasible", p.prediction.feasible},
         {"peak_device_bytes", p.prediction.peak_device_bytes},
@@ -48,7 +77,8 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"step_time_s", p.prediction.step_time_s},
         {"tokens_per_s", p.prediction.tokens_per_s},
         {"mfu", p.prediction.mfu},
-        {"binding", p.prediction.binding}}},
+        {"binding", p.prediction.binding},
+        {"phases", phases_to_json(p.prediction.phases)}}},
   };
 }
 
@@ -73,30 +103,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
 
   LONGCTX_TRY(auto train, get_object(j, "", "train"));
   LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq", 1, limits::kMaxSeq));
-  LONGCTX_TRY(p.train.micro_batch, get_int(train, "train", "micro_batch", 1, limits::kMaxMicroBatch));
   LONGCTX_TRY(auto dtype, get_string(train, "train", "dtype"));
   LONGCTX_TRY(p.train.dtype, parse_dtype(dtype, "train.dtype"));
   LONGCTX_TRY(auto gdtype, get_string(train, "train", "grad_dtype"));
   LONGCTX_TRY(p.train.grad_dtype, parse_dtype(gdtype, "train.grad_dtype"));
+  LONGCTX_TRY(auto train_knobs, knobs_from_json(train, "train", p));
+  (void)train_knobs;
 
   LONGCTX_TRY(auto par, get_object(j, "", "parallel"));
-  const std::string pp = "parallel";
-  LONGCTX_TRY(auto sharding, get_string(par, pp, "sharding"));
-  LONGCTX_TRY(p.parallel.sharding, parse_sharding(sharding, "parallel.sharding"));
-  LONGCTX_TRY(auto u, get_int(par, pp, "ulysses", 1, limits::kMaxHeads));
-  LONGCTX_TRY(auto hc, get_int(par, pp, "head_chunk", 0, limits::kMaxHeads));
-  LONGCTX_TRY(auto ckpt, get_string(par, pp, "checkpoint"));
-  LONGCTX_TRY(p.parallel.checkpoint, parse_checkpoint(ckpt, "parallel.checkpoint"));
-  LONGCTX_TRY(p.parallel.offload_checkpoints, get_bool(par, pp, "offload_checkpoints"));
-  LONGCTX_TRY(p.parallel.offload_optimizer, get_bool(par, pp, "offload_optimizer"));
-  LONGCTX_TRY(p.parallel.offload_params, get_bool(par, pp, "offload_params"));
-  LONGCTX_TRY(auto mt, get_int(par, pp, "mlp_tiles", 1, limits::kMaxTiles));
-  LONGCTX_TRY(auto lt, get_int(par, pp, "loss_tiles", 1, limits::kMaxTiles));
-  // The bounds above make these narrowing casts exact.
-  p.parallel.ulysses = static_cast<int>(u);
-  p.parallel.head_chunk = static_cast<int>(hc);
-  p.parallel.mlp_tiles = static_cast<int>(mt);
-  p.parallel.loss_tiles = static_cast<int>(lt);
+  LONGCTX_TRY(auto parallel_knobs, knobs_from_json(par, "parallel", p));
+  (void)parallel_knobs;
 
   LONGCTX_TRY(auto ok, validate(p.model, p.cluster.shape, p.train, p.parallel));
   (void)ok;
@@ -114,6 +130,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) p.prediction.tokens_per_s = pr["tokens_per_s"];
     if (pr.contains("mfu") && pr["mfu"].is_number()) p.prediction.mfu = pr["mfu"];
     if (pr.contains("binding") && pr["binding"].is_string()) p.prediction.binding = pr["binding"];
+    LONGCTX_TRY(p.prediction.phases, phases_from_json(pr));
   }
   return p;
 }

@@ -3,6 +3,7 @@
 
 #include <fmt/format.h>
 
+#include "longctx/planner/phase_names.h"
 #include "longctx/runtime/layer_executors.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/memory_meter.h"
@@ -155,16 +156,16 @@ void LlamaStep::on_backward(std::int64_t group) { shards_->finish_grads(static_c
 
 Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   checkpoints_->clear();
-  set_phase("forward.embed");
+  set_phase(phase_name(StepPhase::ForwardEmbed));
   const bool gathered = shards_ && shards_->gathers();
   const bool shard_grads = shards_ && shards_->shards_grads() && torch::GradMode::is_enabled();
   Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
   // The embedding's backward reads only the token ids: the gathered table's memory goes now
   // (its leaf stays, to receive the gradient).
   if (gathered && torch::GradMode::is_enabled()) shards_->release(shards_->embed_group());
-  x = mark_backward_phase(x, "backward.embed");
+  x = mark_backward_phase(x, phase_name(StepPhase::BackwardEmbed));
   for (std::int64_t l = 0; l < m_.layers; ++l) {
-    set_phase(fmt::format("forward.layer.{}", l));
+    set_phase(phase_name(StepPhase::ForwardLayer, l));
     LayerExecutor& layer = *executors_[static_cast<std::size_t>(l)];
     if (l == 0) layer.prefetch();
     if (l + 1 < m_.layers) executors_[static_cast<std::size_t>(l + 1)]->prefetch();  // beside this layer's forward
@@ -175,9 +176,9 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     if (l > 0 && !p_.checkpoint.checkpoints_layer(l) && p_.checkpoint.checkpoints_layer(l - 1) && p_.offload_checkpoints &&
         torch::GradMode::is_enabled())
       x = PrefetchCheckpointFn::apply(x, this, l - 1);
-    x = mark_backward_phase(x, fmt::format("backward.layer.{}", l));
+    x = mark_backward_phase(x, phase_name(StepPhase::BackwardLayer, l));
   }
-  set_phase("loss");
+  set_phase(phase_name(StepPhase::Loss));
   if (shard_grads) x = on_backward_of(x, *this, shards_->head_group());
   return head_loss(std::move(x), targets);
 }
@@ -195,7 +196,7 @@ Tensor LlamaStep::head_loss(Tensor x, const Tensor& targets) {
                                   : cross_entropy_loss(xf, head, targets);
   // Every rank holds as many tokens: the whole batch's token mean is the sum of these.
   if (comm_ && comm_->world() > 1) loss = at::div(loss, comm_->world());
-  return mark_backward_phase(loss, "backward.loss");
+  return mark_backward_phase(loss, phase_name(StepPhase::BackwardLoss));
 }
 
 double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {

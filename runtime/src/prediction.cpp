@@ -8,7 +8,7 @@ namespace longctx::runtime {
 PredictedStep predict_step(const Plan& plan) {
   const Evaluation e = evaluate(plan);
   PredictedStep p;
-  p.totals = e.plan.prediction;
+  p.totals = with_phase_predictions(e).prediction;
   for (const auto& [name, peak] : phase_peaks(e)) p.phases[name] = {peak.device_bytes, peak.host_bytes};
   return p;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "longctx/planner/phase_names.h"
 #include "longctx/planner/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/attention.h"
@@ -215,7 +216,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
 
     for (int i = checkpoints.start_step(); i < o.steps; ++i) {
       meter->reset_peaks();
-      meter->set_phase("batch");
+      meter->set_phase(phase_name(StepPhase::Batch));
       const auto t0 = std::chrono::steady_clock::now();
       StepResult r;
       r.step = i + 1;
@@ -223,7 +224,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
         Batch batch = data.next(i, device);
         r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
       }
-      meter->set_phase("optimizer");
+      meter->set_phase(phase_name(StepPhase::Optimizer));
       // Data and sequence parallel: every rank's gradient is its tokens' share of the batch
       // mean; their sum is the batch's gradient (in place, no buffer).
       if (shards) shards->prepare_step();
@@ -243,7 +244,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       r.peak_device_reserved = meter->peak_device_reserved();
       r.phases = meter->take_phases();
       r.samples = meter->take_samples();
-      if (!r.phases.empty() && r.phases.front().name != "batch") r.phases.erase(r.phases.begin());  // the idle gap
+      if (!r.phases.empty() && r.phases.front().name != phase_name(StepPhase::Batch)) r.phases.erase(r.phases.begin());  // the idle gap
       report.peak_device = std::max(report.peak_device, r.peak_device);
       report.peak_host = std::max(report.peak_host, r.peak_host);
       report.peak_device_reserved = std::max(report.peak_device_reserved, r.peak_device_reserved);

@@ -2,39 +2,43 @@
 
 #include <nlohmann/json.hpp>
 
+#include "longctx/planner/trace_schema.h"
+
 namespace longctx::runtime {
 
 std::string chrome_trace_json(const RunReport& r) {
   using nlohmann::json;
+  namespace k = trace_schema;
   json events = json::array();
   const auto us = [](double s) { return s * 1e6; };
-  events.push_back({{"name", "process_name"}, {"ph", "M"}, {"pid", 1}, {"tid", 0},
-                    {"args", {{"name", "longctx run: " + r.device}}}});
+  events.push_back({{k::kName, "process_name"}, {k::kType, k::kMetadata}, {k::kPid, 1}, {k::kTid, 0},
+                    {k::kArgs, {{"name", "longctx run: " + r.device}}}});
+  auto counter = [&](const char* track, double t_s, std::int64_t device, std::int64_t host) {
+    events.push_back({{k::kName, track}, {k::kType, k::kCounter}, {k::kPid, 1}, {k::kTimestamp, us(t_s)},
+                      {k::kArgs, {{k::kDeviceSeries, device}, {k::kHostSeries, host}}}});
+  };
   for (std::size_t i = 0; i < r.steps.size(); ++i) {
     const StepResult& s = r.steps[i];
     for (const auto& p : s.phases) {
-      events.push_back({{"name", p.name},
-                        {"cat", "phase"},
-                        {"ph", "X"},
-                        {"pid", 1},
-                        {"tid", 1},
-                        {"ts", us(p.start_s)},
-                        {"dur", us(p.end_s - p.start_s)},
-                        {"args",
-                         {{"step", i},
-                          {"peak_device_bytes", p.peak_device},
-                          {"peak_host_bytes", p.peak_host},
-                          {"device_bytes_at_start", p.device_at_start}}}});
+      events.push_back({{k::kName, p.name},
+                        {k::kCategory, k::kPhaseCategory},
+                        {k::kType, k::kComplete},
+                        {k::kPid, 1},
+                        {k::kTid, 1},
+                        {k::kTimestamp, us(p.start_s)},
+                        {k::kDuration, us(p.end_s - p.start_s)},
+                        {k::kArgs,
+                         {{k::kStep, i},
+                          {k::kPeakDevice, p.peak_device},
+                          {k::kPeakHost, p.peak_host},
+                          {k::kDeviceAtStart, p.device_at_start}}}});
       // The phase's peak on its own track, drawn from the phase's start.
-      events.push_back({{"name", "phase peak bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(p.start_s)},
-                        {"args", {{"device", p.peak_device}, {"host", p.peak_host}}}});
+      counter(k::kPhasePeakTrack, p.start_s, p.peak_device, p.peak_host);
     }
-    for (const auto& c : s.samples)
-      events.push_back({{"name", "live bytes"}, {"ph", "C"}, {"pid", 1}, {"ts", us(c.t_s)},
-                        {"args", {{"device", c.device}, {"host", c.host}}}});
+    for (const auto& c : s.samples) counter(k::kLiveTrack, c.t_s, c.device, c.host);
   }
-  json doc = {{"traceEvents", events}, {"displayTimeUnit", "ms"},
-              {"otherData", {{"peak_device_bytes", r.peak_device}, {"peak_host_bytes", r.peak_host}}}};
+  json doc = {{k::kEvents, events}, {k::kDisplayTimeUnit, "ms"},
+              {k::kOtherData, {{k::kPeakDevice, r.peak_device}, {k::kPeakHost, r.peak_host}}}};
   return doc.dump();
 }
 

@@ -20,4 +20,8 @@ std::string phase_of(const OpSpec& op);
 // Peaks of allocated bytes per phase (without the context outside the allocator).
 std::map<std::string, PhasePeak> phase_peaks(const Evaluation& e);
 
+// The evaluated plan with its prediction's phases filled, in schedule order: what
+// `plan -o` records.
+Plan with_phase_predictions(const Evaluation& e);
+
 }  // namespace longctx

@@ -3,7 +3,9 @@
 // longctx.plan/1, DESIGN.md). The planner writes it; the runtime reads only it.
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <nlohmann/json_fwd.hpp>
 
@@ -23,6 +25,18 @@ struct ClusterSpec {
   std::int64_t host_budget_bytes_per_node = 0;
 };
 
+// One phase's predicted peaks, under phase_names.h's names: what the plan file records so
+// that a later planner, or the runtime's measurement, can be held against it.
+struct PredictedPhase {
+  std::string phase;
+  std::int64_t peak_device_bytes = 0;  // allocated, per rank (without the context outside the allocator)
+  std::int64_t peak_host_bytes = 0;    // per rank
+  // Device bytes reserved by the caching allocator: not predicted yet. Absent from the file
+  // (and from comparisons) until the allocator model predicts it.
+  std::optional<std::int64_t> peak_device_reserved_bytes;
+  bool operator==(const PredictedPhase&) const = default;
+};
+
 struct Prediction {
   bool feasible = false;
   std::int64_t peak_device_bytes = 0;
@@ -33,6 +47,9 @@ struct Prediction {
   double tokens_per_s = 0;
   double mfu = 0;
   std::string binding;                // what limits: "device memory", "host memory", or "" if fits
+  // Per phase, in schedule order (phase_peaks.h fills it); empty when not recorded (plan
+  // files written before it was).
+  std::vector<PredictedPhase> phases;
 };
 
 struct Plan {

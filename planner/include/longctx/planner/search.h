@@ -1,5 +1,5 @@
 #pragma once
-// The search over the techniques of DESIGN.md: the fastest plan that fits at a sequence
+// The search over the knob table's knobs (knobs.h): the fastest plan that fits at a sequence
 // length, and the longest sequence any allowed plan fits.
 //
 // Pruning uses only bounds proven by the memory model's monotonicity (tested as properties
@@ -9,7 +9,6 @@
 //  - a choice of the other knobs whose most tiles fit neither with the smallest chunk nor
 //    unchunked is infeasible whatever the tiles and chunk;
 //  - a choice whose fastest tiles and chunk are no faster than the best plan so far cannot win.
-#include <bitset>
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -17,36 +16,11 @@
 
 #include <nlohmann/json_fwd.hpp>
 
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/result.h"
 
 namespace longctx {
-
-enum class Technique {
-  Zero1, Zero2, Zero3, OffloadOptimizer, OffloadParams, Ulysses, Untied, Checkpoint,
-  OffloadCheckpoints, TiledMlp, TiledLoss
-};
-inline constexpr int kTechniques = 11;
-using TechniqueSet = std::bitset<kTechniques>;
-const char* to_string(Technique t);
-std::vector<std::string> technique_names(const TechniqueSet& s);
-// "all", "none", or a comma list of the names above ("zero3,ulysses,checkpoint").
-Result<TechniqueSet> parse_techniques(const std::string& text);
-TechniqueSet all_techniques();
-
-// Knobs the user fixed; the others are searched.
-struct Knobs {
-  std::optional<Sharding> sharding;
-  std::optional<int> ulysses, head_chunk, mlp_tiles, loss_tiles;
-  std::optional<CheckpointPolicy> checkpoint;
-  std::optional<bool> offload_checkpoints, offload_optimizer, offload_params;
-  std::optional<std::int64_t> micro_batch;
-};
-
-// The knobs as given, the others at their plainest values compatible with them (zero3 for
-// parameter offload, full checkpointing for checkpoint offload): what `plan --no-search`
-// evaluates.
-Plan with_knobs(Plan base, const Knobs& knobs);
 
 struct SearchResult {
   Plan best;                      // the fastest feasible plan (prediction filled)

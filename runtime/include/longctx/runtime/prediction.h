@@ -16,7 +16,7 @@ struct PhasePrediction {
 };
 
 struct PredictedStep {
-  Prediction totals;                               // as evaluate() fills a plan's prediction
+  Prediction totals;                               // as `plan -o` records it, phases included
   std::map<std::string, PhasePrediction> phases;   // keyed by runtime phase name
 };
 

@@ -1,0 +1,367 @@
+#include "longctx/planner/knobs.h"
+
+#include <algorithm>
+#include <charconv>
+#include <sstream>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "json_fields.h"
+
+namespace longctx {
+namespace {
+
+// How each C++ type of the table becomes a KnobValue and text, and back.
+template <class T>
+struct Codec;
+
+// Knobs written as words, through their type's to_string and parser.
+template <class T, Result<T> (*Parse)(const std::string&, const std::string&)>
+struct WordCodec {
+  static constexpr KnobKind kind = KnobKind::Text;
+  static std::string format(KnobValue v) { return to_string(Codec<T>::decode(v)); }
+  static Result<KnobValue> parse(const std::string& text, const std::string& field) {
+    LONGCTX_TRY(auto value, Parse(text, field));
+    return Codec<T>::encode(value);
+  }
+};
+
+template <>
+struct Codec<Sharding> : WordCodec<Sharding, parse_sharding> {
+  static KnobValue encode(Sharding s) { return static_cast<KnobValue>(s); }
+  static Sharding decode(KnobValue v) { return static_cast<Sharding>(v); }
+};
+
+template <>
+struct Codec<CheckpointPolicy> : WordCodec<CheckpointPolicy, parse_checkpoint> {
+  static KnobValue encode(const CheckpointPolicy& c) {
+    return c.kind == CheckpointPolicy::Kind::None ? 0 : c.kind == CheckpointPolicy::Kind::Full ? 1 : c.every;
+  }
+  static CheckpointPolicy decode(KnobValue v) {
+    return v == 0 ? CheckpointPolicy::none() : CheckpointPolicy::every_k(static_cast<int>(v));
+  }
+};
+
+template <>
+struct Codec<bool> {
+  static constexpr KnobKind kind = KnobKind::Switch;
+  static KnobValue encode(bool b) { return b ? 1 : 0; }
+  static bool decode(KnobValue v) { return v != 0; }
+  static std::string format(KnobValue v) { return v ? "true" : "false"; }
+  static Result<KnobValue> parse(const std::string& text, const std::string& field) {
+    if (text == "true") return 1;
+    if (text == "false") return 0;
+    return Error::bad_input(field, fmt::format("'{}' is neither true nor false", text));
+  }
+};
+
+// int and std::int64_t knobs. Bounds are the row's (parse_knob), so decoding is exact.
+template <class T>
+struct IntCodec {
+  static constexpr KnobKind kind = KnobKind::Int;
+  static KnobValue encode(T v) { return v; }
+  static T decode(KnobValue v) { return static_cast<T>(v); }
+  static std::string format(KnobValue v) { return std::to_string(v); }
+  static Result<KnobValue> parse(const std::string& text, const std::string& field) {
+    KnobValue v = 0;
+    const char* end = text.data() + text.size();
+    auto [ptr, ec] = std::from_chars(text.data(), end, v);
+    if (ec != std::errc() || ptr != end || text.empty())
+      return Error::bad_input(field, fmt::format("'{}' is not a whole number", text));
+    return v;
+  }
+};
+template <>
+struct Codec<int> : IntCodec<int> {};
+template <>
+struct Codec<std::int64_t> : IntCodec<std::int64_t> {};
+
+std::string flag_of(const char* name) {
+  std::string f = std::string("--") + name;
+  std::replace(f.begin(), f.end(), '_', '-');
+  return f;
+}
+
+std::vector<Knob> build_table() {
+  std::vector<Knob> t;
+  const Plan plain;
+#define LONGCTX_KNOB_ROW(field, Type, section, rule) \
+  t.push_back(Knob{KnobId::field, #field, flag_of(#field), #section, Codec<Type>::kind, rule, Codec<Type>::encode(plain.section.field)});
+  LONGCTX_KNOB_TABLE(LONGCTX_KNOB_ROW)
+#undef LONGCTX_KNOB_ROW
+  return t;
+}
+
+bool requirement_met(const Plan& p, const Knob& k) {
+  if (!k.rule.needs) return true;
+  const Requirement& r = *k.rule.needs;
+  const KnobValue other = knob_value(p, r.knob);
+  return r.exactly ? other == r.value : other > knob(r.knob).plain;
+}
+
+// Tile counts the search tries for n tokens per rank: 1, powers of two, and the count that
+// makes tiles of the smallest length (what max-context uses).
+std::vector<KnobValue> tile_options(std::int64_t n, std::int64_t min_tile, bool allowed) {
+  std::vector<KnobValue> out = {1};
+  if (!allowed) return out;
+  for (std::int64_t t = 2; t <= n && n / t >= min_tile && t <= (1 << 20); t *= 2)
+    if (n % t == 0) out.push_back(t);
+  if (n % min_tile == 0 && n / min_tile > out.back() && n / min_tile <= (1 << 20)) out.push_back(n / min_tile);
+  return out;
+}
+
+// Head chunks: 0 (off) and every valid chunk, largest (fastest) first.
+std::vector<KnobValue> chunk_options(const Plan& p, bool allowed) {
+  std::vector<KnobValue> out = {0};
+  if (!allowed) return out;
+  for (std::int64_t c = p.model.heads / p.parallel.ulysses; c >= 1; --c) {
+    ParallelConfig probe;
+    probe.ulysses = p.parallel.ulysses;
+    probe.head_chunk = static_cast<int>(c);
+    if (validate(p.model, p.cluster.shape, p.train, probe).ok()) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<KnobValue> ulysses_options(const Plan& p, const TechniqueSet& allowed) {
+  std::vector<KnobValue> out;
+  const std::int64_t world = p.cluster.shape.world();
+  for (std::int64_t u = 1; u <= world; ++u) {
+    if (world % u != 0 || !technique_allows(allowed, KnobId::ulysses, u)) continue;
+    ParallelConfig probe;
+    probe.ulysses = static_cast<int>(u);
+    TrainConfig t = p.train;
+    if (t.seq < 1) t.seq = u;  // only the head rules matter here
+    if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(u);
+  }
+  return out;
+}
+
+}  // namespace
+
+const std::vector<Knob>& knob_table() {
+  static const std::vector<Knob> table = build_table();
+  return table;
+}
+
+const Knob& knob(KnobId id) { return knob_table()[static_cast<std::size_t>(id)]; }
+
+KnobValue knob_value(const Plan& p, KnobId id) {
+  switch (id) {
+#define LONGCTX_KNOB_GET(field, Type, section, rule) \
+  case KnobId::field: return Codec<Type>::encode(p.section.field);
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_GET)
+#undef LONGCTX_KNOB_GET
+  }
+  return 0;
+}
+
+void set_knob(Plan& p, KnobId id, KnobValue v) {
+  switch (id) {
+#define LONGCTX_KNOB_SET(field, Type, section, rule) \
+  case KnobId::field: p.section.field = Codec<Type>::decode(v); return;
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_SET)
+#undef LONGCTX_KNOB_SET
+  }
+}
+
+std::optional<KnobValue> fixed_value(const Knobs& k, KnobId id) {
+  switch (id) {
+#define LONGCTX_KNOB_FIXED(field, Type, section, rule) \
+  case KnobId::field: return k.field ? std::optional<KnobValue>(Codec<Type>::encode(*k.field)) : std::nullopt;
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_FIXED)
+#undef LONGCTX_KNOB_FIXED
+  }
+  return std::nullopt;
+}
+
+void fix(Knobs& k, KnobId id, KnobValue v) {
+  switch (id) {
+#define LONGCTX_KNOB_FIX(field, Type, section, rule) \
+  case KnobId::field: k.field = Codec<Type>::decode(v); return;
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_FIX)
+#undef LONGCTX_KNOB_FIX
+  }
+}
+
+std::string format_knob(KnobId id, KnobValue v) {
+  switch (id) {
+#define LONGCTX_KNOB_FORMAT(field, Type, section, rule) \
+  case KnobId::field: return Codec<Type>::format(v);
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_FORMAT)
+#undef LONGCTX_KNOB_FORMAT
+  }
+  return "?";
+}
+
+Result<KnobValue> parse_knob(KnobId id, const std::string& text, const std::string& field) {
+  Result<KnobValue> v = KnobValue{0};
+  switch (id) {
+#define LONGCTX_KNOB_PARSE(field_, Type, section, rule) \
+  case KnobId::field_: v = Codec<Type>::parse(text, field); break;
+    LONGCTX_KNOB_TABLE(LONGCTX_KNOB_PARSE)
+#undef LONGCTX_KNOB_PARSE
+  }
+  if (!v) return v;
+  const Knob& k = knob(id);
+  if (k.kind == KnobKind::Int && *v < k.rule.min)
+    return Error::bad_input(field, fmt::format("must be at least {}, found {}", k.rule.min, *v));
+  if (k.kind == KnobKind::Int && *v > k.rule.max)
+    return Error::bad_input(field, fmt::format("{} is above longctx's bound of {}", *v, k.rule.max));
+  return v;
+}
+
+std::string to_string(Technique t) {
+  for (const Knob& k : knob_table()) {
+    if (k.rule.technique.technique == t) return k.rule.technique.word;
+    for (std::size_t v = 0; v < k.rule.technique.by_value.size(); ++v)
+      if (k.rule.technique.by_value[v] == t) return format_knob(k.id, static_cast<KnobValue>(v));
+  }
+  return "?";
+}
+
+std::vector<std::string> technique_names(const TechniqueSet& s) {
+  std::vector<std::string> out;
+  for (int i = 0; i < kTechniques; ++i)
+    if (s.test(static_cast<std::size_t>(i))) out.push_back(to_string(static_cast<Technique>(i)));
+  return out;
+}
+
+TechniqueSet all_techniques() { return TechniqueSet().set(); }
+
+bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::size_t>(t)); }
+
+Result<TechniqueSet> parse_techniques(const std::string& text) {
+  if (text == "all") return all_techniques();
+  TechniqueSet s;
+  if (text == "none" || text.empty()) return s;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    item.erase(std::remove(item.begin(), item.end(), ' '), item.end());
+    bool found = false;
+    for (int i = 0; i < kTechniques; ++i)
+      if (item == to_string(static_cast<Technique>(i))) {
+        s.set(static_cast<std::size_t>(i));
+        found = true;
+      }
+    if (!found)
+      return Error::bad_input("--techniques", fmt::format("'{}' is not a technique; known: {}", item,
+                                                          fmt::join(technique_names(all_techniques()), ", ")));
+  }
+  return s;
+}
+
+std::optional<Technique> technique_for(KnobId id, KnobValue v) {
+  const Knob& k = knob(id);
+  const auto& by_value = k.rule.technique.by_value;
+  if (v >= 0 && v < static_cast<KnobValue>(by_value.size()) && by_value[static_cast<std::size_t>(v)]) return by_value[static_cast<std::size_t>(v)];
+  if (v > k.plain) return k.rule.technique.technique;
+  return std::nullopt;
+}
+
+bool technique_allows(const TechniqueSet& allowed, KnobId id, KnobValue v) {
+  const auto t = technique_for(id, v);
+  return !t || has(allowed, *t);
+}
+
+Result<bool> check_knobs_allowed(const Knobs& fixed, const TechniqueSet& allowed) {
+  for (const Knob& k : knob_table()) {
+    const auto v = fixed_value(fixed, k.id);
+    if (v && !technique_allows(allowed, k.id, *v))
+      return Error::bad_input(k.flag, fmt::format("needs '{}' in --techniques", to_string(*technique_for(k.id, *v))));
+  }
+  return true;
+}
+
+Plan with_knobs(Plan base, const Knobs& fixed) {
+  for (const Knob& k : knob_table()) set_knob(base, k.id, fixed_value(fixed, k.id).value_or(k.plain));
+  for (const Knob& k : knob_table())
+    if (k.rule.needs && knob_value(base, k.id) > k.plain && !fixed_value(fixed, k.rule.needs->knob))
+      set_knob(base, k.rule.needs->knob, k.rule.needs->value);
+  return base;
+}
+
+std::int64_t min_tile_tokens(const ModelConfig& m) {
+  std::int64_t t = 1;
+  while (t * 2 <= std::min<std::int64_t>(1024, m.hidden)) t *= 2;
+  return t;
+}
+
+std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const TechniqueSet& allowed, const Knobs& fixed) {
+  if (auto v = fixed_value(fixed, id)) return {*v};
+  const Knob& k = knob(id);
+  // Whether the row's technique is allowed at all (its values above the plain one).
+  const bool any = technique_allows(allowed, id, k.plain + 1);
+  switch (k.rule.candidates) {
+    case Candidates::Ulysses: return ulysses_options(p, allowed);
+    case Candidates::HeadChunk: return chunk_options(p, any);
+    case Candidates::Tiles:
+      return tile_options(p.train.micro_batch * p.train.seq / p.parallel.ulysses, min_tile_tokens(p.model), any);
+    case Candidates::Listed: break;
+  }
+  std::vector<KnobValue> out;
+  const bool met = requirement_met(p, k);
+  for (KnobValue v : k.rule.listed)
+    if (v == k.plain || (met && technique_allows(allowed, id, v))) out.push_back(v);
+  return out;
+}
+
+void knobs_to_json(const Plan& p, const std::string& section, nlohmann::json& out) {
+  for (const Knob& k : knob_table()) {
+    if (section != k.section) continue;
+    const KnobValue v = knob_value(p, k.id);
+    switch (k.kind) {
+      case KnobKind::Int: out[k.name] = v; break;
+      case KnobKind::Switch: out[k.name] = v != 0; break;
+      case KnobKind::Text: out[k.name] = format_knob(k.id, v); break;
+    }
+  }
+}
+
+Result<bool> knobs_from_json(const nlohmann::json& in, const std::string& section, Plan& p) {
+  using namespace json_fields;
+  for (const Knob& k : knob_table()) {
+    if (section != k.section) continue;
+    KnobValue v = 0;
+    switch (k.kind) {
+      case KnobKind::Int: {
+        LONGCTX_TRY(v, get_int(in, section, k.name, k.rule.min, k.rule.max));
+        break;
+      }
+      case KnobKind::Switch: {
+        LONGCTX_TRY(auto b, get_bool(in, section, k.name));
+        v = b ? 1 : 0;
+        break;
+      }
+      case KnobKind::Text: {
+        LONGCTX_TRY(auto text, get_string(in, section, k.name));
+        LONGCTX_TRY(v, parse_knob(k.id, text, section + "." + k.name));
+        break;
+      }
+    }
+    set_knob(p, k.id, v);
+  }
+  return true;
+}
+
+std::string describe_knobs(const Plan& p, bool all_rows) {
+  std::vector<std::string> parts;
+  for (const Knob& k : knob_table()) {
+    if (std::string(k.section) != "parallel") continue;
+    const KnobValue v = knob_value(p, k.id);
+    if (v == k.plain && !all_rows) continue;
+    if (k.kind == KnobKind::Switch) {
+      if (v) parts.emplace_back(k.rule.label);
+    } else if (v == k.plain && k.rule.plain_text) {
+      parts.emplace_back(k.rule.plain_text);
+    } else {
+      parts.push_back(fmt::format("{} {}", k.rule.label, format_knob(k.id, v)));
+    }
+  }
+  return fmt::format("{}", fmt::join(parts, ", "));
+}
+
+}  // namespace longctx

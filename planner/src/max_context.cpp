@@ -1,0 +1,339 @@
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/search.h"
+#include "search_space.h"
+
+namespace longctx {
+namespace {
+
+// The most memory-saving tiles at n tokens per rank; head chunk `chunk` (-1: the smallest
+// valid one). Chunking is not monotone against no chunking (the staged buffers can outweigh
+// the saved set they replace), so the caller tries both 0 and the smallest chunk.
+Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobValue chunk) {
+  Plan p = with_fine(c, 0, 1, 1);
+  p.train.seq = seq;
+  const std::int64_t tiles = seq / c.parallel.ulysses / min_tile_tokens(c.model);
+  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles})
+    if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
+  set_knob(p, KnobId::head_chunk, chunk >= 0 ? chunk : knob_candidates(KnobId::head_chunk, p, all_techniques(), {}).back());
+  return p;
+}
+
+// Largest multiple of `grid` tokens this configuration fits, from the peaks at two lengths:
+// every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
+// live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
+OpTotals totals_of(const Plan& p) {
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                      p.cluster.hardware.threads};
+  return simulate_totals(build_step(in), in.backend);
+}
+
+// Whether the totals fit the plan's budgets.
+bool fits(const Plan& p, const OpTotals& t) {
+  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return dev + p.cluster.hardware.context_bytes <= p.cluster.device_budget_bytes &&
+         host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+// `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
+std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet& a, KnobValue chunk, std::int64_t grid,
+                            std::string& binding, std::int64_t s2 = 0, const OpTotals* known = nullptr) {
+  // At least two tiles' worth at both lengths, so both have the same ops (one tile would be
+  // untiled).
+  const std::int64_t s1 = 2 * grid;
+  if (!known) s2 = 4 * grid;
+  const Plan p1 = saving_plan(c, a, s1, chunk);
+  if (!valid(p1)) return 0;
+  const OpTotals r1 = totals_of(p1);
+  const OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
+  if (r1.device_during.size() != r2.device_during.size()) return 0;
+  const double dev_budget = double(base.cluster.device_budget_bytes - base.cluster.hardware.context_bytes);
+  const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
+  double limit = 1e30;
+  binding = "";
+  auto bound = [&](double v1, double v2, double budget, const char* what) {
+    const double slope = (v2 - v1) / double(s2 - s1);
+    const double at0 = v1 - slope * double(s1);
+    if (slope <= 0) {
+      if (at0 > budget) { limit = 0; binding = what; }
+      return;
+    }
+    const double s = (budget - at0) / slope;
+    if (s < limit) { limit = s; binding = what; }
+  };
+  for (std::size_t i = 0; i < r1.device_during.size(); ++i) {
+    bound(double(r1.device_during[i]), double(r2.device_during[i]), dev_budget, "device memory");
+    bound(double(r1.host_during[i]), double(r2.host_during[i]), host_budget, "host memory");
+  }
+  if (limit < double(grid)) return 0;
+  // Beyond any length a plan file may hold, a bound says nothing more.
+  const double cap = 1099511627776.0;  // 2^40 tokens
+  return static_cast<std::int64_t>(std::min(limit, cap) / double(grid)) * grid;
+}
+
+
+// Coarse choices that can reach the longest sequence, the most memory-saving first, so the
+// floor rises early and later choices are dropped after a single simulation. Dropped, by
+// dominance the property tests check: none when zero1 is allowed, and none or zero1 when
+// zero2 is and the optimizer stays on the device (sharding more never raises device memory;
+// host memory only grows when offloaded gradients arrive during backward, as zero2's do).
+std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
+  Knobs k;
+  k.micro_batch = 1;
+  std::vector<Plan> out;
+  for (const Plan& c : coarse_choices(base, a, k)) {
+    const ParallelConfig& p = c.parallel;
+    if (p.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
+    if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
+    if (p.sharding == Sharding::None && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
+    out.push_back(c);
+  }
+  auto saving_rank = [](const Plan& c) {
+    const ParallelConfig& p = c.parallel;
+    return std::make_tuple(p.sharding == Sharding::Zero3, p.offload_optimizer, p.offload_params, p.offload_checkpoints,
+                           p.checkpoint == CheckpointPolicy::full(), p.ulysses);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Plan& x, const Plan& y) { return saving_rank(x) > saving_rank(y); });
+  return out;
+}
+
+struct MaxSeqCandidate {
+  std::int64_t tokens = 0;   // from the affine bound, before confirmation
+  std::int64_t grid = 0;
+  std::string binding;
+  Plan coarse;
+  KnobValue chunk = 0;
+};
+
+struct MaxSeq {
+  std::int64_t tokens = 0;
+  std::int64_t grid = 0;
+  std::string binding;
+  std::vector<MaxSeqCandidate> reaching;  // every candidate whose bound reaches `tokens`
+};
+
+// Affine bounds already computed, keyed by everything they depend on (the coarse knobs, the
+// chunk, and whether tiles are allowed): the ladder's rungs share most of their configurations.
+using BoundKey = std::vector<KnobValue>;
+struct Bound {
+  std::int64_t tokens = 0;  // the longest sequence: a bound, or confirmed by a full simulation
+  std::string binding;
+  bool confirmed = false;
+};
+using BoundCache = std::map<BoundKey, Bound>;
+
+BoundKey bound_key(const Plan& c, KnobValue chunk, const TechniqueSet& a) {
+  BoundKey key;
+  for (const Knob& k : knob_table())
+    if (!k.rule.fine) key.push_back(knob_value(c, k.id));
+  key.push_back(chunk);
+  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) key.push_back(technique_allows(a, id, knob(id).plain + 1));
+  return key;
+}
+
+// The candidate's bound. `floor`: a length known to fit with fewer techniques; a
+// configuration that does not fit at (the largest multiple of its grid up to) the floor
+// cannot reach past it, and is skipped after one simulation instead of two. Returns nothing
+// for a configuration that is invalid there.
+std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t floor) {
+  Bound b;
+  const std::int64_t at = floor / m.grid * m.grid;
+  if (at < 4 * m.grid) {
+    b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding);
+    return b;
+  }
+  const Plan probe = saving_plan(m.coarse, a, at, m.chunk);
+  if (!valid(probe)) return std::nullopt;
+  // The step up to the last layer's backward is a lower bound: over budget there, out.
+  const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
+                           /*prefix_only=*/true, probe.cluster.hardware.threads};
+  // Floors only rise (rungs in order, then the answer): remember it as out of reach.
+  if (!fits(probe, simulate_totals(build_step(head_in), head_in.backend))) return Bound{0, "", true};
+  const OpTotals t = totals_of(probe);
+  if (!fits(probe, t)) return Bound{0, "", true};
+  b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
+  return b;
+}
+
+// A bound that would raise the floor is confirmed with a full simulation first (allocator
+// rounding can cost a grid step). On the CPU virtual device the bound is a guess, not a
+// bound: the flash kernel's per-thread block buffers grow with the length up to 768 tokens
+// and then stay constant, so every configuration is settled by simulation, upwards as well.
+std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine) {
+  const std::int64_t grid = m.grid;
+  auto fits_at = [&](std::int64_t seq) {
+    const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
+    return valid(at) && fits(at, totals_of(at));
+  };
+  const std::int64_t cap = (std::int64_t{1} << 40) / grid;
+  // Usually the bound itself fits; else the largest fitting grid step below it, by
+  // bisection (fitting is monotone in the length).
+  std::int64_t lo = 0, hi = m.tokens / grid;  // lo steps fit (0: none), hi steps do not
+  if (m.tokens > 0 && fits_at(m.tokens)) {
+    lo = hi;
+    hi = 0;
+    if (!affine) {
+      // Gallop up from the guess to a length that does not fit.
+      std::int64_t step = 1;
+      while (lo + step <= cap && fits_at((lo + step) * grid)) {
+        lo += step;
+        step *= 2;
+      }
+      hi = std::min(lo + step, cap + 1);
+    }
+  } else if (!affine && m.tokens == 0) {
+    hi = 1;
+    while (hi <= cap && fits_at(hi * grid)) lo = hi, hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (fits_at(mid * grid)) lo = mid;
+    else hi = mid;
+  }
+  return lo * grid;
+}
+
+MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0) {
+  MaxSeq best;
+  const std::int64_t tile = min_tile_tokens(base.model);
+  // Whether every op's live bytes are affine in the length, which makes two simulations a
+  // configuration's answer: on CUDA, not on the CPU virtual device (see confirm()).
+  const bool affine = base.cluster.hardware.backend != Backend::Cpu;
+  std::vector<MaxSeqCandidate> all;
+  std::string last_binding;
+  const bool untied = technique_allows(a, KnobId::head_chunk, 1);
+  for (const Plan& c : max_seq_options(base, a)) {
+    for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
+      MaxSeqCandidate m{0, c.parallel.ulysses * tile, "", c, chunk};
+      const BoundKey key = bound_key(c, chunk, a);
+      if (auto it = cache.find(key); it == cache.end()) {
+        const auto b = first_bound(base, m, a, floor);
+        if (!b) continue;
+        cache[key] = *b;
+      }
+      Bound& cached = cache[key];
+      m.tokens = cached.tokens;
+      m.binding = cached.binding;
+      if (!cached.confirmed && (m.tokens > floor || !affine)) {
+        m.tokens = confirm(m, a, affine);
+        if (m.tokens > 0 && m.binding.empty()) m.binding = "device memory";
+        cached = {m.tokens, m.binding, true};
+      }
+      if (!m.binding.empty()) last_binding = m.binding;
+      if (m.tokens <= 0) continue;
+      all.push_back(m);
+      if (!cached.confirmed) continue;  // an unconfirmed bound at or under the floor: it cannot win
+      floor = std::max(floor, m.tokens);
+      if (m.tokens > best.tokens) best = {m.tokens, m.grid, m.binding, {}};
+    }
+  }
+  for (const auto& m : all)
+    if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
+  if (best.tokens == 0) best.binding = last_binding.empty() ? "device memory" : last_binding;
+  return best;
+}
+
+// The ladder's rungs, in the order a practitioner adds techniques; each rung's answer is a
+// floor for the next and for the final answer.
+std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor) {
+  const std::vector<std::vector<Technique>> rungs = {
+      {Technique::Zero3},
+      {Technique::Ulysses},
+      {Technique::Checkpoint},
+      {Technique::OffloadCheckpoints},
+      {Technique::TiledMlp, Technique::TiledLoss},
+      {Technique::Untied},
+      {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
+  };
+  std::vector<LadderRung> out;
+  TechniqueSet so_far;
+  for (const auto& rung : rungs) {
+    bool added = false;
+    for (Technique t : rung)
+      if (has(allowed, t)) {
+        so_far.set(static_cast<std::size_t>(t));
+        added = true;
+      }
+    if (!added) continue;
+    const MaxSeq m = max_seq(base, so_far, cache, floor);
+    out.push_back({technique_names(so_far), m.tokens, m.binding});
+    floor = std::max(floor, m.tokens);
+  }
+  return out;
+}
+
+// The fastest plan at the longest length: only coarse choices whose bound reaches it can fit
+// (any other tiles or chunk only raise their peak).
+std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, const MaxSeq& top) {
+  std::optional<Plan> fastest;
+  for (const auto& m : top.reaching) {
+    Plan at = base;
+    at.train.seq = top.tokens;
+    Knobs k;
+    for (const Knob& row : knob_table())
+      if (!row.rule.fine) fix(k, row.id, knob_value(m.coarse, row.id));
+    auto found = best_plan(at, allowed, k);
+    if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
+  }
+  return fastest;
+}
+
+// A rule that keeps the plan from spreading the tokens over larger sequence-parallel degrees.
+std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet& allowed) {
+  if (!has(allowed, Technique::Ulysses)) return "";
+  for (std::int64_t u = plan.parallel.ulysses + 1; u <= base.cluster.shape.world(); ++u) {
+    if (base.cluster.shape.world() % u != 0) continue;
+    Plan p = with_fine(plan, 0, 1, 1);
+    p.parallel.ulysses = static_cast<int>(u);
+    p.train.seq = u * min_tile_tokens(base.model);
+    auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
+    if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
+  }
+  return "";
+}
+
+}  // namespace
+
+Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder) {
+  MaxContextResult r;
+  BoundCache cache;
+  std::int64_t floor = 0;
+  if (with_ladder) r.ladder = ladder(base, allowed, cache, floor);
+  const MaxSeq top = max_seq(base, allowed, cache, floor);
+  r.max_tokens = top.tokens;
+  r.granularity = top.grid;
+  r.binding = top.binding;
+  if (top.tokens == 0) {
+    Plan p = base;
+    p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
+    auto b = best_plan(p, allowed);
+    if (!b) return b.error();  // names the smallest peak and what dominates it
+    return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
+  }
+  const std::optional<Plan> fastest = fastest_at(base, allowed, top);
+  if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
+  r.plan = *fastest;
+  r.rule = ulysses_rule(r.plan, base, allowed);
+  return r;
+}
+
+nlohmann::json max_context_json(const MaxContextResult& r) {
+  nlohmann::json j = {{"max_tokens", r.max_tokens},
+                      {"granularity_tokens", r.granularity},
+                      {"binding", r.binding},
+                      {"rule", r.rule},
+                      {"plan", plan_to_json(r.plan)}};
+  j["ladder"] = nlohmann::json::array();
+  for (const auto& rung : r.ladder)
+    j["ladder"].push_back({{"techniques", rung.techniques}, {"max_tokens", rung.max_tokens}, {"binding", rung.binding}});
+  return j;
+}
+
+}  // namespace longctx

@@ -1,0 +1,59 @@
+#include "search_space.h"
+
+#include "longctx/planner/search.h"
+
+namespace longctx {
+namespace {
+
+void enumerate(const Plan& p, std::size_t row, const TechniqueSet& allowed, const Knobs& fixed, std::vector<Plan>& out) {
+  const auto& table = knob_table();
+  if (row == table.size()) {
+    out.push_back(p);
+    return;
+  }
+  const Knob& k = table[row];
+  const std::vector<KnobValue> values =
+      k.rule.fine ? std::vector<KnobValue>{fixed_value(fixed, k.id).value_or(k.plain)} : knob_candidates(k.id, p, allowed, fixed);
+  for (KnobValue v : values) {
+    Plan next = p;
+    set_knob(next, k.id, v);
+    enumerate(next, row + 1, allowed, fixed, out);
+  }
+}
+
+}  // namespace
+
+std::vector<Plan> coarse_choices(const Plan& base, const TechniqueSet& allowed, const Knobs& fixed) {
+  std::vector<Plan> out;
+  enumerate(base, 0, allowed, fixed, out);
+  return out;
+}
+
+Plan with_fine(Plan coarse, KnobValue head_chunk, KnobValue mlp_tiles, KnobValue loss_tiles) {
+  set_knob(coarse, KnobId::head_chunk, head_chunk);
+  set_knob(coarse, KnobId::mlp_tiles, mlp_tiles);
+  set_knob(coarse, KnobId::loss_tiles, loss_tiles);
+  return coarse;
+}
+
+bool valid(const Plan& p) { return validate(p.model, p.cluster.shape, p.train, p.parallel).ok(); }
+
+std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& fixed) {
+  std::vector<Plan> out;
+  for (const Plan& c : coarse_choices(base, allowed, fixed)) {
+    const Plan shape = with_fine(c, 0, 1, 1);
+    if (!valid(shape)) continue;
+    const auto chunks = knob_candidates(KnobId::head_chunk, shape, allowed, fixed);
+    const auto mlps = knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed);
+    const auto losses = knob_candidates(KnobId::loss_tiles, shape, allowed, fixed);
+    for (KnobValue chunk : chunks)
+      for (KnobValue mlp : mlps)
+        for (KnobValue loss : losses) {
+          Plan p = with_fine(c, chunk, mlp, loss);
+          if (valid(p)) out.push_back(p);
+        }
+  }
+  return out;
+}
+
+}  // namespace longctx

@@ -1,0 +1,66 @@
+// The plan file as a contract: explain and compare say where the prediction a plan file
+// records differs from this planner's, and say nothing when they agree.
+#include <gtest/gtest.h>
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <unistd.h>
+
+#include "longctx/planner/trace_schema.h"
+
+namespace {
+
+struct Output {
+  std::string out, err;
+};
+
+Output run(const std::string& args) {
+  const std::string err_path = std::filesystem::temp_directory_path() / ("longctx_drift_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(LONGCTX_CLI) + " " + args + " 2>" + err_path;
+  Output o;
+  FILE* p = popen(cmd.c_str(), "r");
+  std::array<char, 4096> buf{};
+  std::size_t got = 0;
+  while (p && (got = fread(buf.data(), 1, buf.size(), p)) > 0) o.out.append(buf.data(), got);
+  if (p) pclose(p);
+  std::ifstream e(err_path);
+  o.err.assign(std::istreambuf_iterator<char>(e), {});
+  std::filesystem::remove(err_path);
+  return o;
+}
+
+TEST(PlanDrift, ExplainAndCompareReportAnEditedPredictionAndAreSilentOtherwise) {
+  const auto dir = std::filesystem::temp_directory_path() / ("longctx_drift_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string(), trace = (dir / "trace.json").string();
+  run("plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + plan);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(plan));
+  ASSERT_FALSE(j["prediction"]["phases"].empty()) << "the plan file records the peaks per phase";
+
+  // A trace of one phase, written with the schema's keys.
+  namespace k = longctx::trace_schema;
+  const std::string phase = j["prediction"]["phases"][0]["phase"];
+  nlohmann::json tr = {{k::kEvents, {{{k::kName, phase}, {k::kType, k::kComplete}, {k::kArgs, {{k::kPeakDevice, 1000}}}}}}};
+  std::ofstream(trace) << tr.dump();
+
+  EXPECT_EQ(run("explain " + plan).err.find("the plan says"), std::string::npos) << "identical: silent";
+  const auto same = nlohmann::json::parse(run("compare --json --plan " + plan + " --trace " + trace).out);
+  EXPECT_TRUE(same["prediction_drift"].empty());
+
+  const std::int64_t recorded = j["prediction"]["phases"][0]["peak_device_bytes"];
+  j["prediction"]["phases"][0]["peak_device_bytes"] = recorded + 4096;
+  std::ofstream(plan) << j.dump();
+  const Output e = run("explain " + plan);
+  EXPECT_NE(e.err.find(phase + " peak_device_bytes: the plan says"), std::string::npos) << e.err;
+  const auto c = nlohmann::json::parse(run("compare --json --plan " + plan + " --trace " + trace).out);
+  ASSERT_EQ(c["prediction_drift"].size(), 1u) << c["prediction_drift"].dump();
+  EXPECT_EQ(c["prediction_drift"][0]["plan_says"], recorded + 4096);
+  EXPECT_EQ(c["prediction_drift"][0]["planner_says"], recorded);
+  std::filesystem::remove_all(dir);
+}
+
+}  // namespace
