@@ -1,6 +1,6 @@
 #pragma once
 // The plan file: self-contained input of `run`, `explain` and `compare` (schema
-// longctx.plan/1, DESIGN.md). The planner writes it; the runtime reads only it.
+// longctx.plan/1, docs/cli.md). The planner writes it; the runtime reads only it.
 #include <cstdint>
 #include <map>
 #include <optional>

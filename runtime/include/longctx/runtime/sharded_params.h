@@ -1,5 +1,5 @@
 #pragma once
-// ZeRO over the world (DESIGN.md: data- and sequence-parallel ranks hold the same
+// ZeRO over the world (docs/architecture.md: data- and sequence-parallel ranks hold the same
 // parameters, so they share the shards). Each parameter group (a layer; the embedding; the
 // head: final norm and output projection) is one flat vector padded to world x shard
 // elements, in the order of the parameter table (longctx/planner/param_layout.h);
