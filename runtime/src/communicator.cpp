@@ -119,11 +119,27 @@ Communicator::Pending Communicator::all_gather_async(torch::Tensor& full, const 
     full.copy_(shard);
     return p;
   }
-  torch::Tensor in = shard;
-  p.work_ = world_group_->_allgather_base(full, in);
+  if (backend_ == CommBackend::Gloo) {
+    p.work_ = gather_in_place(full, shard);
+  } else {
+    torch::Tensor in = shard;
+    p.work_ = world_group_->_allgather_base(full, in);
+  }
   p.what_ = "ZeRO parameter all-gather";
   p.comm_ = this;
   return p;
+}
+
+c10::intrusive_ptr<c10d::Work> Communicator::gather_in_place(torch::Tensor& full, const torch::Tensor& shard) {
+  const auto n = shard.numel();
+  TORCH_CHECK(full.numel() == world_ * n, "all_gather: full must be [world * n]");
+  // Zeros around this rank's slot, the shard in it (unless it already is that slot).
+  full.narrow(0, 0, rank_ * n).zero_();
+  full.narrow(0, (rank_ + 1) * n, (world_ - rank_ - 1) * n).zero_();
+  torch::Tensor slot = full.narrow(0, rank_ * n, n);
+  if (slot.data_ptr() != shard.data_ptr()) slot.copy_(shard.reshape({-1}));
+  std::vector<torch::Tensor> ts = {full};
+  return world_group_->allreduce(ts);
 }
 
 void Communicator::Pending::complete() {
@@ -133,15 +149,22 @@ void Communicator::Pending::complete() {
   comm_->wait(w, what_);
 }
 
-void Communicator::reduce_scatter_sum(torch::Tensor& shard, const torch::Tensor& full) {
+void Communicator::reduce_scatter_sum(torch::Tensor& shard, torch::Tensor& full) {
   check_placement(shard, "ZeRO gradient reduce-scatter", "shard");
   check_placement(full, "ZeRO gradient reduce-scatter", "input");
   if (world_ == 1) {
     shard.copy_(full);
     return;
   }
-  torch::Tensor in = full;
-  wait(world_group_->_reduce_scatter_base(shard, in), "ZeRO gradient reduce-scatter");
+  if (backend_ == CommBackend::Gloo) {
+    // The sum over ranks in place (Gloo's own reduce-scatter clones full: gather_in_place),
+    // then this rank's slice.
+    std::vector<torch::Tensor> ts = {full};
+    wait(world_group_->allreduce(ts), "ZeRO gradient reduce-scatter");
+    shard.copy_(full.narrow(0, rank_ * shard.numel(), shard.numel()));
+    return;
+  }
+  wait(world_group_->_reduce_scatter_base(shard, full), "ZeRO gradient reduce-scatter");
 }
 
 }  // namespace longctx::runtime

@@ -66,8 +66,8 @@ double gather_received_bytes(const StepShapes& s, int group) {
 
 std::int64_t grad_shard_bytes(const StepShapes& s, int group) { return shard_elems(s, group) * s.g; }
 
-std::int64_t reduce_scatter_send_bytes(const StepShapes& s, int group) {
-  return s.world > 1 ? shard_elems(s, group) * s.world * s.g : 0;
+std::int64_t reduce_scatter_workspace_bytes(const StepShapes& s, int group) {
+  return s.world > 1 ? shard_elems(s, group) * (s.world - 1) * s.g : 0;
 }
 
 double reduce_scatter_sent_bytes(const StepShapes& s, int group) {

@@ -65,10 +65,11 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;
     return;
   }
-  // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer.
+  // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer and
+  // freed before the shard exists (reduce_scatter_workspace_bytes).
   const TensorId shard = sb.graph.tensor(sb.group_name(group, "grad.shard"), grad_shard_bytes(s, group), Category::Grads);
   const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), pieces, {shard},
-                            {.workspace = reduce_scatter_send_bytes(s, group)});
+                            {.workspace = reduce_scatter_workspace_bytes(s, group)});
   sb.graph.set_comm(o, CommKind::ReduceScatter, reduce_scatter_sent_bytes(s, group), static_cast<int>(s.world));
   sb.grads[static_cast<std::size_t>(group)] = {shard};
   // With the optimizer offloaded the shard then goes to host memory.

@@ -62,9 +62,12 @@ double gather_received_bytes(const StepShapes& s, int group);
 // zero2/zero3 reduce-scatter of a finished group gradient (runtime/src/sharded_params.cpp,
 // ShardedParams::flatten_grads and finish_grads): the shard grad.shard [shard_elems] g, and
 // across ranks a flat send buffer of the padded group [shard_elems * world] g into which the
-// gradient's pieces are first summed (0 on one rank).
+// gradient's pieces are first summed. The pieces are freed before the shard is allocated,
+// so the op holds pieces + send buffer, then send buffer + shard: with the pieces live
+// through the op and the shard its output, its workspace is the send buffer less one shard
+// (0 on one rank, where the pieces are summed into the shard's full-size buffer itself).
 std::int64_t grad_shard_bytes(const StepShapes& s, int group);
-std::int64_t reduce_scatter_send_bytes(const StepShapes& s, int group);
+std::int64_t reduce_scatter_workspace_bytes(const StepShapes& s, int group);
 
 // Bytes a rank sends in the reduce-scatter: every other rank's shard of the gradient.
 double reduce_scatter_sent_bytes(const StepShapes& s, int group);
