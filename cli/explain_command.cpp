@@ -4,6 +4,7 @@
 
 #include "cluster_options.h"
 #include "commands.h"
+#include "longctx/planner/atomic_file.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/phase_peaks.h"
 #include "longctx/planner/prediction_drift.h"
@@ -26,14 +27,7 @@ int run_explain(const ExplainOptions& o) {
   fmt::print("{}", render_plan(e, o.live_rows));
   fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
   if (!o.svg.empty()) {
-    const std::string tmp = o.svg + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-      if (!out) return report(Error::bad_input("--svg", fmt::format("cannot write '{}': check the folder exists", o.svg)));
-      out << timeline_svg(e);
-    }
-    if (std::rename(tmp.c_str(), o.svg.c_str()) != 0)
-      return report(Error::bad_input("--svg", fmt::format("cannot rename '{}' to '{}'", tmp, o.svg)));
+    if (auto written = write_text_atomically(o.svg, "--svg", timeline_svg(e)); !written) return report(written.error());
     fmt::print("\nwrote {}\n", o.svg);
   }
   return 0;

@@ -10,6 +10,8 @@
 #include "longctx/planner/limits.h"
 #include "longctx/planner/plan.h"
 
+#include "longctx/planner/atomic_file.h"
+
 namespace longctx {
 
 namespace {
@@ -142,17 +144,7 @@ Result<Plan> read_plan_file(const std::string& path) {
 }
 
 Result<bool> write_plan_file(const Plan& p, const std::string& path) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return Error::bad_input("-o", fmt::format("cannot write '{}': check the folder exists and is writable", path));
-    out << plan_to_json(p).dump(2) << "\n";
-    if (!out.flush()) return Error::bad_input("-o", fmt::format("writing '{}' failed (disk full?)", tmp));
-  }
-  std::error_code ec;
-  std::filesystem::rename(tmp, path, ec);
-  if (ec) return Error::bad_input("-o", fmt::format("cannot rename '{}' to '{}': {}", tmp, path, ec.message()));
-  return true;
+  return write_text_atomically(path, "-o", plan_to_json(p).dump(2) + "\n");
 }
 
 }  // namespace longctx

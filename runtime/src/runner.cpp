@@ -120,6 +120,48 @@ class BatchSource {
   std::int64_t cursor_ = 0;
 };
 
+// The rank's device made current and the meter started on it.
+Result<std::shared_ptr<MemoryMeter>> start_meter(const Plan& plan, torch::Device device, bool budget, int rank) {
+  try {
+    // The rank's GPU is the current one before anything touches CUDA: streams from
+    // getStreamFromPool(), events, torch::cuda::synchronize() and NCCL's communicators take
+    // the current device, and a rank left on GPU 0 would open a context there too.
+    if (device.is_cuda()) c10::cuda::set_device(device.index());
+    // On CUDA the meter initializes CUDA in the process (it reads the caching allocator).
+    return std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
+                                         budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
+  } catch (const std::exception& e) {
+    return Error{ErrorKind::Internal, "--device",
+                 fmt::format("{} could not be initialized on rank {}: {}", device.str(), rank, e.what())};
+  }
+}
+
+// Data and sequence parallel without ZeRO: every rank's gradient is its tokens' share of the
+// batch mean; their sum, in place, is the batch's gradient.
+void sum_gradients(const std::vector<torch::Tensor>& params, Communicator& comm) {
+  for (const auto& p : params)
+    if (p.grad().defined()) {
+      torch::Tensor g = p.grad();
+      comm.all_reduce_sum(g);
+    }
+}
+
+// What a step that threw becomes: the virtual device's out-of-memory with its figures beside
+// the plan's, or the failure named with the rank.
+Error step_failure(const Plan& plan, const MemoryMeter& meter, const Communicator& comm, const std::exception& e) {
+  if (auto oom = meter.oom()) {
+    const bool dev = oom->pool == Pool::Device;
+    return Error{ErrorKind::Internal, dev ? "cluster.device_budget_bytes" : "cluster.host_budget_bytes_per_node",
+                 fmt::format("out of memory on the CPU virtual device's {} pool in phase {}: {} requested with {} "
+                             "in use, budget {} (the plan predicts a {} peak of {}); raise the budget or plan "
+                             "with more memory techniques",
+                             dev ? "device" : "host", oom->phase, format_bytes(oom->requested),
+                             format_bytes(oom->in_use), format_bytes(oom->budget), dev ? "device" : "host",
+                             format_bytes(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
+  }
+  return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm.rank(), comm.world(), e.what())};
+}
+
 }  // namespace
 
 Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCallback& on_step) {
@@ -132,19 +174,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
               rank_device(o.device, local, o.device == "cuda" ? static_cast<int>(c10::cuda::device_count()) : 0));
   const bool cpu = device.is_cpu();
   const bool budget = o.enforce_budget && cpu;
-  std::shared_ptr<MemoryMeter> meter;
-  try {
-    // The rank's GPU is the current one before anything touches CUDA: streams from
-    // getStreamFromPool(), events, torch::cuda::synchronize() and NCCL's communicators take
-    // the current device, and a rank left on GPU 0 would open a context there too.
-    if (device.is_cuda()) c10::cuda::set_device(device.index());
-    // On CUDA the meter initializes CUDA in the process (it reads the caching allocator).
-    meter = std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
-                                          budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
-  } catch (const std::exception& e) {
-    return Error{ErrorKind::Internal, "--device",
-                 fmt::format("{} could not be initialized on rank {}: {}", device.str(), env.rank, e.what())};
-  }
+  LONGCTX_TRY(std::shared_ptr<MemoryMeter> meter, start_meter(plan, device, budget, env.rank));
   if (!comm) {
     ProcessGroupOptions po;
     po.backend = o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo;
@@ -225,15 +255,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
         r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
       }
       meter->set_phase(phase_name(StepPhase::Optimizer));
-      // Data and sequence parallel: every rank's gradient is its tokens' share of the batch
-      // mean; their sum is the batch's gradient (in place, no buffer).
       if (shards) shards->prepare_step();
-      if (comm->world() > 1 && !shards)
-        for (const auto& p : params)
-          if (p.grad().defined()) {
-            torch::Tensor g = p.grad();
-            comm->all_reduce_sum(g);
-          }
+      if (comm->world() > 1 && !shards) sum_gradients(params, *comm);
       optimizer.step();
       if (shards) shards->finish_step();
       if (!cpu) torch::cuda::synchronize();
@@ -254,18 +277,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
         if (auto c = checkpoints.save(i + 1, data.cursor(), state, optimizer); !c) return c.error();
     }
   } catch (const std::exception& e) {
-    if (auto oom = meter->oom()) {
-      const bool dev = oom->pool == Pool::Device;
-      return Error{ErrorKind::Internal, dev ? "cluster.device_budget_bytes" : "cluster.host_budget_bytes_per_node",
-                   fmt::format("out of memory on the CPU virtual device's {} pool in phase {}: {} requested with {} "
-                               "in use, budget {} (the plan predicts a {} peak of {}); raise the budget or plan "
-                               "with more memory techniques",
-                               dev ? "device" : "host", oom->phase, format_bytes(oom->requested),
-                               format_bytes(oom->in_use), format_bytes(oom->budget), dev ? "device" : "host",
-                               format_bytes(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
-    }
-    return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm->rank(),
-                                                      comm->world(), e.what())};
+    return step_failure(plan, *meter, *comm, e);
   }
   return report;
 }
