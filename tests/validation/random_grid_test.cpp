@@ -60,7 +60,6 @@ KnownGap known_gap(const Plan& p) {
   if (p.parallel.offload_params) return {"parameter offload on one rank: the copies of a streamed layer in backward", true};
   if (across_ranks && p.parallel.sharding == Sharding::Zero1)
     return {"zero1's optimizer phase: the all-reduced gradients and the shard's copy"};
-  if (p.model.tie_embeddings) return {"a tied embedding's backward.embed: the dense gradient's sum"};
   return {};
 }
 

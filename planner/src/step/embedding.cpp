@@ -23,8 +23,10 @@ TensorId embedding_forward(StepBuild& sb) {
 }
 
 // A dense [V, h] gradient. Tied to the output projection, it is a second gradient of the same
-// weight, which autograd then adds to the head's: the sum is a new [V, h] buffer that
-// replaces the old one.
+// weight, which autograd then adds to the head's. The untiled loss's head gradient comes out
+// of a transpose, which autograd does not add into: the sum is a new [V, h] buffer that
+// replaces the old one. The tiled loss's is a plain buffer of its own, which autograd adds
+// the dense gradient into in place: no new buffer.
 void embedding_backward(StepBuild& sb, TensorId d_x) {
   const StepShapes& s = sb.shapes;
   const Phase B = Phase::Backward;
@@ -40,7 +42,8 @@ void embedding_backward(StepBuild& sb, TensorId d_x) {
     // grad.dense [V, h] g
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, dense_bytes, Category::Transient);
     sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = flops});
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, B, -1, {tied_grad, dense}, {}, {.workspace = dense_bytes});
+    const std::int64_t sum_bytes = sb.parallel.loss_tiles > 1 ? 0 : dense_bytes;
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, B, -1, {tied_grad, dense}, {}, {.workspace = sum_bytes});
   } else {
     sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {grad}, {.flops = flops});
   }
