@@ -40,26 +40,6 @@ Tensor mark_backward_phase(const Tensor& x, const std::string& name) { return Ph
 
 // ---- the step --------------------------------------------------------------------------------
 
-namespace {
-
-// Identity in forward; when the gradient reaches it (a layer that is not checkpointed,
-// above one whose input was offloaded: every:K), starts bringing that input back, as a
-// checkpointed layer's backward does for the layer below it (planner order).
-class PrefetchCheckpointFn : public torch::autograd::Function<PrefetchCheckpointFn> {
- public:
-  static Tensor forward(AutogradContext* ctx, const Tensor& x, LlamaStep* step, std::int64_t layer) {
-    ctx->saved_data["step"] = reinterpret_cast<std::int64_t>(step);
-    ctx->saved_data["layer"] = layer;
-    return x;
-  }
-  static variable_list backward(AutogradContext* ctx, variable_list grads) {
-    reinterpret_cast<LlamaStep*>(ctx->saved_data["step"].toInt())->checkpoints().prefetch(ctx->saved_data["layer"].toInt());
-    return {grads[0], Tensor(), Tensor()};
-  }
-};
-
-}  // namespace
-
 LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
                      torch::Device device, Communicator* comm)
     : m_(m),
@@ -72,6 +52,7 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
                              layout_.rank * (seq / layout_.u))),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {
+  checkpoint_prefetch_.store = checkpoints_.get();
   choose_executors();
 }
 
@@ -175,7 +156,7 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     // bringing that input back when its own backward begins (planner order).
     if (l > 0 && !p_.checkpoint.checkpoints_layer(l) && p_.checkpoint.checkpoints_layer(l - 1) && p_.offload_checkpoints &&
         torch::GradMode::is_enabled())
-      x = PrefetchCheckpointFn::apply(x, this, l - 1);
+      x = on_backward_of(x, checkpoint_prefetch_, l - 1);
     x = mark_backward_phase(x, phase_name(StepPhase::BackwardLayer, l));
   }
   set_phase(phase_name(StepPhase::Loss));

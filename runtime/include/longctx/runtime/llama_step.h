@@ -89,6 +89,12 @@ class LlamaStep : private BackwardHook {
   AttentionShape attn_shape_;
   std::unique_ptr<CheckpointStore> checkpoints_;
   std::vector<std::unique_ptr<LayerExecutor>> executors_;  // one per layer
+  // every:K with offloaded checkpoints: when the backward reaches a layer that is not
+  // checkpointed, the offloaded input of the checkpointed layer below starts coming back.
+  struct CheckpointPrefetch final : BackwardHook {
+    CheckpointStore* store = nullptr;
+    void on_backward(std::int64_t layer) override { store->prefetch(layer); }
+  } checkpoint_prefetch_;
 };
 
 // Sets the active meter's phase (no-op without one).
