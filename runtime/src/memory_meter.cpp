@@ -4,11 +4,10 @@
 #include <ATen/native/Resize.h>
 #include <ATen/native/cuda/Resize.h>
 #include <ATen/core/Tensor.h>
-#include <ATen/cuda/PinnedMemoryAllocator.h>
+#include <cuda_runtime_api.h>
 #include <c10/core/CPUAllocator.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
-#include <c10/util/llvmMathExtras.h>
 #include <ATen/Context.h>
 #include <unordered_map>
 #include <fmt/format.h>
@@ -196,9 +195,8 @@ void delete_counted(void* data) {
 // Wraps another allocator; counts into the active meter's `pool`.
 class CountingAllocator final : public c10::Allocator {
  public:
-  // held: the bytes the base allocator really holds for a request of n (n, unless it rounds).
-  CountingAllocator(c10::Allocator* base, Pool pool, std::size_t (*held)(std::size_t) = nullptr)
-      : base_(base), pool_(pool), held_(held) {}
+  // The base allocator holds exactly the bytes asked for (none of them rounds).
+  CountingAllocator(c10::Allocator* base, Pool pool) : base_(base), pool_(pool) {}
 
   c10::DataPtr allocate(size_t n) override {
     auto meter = load_active();
@@ -207,7 +205,7 @@ class CountingAllocator final : public c10::Allocator {
     // leaves, host-side optimizer state): it counts in the host pool, the device pool being
     // the caching allocator's statistics.
     const Pool pool = pool_ == Pool::Device && meter->device().is_cuda() ? Pool::Host : pool_;
-    const auto bytes = static_cast<std::int64_t>(held_ ? held_(n) : n);
+    const auto bytes = static_cast<std::int64_t>(n);
     meter->on_alloc(pool, bytes);
     c10::DataPtr inner = base_->allocate(n);
     void* data = inner.get();
@@ -228,7 +226,6 @@ class CountingAllocator final : public c10::Allocator {
  private:
   c10::Allocator* base_;
   Pool pool_;
-  std::size_t (*held_)(std::size_t);
 };
 
 CountingAllocator& device_allocator() {
@@ -242,20 +239,47 @@ CountingAllocator& host_allocator() {
   return a;
 }
 
-// What LibTorch's pinned (caching host) allocator holds for a request of n bytes: a block
-// of the next power of two (ATen/core/CachingHostAllocator.h,
-// CachingHostAllocatorImpl::allocate: "Round up the allocation to the nearest power of
-// two", c10::llvm::PowerOf2Ceil). The block stays held while the tensor lives; after it
-// dies the block is cached for reuse, not returned to the system, which the meter does not
-// count (the pool's reserved bytes, like the device's, are an upper bound it leaves aside).
-// The wrapper's DataPtr carries the data pointer as its context, not the allocator's block:
-// a non_blocking copy's record_event still finds the block, by pointer
-// (CachingHostAllocatorImpl::record_event, get_block_from_ptr), so the block is not reused
-// before the copy has run.
-std::size_t pinned_block_bytes(std::size_t n) { return static_cast<std::size_t>(c10::llvm::PowerOf2Ceil(n)); }
+// Pinned host memory, exactly as requested. LibTorch's caching host allocator rounds every
+// request up to a power of two (ATen/core/CachingHostAllocator.h,
+// CachingHostAllocatorImpl::allocate, c10::llvm::PowerOf2Ceil) and keeps freed blocks
+// cached: a 4.84 GiB offloaded checkpoint would hold 8 GiB of page-locked memory. Here
+// each request is its own cudaHostAlloc and each free its own cudaFreeHost, so the host
+// pool's figure is the bytes asked for and page-locked memory ends when the tensor does.
+//
+// Safety of asynchronous copies: cudaFreeHost synchronizes with the device before it
+// returns (the reason caching host allocators exist), so a block is never released under
+// an in-flight cudaMemcpyAsync that reads or writes it. The cost is one host wait per free
+// of pinned memory (an offloaded checkpoint's host copy, once per layer and step), small
+// beside the layer's attention at the lengths where offloading is used (docs/runtime.md).
+// LibTorch's non_blocking copy still offers the pointer to the caching host allocator
+// (Copy.cu, CachingHostAllocator_recordEvent), which returns false for a pointer it did
+// not allocate (CachingHostAllocatorImpl::record_event): nothing is recorded, nothing is
+// needed.
+class ExactPinnedAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) override {
+    void* p = nullptr;
+    if (n > 0) {
+      const cudaError_t err = cudaHostAlloc(&p, n, cudaHostAllocDefault);
+      if (err != cudaSuccess) {
+        (void)cudaGetLastError();  // clear the sticky error so later CUDA calls do not report it
+        TORCH_CHECK_WITH(OutOfMemoryError, false, "cannot pin ", n, " bytes of host memory: ", cudaGetErrorString(err));
+      }
+    }
+    return {p, p, &release, c10::Device(c10::kCPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+
+ private:
+  static void release(void* p) {
+    if (p) (void)cudaFreeHost(p);  // a deleter cannot throw; a failed free leaks, it corrupts nothing
+  }
+};
 
 CountingAllocator& pinned_host_allocator() {
-  static CountingAllocator a(at::cuda::getPinnedMemoryAllocator(), Pool::Host, &pinned_block_bytes);
+  static ExactPinnedAllocator exact;
+  static CountingAllocator a(&exact, Pool::Host);
   return a;
 }
 

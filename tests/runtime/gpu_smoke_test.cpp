@@ -50,11 +50,30 @@ TEST_F(Gpu, HostMemoryIsCountedAsHeld) {
   MeterScope scope(meter);
   {
     auto pinned = host_empty({1000}, torch::kByte, /*pinned=*/true);
-    EXPECT_EQ(meter->current(Pool::Host), 1024);  // the caching host allocator's block
+    EXPECT_EQ(meter->current(Pool::Host), 1000);  // exactly what was asked: no power-of-two block
+    EXPECT_TRUE(pinned.is_pinned());
     auto scratch = torch::empty({100}, torch::kByte);  // the CPU allocator: host memory on CUDA
-    EXPECT_EQ(meter->current(Pool::Host), 1124);
+    EXPECT_EQ(meter->current(Pool::Host), 1100);
   }
   EXPECT_EQ(meter->current(Pool::Host), 0);
+}
+
+// A pinned buffer of 3 MiB + 1 byte holds that, not 4 MiB; freed while a non_blocking copy
+// from it may still run, the copy still lands whole (cudaFreeHost waits for the device).
+TEST_F(Gpu, PinnedHostMemoryIsExactAndOutlivesItsAsynchronousCopy) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, c10::Device(c10::kCUDA, 0));
+  MeterScope scope(meter);
+  const std::int64_t n = (3 << 20) + 1;
+  torch::Tensor device;
+  {
+    auto pinned = host_empty({n}, torch::kByte, /*pinned=*/true);
+    EXPECT_EQ(meter->current(Pool::Host), n);
+    pinned.fill_(7);
+    device = torch::empty({n}, torch::TensorOptions().dtype(torch::kByte).device(torch::kCUDA));
+    device.copy_(pinned, /*non_blocking=*/true);
+  }
+  EXPECT_EQ(meter->current(Pool::Host), 0);
+  EXPECT_EQ(device.sum().item<std::int64_t>(), 7 * n);
 }
 
 TEST_F(Gpu, ARunOnLocalRankOneUsesAndMakesCurrentTheSecondGpu) {
