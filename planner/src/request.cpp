@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include <fmt/format.h>
+#include <nlohmann/json.hpp>
 
 #include "longctx/planner/limits.h"
 #include "longctx/planner/phase_peaks.h"
@@ -12,7 +13,14 @@ namespace longctx {
 
 Result<Plan> resolve_cluster(const ClusterRequest& o) {
   Plan p;
-  LONGCTX_TRY(p.model, load_model(o.model));
+  if (o.model_config_json.empty()) {
+    LONGCTX_TRY(p.model, load_model(o.model));
+  } else {
+    const auto j = nlohmann::json::parse(o.model_config_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
+    LONGCTX_TRY(p.model, model_from_json(j, o.model));
+  }
   LONGCTX_TRY(p.cluster.hardware, load_hardware(o.gpu));
   if (o.gpus < 1) return Error::bad_input("--gpus", fmt::format("{} is not a GPU count; give 1 or more", o.gpus));
   const std::int64_t per_node = o.gpus_per_node.value_or(std::min(o.gpus, p.cluster.hardware.gpus_per_node));

@@ -18,6 +18,7 @@ namespace longctx {
 
 struct ClusterRequest {
   std::string model = "llama-3.1-8b";  // preset name or path of a Hugging Face config.json
+  std::string model_config_json;       // a config.json's text; when set, it is the model (named `model`)
   std::int64_t gpus = 8;
   std::optional<std::int64_t> gpus_per_node;  // default: the preset's, at most `gpus`
   std::string gpu = "h100-80gb";              // hardware preset
