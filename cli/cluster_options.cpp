@@ -4,8 +4,6 @@
 #include <fmt/ranges.h>
 
 #include "longctx/planner/knobs.h"
-#include "longctx/planner/limits.h"
-#include "longctx/planner/units.h"
 
 namespace longctx::cli {
 
@@ -27,41 +25,6 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "Gradients: fp32 or bf16 (default: fp32 on GPUs; on --gpu cpu the --dtype, as the runtime's autograd "
                  "keeps them)");
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
-}
-
-Result<Plan> resolve_cluster(const ClusterOptions& o) {
-  Plan p;
-  LONGCTX_TRY(p.model, load_model(o.model));
-  LONGCTX_TRY(p.cluster.hardware, load_hardware(o.gpu));
-  if (o.gpus < 1) return Error::bad_input("--gpus", fmt::format("{} is not a GPU count; give 1 or more", o.gpus));
-  const std::int64_t per_node = o.gpus_per_node.value_or(std::min(o.gpus, p.cluster.hardware.gpus_per_node));
-  if (per_node < 1) return Error::bad_input("--gpus-per-node", "must be at least 1");
-  if (o.gpus % per_node != 0)
-    return Error::bad_input("--gpus", fmt::format("{} GPUs do not fill whole nodes of {}; give a multiple, or set --gpus-per-node", o.gpus, per_node));
-  p.cluster.shape = {o.gpus / per_node, per_node};
-  p.cluster.device_budget_bytes = p.cluster.hardware.device_memory_bytes;
-  if (!o.budget.empty()) {
-    LONGCTX_TRY(p.cluster.device_budget_bytes, parse_bytes(o.budget, "--budget"));
-  }
-  p.cluster.host_budget_bytes_per_node = p.cluster.hardware.host_memory_bytes_per_node;
-  if (!o.host_mem.empty()) {
-    LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, parse_bytes(o.host_mem, "--host-mem"));
-  }
-  // Larger budgets would let the max-context bounds pass int64 (limits.h).
-  if (p.cluster.device_budget_bytes > limits::kMaxBytes)
-    return Error::bad_input("--budget", fmt::format("{} is above longctx's bound of 4PiB per GPU", o.budget));
-  if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
-    return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
-  if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
-  if (!o.dtype.empty()) {
-    LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
-  }
-  if (!o.grad_dtype.empty()) {
-    LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
-  } else {
-    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu ? p.train.dtype : DType::FP32;
-  }
-  return p;
 }
 
 int report(const Error& e) {

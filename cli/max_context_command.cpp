@@ -14,13 +14,8 @@ namespace longctx::cli {
 namespace {
 
 int run_max_context(const ClusterOptions& o, bool no_ladder) {
-  auto base = resolve_cluster(o);
-  if (!base) return report(base.error());
-  auto techniques = parse_techniques(o.techniques);
-  if (!techniques) return report(techniques.error());
-  if (!o.json)
-    fmt::print(stderr, "searching {} on {} x {} ...\n", base->model.name, base->cluster.shape.world(), base->cluster.hardware.name);
-  auto r = max_context(*base, *techniques, !no_ladder);
+  if (!o.json) fmt::print(stderr, "searching {} on {} GPUs of {} ...\n", o.model, o.gpus, o.gpu);
+  auto r = answer_max_context(o, !no_ladder);
   if (!r) return report(r.error());
   if (o.json) {
     fmt::print("{}\n", max_context_json(*r).dump(2));

@@ -59,29 +59,11 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
 }
 
 int run_plan(const PlanOptions& o) {
-  auto base = resolve_cluster(o.cluster);
-  if (!base) return report(base.error());
-  auto seq = parse_tokens(o.seq, "--seq");
-  if (!seq) return report(seq.error());
-  base->train.seq = *seq;
-  auto techniques = parse_techniques(o.cluster.techniques);
-  if (!techniques) return report(techniques.error());
   auto knobs = knobs_from(o.knobs);
   if (!knobs) return report(knobs.error());
-
-  SearchResult found;
-  if (o.no_search) {
-    found.best = with_knobs(*base, *knobs);
-    auto valid = validate(found.best.model, found.best.cluster.shape, found.best.train, found.best.parallel);
-    if (!valid) return report(valid.error());
-    found.evaluated = 1;
-  } else {
-    auto searched = best_plan(*base, *techniques, *knobs);
-    if (!searched) return report(searched.error());
-    found = std::move(searched).value();
-  }
-  const Evaluation e = evaluate(found.best);
-  const Plan recorded = with_phase_predictions(e);  // the file records the peaks per phase too
+  auto answer = answer_plan({o.cluster, o.seq, *knobs, o.no_search});
+  if (!answer) return report(answer.error());
+  const auto& [found, e, recorded] = *answer;
   if (!o.output.empty()) {
     auto w = write_plan_file(recorded, o.output);
     if (!w) return report(w.error());

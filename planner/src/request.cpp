@@ -1,0 +1,80 @@
+#include "longctx/planner/request.h"
+
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/limits.h"
+#include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/units.h"
+
+namespace longctx {
+
+Result<Plan> resolve_cluster(const ClusterRequest& o) {
+  Plan p;
+  if (o.model_config_json.empty()) {
+    LONGCTX_TRY(p.model, load_model(o.model));
+  } else {
+    const auto j = nlohmann::json::parse(o.model_config_json, nullptr, /*allow_exceptions=*/false);
+    if (j.is_discarded() || !j.is_object())
+      return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
+    LONGCTX_TRY(p.model, model_from_json(j, o.model));
+  }
+  LONGCTX_TRY(p.cluster.hardware, load_hardware(o.gpu));
+  if (o.gpus < 1) return Error::bad_input("--gpus", fmt::format("{} is not a GPU count; give 1 or more", o.gpus));
+  const std::int64_t per_node = o.gpus_per_node.value_or(std::min(o.gpus, p.cluster.hardware.gpus_per_node));
+  if (per_node < 1) return Error::bad_input("--gpus-per-node", "must be at least 1");
+  if (o.gpus % per_node != 0)
+    return Error::bad_input("--gpus", fmt::format("{} GPUs do not fill whole nodes of {}; give a multiple, or set --gpus-per-node", o.gpus, per_node));
+  p.cluster.shape = {o.gpus / per_node, per_node};
+  p.cluster.device_budget_bytes = p.cluster.hardware.device_memory_bytes;
+  if (!o.budget.empty()) {
+    LONGCTX_TRY(p.cluster.device_budget_bytes, parse_bytes(o.budget, "--budget"));
+  }
+  p.cluster.host_budget_bytes_per_node = p.cluster.hardware.host_memory_bytes_per_node;
+  if (!o.host_mem.empty()) {
+    LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, parse_bytes(o.host_mem, "--host-mem"));
+  }
+  // Larger budgets would let the max-context bounds pass int64 (limits.h).
+  if (p.cluster.device_budget_bytes > limits::kMaxBytes)
+    return Error::bad_input("--budget", fmt::format("{} is above longctx's bound of 4PiB per GPU", o.budget));
+  if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
+    return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
+  if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
+  if (!o.dtype.empty()) {
+    LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
+  }
+  if (!o.grad_dtype.empty()) {
+    LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
+  } else {
+    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu ? p.train.dtype : DType::FP32;
+  }
+  return p;
+}
+
+Result<PlanAnswer> answer_plan(const PlanRequest& r) {
+  LONGCTX_TRY(Plan base, resolve_cluster(r.cluster));
+  LONGCTX_TRY(base.train.seq, parse_tokens(r.seq, "--seq"));
+  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.cluster.techniques));
+  PlanAnswer a;
+  if (r.no_search) {
+    a.found.best = with_knobs(base, r.knobs);
+    auto valid = validate(a.found.best.model, a.found.best.cluster.shape, a.found.best.train, a.found.best.parallel);
+    if (!valid) return valid.error();
+    a.found.evaluated = 1;
+  } else {
+    LONGCTX_TRY(a.found, best_plan(base, techniques, r.knobs));
+  }
+  a.evaluation = evaluate(a.found.best);
+  a.recorded = with_phase_predictions(a.evaluation);  // the file records the peaks per phase too
+  return a;
+}
+
+Result<MaxContextResult> answer_max_context(const ClusterRequest& r, bool with_ladder) {
+  LONGCTX_TRY(const Plan base, resolve_cluster(r));
+  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.techniques));
+  return max_context(base, techniques, with_ladder);
+}
+
+}  // namespace longctx

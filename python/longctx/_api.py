@@ -1,0 +1,238 @@
+"""The planner's Python API: thin typed wrappers over longctx._core.
+
+Every function builds the request the CLI would build from its flags, asks the C++ planner,
+and reads back the JSON the CLI prints with ``--json``; nothing is computed twice.
+"""
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
+
+from . import _core
+
+#: A model: a preset name (see :func:`models`), the path of a Hugging Face config.json or of a
+#: folder holding one, a config as a dict, or a ``transformers.PretrainedConfig``.
+ModelSpec = Union[str, "os.PathLike[str]", Mapping[str, Any], Any]
+
+
+class LongctxError(Exception):
+    """An answer the planner refused. ``field`` names the input (as the CLI's flag or the
+    config.json key), ``message`` says what is wrong and how to fix it."""
+
+    exit_status = 1
+
+    def __init__(self, field: str, message: str):
+        self.field = field
+        self.message = message
+        super().__init__(f"{field}: {message}" if field else message)
+
+
+class BadInput(LongctxError, ValueError):
+    """A bad argument or config field (the CLI exits 2)."""
+
+    exit_status = 2
+
+
+class NoFit(LongctxError):
+    """No plan fits the budgets (the CLI exits 3)."""
+
+    exit_status = 3
+
+
+_ERRORS = {"bad_input": BadInput, "no_fit": NoFit, "internal": LongctxError}
+
+
+def _answer(result: "tuple[bool, str]") -> str:
+    ok, payload = result
+    if ok:
+        return payload
+    e = json.loads(payload)
+    raise _ERRORS.get(e["kind"], LongctxError)(e["field"], e["message"])
+
+
+def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
+    if hasattr(model, "to_dict") and callable(model.to_dict):  # transformers.PretrainedConfig
+        config = model.to_dict()
+        args.model = str(getattr(model, "name_or_path", "") or config.get("model_type", "model"))
+        args.model_config_json = json.dumps(config, default=str)
+        return
+    if isinstance(model, Mapping):
+        args.model = str(model.get("_name_or_path") or model.get("model_type") or "model")
+        args.model_config_json = json.dumps(dict(model), default=str)
+        return
+    if not isinstance(model, (str, os.PathLike)):
+        raise BadInput("model", f"cannot use a {type(model).__name__}; give a preset name, a config.json path or "
+                                "folder, a dict, or a transformers.PretrainedConfig")
+    path = os.fspath(model)
+    if os.path.isdir(path):
+        config_path = os.path.join(path, "config.json")
+        if not os.path.isfile(config_path):
+            raise BadInput("model", f"the folder '{path}' holds no config.json; give the model's folder or its config.json")
+        path = config_path
+    args.model = path
+
+
+def _bytes_text(value: Union[int, str, None]) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, bool) or not isinstance(value, (int, str)):
+        raise BadInput("budget", f"{value!r} is not a size; give bytes as an int or text such as '80GiB'")
+    return f"{value}B" if isinstance(value, int) else value
+
+
+def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, dtype, grad_dtype,
+             gpus_per_node) -> "_core.ClusterRequest":
+    args = _core.ClusterRequest()
+    _model_args(model, args)
+    if isinstance(gpus, bool) or not isinstance(gpus, int):
+        raise BadInput("gpus", f"{gpus!r} is not a GPU count; give an int of 1 or more")
+    args.gpus = gpus
+    args.gpus_per_node = gpus_per_node
+    args.gpu = gpu
+    args.budget = _bytes_text(budget)
+    args.host_mem = _bytes_text(host_mem)
+    args.techniques = techniques if isinstance(techniques, str) else ",".join(techniques)
+    args.dtype = dtype or ""
+    args.grad_dtype = grad_dtype or ""
+    return args
+
+
+@dataclass(frozen=True)
+class Prediction:
+    """What the planner predicts for one training step, per rank."""
+
+    feasible: bool
+    peak_device_bytes: int  #: allocated bytes at the device peak
+    peak_host_bytes: int  #: host bytes at the host peak (per rank)
+    peak_at: str  #: the op at the device peak
+    step_time_s: float
+    tokens_per_s: float
+    mfu: float
+    binding: str  #: what binds when it does not fit ("" when it fits)
+    phases: List[Dict[str, Any]]  #: predicted peaks per phase
+    raw: Dict[str, Any] = field(repr=False)  #: the whole prediction block, breakdown included
+
+    @staticmethod
+    def _from(j: Mapping[str, Any]) -> "Prediction":
+        return Prediction(bool(j["feasible"]), int(j["peak_device_bytes"]), int(j["peak_host_bytes"]), j["peak_at"],
+                          float(j["step_time_s"]), float(j["tokens_per_s"]), float(j["mfu"]), j.get("binding", ""),
+                          list(j.get("phases", [])), dict(j))
+
+
+@dataclass(frozen=True)
+class Plan:
+    """A plan: the model, the cluster, the sequence, the techniques, and the prediction.
+
+    ``to_json()`` is the plan file ``longctx plan -o`` writes (``longctx run --plan`` runs
+    it); ``from_json()`` reads one back."""
+
+    data: Dict[str, Any] = field(repr=False)
+
+    @property
+    def prediction(self) -> Prediction:
+        return Prediction._from(self.data["prediction"])
+
+    @property
+    def seq(self) -> int:
+        return int(self.data["train"]["seq"])
+
+    @property
+    def micro_batch(self) -> int:
+        return int(self.data["train"]["micro_batch"])
+
+    @property
+    def parallel(self) -> Dict[str, Any]:
+        """The techniques, by knob name (``sharding``, ``ulysses``, ``head_chunk``, ...)."""
+        return dict(self.data["parallel"])
+
+    @property
+    def search(self) -> Optional[Dict[str, Any]]:
+        """The search's summary (configurations evaluated, runners-up, Pareto set), if one ran."""
+        return self.data.get("search")
+
+    def to_json(self, indent: Optional[int] = 2) -> str:
+        body = {k: v for k, v in self.data.items() if k != "search"}
+        return json.dumps(body, indent=indent)
+
+    @staticmethod
+    def from_json(text: Union[str, bytes, Mapping[str, Any]]) -> "Plan":
+        """A plan from a plan file's text (or its parsed dict); checked by the planner."""
+        data = dict(text) if isinstance(text, Mapping) else json.loads(text)
+        _answer(_core.explain(json.dumps(data), 0))  # the planner's checks: BadInput on a bad file
+        return Plan(data)
+
+    def explain(self, live_rows: int = 12) -> str:
+        """Where the memory goes: the summary, the breakdown at the peak and the live set
+        there, as ``longctx explain`` prints it."""
+        return _answer(_core.explain(self.to_json(None), live_rows))
+
+    def __repr__(self) -> str:
+        p = self.prediction
+        return (f"Plan(model={self.data['model'].get('name', '?')!r}, seq={self.seq}, parallel={self.parallel}, "
+                f"peak_device_bytes={p.peak_device_bytes}, feasible={p.feasible})")
+
+
+@dataclass(frozen=True)
+class MaxContext:
+    """The longest sequence any allowed plan trains, to ``granularity`` tokens."""
+
+    max_tokens: int
+    granularity: int
+    binding: str  #: what stops it growing: "device memory", "host memory" or a rule
+    rule: str
+    plan: Plan  #: the fastest plan at max_tokens
+    ladder: List[Dict[str, Any]]  #: the maximum as techniques are added one at a time
+    raw: Dict[str, Any] = field(repr=False)
+
+
+def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
+                *, budget: Union[int, str, None] = None, host_mem: Union[int, str, None] = None,
+                dtype: Optional[str] = None, grad_dtype: Optional[str] = None, gpus_per_node: Optional[int] = None,
+                ladder: bool = True) -> MaxContext:
+    """The longest context `model` trains on `gpus` GPUs with the allowed techniques
+    (``longctx max-context``). Raises BadInput, or NoFit when nothing fits at all."""
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node)
+    j = json.loads(_answer(_core.max_context(args, ladder)))
+    return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
+                      Plan(j["plan"]), list(j.get("ladder", [])), j)
+
+
+def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",
+         techniques: Union[str, Iterable[str]] = "all", *, budget: Union[int, str, None] = None,
+         host_mem: Union[int, str, None] = None, dtype: Optional[str] = None, grad_dtype: Optional[str] = None,
+         gpus_per_node: Optional[int] = None, no_search: bool = False, **knobs: Any) -> Plan:
+    """The fastest plan that fits `seq` tokens (``longctx plan``). Keyword knobs are fixed
+    (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
+    the others searched; with ``no_search=True`` the others are at none/1/0/off.
+    Raises BadInput, or NoFit when no plan fits."""
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node)
+    fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in knobs.items()}
+    return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
+
+
+def compare(plan: Plan, trace: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
+    """A plan's predicted peaks beside a measured trace's (``longctx run --trace`` or a
+    PyTorch profiler trace exported with ``profile_memory=True``)."""
+    return json.loads(_answer(_core.compare(plan.to_json(None), os.fspath(trace))))
+
+
+def models() -> List[str]:
+    """The model presets (``longctx models``)."""
+    return list(_core.models())
+
+
+def model_config(model: ModelSpec) -> Dict[str, Any]:
+    """The model as the planner reads it (its shapes), from any ModelSpec."""
+    args = _core.ClusterRequest()
+    _model_args(model, args)
+    if args.model_config_json:
+        cfg = json.loads(args.model_config_json)
+        return plan(cfg, gpus=1, seq=64, no_search=True, techniques="none").data["model"]
+    return json.loads(_answer(_core.model(args.model)))
+
+
+def knobs() -> Dict[str, str]:
+    """The knobs :func:`plan` takes as keywords, with their kind (switch, int, text)."""
+    return dict(_core.knob_keys())

@@ -1,0 +1,224 @@
+"""Hugging Face Trainer integration: measured peak memory beside longctx's prediction.
+
+Add :class:`MemoryReportCallback` to a ``transformers.Trainer``; during one of the first
+steps (the second by default: see ``step``) it measures the peak of allocated memory in three phases — forward (the model's forward and its
+loss), backward, and the optimizer step — and at the end of that step reports them beside the
+plan's predicted peaks for the same phases::
+
+    plan = longctx.plan(model.config, gpus=1, seq=4096, gpu="cpu")
+    trainer = Trainer(model=model, args=args, train_dataset=data,
+                      callbacks=[longctx.hf.MemoryReportCallback(plan)])
+
+On CUDA the figures are ``torch.cuda.max_memory_allocated``, reset at each phase boundary.
+On CPU they come from the PyTorch profiler (``profile_memory=True``), whose running total
+counts only what is allocated while it profiles (c10's ProfiledCPUMemoryReporter); the
+tensors alive before the step starts — parameters, buffers, gradients, optimizer states —
+are added as a measured baseline, each storage once.
+
+The plan predicts longctx's own runtime. Where Hugging Face's modules keep more (its SwiGLU
+and RMSNorm save more activations, eager attention keeps the softmax), the measured figure
+is above the prediction: the report shows both, it does not hide the difference.
+"""
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from dataclasses import dataclass
+from typing import Any, Callable, Dict, List, Optional
+
+from transformers import TrainerCallback
+
+from ._api import Plan
+
+PHASES = ("forward", "backward", "optimizer")
+
+
+def _phase_of(longctx_phase: str) -> str:
+    """longctx's phase names grouped as a Trainer step runs them (its loss is in forward)."""
+    if longctx_phase.startswith("backward"):
+        return "backward"
+    if longctx_phase == "optimizer":
+        return "optimizer"
+    return "forward"
+
+
+def predicted_phase_peaks(plan: Plan) -> Dict[str, int]:
+    """The plan's predicted device peak of each Trainer phase, bytes per rank."""
+    peaks = {p: 0 for p in PHASES}
+    for row in plan.prediction.phases:
+        phase = _phase_of(row["phase"])
+        peaks[phase] = max(peaks[phase], int(row["peak_device_bytes"]))
+    return peaks
+
+
+@dataclass
+class PhaseRow:
+    phase: str
+    predicted_bytes: int
+    measured_bytes: int
+
+    @property
+    def error(self) -> Optional[float]:
+        """(predicted - measured) / measured: negative where the plan predicts less."""
+        return (self.predicted_bytes - self.measured_bytes) / self.measured_bytes if self.measured_bytes > 0 else None
+
+
+def _live_bytes(model: Any, optimizer: Any) -> int:
+    """Bytes of every distinct storage the step starts with."""
+    import torch
+
+    seen: Dict[int, int] = {}
+
+    def add(t: Any) -> None:
+        if isinstance(t, torch.Tensor) and t.device.type == "cpu":
+            s = t.untyped_storage()
+            seen[s.data_ptr()] = s.nbytes()
+
+    for p in model.parameters():
+        add(p)
+        add(p.grad)
+    for b in model.buffers():
+        add(b)
+    if optimizer is not None:
+        for state in optimizer.state.values():
+            for v in state.values():
+                add(v)
+    return sum(seen.values())
+
+
+class MemoryReportCallback(TrainerCallback):
+    """Measures one step's peak memory per phase and reports it beside `plan`'s.
+
+    ``step`` is the (0-based) step measured. The default, 1, is the first step that starts
+    with the optimizer's states in place (AdamW creates them in step 0's optimizer phase),
+    which is the steady state a plan predicts; step 0's forward and backward hold less.
+    After the step, :attr:`rows` holds one :class:`PhaseRow` per phase and :attr:`report`
+    the printed table; ``report_to`` receives the table (default: print)."""
+
+    def __init__(self, plan: Plan, step: int = 1, report_to: Callable[[str], None] = print):
+        self.plan = plan
+        self.step = step
+        self.report_to = report_to
+        self.rows: List[PhaseRow] = []
+        self.report: str = ""
+        self._measuring = False
+        self._phase: Optional[str] = None
+        self._cuda = False
+        self._measured: Dict[str, int] = {}
+        self._profiler: Any = None
+        self._ranges: Dict[str, Any] = {}
+        self._baseline = 0
+        self._hooks: List[Any] = []
+        self._model: Any = None
+        self._optimizer: Any = None
+
+    # -- phases ------------------------------------------------------------------------
+    def _enter(self, phase: str) -> None:
+        import torch
+
+        self._phase = phase
+        if self._cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        else:
+            self._ranges[phase] = torch.profiler.record_function(f"longctx.{phase}")
+            self._ranges[phase].__enter__()
+
+    def _leave(self) -> None:
+        import torch
+
+        if self._phase is None:
+            return
+        if self._cuda:
+            torch.cuda.synchronize()
+            self._measured[self._phase] = int(torch.cuda.max_memory_allocated())
+        else:
+            self._ranges.pop(self._phase).__exit__(None, None, None)
+        self._phase = None
+
+    # -- Trainer events ----------------------------------------------------------------
+    def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        self._model, self._optimizer = model, optimizer
+        self._cuda = next(model.parameters()).device.type == "cuda"
+
+        def before_forward(module, inputs):
+            if self._measuring and self._phase is None:
+                self._enter("forward")
+
+        def after_forward(module, inputs, output):
+            if self._measuring and self._phase == "forward":
+                self._leave()
+                self._enter("backward")
+
+        self._hooks = [model.register_forward_pre_hook(before_forward), model.register_forward_hook(after_forward)]
+
+    def on_step_begin(self, args, state, control, **kwargs):
+        import torch
+
+        if state.global_step != self.step or self.rows:
+            return
+        self._measuring = True
+        if not self._cuda:
+            self._baseline = _live_bytes(self._model, kwargs.get("optimizer") or self._optimizer)
+            self._profiler = torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True)
+            self._profiler.__enter__()
+
+    def on_pre_optimizer_step(self, args, state, control, **kwargs):
+        if self._measuring:
+            self._leave()
+            self._enter("optimizer")
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        if self._measuring:
+            self._leave()
+
+    def on_step_end(self, args, state, control, **kwargs):
+        if not self._measuring:
+            return
+        self._leave()
+        self._measuring = False
+        if not self._cuda:
+            self._profiler.__exit__(None, None, None)
+            self._measured = self._profiler_peaks()
+        predicted = predicted_phase_peaks(self.plan)
+        self.rows = [PhaseRow(p, predicted[p], self._measured.get(p, 0)) for p in PHASES]
+        self.report = self._table()
+        self.report_to(self.report)
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    # -- CPU: the profiler's memory events, by phase --------------------------------------
+    def _profiler_peaks(self) -> Dict[str, int]:
+        fd, path = tempfile.mkstemp(suffix=".json")
+        os.close(fd)
+        try:
+            self._profiler.export_chrome_trace(path)
+            with open(path) as f:
+                events = json.load(f)["traceEvents"]
+        finally:
+            os.remove(path)
+        ranges = {e["name"][len("longctx."):]: (float(e["ts"]), float(e["ts"]) + float(e.get("dur", 0)))
+                  for e in events if e.get("ph") == "X" and str(e.get("name", "")).startswith("longctx.")}
+        memory = sorted((float(e["ts"]), int(e["args"]["Total Allocated"])) for e in events
+                        if e.get("name") == "[memory]" and e.get("args", {}).get("Device Type", 0) == 0)
+        peaks: Dict[str, int] = {}
+        for phase, (start, end) in ranges.items():
+            level = 0  # the running total when the phase starts
+            peak = 0
+            for ts, total in memory:
+                if ts < start:
+                    level = total
+                elif ts <= end:
+                    peak = max(peak, total)
+            peaks[phase] = self._baseline + max(level, peak)
+        return peaks
+
+    def _table(self) -> str:
+        lines = [f"longctx: measured beside predicted, step {self.step} ({'cuda' if self._cuda else 'cpu'})",
+                 f"{'phase':<10} {'predicted':>14} {'measured':>14} {'error':>9}"]
+        for r in self.rows:
+            err = f"{100 * r.error:+.1f}%" if r.error is not None else "-"
+            lines.append(f"{r.phase:<10} {r.predicted_bytes:>14} {r.measured_bytes:>14} {err:>9}")
+        return "\n".join(lines)

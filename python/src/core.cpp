@@ -1,0 +1,168 @@
+// longctx._core: the planner library for Python, through nanobind. Everything crosses the
+// boundary as plain data: requests as dicts of strings and integers, answers as the JSON the
+// CLI prints (so `longctx.max_context(...)` and `longctx max-context --json` are one answer),
+// errors as values — (True, payload) or (False, {kind, field, message}) — which the Python
+// package turns into typed exceptions. No LibTorch: the planner only.
+#include <nanobind/nanobind.h>
+#include <nanobind/stl/map.h>
+#include <nanobind/stl/optional.h>
+#include <nanobind/stl/pair.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "../../cli/plan_output.h"
+#include "longctx/planner/knobs.h"
+#include "longctx/planner/measured_trace.h"
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/model_config.h"
+#include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/request.h"
+#include "longctx/planner/search.h"
+
+namespace nb = nanobind;
+
+namespace longctx::python {
+namespace {
+
+// (ok, payload): payload is the answer's JSON text, or the error as {kind, field, message}.
+using Answer = std::pair<bool, std::string>;
+
+std::string kind_name(ErrorKind k) {
+  switch (k) {
+    case ErrorKind::BadInput: return "bad_input";
+    case ErrorKind::NoFit: return "no_fit";
+    case ErrorKind::Internal: return "internal";
+  }
+  return "internal";
+}
+
+Answer failure(const Error& e) {
+  return {false, nlohmann::json{{"kind", kind_name(e.kind)}, {"field", e.field}, {"message", e.message}}.dump()};
+}
+Answer success(const nlohmann::json& j) { return {true, j.dump()}; }
+
+// Knobs by their plan-file name (the knob table's `name`), values as text: "zero3", "4", "true".
+Result<Knobs> knobs_from(const std::map<std::string, std::string>& given) {
+  Knobs k;
+  for (const auto& [key, text] : given) {
+    const Knob* row = nullptr;
+    for (const Knob& r : knob_table())
+      if (key == r.name) row = &r;
+    if (!row) {
+      std::string keys;
+      for (const Knob& r : knob_table()) keys += std::string(keys.empty() ? "" : ", ") + r.name;
+      return Error::bad_input(key, "is not a knob; the knobs are " + keys);
+    }
+    if (row->kind == KnobKind::Switch) {
+      if (text != "true" && text != "false")
+        return Error::bad_input(key, "is a switch: give True or False");
+      fix(k, row->id, text == "true" ? 1 : 0);
+      continue;
+    }
+    LONGCTX_TRY(auto v, parse_knob(row->id, text, key));
+    fix(k, row->id, v);
+  }
+  return k;
+}
+
+Answer max_context_answer(const ClusterRequest& a, bool ladder) {
+  auto r = answer_max_context(a, ladder);
+  return r ? success(max_context_json(*r)) : failure(r.error());
+}
+
+Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::map<std::string, std::string>& knobs,
+                   bool no_search) {
+  auto k = knobs_from(knobs);
+  if (!k) return failure(k.error());
+  auto r = answer_plan({a, seq, *k, no_search});
+  if (!r) return failure(r.error());
+  nlohmann::json j = plan_to_json(r->recorded);
+  j["search"] = search_summary_json(r->found);
+  return success(j);
+}
+
+Result<Plan> plan_of(const std::string& plan_json) {
+  const auto j = nlohmann::json::parse(plan_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Error::bad_input("plan", "is not JSON; give a plan as `longctx plan -o` writes it");
+  return plan_from_json(j);
+}
+
+// The breakdown and the live set at the peak, as `longctx explain` prints them.
+Answer explain_answer(const std::string& plan_json, int live_rows) {
+  auto p = plan_of(plan_json);
+  if (!p) return failure(p.error());
+  return {true, cli::render_plan(evaluate(*p), live_rows)};
+}
+
+// Predicted peaks per phase beside those of a measured trace (a longctx trace or a PyTorch
+// profiler trace with profile_memory=True).
+Answer compare_answer(const std::string& plan_json, const std::string& trace_path) {
+  auto p = plan_of(plan_json);
+  if (!p) return failure(p.error());
+  auto trace = read_trace_file(trace_path);
+  if (!trace) return failure(trace.error());
+  const Evaluation e = evaluate(*p);
+  const std::int64_t predicted = e.sim.peak_device_bytes, measured = trace->peak_device_bytes;
+  nlohmann::json j = {{"predicted_peak_bytes", predicted},
+                      {"measured_peak_bytes", measured},
+                      {"error", measured > 0 ? double(predicted - measured) / double(measured) : 0.0},
+                      {"trace_source", trace->source},
+                      {"phases", nlohmann::json::array()}};
+  for (const auto& [name, peak] : phase_peaks(e)) {
+    const auto it = trace->phases.find(name);
+    j["phases"].push_back({{"phase", name},
+                           {"order", peak.order},
+                           {"predicted_bytes", peak.device_bytes},
+                           {"measured_bytes", it == trace->phases.end() ? nlohmann::json() : nlohmann::json(it->second)}});
+  }
+  return success(j);
+}
+
+Answer model_answer(const std::string& name_or_path) {
+  auto m = load_model(name_or_path);
+  return m ? success(model_to_json(*m)) : failure(m.error());
+}
+
+}  // namespace
+}  // namespace longctx::python
+
+NB_MODULE(_core, m) {
+  using namespace longctx::python;
+  m.doc() = "longctx's planner (no LibTorch): requests in, the CLI's JSON out, errors as values";
+  nb::class_<longctx::ClusterRequest>(m, "ClusterRequest")
+      .def(nb::init<>())
+      .def_rw("model", &longctx::ClusterRequest::model)
+      .def_rw("model_config_json", &longctx::ClusterRequest::model_config_json)
+      .def_rw("gpus", &longctx::ClusterRequest::gpus)
+      .def_rw("gpus_per_node", &longctx::ClusterRequest::gpus_per_node)
+      .def_rw("gpu", &longctx::ClusterRequest::gpu)
+      .def_rw("budget", &longctx::ClusterRequest::budget)
+      .def_rw("host_mem", &longctx::ClusterRequest::host_mem)
+      .def_rw("techniques", &longctx::ClusterRequest::techniques)
+      .def_rw("dtype", &longctx::ClusterRequest::dtype)
+      .def_rw("grad_dtype", &longctx::ClusterRequest::grad_dtype);
+  m.def("max_context", &max_context_answer, nb::arg("cluster"), nb::arg("ladder"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("plan", &plan_answer, nb::arg("cluster"), nb::arg("seq"), nb::arg("knobs"), nb::arg("no_search"),
+        nb::call_guard<nb::gil_scoped_release>());
+  m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
+  m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
+  m.def("model", &model_answer, nb::arg("name_or_path"));
+  m.def("models", &longctx::model_preset_names);
+  m.def("knob_keys", [] {
+    std::vector<std::pair<std::string, std::string>> out;  // (key, kind)
+    for (const longctx::Knob& k : longctx::knob_table())
+      out.emplace_back(k.name, k.kind == longctx::KnobKind::Switch ? "switch" : k.kind == longctx::KnobKind::Int ? "int" : "text");
+    return out;
+  });
+  m.def("version", [] { return std::string(LONGCTX_VERSION); });
+}

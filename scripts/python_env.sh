@@ -1,0 +1,43 @@
+#!/usr/bin/env bash
+# The project's Python environment, .venv/ in the clone: the longctx package built from this
+# checkout (`pip install .`: the planner only), pytest, and for the Hugging Face tests torch
+# from the same cached wheel LibTorch comes from (scripts/setup.sh) plus transformers from
+# PyPI. A second run only rebuilds the package (incrementally, in build-python/).
+#
+# Prints the venv's python on its last line. LONGCTX_PYTHON_HF=0 leaves torch and
+# transformers out (the package and its API tests need neither).
+set -euo pipefail
+root=$(cd "$(dirname "$0")/.." && pwd)
+venv="$root/.venv"
+CACHE_ROOT="${LONGCTX_CACHE:-$HOME/.cache/longctx}"
+TORCH_VERSION=2.11.0
+TRANSFORMERS_VERSION=4.57.1
+
+log() { printf '[python_env] %s\n' "$*" >&2; }
+
+python=$(command -v python3)
+if [ ! -x "$venv/bin/python" ]; then
+  log "creating $venv"
+  "$python" -m venv "$venv" >&2
+fi
+pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
+"${pip[@]}" install "pytest>=7" "scikit-build-core>=0.10" "nanobind>=2.0" >&2
+
+if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
+  if ! "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
+    bash "$root/scripts/setup.sh" >/dev/null  # fetches the torch wheel LibTorch is unpacked from
+    wheel=$(ls "$CACHE_ROOT"/wheels/torch-"$TORCH_VERSION"-*.whl | head -n 1)
+    log "installing torch from $wheel and transformers $TRANSFORMERS_VERSION"
+    # The wheel's CUDA libraries come from /usr/local/cuda and LibTorch's cache
+    # (LD_LIBRARY_PATH in scripts/python_tests.sh), not from PyPI's nvidia-* wheels.
+    "${pip[@]}" install --no-deps "$wheel" >&2
+    "${pip[@]}" install filelock typing-extensions sympy networkx jinja2 fsspec numpy \
+      "transformers==$TRANSFORMERS_VERSION" "accelerate>=0.26" >&2
+  fi
+fi
+
+# The package itself, from this checkout; the build folder is reused between runs, and the
+# compiler cache is the one scripts/build.sh shares between clones.
+export CCACHE_DIR="${CCACHE_DIR:-$CACHE_ROOT/ccache}" CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+"${pip[@]}" install --no-build-isolation "$root" >&2
+echo "$venv/bin/python"

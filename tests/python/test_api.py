@@ -1,0 +1,116 @@
+"""The Python API answers as the CLI does, takes every kind of model, and fails typed."""
+import json
+import os
+import pathlib
+import subprocess
+
+import pytest
+
+import longctx
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
+CLI = os.environ.get("LONGCTX_CLI")
+
+TINY = {"hidden_size": 64, "intermediate_size": 160, "num_hidden_layers": 2, "num_attention_heads": 4,
+        "num_key_value_heads": 2, "vocab_size": 256, "model_type": "llama"}
+
+
+def cli_json(*args):
+    if not CLI:
+        pytest.skip("LONGCTX_CLI (the longctx binary) is not set: run through ctest")
+    return json.loads(subprocess.run([CLI, *args, "--json"], check=True, capture_output=True, text=True).stdout)
+
+
+def test_max_context_equals_the_cli():
+    answer = longctx.max_context(model="llama-3.1-8b", gpus=8)
+    assert answer.max_tokens == cli_json("max-context")["max_tokens"]
+    assert answer.max_tokens > 0 and answer.max_tokens % answer.granularity == 0
+    assert answer.plan.prediction.feasible
+
+
+def test_max_context_on_other_clusters_equals_the_cli():
+    answer = longctx.max_context("tiny-gqa", gpus=2, gpu="cpu", techniques=["zero3", "checkpoint"], ladder=False)
+    cli = cli_json("max-context", "--model", "tiny-gqa", "--gpus", "2", "--gpu", "cpu", "--techniques", "zero3,checkpoint",
+                   "--no-ladder")
+    assert answer.max_tokens == cli["max_tokens"]
+    assert answer.binding == cli["binding"]
+
+
+def test_plan_equals_the_cli_and_fixes_the_knobs_given():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", sharding="zero3", offload_optimizer=True)
+    cli = cli_json("plan", "--model", "tiny-gqa", "--gpus", "1", "--gpu", "cpu", "--seq", "2K", "--sharding", "zero3",
+                   "--offload-optimizer")
+    assert plan.parallel["sharding"] == "zero3" and plan.parallel["offload_optimizer"] is True
+    assert plan.prediction.peak_device_bytes == cli["prediction"]["peak_device_bytes"]
+    assert plan.parallel == cli["parallel"]
+    assert plan.search["evaluated"] == cli["search"]["evaluated"]
+
+
+def test_a_plan_round_trips_through_its_json_and_explains_itself():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=1024, no_search=True, techniques="none")
+    again = longctx.Plan.from_json(plan.to_json())
+    assert again.prediction == plan.prediction
+    text = again.explain()
+    assert "tiny-gqa" in text and "peak" in text
+
+
+def test_a_plan_file_written_by_the_cli_is_read(tmp_path):
+    if not CLI:
+        pytest.skip("LONGCTX_CLI (the longctx binary) is not set: run through ctest")
+    out = tmp_path / "p.json"
+    subprocess.run([CLI, "plan", "--model", "tiny-gqa", "--gpus", "1", "--gpu", "cpu", "--seq", "1K", "-o", str(out)],
+                   check=True, capture_output=True)
+    plan = longctx.Plan.from_json(out.read_text())
+    assert plan.seq == 1024
+
+
+def test_models_are_taken_as_names_paths_folders_dicts_and_configs(tmp_path):
+    folder = tmp_path / "tiny"
+    folder.mkdir()
+    (folder / "config.json").write_text(json.dumps(TINY))
+    by_dict = longctx.model_config(TINY)
+    assert by_dict["hidden_size"] == 64 and by_dict["num_key_value_heads"] == 2
+    assert longctx.model_config(folder)["intermediate_size"] == 160
+    assert longctx.model_config(str(folder / "config.json"))["vocab_size"] == 256
+    assert "llama-3.1-8b" in longctx.models()
+    assert longctx.model_config("llama-3.1-8b")["hidden_size"] == 4096
+    peak_dict = longctx.plan(TINY, gpus=1, gpu="cpu", seq=512, no_search=True).prediction.peak_device_bytes
+    peak_dir = longctx.plan(folder, gpus=1, gpu="cpu", seq=512, no_search=True).prediction.peak_device_bytes
+    assert peak_dict == peak_dir
+
+
+def test_a_transformers_config_is_a_model():
+    transformers = pytest.importorskip("transformers")
+    config = transformers.LlamaConfig(**{k: v for k, v in TINY.items() if k != "model_type"})
+    assert longctx.model_config(config)["num_attention_heads"] == 4
+
+
+def test_errors_are_typed_and_name_the_field():
+    with pytest.raises(longctx.BadInput) as bad:
+        longctx.plan("tiny-gqa", gpus=0, seq=1024)
+    assert bad.value.field == "--gpus" and "1 or more" in bad.value.message
+    with pytest.raises(longctx.BadInput) as unknown:
+        longctx.plan("tiny-gqa", gpus=1, seq=1024, bogus=2)
+    assert unknown.value.field == "bogus"
+    with pytest.raises(longctx.BadInput) as model:
+        longctx.plan({"hidden_size": 64}, gpus=1, seq=1024)
+    assert model.value.field.startswith("model.")
+    with pytest.raises(longctx.BadInput):
+        longctx.model_config(ROOT)  # a folder without config.json
+    with pytest.raises(longctx.NoFit) as nofit:
+        longctx.plan("llama-3.1-8b", gpus=1, seq="64M")
+    assert nofit.value.exit_status == 3
+
+
+def test_compare_reads_a_longctx_trace():
+    plan = longctx.Plan.from_json((ROOT / "traces" / "gqa-ckpt-4k.plan.json").read_text())
+    result = longctx.compare(plan, ROOT / "traces" / "gqa-ckpt-4k.trace.json")
+    assert result["trace_source"] == "longctx"
+    assert result["measured_peak_bytes"] > 0
+    assert abs(result["error"]) < 0.01
+    assert any(p["measured_bytes"] for p in result["phases"])
+
+
+def test_knobs_are_the_knob_table():
+    knobs = longctx.knobs()
+    assert knobs["sharding"] == "text" and knobs["offload_params"] == "switch" and knobs["ulysses"] == "int"

@@ -1,0 +1,55 @@
+"""The Trainer callback measures a tiny Llama's first step on CPU and reports it beside the plan."""
+import pytest
+
+import longctx
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+from longctx.hf import PHASES, MemoryReportCallback  # noqa: E402
+
+SEQ = 128
+
+
+class RandomTokens(torch.utils.data.Dataset):
+    def __init__(self, vocab, n):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, SEQ), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "labels": self.ids[i]}
+
+
+def test_the_callback_reports_measured_beside_predicted_for_each_phase(tmp_path):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=SEQ)
+    model = transformers.LlamaForCausalLM(config)
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=SEQ, no_search=True, techniques="none")
+    reports = []
+    callback = MemoryReportCallback(plan, report_to=reports.append)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=3,
+                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+                                          dataloader_num_workers=0)
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=RandomTokens(config.vocab_size, 4),
+                                   callbacks=[callback])
+    trainer.train()
+
+    assert len(reports) == 1, "one report, at the end of the measured step"
+    rows = {r.phase: r for r in callback.rows}
+    assert set(rows) == set(PHASES)
+    params = sum(p.numel() * p.element_size() for p in model.parameters())
+    for r in rows.values():
+        assert r.predicted_bytes > 0
+        # Every phase holds at least the parameters, which the measurement adds as its baseline.
+        assert r.measured_bytes > params
+        assert r.error is not None
+    # The second step starts with AdamW's two moments beside the parameters, and backward
+    # adds the weights' gradients.
+    for r in rows.values():
+        assert r.measured_bytes >= 3 * params
+    assert rows["backward"].measured_bytes >= 4 * params
+    assert "measured" in reports[0] and "predicted" in reports[0]
