@@ -63,6 +63,10 @@ std::int64_t ulysses_qkv_send_bytes(const StepShapes& s) {
   return (s.n * s.H * s.d + 2 * kv_sp_elems(s)) * s.e;  // q [n, H, d], k, v [n, u*kvr, d]
 }
 
+std::int64_t ulysses_exchange_workspace(const StepShapes& s, std::int64_t send) {
+  return s.b > 1 ? 2 * send : send;  // send, and with b > 1 the received buffers
+}
+
 std::int64_t ulysses_qkv_backward_workspace(const StepShapes& s) {
   const std::int64_t replicas = s.kvr * s.u > s.K ? 2 * kv_sp_elems(s) * s.e : 0;  // dk, dv received
   return ulysses_qkv_send_bytes(s) + replicas;

@@ -23,9 +23,11 @@ std::int64_t untied_stage_kv_heads(const StepShapes& s, std::int64_t c) {
 std::int64_t untied_stage_unit(const StepShapes& s, std::int64_t heads) { return s.n * s.u * heads * s.d * s.e; }
 
 std::int64_t untied_qk_projection_peak(const StepShapes& s, std::int64_t heads) {
-  const std::int64_t U = untied_stage_unit(s, heads);
-  // qk norm: pre, normed, rotated, and rstd [n*u*heads] fp32; else pre and rotated.
-  return s.qk_norm ? 3 * U + s.n * s.u * heads * 4 : 2 * U;
+  // The send buffer [n, u*heads, d] (one unit); each destination's slice [n, heads, d] is
+  // projected into its own buffer, normed (qk norm: its rstd [n*heads] fp32, the norm's
+  // fp32 copy beyond the normed slice) and rotated into the send buffer, then freed.
+  const std::int64_t U = untied_stage_unit(s, heads), slice = U / s.u, rows = s.n * heads;
+  return U + slice + (s.qk_norm ? rows * 4 + slice + rms_norm_forward_workspace(s, rows, s.d) : 0);
 }
 
 std::int64_t untied_group_forward(const StepShapes& s, std::int64_t c) {
@@ -55,11 +57,18 @@ std::int64_t untied_backward_workspace(const StepShapes& s, std::int64_t c) {
   const std::int64_t kernel = q + 3 * Uc + (c < s.hl ? Uc : 0) + flash_backward_scratch(s, c);
   // The group sum of dk (or dv) [b*S, kvs, d].
   const std::int64_t reduce = q + 3 * Uc + (c > kvs ? Ukv : 0);
-  // RoPE's backward of dq, and with qk norm the norm's backward and its input gradient.
-  const std::int64_t q_back = q + 2 * Uc + (s.qk_norm ? rms_norm_backward_workspace(s, s.n * s.u * c, s.d) + Uc : 0);
+  // After the kernel q is freed and dq [b*S, c, d] (u > 1: received back, [n, u*c, d]) is
+  // pushed back one destination's slice [n, c, d] at a time: RoPE's backward of the slice,
+  // and with qk norm the norm's backward over its n*c rows and its input gradient, one slice.
+  const std::int64_t slice = Uc / s.u;
+  const std::int64_t q_back = (q - Uc) + Uc + slice +
+                              (s.qk_norm ? rms_norm_backward_scratch(s, s.n * c, s.d) + slice : 0);
+  // qk norm: the norms' weight gradients accumulate in fp32 [d] each from the start, cast to
+  // the weights' dtype at the end (the op's output counts them in g bytes).
+  const std::int64_t norm_accumulators = s.qk_norm ? 2 * s.d * (4 - s.g) : 0;
   const std::int64_t exchanged = other_sides(s, 2 * Uc - (c < s.hl ? Uc : 0));
   const std::int64_t q_exchange = other_sides(s, q + Uc), dq_exchange = other_sides(s, 3 * Uc);
-  return group + std::max({kernel + exchanged, reduce, q_back, q_exchange, dq_exchange});
+  return norm_accumulators + group + std::max({kernel + exchanged, reduce, q_back, q_exchange, dq_exchange});
 }
 
 double untied_forward_sent_bytes(const StepShapes& s) {

@@ -51,7 +51,7 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
     a.v_sp = sb.graph.tensor(layer_name(l, "attn.v_sp", rc), kv_sp_elems(s) * s.e, act);   // [b*S, kvr, d] e
     const std::int64_t send = ulysses_qkv_send_bytes(s);
     const int o = sb.graph.op(layer_name(l, "attn.a2a_qkv", rc), phase, l, {q, k, v}, {a.q_sp, a.k_sp, a.v_sp},
-                              {.workspace = send});
+                              {.workspace = ulysses_exchange_workspace(s, send)});
     sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, send), static_cast<int>(s.u));
   }
   a.o_sp = sb.graph.tensor(layer_name(l, "attn.flash.out", rc), s.n * s.H * s.d * s.e, act);  // [b*S, hl, d] e
@@ -64,7 +64,8 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
   }
   a.o_loc = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * s.H * s.d * s.e, act);  // [n, H*d] e
   const std::int64_t send = ulysses_out_send_bytes(s);
-  const int o = sb.graph.op(layer_name(l, "attn.a2a_out", rc), phase, l, {a.o_sp}, {a.o_loc}, {.workspace = send});
+  const int o = sb.graph.op(layer_name(l, "attn.a2a_out", rc), phase, l, {a.o_sp}, {a.o_loc},
+                            {.workspace = ulysses_exchange_workspace(s, send)});
   sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, send), static_cast<int>(s.u));
 }
 
@@ -96,7 +97,8 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
   if (s.u > 1) {
     d_osp = sb.graph.tensor(layer_name(l, "attn.flash.out.grad"), s.n * s.H * s.d * s.e, tr);  // [b*S, hl, d] e
     const std::int64_t send = ulysses_out_send_bytes(s);
-    const int o = sb.graph.op(layer_name(l, "attn.a2a_out.bwd"), B, l, {d_oloc}, {d_osp}, {.workspace = send});
+    const int o = sb.graph.op(layer_name(l, "attn.a2a_out.bwd"), B, l, {d_oloc}, {d_osp},
+                              {.workspace = ulysses_exchange_workspace(s, send)});
     sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, send), static_cast<int>(s.u));
   }
   TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_sp.grad"), s.n * s.H * s.d * s.e, tr);  // [b*S, hl, d] e

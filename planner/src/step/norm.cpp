@@ -1,8 +1,6 @@
 // RMSNorm's ops (runtime/src/layers.cpp, rms_norm_forward and rms_norm_backward, through
 // RmsNormFn): the layers' attention and MLP norms, the final norm, Qwen3's q and k norms.
 // Footprints: footprint/norm.h.
-#include <algorithm>
-
 #include "emitters.h"
 #include "longctx/planner/footprint/norm.h"
 
@@ -65,11 +63,12 @@ void qk_norm_forward(StepBuild& sb, int l, LayerActs& a, TensorId& q, TensorId& 
   a.rstd_k = sb.graph.tensor(layer_name(l, "attn.k_norm.rstd", rc), s.n * s.K * 4, Category::Activations);  // [n*K] fp32
   const TensorId qn = sb.graph.tensor(layer_name(l, "attn.q_norm.out", rc), s.n * s.H * s.d * s.e, Category::Transient);  // [n, H*d] e
   const TensorId kn = sb.graph.tensor(layer_name(l, "attn.k_norm.out", rc), s.n * s.K * s.d * s.e, Category::Transient);  // [n, K*d] e
-  // q's norm, then k's: q's scratch comes before k's outputs exist, k's beside q's.
-  const std::int64_t k_outputs = s.n * s.K * s.d * s.e + s.n * s.K * 4;
-  sb.graph.op(layer_name(l, "attn.qk_norm", rc), phase, l, {q, k}, {qn, kn, a.rstd_q, a.rstd_k},
-              {.workspace = std::max(rms_norm_forward_workspace(s, s.n * s.H, s.d) - k_outputs,
-                                     rms_norm_forward_workspace(s, s.n * s.K, s.d))});
+  // Two ops, q's then k's (two calls of rms_norm): without a graph (a checkpointed layer's
+  // forward) q and its rstd are freed before k's norm begins.
+  sb.graph.op(layer_name(l, "attn.q_norm", rc), phase, l, {q}, {qn, a.rstd_q},
+              {.workspace = rms_norm_forward_workspace(s, s.n * s.H, s.d), .flops = rms_norm_forward_flops(s.n * s.H, s.d)});
+  sb.graph.op(layer_name(l, "attn.k_norm", rc), phase, l, {k}, {kn, a.rstd_k},
+              {.workspace = rms_norm_forward_workspace(s, s.n * s.K, s.d), .flops = rms_norm_forward_flops(s.n * s.K, s.d)});
   q = qn;
   k = kn;
 }

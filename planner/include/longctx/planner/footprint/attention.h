@@ -66,6 +66,12 @@ std::int64_t flash_op_backward_workspace(const StepShapes& s);
 // (replicated when u > K), e bytes. The same buffers carry dq, dk, dv back in backward.
 std::int64_t ulysses_qkv_send_bytes(const StepShapes& s);
 
+// The workspace of a forward exchange of `send` bytes (attn.a2a_qkv, attn.a2a_out) and of
+// the output gradient's (attn.a2a_out.bwd): the send buffers, and with b > 1 samples the
+// received ones too, [u, b, n, x, d] by source rank, which is not [b, u*n, x, d] in memory:
+// the op's output is a copy made beside them (runtime/src/ulysses.cpp, to_sequence, q_from).
+std::int64_t ulysses_exchange_workspace(const StepShapes& s, std::int64_t send);
+
 // attn.a2a_qkv.bwd (runtime/src/ulysses.cpp, ToSequenceFn::backward): the send buffers, and
 // with kv replication (kvr*u > K) the received copies of dk and dv [n, u*kvr, d] e each
 // before they are summed over the replicas.

@@ -21,10 +21,10 @@ std::int64_t untied_stage_kv_heads(const StepShapes& s, std::int64_t c);
 std::int64_t untied_stage_unit(const StepShapes& s, std::int64_t heads);
 
 // q or k of `heads` heads from the projection to after RoPE (runtime/src/attention.cpp,
-// qk_send): the projection pre [n, u*heads, d] and the rotated copy in the send buffer, one
-// unit each; with qk norm the projection is kept for the norm's backward beside the normed
-// copy and its rstd [n*u*heads] fp32 (bf16: the norm's fp32 copy of the projection, 2 units,
-// is freed before the normed copy is made).
+// qk_send): the send buffer [n, u*heads, d] (one unit), and one destination's slice at a
+// time: its projection pre [n, heads, d] e and, with qk norm, the rstd [n*heads] fp32, the
+// normed copy [n, heads, d] e and the norm's scratch beyond it (bf16: its fp32 copy of the
+// slice, rms_norm_forward_workspace), before the slice is rotated into the send buffer.
 std::int64_t untied_qk_projection_peak(const StepShapes& s, std::int64_t heads);
 
 // What a group keeps across its stages in forward: k after RoPE and v, one unit of kvs heads
@@ -43,18 +43,21 @@ std::int64_t untied_forward_workspace(const StepShapes& s, std::int64_t c);
 
 // attn.untied.bwd (runtime/src/attention.cpp, HeadChunkedAttentionFn::backward, with
 // q_or_k_backward and stage_heads). The input gradient dx [n, h] and the weight gradients are
-// the op's outputs, allocated before the first stage. A group keeps k (after RoPE; with qk
-// norm also its projection and rstd) and v, or instead their expanded copies where expanding
-// copies (kv_expansion), and the accumulated gradients dk_acc, dv_acc [b*S, kvs, d] e. A stage
-// recomputes q (its projection too with qk norm), then the kernel allocates dq, and dk and dv
-// over the stage's heads [b*S, c, d] e each, and a contiguous copy of the stage's slice of the
-// output gradient when the stage does not span every head, beside its block buffers. After
-// it dk and dv are reduced over the group (one [b*S, kvs, d] sum) into the accumulators; then
-// RoPE's backward of dq [b*S, c, d], and with qk norm the norm's backward, whose input
-// gradient is one more unit, are pushed into the input and weight gradients with in-place
-// matmuls. u > 1: the stage's output and its gradient arrive as contiguous [b*S, c, d]
-// copies (no slice copy for the kernel), q arrives beside its send buffer, and dq leaves
-// through a send and a receive buffer.
+// the op's outputs, allocated before the first stage; with qk norm the norms' weight
+// gradients accumulate in fp32 [d] each and are cast at the end. A group keeps k (after
+// RoPE; with qk norm also its projection and rstd) and v, or instead their expanded copies
+// where expanding copies (kv_expansion), and the accumulated gradients dk_acc, dv_acc
+// [b*S, kvs, d] e. A stage recomputes q (its projection too with qk norm), then the kernel
+// allocates dq, and dk and dv over the stage's heads [b*S, c, d] e each, and a contiguous
+// copy of the stage's slice of the output gradient when the stage does not span every head,
+// beside its block buffers. After it q is freed, dk and dv are reduced over the group (one
+// [b*S, kvs, d] sum) into the accumulators; then dq is pushed back one destination's slice
+// [n, c, d] at a time: RoPE's backward of the slice and, with qk norm, the norm's backward
+// over its n*c rows (rms_norm_backward_scratch: its weight gradient stays fp32) and its
+// input gradient, into the input and weight gradients with in-place matmuls. u > 1: the
+// stage's output and its gradient arrive as contiguous [b*S, c, d] copies (no slice copy for
+// the kernel), q arrives beside its send buffer, and dq leaves through a send and a receive
+// buffer.
 std::int64_t untied_backward_workspace(const StepShapes& s, std::int64_t c);
 
 // Bytes a rank sends in the all-to-alls of the staged forward (q, k, v in and the output

@@ -18,6 +18,10 @@ std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, 
 // gradient wf, dw [width] x 4 each. fp32: the gradient is computed in its own output buffer.
 std::int64_t rms_norm_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
+// The same backward where the weight's gradient stays fp32 (head-chunked attention adds it
+// into an fp32 accumulator, q_or_k_backward): both fp32 [width] buffers are scratch.
+std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, std::int64_t width);
+
 // Elementwise work of the norm: 4 flops an element forward, 8 backward.
 inline double rms_norm_forward_flops(std::int64_t rows, std::int64_t width) { return 4.0 * double(rows * width); }
 inline double rms_norm_backward_flops(std::int64_t rows, std::int64_t width) { return 8.0 * double(rows * width); }
