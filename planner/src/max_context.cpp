@@ -365,6 +365,8 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   r.max_tokens = top.tokens;
   r.granularity = top.grid;
   r.binding = top.binding;
+  // At the bound on lengths (limits.h) the next granule is refused, not out of memory.
+  if (top.tokens > 0 && top.tokens + top.grid > limits::kMaxSeq) r.binding = "longctx's bound of 2^40 tokens";
   if (top.tokens == 0) {
     Plan p = base;
     p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
