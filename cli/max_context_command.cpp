@@ -22,8 +22,11 @@ int run_max_context(const ClusterOptions& o, bool no_ladder) {
     return 0;
   }
   const auto& p = r->plan;
-  fmt::print("max context  {} tokens ({}), to a granularity of {} tokens; {} binds beyond it\n", r->max_tokens,
-             format_tokens(r->max_tokens), r->granularity, r->binding);
+  // Every length up to the answer plans (padded to the layout); one granule more does not.
+  const std::string granularity = r->granularity == 1 ? std::string("exact to the token")
+                                                      : fmt::format("to a granularity of {} tokens", r->granularity);
+  fmt::print("max context  {} tokens ({}), {}; {} binds beyond it\n", r->max_tokens, format_tokens(r->max_tokens),
+             granularity, r->binding);
   fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
   fmt::print("plan         {}\n", describe_knobs(p));

@@ -70,11 +70,11 @@ int run_plan(const PlanOptions& o) {
   }
   if (o.cluster.json) {
     nlohmann::json j = plan_to_json(recorded);
-    j["search"] = search_summary_json(found);
+    j["search"] = o.no_search ? no_search_json() : search_summary_json(found);
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", render_plan(e));
-    if (found.evaluated > 1)
+    if (!o.no_search)
       fmt::print("\nsearch    {} configurations evaluated, {} feasible; fastest chosen\n", found.evaluated, found.feasible);
     if (!o.output.empty()) fmt::print("\nwrote {}\n", o.output);
   }
@@ -91,7 +91,10 @@ Command add_plan_command(CLI::App& app) {
       "Predict memory and speed of training at --seq on the cluster. Knobs you give are fixed; the others are "
       "searched for the fastest plan that fits (exit 3 when none does).");
   add_cluster_options(*sub, o->cluster);
-  sub->add_option("--seq", o->seq, "Sequence length, e.g. 128K or 1M (K, M = x1024)")->required();
+  sub->add_option("--seq", o->seq,
+                  "Sequence length, any whole number of tokens or with K, M, G (x1024), e.g. 999999, 128K, 1M; padded "
+                  "to a multiple of the Ulysses degree")
+      ->required();
   sub->add_option("-o,--output", o->output, "Write the plan file that `longctx run` reads");
   add_knob_flags(*sub, o->knobs);
   sub->add_flag("--no-search", o->no_search,

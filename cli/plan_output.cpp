@@ -19,6 +19,15 @@ std::string bar(std::int64_t v, std::int64_t max, int width) {
 
 }  // namespace
 
+std::string render_padding(const Plan& p) {
+  const std::int64_t u = p.parallel.ulysses, pad = padding_tokens(p.train.seq, u);
+  const std::int64_t padded = padded_seq(p.train.seq, u), per_rank = tokens_per_rank(p.train, u);
+  if (pad == 0) return fmt::format("padding   none: {} tokens per rank\n", per_rank);
+  return fmt::format("padding   {} token{} a sample, to {} (a multiple of ulysses {}): {} tokens per rank; masked "
+                     "out of the loss, counted in memory and time\n",
+                     pad, pad > 1 ? "s" : "", padded, u, per_rank);
+}
+
 std::string render_plan(const Evaluation& e, int live_rows) {
   const Plan& p = e.plan;
   const Prediction& pr = p.prediction;
@@ -31,6 +40,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += fmt::format("train     seq {} ({} tokens), micro-batch {}, {} compute, {} gradients\n",
                      format_tokens(p.train.seq), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
+  out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
                      pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_device_bytes),

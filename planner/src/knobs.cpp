@@ -101,14 +101,16 @@ bool requirement_met(const Plan& p, const Knob& k) {
   return r.exactly ? other == r.value : other > knob(r.knob).plain;
 }
 
-// Tile counts the search tries for n tokens per rank: 1, powers of two, and the count that
-// makes tiles of the smallest length (what max-context uses).
+// Tile counts the search tries for n tokens per rank: 1, the powers of two that leave tiles
+// of at least the smallest length, and the count that makes tiles of at most the smallest
+// length (what max-context uses), capped at the bound on tiles. Tiles may be uneven
+// (tile_split), so none needs to divide n.
 std::vector<KnobValue> tile_options(std::int64_t n, std::int64_t min_tile, bool allowed) {
   std::vector<KnobValue> out = {1};
   if (!allowed) return out;
-  for (std::int64_t t = 2; t <= n && n / t >= min_tile && t <= (1 << 20); t *= 2)
-    if (n % t == 0) out.push_back(t);
-  if (n % min_tile == 0 && n / min_tile > out.back() && n / min_tile <= (1 << 20)) out.push_back(n / min_tile);
+  for (std::int64_t t = 2; t <= n / min_tile && t <= limits::kMaxTiles; t *= 2) out.push_back(t);
+  const std::int64_t finest = std::min((n + min_tile - 1) / min_tile, limits::kMaxTiles);
+  if (finest > out.back()) out.push_back(finest);
   return out;
 }
 
@@ -128,7 +130,8 @@ std::vector<KnobValue> chunk_options(const Plan& p, bool allowed) {
 std::vector<KnobValue> ulysses_options(const Plan& p, const TechniqueSet& allowed) {
   std::vector<KnobValue> out;
   const std::int64_t world = p.cluster.shape.world();
-  for (std::int64_t u = 1; u <= world; ++u) {
+  // A degree divides the query heads too: no need to look past them on a large cluster.
+  for (std::int64_t u = 1; u <= std::min<std::int64_t>(world, p.model.heads); ++u) {
     if (world % u != 0 || !technique_allows(allowed, KnobId::ulysses, u)) continue;
     ParallelConfig probe;
     probe.ulysses = static_cast<int>(u);
@@ -299,7 +302,7 @@ std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const Technique
     case Candidates::Ulysses: return ulysses_options(p, allowed);
     case Candidates::HeadChunk: return chunk_options(p, any);
     case Candidates::Tiles:
-      return tile_options(p.train.micro_batch * p.train.seq / p.parallel.ulysses, min_tile_tokens(p.model), any);
+      return tile_options(tokens_per_rank(p.train, p.parallel.ulysses), min_tile_tokens(p.model), any);
     case Candidates::Listed: break;
   }
   std::vector<KnobValue> out;

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "longctx/planner/limits.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/search.h"
 #include "search_space.h"
@@ -15,10 +16,13 @@ namespace {
 // The most memory-saving tiles at n tokens per rank; head chunk `chunk` (-1: the smallest
 // valid one). Chunking is not monotone against no chunking (the staged buffers can outweigh
 // the saved set they replace), so the caller tries both 0 and the smallest chunk.
+// The tiles are the search's finest candidate (knobs.cpp): tiles of at most the smallest
+// length, exactly that length at the multiples of the grid the bounds are taken at.
 Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobValue chunk) {
   Plan p = with_fine(c, 0, 1, 1);
   p.train.seq = seq;
-  const std::int64_t tiles = seq / c.parallel.ulysses / min_tile_tokens(c.model);
+  const std::int64_t n = tokens_per_rank(p.train, c.parallel.ulysses), tile = min_tile_tokens(c.model);
+  const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
   for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles})
     if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
   set_knob(p, KnobId::head_chunk, chunk >= 0 ? chunk : knob_candidates(KnobId::head_chunk, p, all_techniques(), {}).back());
@@ -150,7 +154,13 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
     return b;
   }
   const Plan probe = saving_plan(m.coarse, a, at, m.chunk);
-  if (!valid(probe)) return std::nullopt;
+  if (!valid(probe)) {
+    // The floor is beyond what this configuration may even hold (a bound of limits.h): its
+    // own bound, from short lengths, is settled by confirm().
+    if (!valid(saving_plan(m.coarse, a, 2 * m.grid, m.chunk))) return std::nullopt;
+    b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding);
+    return b;
+  }
   // The step up to the last layer's backward is a lower bound: over budget there, out.
   const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
                            /*prefix_only=*/true, probe.cluster.hardware.threads};
@@ -221,7 +231,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
       Bound& cached = cache[key];
       m.tokens = cached.tokens;
       m.binding = cached.binding;
-      if (!cached.confirmed && (m.tokens > floor || !affine)) {
+      if (!cached.confirmed && (m.tokens >= floor || !affine)) {  // >=: a bound at the floor (the cap) may be the answer
         m.tokens = confirm(m, a, affine);
         if (m.tokens > 0 && m.binding.empty()) m.binding = "device memory";
         cached = {m.tokens, m.binding, true};
@@ -238,6 +248,37 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
     if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
   if (best.tokens == 0) best.binding = last_binding.empty() ? "device memory" : last_binding;
   return best;
+}
+
+// Without tiles every op's bytes depend only on the padded length and never fall as it
+// grows, so the grid's answer is refined by bisection to the padding step u of each
+// configuration that reaches it, and is then exact to the token: a longer length pads to at
+// least one step more, which does not fit. With tiles it is not: between two multiples of
+// the grid the finest tiles are uneven and shorter than at either, and the grid stands.
+void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
+  if (top.tokens == 0 || has(a, Technique::TiledMlp) || has(a, Technique::TiledLoss)) return;
+  std::int64_t best = top.tokens;
+  std::vector<std::pair<std::int64_t, MaxSeqCandidate>> found;
+  for (const MaxSeqCandidate& m : top.reaching) {
+    const std::int64_t u = m.coarse.parallel.ulysses;
+    auto fits_at = [&](std::int64_t seq) {
+      const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
+      return valid(at) && fits(at, totals_of(at));
+    };
+    std::int64_t lo = 0, hi = m.grid / u;  // top.tokens + lo*u fits; + hi*u does not (the grid's answer)
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (fits_at(top.tokens + mid * u)) lo = mid;
+      else hi = mid;
+    }
+    found.emplace_back(top.tokens + lo * u, m);
+    best = std::max(best, top.tokens + lo * u);
+  }
+  top.reaching.clear();
+  for (const auto& [tokens, m] : found)
+    if (tokens == best) top.reaching.push_back(m);
+  top.tokens = best;
+  top.grid = 1;
 }
 
 // The ladder's rungs, in the order a practitioner adds techniques; each rung's answer is a
@@ -302,14 +343,30 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
 }  // namespace
 
 Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder) {
+  // Bounds first (limits.h): the model and the cluster are checked before any search, which
+  // loops over the GPUs' divisors and builds graphs as large as the model.
+  {
+    TrainConfig one = base.train;
+    one.seq = 1;
+    one.micro_batch = 1;
+    LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, ParallelConfig{}));
+    (void)ok;
+  }
+  if (base.cluster.device_budget_bytes < 1 || base.cluster.device_budget_bytes > limits::kMaxBytes)
+    return Error::bad_input("--budget", fmt::format("{} bytes is outside 1 B .. 4PiB per GPU", base.cluster.device_budget_bytes));
+  if (base.cluster.host_budget_bytes_per_node < 1 || base.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
+    return Error::bad_input("--host-mem", fmt::format("{} bytes is outside 1 B .. 4PiB per node", base.cluster.host_budget_bytes_per_node));
   MaxContextResult r;
   BoundCache cache;
   std::int64_t floor = 0;
   if (with_ladder) r.ladder = ladder(base, allowed, cache, floor);
-  const MaxSeq top = max_seq(base, allowed, cache, floor);
+  MaxSeq top = max_seq(base, allowed, cache, floor);
+  refine_to_padding(top, allowed);
   r.max_tokens = top.tokens;
   r.granularity = top.grid;
   r.binding = top.binding;
+  // At the bound on lengths (limits.h) the next granule is refused, not out of memory.
+  if (top.tokens > 0 && top.tokens + top.grid > limits::kMaxSeq) r.binding = "longctx's bound of 2^40 tokens";
   if (top.tokens == 0) {
     Plan p = base;
     p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();

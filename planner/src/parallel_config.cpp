@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <charconv>
+#include <utility>
 
 #include <fmt/format.h>
 
@@ -58,6 +59,20 @@ Result<DType> parse_dtype(const std::string& text, const std::string& field) {
   return Error::bad_input(field, fmt::format("'{}' is unknown; use bf16 or fp32", text));
 }
 
+std::int64_t padded_seq(std::int64_t seq, std::int64_t ulysses) { return (seq + ulysses - 1) / ulysses * ulysses; }
+std::int64_t padding_tokens(std::int64_t seq, std::int64_t ulysses) { return padded_seq(seq, ulysses) - seq; }
+std::int64_t tokens_per_rank(const TrainConfig& t, std::int64_t ulysses) {
+  return t.micro_batch * (padded_seq(t.seq, ulysses) / ulysses);
+}
+
+TileSplit tile_split(std::int64_t n, std::int64_t tiles) {
+  TileSplit s;
+  s.rows = (n + tiles - 1) / tiles;
+  s.count = (n + s.rows - 1) / s.rows;
+  s.last = n - (s.count - 1) * s.rows;
+  return s;
+}
+
 std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses) {
   return m.kv_heads >= ulysses ? m.kv_heads / ulysses : 1;
 }
@@ -93,8 +108,6 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
                                         "u % kv == 0 with kv heads replicated u/kv times)",
                                         u, m.kv_heads));
   if (t.seq < 1) return Error::bad_input("--seq", "must be at least 1 token");
-  if (t.seq % u != 0)
-    return Error::bad_input("--seq", fmt::format("{} is not divisible by the Ulysses degree {}; each rank holds seq/u tokens", t.seq, u));
   const std::int64_t local_heads = m.heads / u;
   if (p.head_chunk < 0 || p.head_chunk > local_heads)
     return Error::bad_input("--head-chunk",
@@ -114,16 +127,15 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
     return Error::bad_input("--offload-checkpoints", "needs checkpointing (--checkpoint full or every:K): only checkpointed layer inputs are offloaded");
   if (p.offload_params && p.sharding != Sharding::Zero3)
     return Error::bad_input("--offload-params", "needs --sharding zero3: only parameter shards are offloaded");
-  const std::int64_t tokens = t.micro_batch * t.seq / u;
-  if (p.mlp_tiles < 1 || tokens % p.mlp_tiles != 0)
-    return Error::bad_input("--mlp-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.mlp_tiles, tokens));
-  if (p.loss_tiles < 1 || tokens % p.loss_tiles != 0)
-    return Error::bad_input("--loss-tiles", fmt::format("{} must be at least 1 and divide the {} tokens per rank", p.loss_tiles, tokens));
+  // Tiles may be uneven (tile_split), but each needs a row: at most the tokens per rank.
+  const std::int64_t tokens = tokens_per_rank(t, u);
   // Launch counts are int multiples of the tile count (planner/src/step/mlp.cpp, planner/src/step/loss.cpp).
-  if (p.mlp_tiles > kMaxTiles)
-    return Error::bad_input("--mlp-tiles", fmt::format("{} is above longctx's bound of {} tiles", p.mlp_tiles, kMaxTiles));
-  if (p.loss_tiles > kMaxTiles)
-    return Error::bad_input("--loss-tiles", fmt::format("{} is above longctx's bound of {} tiles", p.loss_tiles, kMaxTiles));
+  for (const auto& [flag, tiles] : {std::pair{"--mlp-tiles", p.mlp_tiles}, std::pair{"--loss-tiles", p.loss_tiles}}) {
+    if (tiles > kMaxTiles)
+      return Error::bad_input(flag, fmt::format("{} is above longctx's bound of {} tiles", tiles, kMaxTiles));
+    if (tiles < 1 || tiles > tokens)
+      return Error::bad_input(flag, fmt::format("{} must be between 1 and the {} tokens per rank", tiles, tokens));
+  }
   // Upper estimates of one rank's step bytes, in double so they cannot overflow: per layer
   // at most ~32 rows of the widest per-token row saved or live (about 17 saved, a layer's
   // transients on top), the loss's rows of the vocabulary, and 20 bytes a parameter of

@@ -56,6 +56,10 @@ nlohmann::json plan_to_json(const Plan& p) {
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
   nlohmann::json train = {{"seq", p.train.seq}, {"dtype", to_string(p.train.dtype)}, {"grad_dtype", to_string(p.train.grad_dtype)}};
   knobs_to_json(p, "train", train);
+  // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
+  // padding per sample, which costs memory and time but no loss.
+  train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
+  train["padding_tokens"] = padding_tokens(p.train.seq, p.parallel.ulysses);
   nlohmann::json parallel = nlohmann::json::object();
   knobs_to_json(p, "parallel", parallel);
   return {
@@ -118,6 +122,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
 
   LONGCTX_TRY(auto ok, validate(p.model, p.cluster.shape, p.train, p.parallel));
   (void)ok;
+  // The derived padding, where written, must be this longctx's: else the file was edited by
+  // hand or written under another padding rule.
+  if (train.contains("padded_seq")) {
+    LONGCTX_TRY(auto padded, get_int(train, "train", "padded_seq", 1, limits::kMaxSeq + limits::kMaxHeads));
+    if (padded != padded_seq(p.train.seq, p.parallel.ulysses))
+      return Error::bad_input("train.padded_seq", fmt::format("{} is not seq {} padded to a multiple of ulysses {} ({}); "
+                                                              "remove it or write the plan again",
+                                                              padded, p.train.seq, p.parallel.ulysses,
+                                                              padded_seq(p.train.seq, p.parallel.ulysses)));
+  }
 
   if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
     const auto& pr = *it;

@@ -22,9 +22,16 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     LONGCTX_TRY(p.model, model_from_json(j, o.model));
   }
   LONGCTX_TRY(p.cluster.hardware, load_hardware(o.gpu));
+  // Bounds first (limits.h): the searches loop over divisors of the GPUs and build graphs
+  // whose sizes follow them, so an unbounded count would run long before being refused.
   if (o.gpus < 1) return Error::bad_input("--gpus", fmt::format("{} is not a GPU count; give 1 or more", o.gpus));
+  if (o.gpus > limits::kMaxGpus)
+    return Error::bad_input("--gpus", fmt::format("{} is above longctx's bound of {} GPUs", o.gpus, limits::kMaxGpus));
   const std::int64_t per_node = o.gpus_per_node.value_or(std::min(o.gpus, p.cluster.hardware.gpus_per_node));
   if (per_node < 1) return Error::bad_input("--gpus-per-node", "must be at least 1");
+  if (per_node > limits::kMaxGpusPerNode)
+    return Error::bad_input("--gpus-per-node",
+                            fmt::format("{} is above longctx's bound of {} GPUs per node", per_node, limits::kMaxGpusPerNode));
   if (o.gpus % per_node != 0)
     return Error::bad_input("--gpus", fmt::format("{} GPUs do not fill whole nodes of {}; give a multiple, or set --gpus-per-node", o.gpus, per_node));
   p.cluster.shape = {o.gpus / per_node, per_node};
@@ -62,7 +69,6 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
     a.found.best = with_knobs(base, r.knobs);
     auto valid = validate(a.found.best.model, a.found.best.cluster.shape, a.found.best.train, a.found.best.parallel);
     if (!valid) return valid.error();
-    a.found.evaluated = 1;
   } else {
     LONGCTX_TRY(a.found, best_plan(base, techniques, r.knobs));
   }

@@ -207,12 +207,16 @@ nlohmann::json brief(const Plan& p) {
 }  // namespace
 
 nlohmann::json search_summary_json(const SearchResult& r) {
-  nlohmann::json j = {{"evaluated", r.evaluated}, {"feasible", r.feasible}};
+  nlohmann::json j = {{"ran", true}, {"evaluated", r.evaluated}, {"feasible", r.feasible}};
   j["runners_up"] = nlohmann::json::array();
   for (const auto& p : r.runners_up) j["runners_up"].push_back(brief(p));
   j["pareto"] = nlohmann::json::array();
   for (const auto& p : r.pareto) j["pareto"].push_back(brief(p));
   return j;
+}
+
+nlohmann::json no_search_json() {
+  return {{"ran", false}, {"reason", "--no-search: the knobs given were evaluated as they are, the others at their plain values"}};
 }
 
 }  // namespace longctx

@@ -86,7 +86,7 @@ Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::m
   auto r = answer_plan({a, seq, *k, no_search});
   if (!r) return failure(r.error());
   nlohmann::json j = plan_to_json(r->recorded);
-  j["search"] = search_summary_json(r->found);
+  j["search"] = no_search ? no_search_json() : search_summary_json(r->found);
   return success(j);
 }
 

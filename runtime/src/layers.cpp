@@ -2,6 +2,7 @@
 // inventory names, and each backward only its outputs plus the scratch it documents.
 #include <torch/torch.h>
 
+#include "longctx/planner/parallel_config.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
@@ -206,6 +207,8 @@ class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
 
 // Rows [begin, begin+len) of a [n, ...] tensor.
 Tensor rows(const Tensor& t, std::int64_t begin, std::int64_t len) { return t.narrow(0, begin, len); }
+// Rows of tile i of a split (the planner's tile_split): all `rows`, the last one `last`.
+std::int64_t tile_rows(const TileSplit& s, std::int64_t i) { return i + 1 < s.count ? s.rows : s.last; }
 
 class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
  public:
@@ -215,14 +218,16 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     ctx->saved_data["tiles"] = tiles;
     const auto h = x.size(-1);
     Tensor x2 = x.reshape({-1, h});
-    const auto n = x2.size(0), t = n / tiles;
+    const auto n = x2.size(0);
+    const TileSplit split = tile_split(n, tiles);  // uneven: the last tile shorter
     Tensor out = at::empty({n, h}, x.options());
-    for (std::int64_t i = 0; i < tiles; ++i) {
-      Tensor xt = rows(x2, i * t, t);
-      Tensor a = at::mm(xt, wg.t());
+    for (std::int64_t i = 0; i < split.count; ++i) {
+      const std::int64_t t = tile_rows(split, i);
+      Tensor xt = rows(x2, i * split.rows, t);  // [t, h]
+      Tensor a = at::mm(xt, wg.t());           // [t, I]
       at::silu_(a);
       a.mul_(at::mm(xt, wu.t()));
-      Tensor ot = rows(out, i * t, t);
+      Tensor ot = rows(out, i * split.rows, t);  // [t, h]
       at::mm_out(ot, a, wd.t());
     }
     return out.view(x.sizes());
@@ -234,11 +239,13 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     const auto h = x.size(-1);
     Tensor x2 = x.reshape({-1, h});
     Tensor dy = grads[0].reshape({-1, h});
-    const auto n = x2.size(0), t = n / tiles;
+    const auto n = x2.size(0);
+    const TileSplit split = tile_split(n, tiles);
     Tensor dx = at::empty({n, h}, x.options());
     Tensor dwg = at::zeros_like(wg), dwu = at::zeros_like(wu), dwd = at::zeros_like(wd);
-    for (std::int64_t i = 0; i < tiles; ++i) {
-      Tensor xt = rows(x2, i * t, t), dyt = rows(dy, i * t, t);
+    for (std::int64_t i = 0; i < split.count; ++i) {
+      const std::int64_t t = tile_rows(split, i), first = i * split.rows;
+      Tensor xt = rows(x2, first, t), dyt = rows(dy, first, t);  // [t, h]
       Tensor g = at::mm(xt, wg.t());
       Tensor u = at::mm(xt, wu.t());
       Tensor sg = at::silu(g);
@@ -255,7 +262,7 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
       d_gate.mul_(sg);
       dwg.addmm_(d_gate.t(), xt);
       dwu.addmm_(d_up.t(), xt);
-      Tensor dxt = rows(dx, i * t, t);
+      Tensor dxt = rows(dx, first, t);
       at::mm_out(dxt, d_gate, wg);
       dxt.addmm_(d_up, wu);
     }
@@ -272,34 +279,43 @@ Tensor tiled_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, cons
 
 // ---- loss --------------------------------------------------------------------------------
 
-Tensor cross_entropy_loss(const Tensor& x, const Tensor& w_out, const Tensor& targets) {
-  Tensor logits = at::linear(x.reshape({-1, x.size(-1)}), w_out);
+Tensor cross_entropy_loss(const Tensor& x, const Tensor& w_out, const Tensor& targets, std::optional<double> denominator) {
+  Tensor logits = at::linear(x.reshape({-1, x.size(-1)}), w_out);  // [n, V] e
   if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
-  Tensor logp = at::log_softmax(logits, -1);
+  Tensor logp = at::log_softmax(logits, -1);  // [n, V] fp32
   logits = Tensor();  // dies here, as in the planner: log_softmax saves only its output
-  return at::nll_loss(logp, targets.reshape({-1}));
+  // The sum over the tokens that are not padding, over the denominator; in place on the
+  // 0-dim sum (nll_loss's backward does not read its output).
+  return at::nll_loss(logp, targets.reshape({-1}), {}, at::Reduction::Sum, kIgnoreIndex)
+      .div_(denominator.value_or(static_cast<double>(targets.numel())));
 }
 
 namespace {
 class TiledCrossEntropyFn : public torch::autograd::Function<TiledCrossEntropyFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& w, const Tensor& targets,
-                        std::int64_t tiles) {
+                        std::int64_t tiles, double denominator) {
     ctx->save_for_backward({x, w, targets});
     ctx->saved_data["tiles"] = tiles;
+    ctx->saved_data["denominator"] = denominator;
     Tensor x2 = x.reshape({-1, x.size(-1)});
     Tensor tg = targets.reshape({-1});
-    const auto n = x2.size(0), t = n / tiles;
+    const TileSplit split = tile_split(x2.size(0), tiles);  // uneven: the last tile shorter
     Tensor total = at::zeros({}, x.options().dtype(torch::kFloat));
-    for (std::int64_t i = 0; i < tiles; ++i) {
-      Tensor logits = at::mm(rows(x2, i * t, t), w.t());
+    for (std::int64_t i = 0; i < split.count; ++i) {
+      const std::int64_t t = tile_rows(split, i), first = i * split.rows;
+      Tensor logits = at::mm(rows(x2, first, t), w.t());  // [t, V] e
       if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
-      // sum over rows of logsumexp - logit[target]
-      Tensor lse = at::logsumexp(logits, {1});
-      Tensor picked = logits.gather(1, rows(tg, i * t, t).unsqueeze(1)).squeeze(1);
-      total.add_(lse.sum()).sub_(picked.sum());
+      // sum over the rows that are not padding of logsumexp - logit[target]
+      Tensor lse = at::logsumexp(logits, {1});  // [t] fp32
+      Tensor tgt = rows(tg, first, t);          // [t] int64
+      lse.masked_fill_(tgt.eq(kIgnoreIndex), 0.0);
+      total.add_(lse.sum());
+      lse = Tensor();
+      // nll_loss over the raw logits: minus the target logits' sum, padding skipped.
+      total.add_(at::nll_loss(logits, tgt, {}, at::Reduction::Sum, kIgnoreIndex));
     }
-    return total.div_(static_cast<double>(n));  // fp32, as the untiled loss
+    return total.div_(denominator);  // fp32, as the untiled loss
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
@@ -307,32 +323,38 @@ class TiledCrossEntropyFn : public torch::autograd::Function<TiledCrossEntropyFn
     const auto tiles = ctx->saved_data["tiles"].toInt();
     Tensor x2 = x.reshape({-1, x.size(-1)});
     Tensor tg = targets.reshape({-1});
-    const auto n = x2.size(0), t = n / tiles;
-    const double scale = grads[0].to(torch::kFloat).item<double>() / static_cast<double>(n);
+    const TileSplit split = tile_split(x2.size(0), tiles);
+    const double scale = grads[0].to(torch::kFloat).item<double>() / ctx->saved_data["denominator"].toDouble();
     Tensor dx = at::empty_like(x2);
     Tensor dw = at::zeros_like(w);
-    for (std::int64_t i = 0; i < tiles; ++i) {
-      Tensor xt = rows(x2, i * t, t);
-      Tensor logits = at::mm(xt, w.t());
+    for (std::int64_t i = 0; i < split.count; ++i) {
+      const std::int64_t t = tile_rows(split, i), first = i * split.rows;
+      Tensor xt = rows(x2, first, t);      // [t, h]
+      Tensor logits = at::mm(xt, w.t());  // [t, V] e
       if (logits.scalar_type() != torch::kFloat) logits = logits.to(torch::kFloat);
-      // d logits = (softmax - onehot(target)) * scale, computed in the logits' buffer.
-      Tensor lse = at::logsumexp(logits, {1}, /*keepdim=*/true);
+      // d logits = (softmax - onehot(target)) * scale, computed in the logits' buffer; rows
+      // of padding (target = the ignore index) get none.
+      Tensor lse = at::logsumexp(logits, {1}, /*keepdim=*/true);  // [t, 1] fp32
       logits.sub_(lse).exp_();
-      Tensor idx = rows(tg, i * t, t).unsqueeze(1);
-      logits.scatter_add_(1, idx, at::full({t, 1}, -1.0, logits.options()));
+      Tensor tgt = rows(tg, first, t);
+      Tensor padding = tgt.eq(kIgnoreIndex);                                // [t] bool
+      Tensor minus_one = padding.to(torch::kFloat).sub_(1.0).unsqueeze(1);  // [t, 1] fp32: -1, 0 on padding
+      logits.scatter_add_(1, tgt.clamp_min(0).unsqueeze(1), minus_one);
+      logits.masked_fill_(padding.unsqueeze(1), 0.0);
       logits.mul_(scale);
       Tensor dl = logits.scalar_type() == x.scalar_type() ? logits : logits.to(x.scalar_type());
-      Tensor dxt = rows(dx, i * t, t);
+      Tensor dxt = rows(dx, first, t);
       at::mm_out(dxt, dl, w);
       dw.addmm_(dl.t(), xt);
     }
-    return {dx.view(x.sizes()), dw, Tensor(), Tensor()};
+    return {dx.view(x.sizes()), dw, Tensor(), Tensor(), Tensor()};
   }
 };
 }  // namespace
 
-Tensor tiled_cross_entropy(const Tensor& x, const Tensor& w_out, const Tensor& targets, std::int64_t tiles) {
-  return TiledCrossEntropyFn::apply(x, w_out, targets, tiles);
+Tensor tiled_cross_entropy(const Tensor& x, const Tensor& w_out, const Tensor& targets, std::int64_t tiles,
+                           std::optional<double> denominator) {
+  return TiledCrossEntropyFn::apply(x, w_out, targets, tiles, denominator.value_or(static_cast<double>(targets.numel())));
 }
 
 }  // namespace longctx::runtime

@@ -47,9 +47,10 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
       w_(weights),
       device_(device),
       comm_(comm),
+      seq_(seq),
       layout_(UlyssesLayout::make(m, comm)),
-      rope_(RopeTables::make(seq / layout_.u, m.head_dim, m.rope_theta, weights.embed.scalar_type(), device,
-                             layout_.rank * (seq / layout_.u))),
+      rope_(RopeTables::make(padded_seq(seq, layout_.u) / layout_.u, m.head_dim, m.rope_theta, weights.embed.scalar_type(),
+                             device, layout_.rank * (padded_seq(seq, layout_.u) / layout_.u))),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {
   checkpoint_prefetch_.store = checkpoints_.get();
@@ -173,10 +174,12 @@ Tensor LlamaStep::head_loss(Tensor x, const Tensor& targets) {
   }
   Tensor xf = rms_norm(x, final_norm, m_.rms_norm_eps);
   x = Tensor();
-  Tensor loss = p_.loss_tiles > 1 ? tiled_cross_entropy(xf, head, targets, p_.loss_tiles)
-                                  : cross_entropy_loss(xf, head, targets);
-  // Every rank holds as many tokens: the whole batch's token mean is the sum of these.
-  if (comm_ && comm_->world() > 1) loss = at::div(loss, comm_->world());
+  // The batch's real tokens: b samples of seq_ on each data-parallel rank; padding is not
+  // counted (its targets are kIgnoreIndex). The ranks' shares sum to the batch's mean.
+  const double dp = comm_ ? static_cast<double>(comm_->dp_size()) : 1.0;
+  const double real_tokens = static_cast<double>(targets.size(0)) * static_cast<double>(seq_) * dp;
+  Tensor loss = p_.loss_tiles > 1 ? tiled_cross_entropy(xf, head, targets, p_.loss_tiles, real_tokens)
+                                  : runtime::cross_entropy_loss(xf, head, targets, real_tokens);
   return mark_backward_phase(loss, phase_name(StepPhase::BackwardLoss));
 }
 

@@ -70,8 +70,7 @@ class BatchSource {
         seed_(o.seed),
         rows_(p.train.micro_batch),
         first_row_(p.train.micro_batch * c.dp_rank()),
-        cols_(p.train.seq / c.sp_size()),
-        first_col_(p.train.seq / c.sp_size() * c.sp_rank()) {
+        shard_(sequence_shard(p.train.seq, c.sp_size(), c.sp_rank())) {
     if (!o.data_path.empty()) {
       std::ifstream in(o.data_path, std::ios::binary);
       std::uint32_t v;
@@ -102,20 +101,15 @@ class BatchSource {
       for (std::int64_t i = 0; i < b_ * (S_ + 1); ++i) a[i] = file_[static_cast<std::size_t>((cursor_ + i) % n)];
       cursor_ = (cursor_ + b_ * S_) % n;
     }
-    torch::Tensor mine = all.narrow(0, first_row_, rows_);
-    // Fresh copies: a one-row slice counts as contiguous and would keep the whole window.
-    auto take = [&](std::int64_t first) {
-      torch::Tensor t = torch::empty({rows_, cols_}, torch::TensorOptions().dtype(torch::kLong).device(device));
-      t.copy_(mine.narrow(1, first, cols_));
-      return t;
-    };
-    return {take(first_col_), take(first_col_ + 1)};
+    auto [tokens, targets] = shard_batch(all.narrow(0, first_row_, rows_), shard_, device);  // padded: ulysses.h
+    return {tokens, targets};
   }
 
  private:
   std::int64_t b_, S_, V_;
   std::uint64_t seed_;
-  std::int64_t rows_, first_row_, cols_, first_col_;
+  std::int64_t rows_, first_row_;
+  SequenceShard shard_;
   std::vector<std::uint32_t> file_;
   std::int64_t cursor_ = 0;
 };

@@ -1,6 +1,9 @@
 #include "longctx/runtime/ulysses.h"
 
+#include <algorithm>
+
 #include "longctx/planner/parallel_config.h"
+#include "longctx/runtime/loss.h"
 
 namespace longctx::runtime {
 
@@ -19,6 +22,25 @@ UlyssesLayout UlyssesLayout::make(const ModelConfig& m, Communicator* comm) {
   l.hl = m.heads / l.u;
   l.kvr = kv_heads_per_rank(m, static_cast<int>(l.u));
   return l;
+}
+
+SequenceShard sequence_shard(std::int64_t seq, std::int64_t u, std::int64_t rank) {
+  SequenceShard s;
+  s.cols = padded_seq(seq, u) / u;
+  s.first = s.cols * rank;
+  s.real = std::clamp<std::int64_t>(seq - s.first, 0, s.cols);
+  return s;
+}
+
+ShardBatch shard_batch(const Tensor& window, const SequenceShard& shard, torch::Device device) {
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
+  auto take = [&](std::int64_t offset, std::int64_t pad) {
+    Tensor t = torch::empty({window.size(0), shard.cols}, opts);  // [rows, cols] int64
+    if (shard.real > 0) t.narrow(1, 0, shard.real).copy_(window.narrow(1, shard.first + offset, shard.real));
+    if (shard.real < shard.cols) t.narrow(1, shard.real, shard.cols - shard.real).fill_(pad);
+    return t;
+  };
+  return {take(0, 0), take(1, kIgnoreIndex)};
 }
 
 Tensor to_ranks(const Tensor& t, std::int64_t u) {

@@ -1,6 +1,7 @@
 // A distributed step computes the single-process step: ranks (threads here, over c10d Gloo
-// on loopback) each run their S/u tokens of their sample, and the loss and the summed
-// gradients equal plain autograd over the whole batch on one process.
+// on loopback) each run their padded_seq/u tokens of their sample (padding, where u does not
+// divide S, at the end with ignored targets), and the loss and the summed gradients equal
+// plain autograd over the whole unpadded batch on one process.
 //
 // Tolerances as in technique_equivalence_test: loss within 1e-5 relative, each gradient
 // within 2e-4 of its largest entry. A wrong head routing, a kv replica not summed, or RoPE
@@ -41,6 +42,7 @@ struct Case {
   std::string name, model;
   int world;
   ParallelConfig parallel;
+  std::int64_t seq = 64;  // not a multiple of u: padded (parallel_config.h, padded_seq)
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -87,6 +89,20 @@ std::vector<Case> cases() {
          p.mlp_tiles = 4;
          p.loss_tiles = 2;
        })},
+      // Lengths the degree does not divide: the last ranks hold padding (ignored targets),
+      // and with 2 tokens on 4 ranks two ranks hold nothing else.
+      {"GqaUlysses4Padded61", "tiny-gqa", 4, sp(4), 61},
+      {"GqaUlysses4Padded2", "tiny-gqa", 4, sp(4), 2},
+      {"GqaUlysses2TimesData2Padded63", "tiny-gqa", 4, sp(2), 63},
+      {"OddUlysses2Padded63UnevenTiles", "tiny-odd", 2, sp(2, [](auto& p) {
+         p.mlp_tiles = 3;
+         p.loss_tiles = 5;
+       }), 63},
+      {"OddZero3Ulysses4Padded61Untied", "tiny-odd", 4, sp(4, [](auto& p) {
+         p.sharding = Sharding::Zero3;
+         p.head_chunk = 1;
+         p.checkpoint = CheckpointPolicy::full();
+       }), 61},
   };
 }
 
@@ -94,7 +110,7 @@ class DistributedEquivalence : public ::testing::TestWithParam<Case> {};
 
 TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
   const Case& c = GetParam();
-  const std::int64_t S = 64, b = 1;
+  const std::int64_t S = c.seq, b = 1;
   auto plan = testing::tiny_plan(c.model, S, b, c.parallel);
   plan.cluster.shape = {1, c.world};
   auto valid = validate(plan.model, plan.cluster.shape, plan.train, plan.parallel);
@@ -130,11 +146,9 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
           shards = std::make_unique<ShardedParams>(w, c.parallel.sharding, c.parallel.offload_params, cm, false);
           step.use_shards(shards.get());
         }
-        const auto n = S / u;
-        auto mine = [&](const torch::Tensor& t) {
-          return t.narrow(0, cm.dp_rank() * b, b).narrow(1, cm.sp_rank() * n, n).contiguous();
-        };
-        losses[r] = step.forward_backward(mine(tokens), mine(targets));
+        // This rank's padded columns, as the runner cuts them.
+        auto mine = shard_batch(all.narrow(0, cm.dp_rank() * b, b), sequence_shard(S, u, cm.sp_rank()), torch::kCPU);
+        losses[r] = step.forward_backward(mine.tokens, mine.targets);
         if (!shards) {
           for (auto& p : w.all()) {
             torch::Tensor g = p.grad();

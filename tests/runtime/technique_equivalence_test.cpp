@@ -39,6 +39,9 @@ std::vector<Case> cases() {
                  })});
     c.push_back({t + "MlpTiles4", m, knobs([](auto& p) { p.mlp_tiles = 4; })});
     c.push_back({t + "LossTiles4", m, knobs([](auto& p) { p.loss_tiles = 4; })});
+    // Uneven: 128 tokens in tiles of 43 (the last 42) and of 26 (the last 24).
+    c.push_back({t + "MlpTiles3Uneven", m, knobs([](auto& p) { p.mlp_tiles = 3; })});
+    c.push_back({t + "LossTiles5Uneven", m, knobs([](auto& p) { p.loss_tiles = 5; })});
     for (int chunk : {1, 2, 4})
       c.push_back({t + "HeadChunk" + std::to_string(chunk), m, knobs([chunk](auto& p) { p.head_chunk = chunk; })});
     c.push_back({t + "OffloadParams", m, knobs([](auto& p) {

@@ -1,11 +1,14 @@
 // Sizes past longctx::limits are refused as bad input naming the field, before any
 // arithmetic on them could overflow (cases the fuzzers in fuzz/ found or guard).
 #include <gtest/gtest.h>
+
+#include <chrono>
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/limits.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
+#include "longctx/planner/search.h"
 #include "test_plans.h"
 
 namespace longctx {
@@ -112,6 +115,40 @@ TEST(Limits, PlanFilesOfAnotherSchemaOrWithHugeKnobsAreRefused) {
   auto budget = j;
   budget["cluster"]["device_budget_bytes"] = 1LL << 62;
   EXPECT_EQ(plan_from_json(budget).error().field, "cluster.device_budget_bytes");
+}
+
+// Bounds first: a cluster beyond the bound is refused before any search, at once.
+TEST(Limits, MaxContextRefusesAHugeClusterBeforeSearching) {
+  Plan p = testing::cpu_plan("llama-3.1-8b", 8, 0);
+  p.cluster.hardware = load_hardware("h100-80gb").value();
+  for (std::int64_t gpus : {limits::kMaxGpus * 2, std::int64_t{1} << 40}) {
+    p.cluster.shape = {gpus / 8, 8};
+    const auto t0 = std::chrono::steady_clock::now();
+    auto r = max_context(p, all_techniques());
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+    EXPECT_EQ(r.error().field, "--gpus");
+    EXPECT_LT(s, 1.0);
+  }
+}
+
+// Budgets up to the bound answer: more memory, at least as long a context; past what a plan
+// may hold (limits.h) the answer stops at a length that still validates, not at "nothing".
+TEST(Limits, LargeBudgetsAnswer) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 0);
+  p.cluster.hardware = load_hardware("h100-80gb").value();
+  p.train.dtype = DType::BF16;
+  std::int64_t prev = 0;
+  for (std::int64_t budget : {std::int64_t{80} << 30, std::int64_t{1} << 40, std::int64_t{4} << 40, limits::kMaxBytes}) {
+    p.cluster.device_budget_bytes = budget;
+    p.cluster.host_budget_bytes_per_node = limits::kMaxBytes;
+    auto r = max_context(p, all_techniques());
+    ASSERT_TRUE(r.ok()) << budget << ": " << r.error().what();
+    EXPECT_GE(r->max_tokens, prev) << budget;
+    EXPECT_TRUE(r->plan.prediction.feasible);
+    prev = r->max_tokens;
+  }
 }
 
 }  // namespace

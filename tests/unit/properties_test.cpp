@@ -4,6 +4,7 @@
 
 #include <random>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/memory_model.h"
@@ -233,6 +234,57 @@ TEST(Properties, AStepPrefixIsALowerBound) {
       EXPECT_LE(prefix.host_during[j], whole.host_during[j]) << j;
     }
   }
+}
+
+// What max-context promises: `plan --seq S` finds a fitting plan for every S up to its
+// answer, any S (padded to the layout, tiles uneven), and one granule past it nothing fits.
+// Random models, GPU counts, budgets and lengths, on the virtual device (every length
+// settled by simulation) and on an H100 (the affine bound).
+TEST(Properties, MaxContextBoundsEveryShorterLength) {
+  std::mt19937 rng(7);
+  auto pick = [&](auto... values) {
+    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  int checked = 0;
+  for (int i = 0; i < 16; ++i) {
+    const bool gpu = i % 3 == 2;
+    Plan base = testing::cpu_plan(gpu ? pick("llama-3.2-1b", "llama-3.1-8b") : pick("tiny-gqa", "tiny-odd"),
+                                  pick(1, 2, 3, 4, 6, 8), 0);
+    if (gpu) {
+      base.cluster.hardware = load_hardware("h100-80gb").value();
+      base.cluster.device_budget_bytes = base.cluster.hardware.device_memory_bytes;
+      base.cluster.host_budget_bytes_per_node = base.cluster.hardware.host_memory_bytes_per_node;
+      base.train.dtype = DType::BF16;
+    } else {
+      base.cluster.device_budget_bytes = pick(4, 8, 16) << 20;
+      base.cluster.host_budget_bytes_per_node = 256LL << 20;
+    }
+    // Half without tiles: the answer is then exact to the token.
+    const TechniqueSet techniques =
+        i % 2 ? *parse_techniques("zero3,ulysses,checkpoint,offload-checkpoints,untied") : all_techniques();
+    auto m = max_context(base, techniques, /*with_ladder=*/false);
+    ASSERT_TRUE(m.ok()) << base.model.name << ": " << m.error().what();
+    const std::string text = fmt::format("{} on {} GPUs, budget {}: max {} granularity {}", base.model.name,
+                                         base.cluster.shape.world(), base.cluster.device_budget_bytes, m->max_tokens,
+                                         m->granularity);
+    std::vector<std::int64_t> lengths = {m->max_tokens, std::uniform_int_distribution<std::int64_t>(1, 4096)(rng)};
+    for (int k = 0; k < 3; ++k) lengths.push_back(std::uniform_int_distribution<std::int64_t>(1, m->max_tokens)(rng));
+    for (std::int64_t seq : lengths) {
+      if (seq > m->max_tokens) continue;
+      Plan at = base;
+      at.train.seq = seq;
+      auto found = best_plan(at, techniques);
+      EXPECT_TRUE(found.ok()) << text << "; seq " << seq << ": " << (found.ok() ? "" : found.error().what());
+      ++checked;
+    }
+    Plan past = base;
+    past.train.seq = m->max_tokens + m->granularity;
+    auto beyond = best_plan(past, techniques);
+    EXPECT_FALSE(beyond.ok()) << text << "; seq " << past.train.seq << " fits";
+    if (i % 2) EXPECT_EQ(m->granularity, 1) << text;
+  }
+  EXPECT_GE(checked, 64);
 }
 
 }  // namespace

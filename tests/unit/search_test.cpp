@@ -1,6 +1,8 @@
 // The search against brute force, and the max-context query's guarantees.
 #include <gtest/gtest.h>
 
+#include <nlohmann/json.hpp>
+
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/search.h"
 #include "test_plans.h"
@@ -74,6 +76,79 @@ TEST(Search, FixedKnobsOutsideTheAllowedTechniquesAreBadInput) {
   r = best_plan(base, all_techniques(), k);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().field, "--ulysses");
+}
+
+// Any length plans: the layout pads it to a multiple of the Ulysses degree, the padding is
+// in the step's shapes (so its bytes are counted) and in the plan file.
+TEST(Search, AnyLengthIsPaddedToTheLayout) {
+  for (std::int64_t seq : {1001, 1023, 4097}) {
+    Plan base = cpu_plan("tiny-odd", 4, seq);
+    base.cluster.device_budget_bytes = 8LL << 20;
+    base.cluster.host_budget_bytes_per_node = 64LL << 20;
+    auto r = best_plan(base, all_techniques());
+    ASSERT_TRUE(r.ok()) << seq << ": " << r.error().what();
+    const std::int64_t u = r->best.parallel.ulysses;
+    EXPECT_EQ(r->best.train.seq, seq);
+    EXPECT_EQ(padded_seq(seq, u) % u, 0);
+    EXPECT_LT(padded_seq(seq, u) - seq, u);
+    const nlohmann::json j = plan_to_json(r->best);
+    EXPECT_EQ(j["train"]["padded_seq"], padded_seq(seq, u));
+    EXPECT_EQ(j["train"]["padding_tokens"], padding_tokens(seq, u));
+    // The padded tokens cost memory: the padded length's peak, not the unpadded one's.
+    Plan padded = r->best;
+    padded.train.seq = padded_seq(seq, u);
+    EXPECT_EQ(predict(padded).peak_device_bytes, r->best.prediction.peak_device_bytes);
+    auto back = plan_from_json(j);
+    ASSERT_TRUE(back.ok()) << back.error().what();
+    EXPECT_EQ(back->train.seq, seq);
+  }
+  // A written padding that is not the rule's is a stale or edited file.
+  Plan p = cpu_plan("tiny-gqa", 2, 1001);
+  p.parallel.ulysses = 2;
+  nlohmann::json j = plan_to_json(p);
+  EXPECT_EQ(j["train"]["padded_seq"], 1002);
+  j["train"]["padded_seq"] = 1004;
+  EXPECT_EQ(plan_from_json(j).error().field, "train.padded_seq");
+}
+
+// Tiles need not divide the tokens: ceil-sized, the last shorter; the footprint is the
+// largest tile's, so uneven counts sit between their even neighbours.
+TEST(Search, UnevenTilesAreValidAndPricedByTheLargestTile) {
+  Plan p = cpu_plan("tiny-gqa", 1, 7168);
+  for (int tiles : {3, 5, 7}) {
+    p.parallel.mlp_tiles = tiles;
+    p.parallel.loss_tiles = tiles;
+    EXPECT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok()) << tiles;
+  }
+  const TileSplit three = tile_split(7168, 3);
+  EXPECT_EQ(three.rows, 2390);
+  EXPECT_EQ(three.count, 3);
+  EXPECT_EQ(three.last, 7168 - 2 * 2390);
+  const TileSplit six_of_ten = tile_split(10, 6);  // torch.chunk's rule: 5 tiles of 2
+  EXPECT_EQ(six_of_ten.rows, 2);
+  EXPECT_EQ(six_of_ten.count, 5);
+  auto peak_at = [&](int mlp, int loss) {
+    Plan q = p;
+    q.parallel.mlp_tiles = mlp;
+    q.parallel.loss_tiles = loss;
+    return predict(q).peak_device_bytes;
+  };
+  EXPECT_LE(peak_at(4, 4), peak_at(3, 3));
+  EXPECT_LE(peak_at(3, 3), peak_at(2, 2));
+  EXPECT_LE(peak_at(8, 8), peak_at(5, 5));
+  EXPECT_LE(peak_at(5, 5), peak_at(4, 4));
+  p.parallel.mlp_tiles = 7169;  // more tiles than tokens: an empty tile
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--mlp-tiles");
+}
+
+TEST(Search, TheJsonSaysWhenNoSearchRan) {
+  EXPECT_EQ(no_search_json()["ran"], false);
+  EXPECT_FALSE(no_search_json().contains("evaluated"));
+  Plan base = cpu_plan("tiny-gqa", 2, 1024);
+  auto r = best_plan(base, all_techniques());
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(search_summary_json(*r)["ran"], true);
+  EXPECT_GE(search_summary_json(*r)["evaluated"].get<int>(), 1);
 }
 
 std::int64_t max_tokens(Plan base, const TechniqueSet& t) {

@@ -302,7 +302,7 @@ TEST_P(OpFootprint, SwiGluMlp) {
 }
 
 TEST_P(OpFootprint, TiledMlp) {
-  for (int tiles : {2, 5, 8}) {
+  for (int tiles : {2, 3, 5, 7, 8}) {  // 3 and 7 leave the last of the 400 rows' tiles shorter
     const auto s = shapes_with(GetParam(), [&](ParallelConfig& p) { p.mlp_tiles = tiles; });
     const auto g = s.graph();
     const auto h = s.m.hidden, I = s.m.intermediate;
@@ -319,12 +319,13 @@ TEST_P(OpFootprint, TiledMlp) {
 // The loss's value is a 0-dim tensor the planner does not count: its bytes are taken off
 // what the forward keeps (nll_loss's total weight beside it is within kWrappedScalarBytes).
 TEST_P(OpFootprint, LossPlainAndTiled) {
-  for (int tiles : {1, 4, 5}) {
+  for (int tiles : {1, 3, 4, 5, 7}) {  // 3 and 7: uneven tiles
     const auto s = shapes_with(GetParam(), [&](ParallelConfig& p) { p.loss_tiles = tiles; });
     const auto g = s.graph();
     const auto h = s.m.hidden, V = s.m.vocab;
     Tensor xf = s.randn({s.b, s.S, h}), w = s.randn({V, h});
     Tensor targets = torch::randint(0, V, {s.b, s.S}, torch::kLong);
+    targets.narrow(1, s.S - 5, 5).fill_(runtime::kIgnoreIndex);  // a padded tail: masked out, same bytes
     const std::string tag = fmt::format("{} {} tiles", name(), tiles);
     Tensor loss;
     auto measured = measure([&] {

@@ -14,6 +14,7 @@
 #include <fmt/format.h>
 
 #include "longctx/planner/hardware.h"
+#include "longctx/planner/knobs.h"
 #include "longctx/planner/plan.h"
 
 namespace longctx::validation {
@@ -61,36 +62,43 @@ inline ModelConfig random_model(Draw& r, int index) {
   return m;
 }
 
-// Ulysses degrees of `world` ranks the model's heads allow (validate()'s rules).
-inline std::vector<std::int64_t> ulysses_degrees(const ModelConfig& m, std::int64_t world) {
-  std::vector<std::int64_t> out;
-  for (std::int64_t u = 1; u <= world; ++u)
-    if (world % u == 0 && m.heads % u == 0 && (m.kv_heads % u == 0 || u % m.kv_heads == 0)) out.push_back(u);
-  return out;
+// A value of knob `k` for `plan`, whose rows above k are already drawn: the row's own
+// candidates (knobs.h), so the grid draws every knob the table has, with the table's
+// requirements; beyond them the ranges the search does not try but a user may give: uneven
+// tile counts and every:K for any K. A row away from its plain value 40% of the time,
+// except the Ulysses degree and the sharding, drawn uniformly among their values.
+inline KnobValue random_knob(Draw& r, const Plan& plan, const Knob& k) {
+  const std::vector<KnobValue> values = knob_candidates(k.id, plan, all_techniques(), {});
+  std::vector<KnobValue> beyond;
+  for (KnobValue v : values)
+    if (v != k.plain) beyond.push_back(v);
+  switch (k.rule.candidates) {
+    case Candidates::Ulysses: return r.pick(values);
+    case Candidates::Tiles: {
+      const std::int64_t n = tokens_per_rank(plan.train, plan.parallel.ulysses);
+      return r.chance(40) && n >= 2 ? r.in(2, std::min<std::int64_t>(16, n)) : k.plain;  // any count: uneven tiles
+    }
+    case Candidates::HeadChunk:
+    case Candidates::Listed: break;
+  }
+  if (k.id == KnobId::sharding) {
+    // One rank runs unsharded or zero3 (its parameter offload); several ranks any stage.
+    const KnobValue v = r.pick(values);
+    const bool one_rank_stage = plan.cluster.shape.world() == 1 && v != 0 && v != static_cast<KnobValue>(Sharding::Zero3);
+    return one_rank_stage ? (r.chance(67) ? 0 : static_cast<KnobValue>(Sharding::Zero3)) : v;
+  }
+  if (beyond.empty() || !r.chance(40)) return k.plain;
+  const KnobValue v = r.pick(beyond);
+  // every:K: any K up to the layers (the table lists every:2).
+  if (k.id == KnobId::checkpoint && v > 1) return r.in(2, std::max<std::int64_t>(2, plan.model.layers));
+  return v;
 }
 
-inline ParallelConfig random_techniques(Draw& r, const ModelConfig& m, std::int64_t world, std::int64_t u,
-                                        std::int64_t tokens_per_rank) {
-  ParallelConfig p;
-  p.ulysses = static_cast<int>(u);
-  const int ckpt = static_cast<int>(r.in(0, 2));
-  if (ckpt == 1) p.checkpoint = CheckpointPolicy::full();
-  if (ckpt == 2 && m.layers > 1) p.checkpoint = CheckpointPolicy::every_k(static_cast<int>(r.in(2, m.layers)));
-  p.offload_checkpoints = p.checkpoint.any() && r.chance(50);
-  const std::vector<std::int64_t> tiles = divisors_in(tokens_per_rank, {2, 3, 4, 6, 8, 12, 16});
-  if (!tiles.empty() && r.chance(40)) p.mlp_tiles = static_cast<int>(r.pick(tiles));
-  if (!tiles.empty() && r.chance(40)) p.loss_tiles = static_cast<int>(r.pick(tiles));
-  const std::int64_t hl = m.heads / u, group = hl / kv_heads_per_rank(m, static_cast<int>(u));
-  std::vector<std::int64_t> chunks;
-  for (std::int64_t c = 1; c <= hl; ++c)
-    if (hl % c == 0 && (group % c == 0 || c % group == 0)) chunks.push_back(c);
-  if (r.chance(40)) p.head_chunk = static_cast<int>(r.pick(chunks));
-  p.offload_optimizer = r.chance(30);
-  // One rank runs unsharded or zero3 (its parameter offload); several ranks any stage of ZeRO.
-  p.sharding = world == 1 ? r.pick<Sharding>({Sharding::None, Sharding::None, Sharding::Zero3})
-                          : r.pick<Sharding>({Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3});
-  p.offload_params = p.sharding == Sharding::Zero3 && r.chance(50);
-  return p;
+// Every parallel knob of the table, in its order (each sees the rows above it drawn).
+inline ParallelConfig random_techniques(Draw& r, Plan plan) {
+  for (const Knob& k : knob_table())
+    if (std::string(k.section) == "parallel") set_knob(plan, k.id, random_knob(r, plan, k));
+  return plan.parallel;
 }
 
 // One point: a plan for `world` ranks of the CPU virtual device, one node.
@@ -98,18 +106,18 @@ inline Plan random_plan(Draw& r, int index) {
   Plan plan;
   plan.model = random_model(r, index);
   const std::int64_t world = r.pick<std::int64_t>({1, 1, 1, 2, 2, 3});
-  const std::int64_t u = r.pick(ulysses_degrees(plan.model, world));
   plan.cluster.shape = {1, world};
   plan.cluster.hardware = load_hardware("cpu").value();
   plan.cluster.device_budget_bytes = 1LL << 30;
   plan.cluster.host_budget_bytes_per_node = 4LL << 30;
-  // 96 .. 480 tokens, divisible by every Ulysses degree of 3 ranks and by most tile counts;
-  // below 192, 192 .. 767 and their block sizes of the CPU flash kernel.
-  plan.train.seq = 48 * r.in(2, 10);
+  // 96 .. 480 tokens, any count: odd ones are padded to the Ulysses degree
+  // (parallel_config.h, padded_seq); below 192, 192 .. 767 and their block sizes of the CPU
+  // flash kernel.
+  plan.train.seq = r.in(96, 480);
   plan.train.micro_batch = r.chance(25) ? 2 : 1;
   plan.train.dtype = r.chance(30) ? DType::BF16 : DType::FP32;
   plan.train.grad_dtype = plan.train.dtype;  // the CPU virtual device's gradients: the parameters' dtype
-  plan.parallel = random_techniques(r, plan.model, world, u, plan.train.micro_batch * plan.train.seq / u);
+  plan.parallel = random_techniques(r, plan);
   return plan;
 }
 
@@ -124,6 +132,7 @@ inline std::string describe(const Plan& p) {
                               world / q.ulysses, p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                               to_string(q.checkpoint));
   if (q.offload_checkpoints) s += " offload-ckpt";
+  if (const auto pad = padding_tokens(p.train.seq, q.ulysses); pad > 0) s += fmt::format(" (padded +{})", pad);
   if (q.mlp_tiles > 1) s += fmt::format(" mlp-tiles={}", q.mlp_tiles);
   if (q.loss_tiles > 1) s += fmt::format(" loss-tiles={}", q.loss_tiles);
   if (q.head_chunk > 0) s += fmt::format(" head-chunk={}", q.head_chunk);

@@ -8,8 +8,8 @@ StepShapes step_shapes(const StepInputs& in) {
   const ModelConfig& m = in.model;
   StepShapes s;
   s.b = in.train.micro_batch;
-  s.S = in.train.seq;
   s.u = in.parallel.ulysses;
+  s.S = padded_seq(in.train.seq, s.u);
   s.n = s.b * s.S / s.u;
   s.world = in.cluster.world();
   s.h = m.hidden;

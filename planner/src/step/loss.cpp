@@ -20,9 +20,10 @@ void loss_forward(StepBuild& sb) {
   const double flops = matmul_flops(s.n, s.h, s.V);
   const int tiles = sb.parallel.loss_tiles;
   if (tiles > 1) {
+    const int runs = static_cast<int>(tile_split(s.n, tiles).count);  // tiles that run (uneven: the last shorter)
     sb.graph.op(step_name("loss.tiled"), L, -1, {o.xf, o.targets}, {},
                 {.workspace = tiled_loss_workspace(s, tiles), .flops = flops, .kind = OpKind::Matmul,
-                 .launches = 3 * tiles, .repeats = tiles});
+                 .launches = 3 * runs, .repeats = runs});
     return;
   }
   TensorId logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, Category::Transient);  // [n, V] e
@@ -78,9 +79,10 @@ TensorId loss_backward(StepBuild& sb) {
   const double flops = 2 * matmul_flops(s.n, s.h, s.V);
   if (tiles > 1) {
     // The tile's logits recomputed as in forward: one more projection.
+    const int runs = static_cast<int>(tile_split(s.n, tiles).count);
     sb.graph.op(step_name("loss.tiled.bwd"), Phase::Backward, -1, head_reads, grads_out,
                 {.workspace = tiled_loss_workspace(s, tiles), .flops = flops + matmul_flops(s.n, s.h, s.V),
-                 .kind = OpKind::Matmul, .launches = 6 * tiles, .repeats = tiles});
+                 .kind = OpKind::Matmul, .launches = 6 * runs, .repeats = runs});
   } else {
     head_reads.push_back(logits_grad(sb));
     sb.graph.op(step_name("loss.logits.bwd"), Phase::Backward, -1, head_reads, grads_out, {.flops = flops});

@@ -12,12 +12,13 @@ using namespace footprint;
 TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const int tiles = sb.parallel.mlp_tiles;
+  const int runs = static_cast<int>(tile_split(s.n, tiles).count);  // tiles that run (uneven: the last shorter)
   const Category act = Category::Activations;
   const TensorId down = sb.graph.tensor(layer_name(l, "mlp.down.out", rc), s.n * s.h * s.e, Category::Transient);  // [n, h] e
   if (tiles > 1) {
     sb.graph.op(layer_name(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down},
                 {.workspace = tiled_mlp_forward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 3,
-                 .kind = OpKind::Matmul, .launches = 4 * tiles, .repeats = tiles});
+                 .kind = OpKind::Matmul, .launches = 4 * runs, .repeats = runs});
     return down;
   }
   a.gate = sb.graph.tensor(layer_name(l, "mlp.gate", rc), s.n * s.I * s.e, act);  // [n, I] e
@@ -33,6 +34,7 @@ TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
 TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const int tiles = sb.parallel.mlp_tiles;
+  const int runs = static_cast<int>(tile_split(s.n, tiles).count);
   const Phase B = Phase::Backward;
   const Category tr = Category::Transient;
   const TensorId d_xn2 = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, tr);  // [n, h] e
@@ -41,7 +43,7 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
     const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", 3 * s.h * s.I, grad);
     sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
                 {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
-                 .kind = OpKind::Matmul, .launches = 10 * tiles, .repeats = tiles});
+                 .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs});
     return d_xn2;
   }
   const TensorId d_act = sb.graph.tensor(layer_name(l, "mlp.act.grad"), s.n * s.I * s.e, tr);  // [n, I] e

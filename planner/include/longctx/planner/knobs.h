@@ -39,7 +39,8 @@ using KnobValue = std::int64_t;
 // How a row's candidates are found when the knob is not fixed. Listed: the row's `listed`
 // values. Ulysses: every degree that divides the GPUs and passes the head rules. HeadChunk:
 // 0 and every valid chunk of the local heads, largest (fastest) first. Tiles: 1, the powers
-// of two that divide the tokens per rank, and the count of the smallest tile.
+// of two that leave tiles of the smallest length, and the count that makes the largest tile
+// at most that length (tiles may be uneven: parallel_config.h, tile_split).
 enum class Candidates { Listed, Ulysses, HeadChunk, Tiles };
 
 // Which `--techniques` word a value needs. Plain values need none. `by_value` rows (sharding)

@@ -38,7 +38,7 @@ std::string to_string(DType t);
 Result<DType> parse_dtype(const std::string& text, const std::string& field);
 
 struct TrainConfig {
-  std::int64_t seq = 0;          // tokens per sample (the whole sequence, before Ulysses splits it)
+  std::int64_t seq = 0;          // tokens per sample (the whole sequence, before Ulysses splits it and pads it)
   std::int64_t micro_batch = 1;  // samples per data-parallel rank per step
   DType dtype = DType::BF16;     // parameters and activations as computed
   DType grad_dtype = DType::FP32;
@@ -47,14 +47,14 @@ struct TrainConfig {
 
 struct ParallelConfig {
   Sharding sharding = Sharding::None;
-  int ulysses = 1;     // sequence-parallel degree u: each rank holds seq/u tokens
+  int ulysses = 1;     // sequence-parallel degree u: each rank holds padded_seq/u tokens
   int head_chunk = 0;  // 0: attention over all local heads at once; c >= 1: Untied Ulysses stages of c heads
   CheckpointPolicy checkpoint;
   bool offload_checkpoints = false;
   bool offload_optimizer = false;
   bool offload_params = false;
-  int mlp_tiles = 1;   // 1: plain MLP; T > 1: tiled and recomputed per tile
-  int loss_tiles = 1;  // 1: full logits; T > 1: tiled output projection + cross-entropy
+  int mlp_tiles = 1;   // 1: plain MLP; T > 1: tiled and recomputed per tile (tile_split: uneven)
+  int loss_tiles = 1;  // 1: full logits; T > 1: tiled output projection + cross-entropy (tile_split)
 
   bool operator==(const ParallelConfig&) const = default;
 };
@@ -64,6 +64,27 @@ struct Cluster {
   std::int64_t gpus_per_node = 8;
   std::int64_t world() const { return nodes * gpus_per_node; }
 };
+
+// The sequence as the layout runs it: seq rounded up to a multiple of the Ulysses degree, so
+// every rank holds padded_seq/u tokens of each sample (as DeepSpeed's and ArcticTraining's
+// Ulysses pad). The padding sits at the end of each sample; its labels are the ignore index,
+// so it adds memory and time but nothing to the loss or the gradients (causal attention: no
+// real token attends to it).
+std::int64_t padded_seq(std::int64_t seq, std::int64_t ulysses);
+// Padding tokens per sample: padded_seq - seq.
+std::int64_t padding_tokens(std::int64_t seq, std::int64_t ulysses);
+// Tokens each rank holds: micro_batch * padded_seq / u.
+std::int64_t tokens_per_rank(const TrainConfig& t, std::int64_t ulysses);
+
+// `tiles` row tiles of n rows as torch.chunk cuts them (ArcticTraining's TiledMLP, Liger's
+// chunked loss): `rows` = ceil(n / tiles) each, the last one shorter; `count` tiles run,
+// which is `tiles` unless the rounding leaves the last ones empty (10 rows in 6 tiles: 5 of
+// 2 rows). The footprint of a tile is the largest one's, `rows`.
+// REQUIRES: 1 <= tiles <= n.
+struct TileSplit {
+  std::int64_t rows = 0, count = 0, last = 0;
+};
+TileSplit tile_split(std::int64_t n, std::int64_t tiles);
 
 // Key/value heads each rank holds after the Ulysses all-to-all: K/u, or 1 replicated head
 // when u exceeds K (u % K == 0).

@@ -43,7 +43,9 @@ struct LadderRung {
 
 struct MaxContextResult {
   std::int64_t max_tokens = 0;
-  std::int64_t granularity = 0;  // max_tokens is a multiple of this; max_tokens + granularity does not fit
+  // Every length up to max_tokens fits (padded); max_tokens + granularity does not. 1 (exact
+  // to the token) without tiles; with them u x the smallest tile, max_tokens a multiple of it.
+  std::int64_t granularity = 0;
   std::string binding;
   // A rule that keeps the plan from spreading the sequence further (a larger Ulysses degree
   // the heads forbid), empty if none.
@@ -64,7 +66,10 @@ std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, co
 // memory.
 bool faster(const Plan& a, const Plan& b);
 
+// The search's block of `plan --json`: "ran": true, its counts, runners-up and Pareto front.
 nlohmann::json search_summary_json(const SearchResult& r);
+// The same block when no search ran (`plan --no-search`): "ran": false and why, no counts.
+nlohmann::json no_search_json();
 nlohmann::json max_context_json(const MaxContextResult& r);
 
 }  // namespace longctx

@@ -41,7 +41,8 @@ class LlamaStep : private BackwardHook {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
   // runnable(); seq is the longest sequence forward() will see.
-  // seq is the full sequence; tokens passed to forward() are this rank's S/u of it.
+  // seq is the full sequence; tokens passed to forward() are this rank's padded_seq/u of it
+  // (ulysses.h, shard_sequence: padding at the end, its targets kIgnoreIndex).
   // comm: nullptr for one rank.
   LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
             torch::Device device, Communicator* comm = nullptr);
@@ -49,7 +50,9 @@ class LlamaStep : private BackwardHook {
   LlamaStep(const LlamaStep&) = delete;
   LlamaStep& operator=(const LlamaStep&) = delete;
 
-  // The mean token cross-entropy of tokens -> targets ([b, S] int64), with its graph.
+  // This rank's share of the batch's mean token cross-entropy of tokens -> targets ([b, n]
+  // int64): its tokens' sum over all the batch's real tokens, so that the ranks' shares sum
+  // to the mean, with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
   // forward, then backward into the weights' .grad(); returns the loss (summed over ranks:
   // the whole batch's). Takes the batch by
@@ -84,6 +87,7 @@ class LlamaStep : private BackwardHook {
   torch::Device device_;
   Communicator* comm_;
   ShardedParams* shards_ = nullptr;
+  std::int64_t seq_;  // tokens a sample before padding: the loss's mean is over these
   UlyssesLayout layout_;
   RopeTables rope_;
   AttentionShape attn_shape_;

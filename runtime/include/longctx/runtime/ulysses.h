@@ -29,6 +29,23 @@ struct UlyssesLayout {
   bool replicated() const { return u > kv_heads; }
 };
 
+// A rank's columns of a sample of `seq` tokens padded to padded_seq(seq, u) (parallel_config.h):
+// columns [first, first + cols) of the padded sample, cols = padded_seq/u, of which the first
+// `real` hold tokens and the rest padding (only the last ranks hold any).
+struct SequenceShard {
+  std::int64_t first = 0, cols = 0, real = 0;
+};
+SequenceShard sequence_shard(std::int64_t seq, std::int64_t u, std::int64_t rank);
+
+// This shard's tokens and targets [rows, cols] int64 on `device`, from a window [rows, seq + 1]
+// of token ids: targets are the next tokens; a padding column holds token 0 and target
+// kIgnoreIndex (loss.h), so it adds no loss and, attention being causal, nothing to any real
+// token's output or gradient. Fresh tensors: a one-row slice of the window would keep it all.
+struct ShardBatch {
+  torch::Tensor tokens, targets;  // [rows, cols] int64
+};
+ShardBatch shard_batch(const torch::Tensor& window, const SequenceShard& shard, torch::Device device);
+
 // [b, S, c, d] (sequence side) <-> [u, b, n, c, d] (send/receive side). Views for b = 1 and
 // contiguous input; copies otherwise.
 torch::Tensor to_ranks(const torch::Tensor& seq_side, std::int64_t u);

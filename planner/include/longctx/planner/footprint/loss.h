@@ -1,6 +1,7 @@
 #pragma once
 // The loss: output projection and cross-entropy, plain or tiled over rows. Forward and
-// backward together. Shapes: step_shapes.h; T = loss tiles, t = n/T rows a tile.
+// backward together. Shapes: step_shapes.h; T = loss tiles, t = ceil(n/T) rows in the largest
+// tile (tile_split, parallel_config.h: the last tile is shorter when T does not divide n).
 #include <cstdint>
 
 #include "longctx/planner/footprint/step_shapes.h"

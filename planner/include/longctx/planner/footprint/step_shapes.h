@@ -9,9 +9,10 @@ namespace longctx::footprint {
 
 // Symbols (as in docs/memory-model.md and every shape comment of the step builder):
 //   b     micro-batch: samples per data-parallel rank
-//   S     sequence: tokens per sample, before Ulysses splits it
+//   S     sequence: tokens per sample as the layout runs it, before Ulysses splits it: the
+//         user's length padded to a multiple of u (parallel_config.h, padded_seq)
 //   u     Ulysses degree (sequence-parallel ranks)
-//   n     = b*S/u, tokens on this rank
+//   n     = b*S/u, tokens on this rank (padding included)
 //   world ranks of the job (the collectives' group; N in the docs)
 //   h     hidden size
 //   I     intermediate (MLP) size
