@@ -3,8 +3,12 @@
 // as a child process.
 #include <gtest/gtest.h>
 
+#include <dirent.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include <algorithm>
+#include <vector>
 
 #include <cstdio>
 #include <cstdlib>
@@ -44,9 +48,12 @@ class CliTest : public ::testing::Test {
     return path(name);
   }
   // `longctx ARGS` (the planner binary, which hands `run` over to longctx-runtime).
-  CliOutput run_cli(const std::string& args) {
+  CliOutput run_cli(const std::string& args) { return run_under("", args); }
+  // `PREFIX; longctx ARGS` in a shell: PREFIX sets up the child (a ulimit, say).
+  CliOutput run_under(const std::string& prefix, const std::string& args) {
     const std::string err = path("stderr.txt");
-    const std::string cmd = std::string(LONGCTX_BINARY) + " " + args + " 2>" + err;
+    const std::string line = std::string(LONGCTX_BINARY) + " " + args + " 2>" + err;
+    const std::string cmd = prefix.empty() ? line : "sh -c '" + prefix + "; exec " + line + "'";
     CliOutput o;
     std::FILE* p = ::popen(cmd.c_str(), "r");
     char buf[4096];
@@ -57,5 +64,17 @@ class CliTest : public ::testing::Test {
     return o;
   }
 };
+
+// Every name in dir, hidden ones too (a temporary left behind would be one), sorted.
+inline std::vector<std::string> all_names(const std::string& dir) {
+  std::vector<std::string> names;
+  if (DIR* d = ::opendir(dir.c_str())) {
+    while (const dirent* e = ::readdir(d))
+      if (std::string(e->d_name) != "." && std::string(e->d_name) != "..") names.emplace_back(e->d_name);
+    ::closedir(d);
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
 
 }  // namespace longctx::runtime::testing
