@@ -213,22 +213,8 @@ TEST_F(RunCommand, AStalledRankIsNamedWithinTheStallTimeout) {
   plan.cluster.shape = {1, 2};
   const std::string file = write(plan, "plan.json");
   const std::string err = path("err.txt");
-  std::vector<std::string> owned = {LONGCTX_BINARY, "run", "--plan", file, "--nproc", "2", "--steps", "100000", "--threads", "1"};
-  std::vector<char*> argv;
-  for (auto& a : owned) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-  const int null_fd = ::open("/dev/null", O_WRONLY);
-  const pid_t launcher = ::fork();
-  if (launcher == 0) {
-    ::setenv("LONGCTX_STALL_TIMEOUT_S", "2", 1);
-    ::dup2(null_fd, 1);
-    ::dup2(err_fd, 2);
-    ::execv(LONGCTX_BINARY, argv.data());
-    ::_exit(127);
-  }
-  ::close(err_fd);
-  ::close(null_fd);
+  const pid_t launcher = testing::spawn_cli({"run", "--plan", file, "--nproc", "2", "--steps", "100000", "--threads", "1"},
+                                            "/dev/null", err, {"LONGCTX_STALL_TIMEOUT_S=2"});
   ASSERT_GT(launcher, 0);
   pid_t victim = -1;
   const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);

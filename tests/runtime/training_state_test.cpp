@@ -83,23 +83,7 @@ class TrainingState : public testing::CliTest {
   // and SIGKILLs it as soon as `marker` exists. Returns what it printed.
   std::string run_and_kill_when(const std::vector<std::string>& args, const std::string& marker) {
     const std::string out = path("victim.out"), err = path("victim.err");
-    // Everything the child needs is made before fork: it only redirects and execs.
-    std::vector<std::string> owned = {LONGCTX_BINARY};
-    owned.insert(owned.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : owned) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(out_fd, 1);
-      ::dup2(err_fd, 2);
-      ::execv(LONGCTX_BINARY, argv.data());
-      ::_exit(127);
-    }
-    ::close(out_fd);
-    ::close(err_fd);
+    const pid_t pid = testing::spawn_cli(args, out, err);
     EXPECT_GT(pid, 0);
     int status = 0;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(5);
@@ -502,8 +486,7 @@ TEST_F(TrainingState, EveryManifestFieldIsRangeChecked) {
     EXPECT_NE(o.err.find(manifest), std::string::npos) << field << "\n" << o.err;
     std::string dotted = field.substr(1);
     std::replace(dotted.begin(), dotted.end(), '/', '.');
-    if (field != "/world_size" && field != "/seed")  // these two name --nproc or the manifest field
-      EXPECT_NE(o.err.find(dotted), std::string::npos) << field << "\n" << o.err;
+    EXPECT_NE(o.err.find(dotted), std::string::npos) << field << "\n" << o.err;
   }
   std::ofstream(manifest) << original.dump(2);
   EXPECT_EQ(run_cli("run --plan " + plan + " --steps 4 --threads 1 --data " + tokens + " --checkpoint-dir " + ck +
