@@ -1,6 +1,5 @@
 #include <algorithm>
 #include <cmath>
-#include <fstream>
 #include <vector>
 
 #include <fmt/format.h>
@@ -8,6 +7,7 @@
 
 #include "cluster_options.h"
 #include "commands.h"
+#include "longctx/planner/atomic_file.h"
 #include "longctx/planner/measured_trace.h"
 #include "longctx/planner/phase_peaks.h"
 #include "longctx/planner/prediction_drift.h"
@@ -70,6 +70,7 @@ int run_compare(const CompareOptions& o) {
   if (!plan) return report(plan.error());
   auto trace = read_trace_file(o.trace_file);
   if (!trace) return report(trace.error());
+  if (auto r = check_trace_matches(*trace, *plan, o.trace_file); !r) return report(r.error());
   const Evaluation e = evaluate(*plan);
   const auto drift = prediction_differences(plan->prediction, with_phase_predictions(e).prediction);
   fmt::print(stderr, "{}", drift_note(drift));
@@ -95,10 +96,9 @@ int run_compare(const CompareOptions& o) {
   const bool same_phase = !measured_peak_phase.empty() && measured_peak_phase == predicted_peak_phase;
 
   if (!o.svg.empty()) {
-    std::ofstream out(o.svg);
-    if (!out) return report(Error::bad_input("--svg", fmt::format("cannot write '{}'", o.svg)));
-    out << overlay_svg(rows, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", e.plan.model.name, format_bytes(predicted),
-                                         format_bytes(measured), 100 * error));
+    const std::string svg = overlay_svg(rows, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", e.plan.model.name,
+                                                          format_bytes(predicted), format_bytes(measured), 100 * error));
+    if (auto r = write_text_atomically(o.svg, "--svg", svg); !r) return report(r.error());
   }
   if (o.json) {
     nlohmann::json j = {{"predicted_peak_bytes", predicted},

@@ -11,7 +11,9 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
 #include <thread>
 
 namespace longctx::cli {
@@ -37,7 +39,20 @@ struct Child {
   pid_t pid = -1;
   int out_fd = -1;
   bool done = false;
+  std::chrono::steady_clock::time_point stopped_since{};  // when it was first seen stopped; {} while it runs
 };
+
+// Whether a process is stopped (state T) or stopped under a tracer (t): /proc/PID/stat's
+// third field, after the command name in parentheses (which may itself hold spaces).
+bool is_stopped(pid_t pid) {
+  std::ifstream in("/proc/" + std::to_string(pid) + "/stat");
+  std::string line;
+  if (!std::getline(in, line)) return false;
+  const auto close = line.rfind(')');
+  if (close == std::string::npos || close + 2 >= line.size()) return false;
+  const char state = line[close + 2];
+  return state == 'T' || state == 't';
+}
 
 // In the child, after fork: the torchrun environment, stdout into the pipe, then exec.
 // Never returns.
@@ -154,6 +169,22 @@ class Ranks {
     return &out;
   }
 
+  // The first rank stopped for longer than `limit`, or -1.
+  int stalled(std::chrono::milliseconds limit) {
+    const auto now = std::chrono::steady_clock::now();
+    for (int i = 0; i < size(); ++i) {
+      auto& c = children_[idx(i)];
+      if (c.pid <= 0 || c.done) continue;
+      if (!is_stopped(c.pid)) {
+        c.stopped_since = {};
+        continue;
+      }
+      if (c.stopped_since == std::chrono::steady_clock::time_point{}) c.stopped_since = now;
+      if (now - c.stopped_since >= limit) return i;
+    }
+    return -1;
+  }
+
   int size() const { return static_cast<int>(children_.size()); }
 
  private:
@@ -163,6 +194,16 @@ class Ranks {
 };
 
 }  // namespace
+
+std::chrono::milliseconds stall_timeout_from_environment() {
+  if (const char* v = std::getenv("LONGCTX_STALL_TIMEOUT_S"); v && *v) {
+    char* end = nullptr;
+    const long s = std::strtol(v, &end, 10);
+    if (*end == '\0' && s >= 1 && s <= 3600) return std::chrono::seconds(s);
+    std::fprintf(stderr, "longctx: LONGCTX_STALL_TIMEOUT_S='%s' is not 1 to 3600 seconds; using 10\n", v);
+  }
+  return std::chrono::seconds(10);
+}
 
 LaunchResult launch_local_ranks(const std::string& program, const std::vector<std::string>& args, const LaunchOptions& o) {
   LaunchResult r;
@@ -176,13 +217,23 @@ LaunchResult launch_local_ranks(const std::string& program, const std::vector<st
   // When one rank fails the others get SIGTERM, then SIGKILL once the grace period is over.
   std::chrono::steady_clock::time_point kill_at{};
   bool stopping = !r.error.empty();
+  int stalled = -1;
   while (running > 0) {
     ranks.wait_for_output();
+    // A stopped rank never fails by itself: its peers would wait for it in a collective
+    // until their own timeout and be reported instead. SIGKILL: a stopped process only
+    // acts on SIGTERM once continued.
+    if (!stopping && (stalled = ranks.stalled(o.stall_timeout)) >= 0) {
+      r.first_failed = stalled;
+      stopping = true;
+      ranks.stop_all(SIGKILL);
+    }
     for (int i = 0; i < o.ranks; ++i) {
       RankOutcome* out = ranks.reap(i);
       if (!out) continue;
       --running;
-      if (stopping) out->stopped = true;
+      if (i == stalled) out->stalled = true;
+      else if (stopping) out->stopped = true;
       if (out->exit_status != 0 && !stopping) {
         r.first_failed = i;
         stopping = true;

@@ -5,9 +5,11 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "parse_errors.h"
 #include "runtime_exec.h"
 
 int main(int argc, char** argv) {
+  longctx::cli::ignore_file_size_signal();
   CLI::App app{
       "longctx: which memory techniques let a Llama-family model train at sequence length S on N "
       "GPUs, how fast, and how long a context can it reach? It answers with a plan, runs the plan "
@@ -30,8 +32,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return longctx::cli::report_parse_error(app, e);
   }
   if (version) {
     if (longctx::cli::runtime_available()) return longctx::cli::exec_runtime({"--version"});

@@ -52,6 +52,8 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
       LONGCTX_TRY(auto v, parse_knob(row.id, *f.value[i], row.flag));
       fix(k, row.id, v);
     }
+    if (f.on[i] && f.off[i])
+      return Error::bad_input(row.flag, fmt::format("given with --no-{}; pass one of the two", row.flag.substr(2)));
     if (f.on[i]) fix(k, row.id, 1);
     if (f.off[i]) fix(k, row.id, 0);
   }

@@ -1,15 +1,22 @@
 // longctx run: executes a plan file as real training steps and shows measured beside
 // predicted memory.
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <fstream>
+#include <cstring>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
+#include "longctx/planner/atomic_file.h"
 #include "longctx/planner/knobs.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/prediction_drift.h"
@@ -28,7 +35,7 @@ struct RunArgs {
   std::string device = "cpu";
   std::string trace_path;
   bool json = false;
-  std::uint64_t seed = 0;
+  std::string seed_text = "0";  // parse_seed's: CLI11 would wrap -1 round to 2^64-1
   std::string data_path;
   int threads = 0;
   std::string checkpoint_dir;
@@ -37,6 +44,7 @@ struct RunArgs {
   int keep = 2;
   bool resume = false;
   std::string allocation_log;
+  bool force = false;
 };
 
 int fail(const Error& e) {
@@ -49,6 +57,69 @@ std::string percent(std::int64_t measured, std::int64_t predicted) {
   return fmt::format("{:+.1f}%", 100.0 * double(measured - predicted) / double(predicted));
 }
 
+// --seed as written: a whole number from 0 to 2^64-1, nothing else (no sign, no wrap).
+Result<std::uint64_t> parse_seed(const std::string& text) {
+  const auto bad = [&] {
+    return Error::bad_input("--seed", fmt::format("'{}' is not a seed; give a whole number from 0 to {}", text,
+                                                  std::numeric_limits<std::uint64_t>::max()));
+  };
+  if (text.empty() || text.size() > 20 || text.find_first_not_of("0123456789") != std::string::npos) return bad();
+  errno = 0;
+  char* end = nullptr;
+  const unsigned long long v = std::strtoull(text.c_str(), &end, 10);
+  if (errno == ERANGE || *end != '\0') return bad();
+  return static_cast<std::uint64_t>(v);
+}
+
+// MemAvailable from /proc/meminfo, in bytes: what the kernel can give without swapping.
+std::optional<std::int64_t> available_memory() {
+  auto text = read_regular_file("/proc/meminfo", "/proc/meminfo");
+  if (!text) return std::nullopt;
+  const auto at = text->find("MemAvailable:");
+  if (at == std::string::npos) return std::nullopt;
+  long long kib = 0;
+  if (std::sscanf(text->c_str() + at, "MemAvailable: %lld kB", &kib) != 1) return std::nullopt;
+  return static_cast<std::int64_t>(kib) * 1024;
+}
+
+// The host memory the ranks on this machine will use (the plan's host figure; on the CPU
+// virtual device its device memory is host memory too) against what the machine has free.
+// Exit 3 (it does not fit) unless forced; the kernel's OOM killer would otherwise end the
+// run part way.
+Result<bool> check_host_memory(const runtime::PredictedStep& predicted, const std::string& device, bool force) {
+  const auto available = available_memory();
+  if (!available || force) return true;
+  std::int64_t local_ranks = 1;
+  if (const char* n = std::getenv("LOCAL_WORLD_SIZE"); n && std::atoll(n) > 0) local_ranks = std::atoll(n);
+  const std::int64_t per_rank =
+      predicted.totals.peak_host_bytes + (device == "cpu" ? predicted.totals.peak_device_bytes : 0);
+  const std::int64_t needed = per_rank * local_ranks;
+  if (needed <= *available) return true;
+  return Error{ErrorKind::NoFit, "--plan",
+               fmt::format("the plan needs {} of host memory on this machine ({} rank{} x {}{}), and only {} is available "
+                           "(MemAvailable); plan for a smaller --host-mem or budget, free memory, or pass --force to "
+                           "run anyway",
+                           format_bytes(needed), local_ranks, local_ranks == 1 ? "" : "s", format_bytes(per_rank),
+                           device == "cpu" ? ", the CPU virtual device's memory included" : "",
+                           format_bytes(*available))};
+}
+
+// Rank 0 writes FILE; rank R of several writes FILE with ".rankR" before its extension.
+std::string rank_trace_path(const std::string& path) {
+  const char* rank = std::getenv("RANK");
+  if (path.empty() || !rank || !*rank || std::string(rank) == "0") return path;
+  const auto dot = path.rfind('.');
+  const bool ext = dot != std::string::npos && path.find('/', dot) == std::string::npos;
+  return ext ? path.substr(0, dot) + ".rank" + rank + path.substr(dot) : path + ".rank" + rank;
+}
+
+// One step of --json's "steps".
+struct StepLine {
+  int step;
+  double loss, time_s;
+  std::int64_t peak_device, peak_host;
+};
+
 // The knobs away from their plain values, or "plain step".
 std::string describe_or_plain(const Plan& p) {
   const std::string s = describe_knobs(p, /*all_rows=*/false);
@@ -56,12 +127,14 @@ std::string describe_or_plain(const Plan& p) {
 }
 
 int run(const RunArgs& a) {
+  auto seed = parse_seed(a.seed_text);
+  if (!seed) return fail(seed.error());
   auto plan = read_plan_file(a.plan_path);
   if (!plan) return fail(plan.error());
   runtime::RunOptions o;
   o.steps = a.steps;
   o.device = a.device;
-  o.seed = a.seed;
+  o.seed = *seed;
   o.data_path = a.data_path;
   o.threads = a.threads;
   o.checkpoint.dir = a.checkpoint_dir;
@@ -69,38 +142,59 @@ int run(const RunArgs& a) {
   o.checkpoint.keep = a.keep;
   o.checkpoint.resume = a.resume;
   o.checkpoint.log = stderr;
+  // Opened before the run, so a path that cannot be written fails at once, not after it.
+  const std::string trace_path = rank_trace_path(a.trace_path);
+  std::optional<AtomicFile> trace;
+  if (!trace_path.empty()) {
+    auto f = AtomicFile::open(trace_path, "--trace");
+    if (!f) return fail(f.error());
+    trace.emplace(std::move(*f));
+  }
+  // The log goes to a temporary and is put in place once the run ends (one that failed
+  // too: the log is then the record of what was allocated up to the failure).
+  std::optional<AtomicFile> log_file;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
   if (!a.allocation_log.empty()) {
-    log.reset(std::fopen(a.allocation_log.c_str(), "w"));
-    if (!log) return fail(Error::bad_input("--allocation-log", fmt::format("cannot write {}", a.allocation_log)));
+    auto f = AtomicFile::open(a.allocation_log, "--allocation-log");
+    if (!f) return fail(f.error());
+    log_file.emplace(std::move(*f));
+    log.reset(::fdopen(::dup(log_file->fd()), "w"));
+    if (!log) return fail(Error{ErrorKind::Internal, "--allocation-log", std::strerror(errno)});
     o.allocation_log = log.get();
   }
+  const auto finish_log = [&]() -> Result<bool> {
+    if (!log_file) return true;
+    if (std::fflush(log.get()) != 0 || std::ferror(log.get())) log_file->fail(errno != 0 ? errno : EIO);
+    log.reset();
+    return log_file->commit();
+  };
   if (auto r = runtime::runnable(*plan, o); !r) return fail(r.error());
   const auto predicted = runtime::predict_step(*plan);
+  if (auto r = check_host_memory(predicted, a.device, a.force); !r) return fail(r.error());
   const auto drift = prediction_differences(plan->prediction, predicted.totals);
   fmt::print(stderr, "{}", drift_note(drift));
 
   std::FILE* progress = a.json ? stderr : stdout;
   fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", plan->model.name, plan->train.seq,
              plan->train.micro_batch, to_string(plan->train.dtype), a.device, describe_or_plain(*plan));
+  // The report keeps the last step's phases (the table below) and, for a trace, every
+  // step's; --json's per-step lines are kept here, a few numbers each. Without either, a
+  // run's memory does not grow with its length.
+  o.keep_steps = a.trace_path.empty() ? 1 : 0;
+  std::vector<StepLine> lines;
   auto report = runtime::run_plan(*plan, o, [&](int i, const runtime::StepResult& s) {
     fmt::print(progress, "step {}/{}  loss {:.4f}  {:.3f} s  peak device {}  host {}\n", i + 1, a.steps, s.loss, s.time_s,
                format_bytes(s.peak_device), format_bytes(s.peak_host));
     std::fflush(progress);
+    if (a.json) lines.push_back({s.step, s.loss, s.time_s, s.peak_device, s.peak_host});
   });
+  if (auto r = finish_log(); !r) return fail(r.error());
   if (!report) return fail(report.error());
 
-  // Rank 0 writes FILE; rank R of several writes FILE with ".rankR" before its extension.
-  std::string trace_path = a.trace_path;
-  if (const char* rank = std::getenv("RANK"); rank && *rank && std::string(rank) != "0" && !trace_path.empty()) {
-    const auto dot = trace_path.rfind('.');
-    const bool ext = dot != std::string::npos && trace_path.find('/', dot) == std::string::npos;
-    trace_path = ext ? trace_path.substr(0, dot) + ".rank" + rank + trace_path.substr(dot) : trace_path + ".rank" + rank;
-  }
-  if (!trace_path.empty()) {
-    std::ofstream out(trace_path);
-    out << runtime::chrome_trace_json(*report);
-    if (!out) return fail(Error::bad_input("--trace", fmt::format("cannot write {}", trace_path)));
+  if (trace) {
+    const std::string json = runtime::chrome_trace_json(*report, trace_identity(*plan));
+    trace->write(json.data(), json.size());
+    if (auto r = trace->commit(); !r) return fail(r.error());
   }
 
   const auto& last = report->steps.back();
@@ -111,7 +205,7 @@ int run(const RunArgs& a) {
 
   if (a.json) {
     nlohmann::json steps = nlohmann::json::array();
-    for (const auto& s : report->steps)
+    for (const auto& s : lines)
       steps.push_back({{"step", s.step},
                        {"loss", s.loss},
                        {"time_s", s.time_s},
@@ -177,15 +271,30 @@ Command add_run_command(CLI::App& app) {
   auto args = std::make_shared<RunArgs>();
   auto* sub = app.add_subcommand("run", "Run a plan as real training steps and show measured beside predicted memory");
   sub->add_option("--plan", args->plan_path, "The plan file (longctx plan -o plan.json)")->required();
-  sub->add_option("--steps", args->steps, "Training steps to run")->check(CLI::PositiveNumber);
+  sub->add_option("--steps", args->steps, "Training steps to run (at least 1)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const long long n = std::atoll(v.c_str());
+            return n >= 1 ? std::string() : fmt::format("{} is not a step count; run at least 1 step", v);
+          },
+          "N >= 1"));
   sub->add_option("--device", args->device, "cpu (the virtual device, which enforces the plan's budgets) or cuda")
       ->check(CLI::IsMember({"cpu", "cuda"}));
   sub->add_option("--trace", args->trace_path, "Write a Chrome trace (Perfetto) of phases and memory to FILE (rank R > 0 of several: FILE with .rankR before the extension)");
   sub->add_flag("--json", args->json, "Print the result as JSON (progress goes to stderr)");
-  sub->add_option("--seed", args->seed, "Seed of the weights and the synthetic tokens");
+  sub->add_option("--seed", args->seed_text, "Seed of the weights and the synthetic tokens (0 to 2^64-1)");
   sub->add_option("--data", args->data_path, "A file of little-endian uint32 token ids instead of synthetic tokens");
   sub->add_option("--threads", args->threads, "LibTorch intra-op threads (default: the plan's on the CPU virtual device, which its prediction counts; "
-                  "LibTorch's on CUDA)");
+                  "LibTorch's on CUDA)")
+      ->check(CLI::Validator(
+          [](std::string& v) {
+            const long long n = std::atoll(v.c_str());
+            return n >= 0 && n <= 4096 ? std::string()
+                                       : fmt::format("{} is not a thread count; give 1 to 4096, or 0 for the default", v);
+          },
+          "0..4096"));
+  sub->add_flag("--force", args->force,
+                "Run even when the plan needs more host memory than the machine has available (MemAvailable)");
   sub->add_option("--allocation-log", args->allocation_log,
                   "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE (CPU)");
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,

@@ -23,8 +23,12 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
   }
   if (r.first_failed >= 0) {
     const auto& f = r.ranks[static_cast<std::size_t>(r.first_failed)];
-    fmt::print(stderr, "longctx: error: rank {} of {} failed with exit status {}; the other ranks were stopped\n", f.rank, n,
-               f.exit_status);
+    if (f.stalled)
+      fmt::print(stderr, "longctx: error: rank {} of {} stalled: it was stopped (SIGSTOP) for {} s; every rank was "
+                 "killed\n", f.rank, n, std::chrono::duration_cast<std::chrono::seconds>(o.stall_timeout).count());
+    else
+      fmt::print(stderr, "longctx: error: rank {} of {} failed with exit status {}; the other ranks were stopped\n",
+                 f.rank, n, f.exit_status);
     if (!f.output.empty()) fmt::print(stderr, "rank {} printed:\n{}", f.rank, f.output);
     return f.exit_status == 2 || f.exit_status == 3 ? f.exit_status : 1;
   }

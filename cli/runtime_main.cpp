@@ -5,8 +5,10 @@
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
+#include "parse_errors.h"
 
 int main(int argc, char** argv) {
+  longctx::cli::ignore_file_size_signal();
   CLI::App app{"longctx-runtime: runs plan files as LibTorch training steps (use it as `longctx run`)."};
   app.require_subcommand(0, 1);
   bool version = false;
@@ -16,8 +18,7 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
-    const int rc = app.exit(e);
-    return rc == 0 ? 0 : 2;
+    return longctx::cli::report_parse_error(app, e);
   }
   if (version) return longctx::cli::print_version();
   for (const auto& c : commands)

@@ -20,7 +20,7 @@ WHEELS="$CACHE_ROOT/wheels"
 EXTRA_WHEELS=("nvidia-cufile==1.15.1.6" "nvidia-cusparselt-cu13==0.8.0" "nvidia-nvshmem-cu13==3.4.5")
 DEBIAN_PACKAGES=(cmake ninja-build g++ ccache libboost-graph-dev libfmt-dev libcli11-dev
                  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev unzip python3-pip
-                 clang libclang-rt-dev)
+                 clang libclang-rt-dev zlib1g-dev)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

@@ -239,7 +239,12 @@ bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::si
 Result<TechniqueSet> parse_techniques(const std::string& text) {
   if (text == "all") return all_techniques();
   TechniqueSet s;
-  if (text == "none" || text.empty()) return s;
+  if (text == "none") return s;
+  // An empty list is a mistake (an unset shell variable), as "," is; "none" says it.
+  if (text.empty() || text.find_first_not_of(", ") == std::string::npos)
+    return Error::bad_input("--techniques", fmt::format("'{}' names no technique; write none for no technique, all, or a "
+                                                        "comma list of: {}",
+                                                        text, fmt::join(technique_names(all_techniques()), ",")));
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {

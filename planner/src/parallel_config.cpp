@@ -148,6 +148,12 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
                         2.0 * double(m.vocab) * double(m.hidden);
   const double device_bytes = double(tokens) * ((32.0 * double(m.layers) + 128.0) * width + 64.0 * double(m.vocab)) * 4.0 + 20.0 * params;
   const double host_bytes = double(tokens) * double(m.layers) * double(m.hidden) * 8.0 + 24.0 * params;
+  // The model states alone (no token) past the bound: the model is too large at any --seq.
+  if (24.0 * params > double(kMaxBytes))
+    return Error::bad_input("model", fmt::format("its {:.3g} parameters alone would need on the order of {:.3g} bytes per "
+                                                 "rank for weights, gradients and optimizer state, beyond longctx's bound "
+                                                 "of {:.3g} at any --seq; use a model with fewer or narrower layers",
+                                                 params, 24.0 * params, double(kMaxBytes)));
   if (device_bytes > double(kMaxStepBytes) || host_bytes > double(kMaxBytes)) {
     const bool device = device_bytes > double(kMaxStepBytes);
     return Error::bad_input("--seq", fmt::format("{} tokens per rank of this model would need on the order of {:.3g} {} bytes "

@@ -102,6 +102,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));
   LONGCTX_TRY(p.cluster.shape.nodes, get_int(cluster, "cluster", "nodes", 1, limits::kMaxGpus));
   LONGCTX_TRY(p.cluster.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node", 1, limits::kMaxGpusPerNode));
+  // "gpus" is written for readers; one that disagrees with nodes x gpus_per_node was edited
+  // by hand, and which of the two was meant cannot be told.
+  if (cluster.contains("gpus")) {
+    LONGCTX_TRY(const auto gpus, get_int(cluster, "cluster", "gpus", 1, limits::kMaxGpus));
+    if (gpus != p.cluster.shape.world())
+      return Error::bad_input("cluster.gpus", fmt::format("{} disagrees with nodes x gpus_per_node = {} x {}; make them "
+                                                          "agree (the run starts nodes x gpus_per_node ranks: --nproc {})",
+                                                          gpus, p.cluster.shape.nodes, p.cluster.shape.gpus_per_node,
+                                                          p.cluster.shape.world()));
+  }
   LONGCTX_TRY(auto hw, get_object(cluster, "cluster", "hardware"));
   LONGCTX_TRY(p.cluster.hardware, hardware_from_json(hw));
   LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes", 1, limits::kMaxBytes));

@@ -267,6 +267,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       report.peak_device_reserved = std::max(report.peak_device_reserved, r.peak_device_reserved);
       report.steps.push_back(std::move(r));
       if (on_step) on_step(i, report.steps.back());
+      if (o.keep_steps > 0 && report.steps.size() > static_cast<std::size_t>(o.keep_steps))
+        report.steps.erase(report.steps.begin());  // a long run's memory stays flat
       if (checkpoints.due(i + 1))  // between steps, outside the measured phases
         if (auto c = checkpoints.save(i + 1, data.cursor(), state, optimizer); !c) return c.error();
     }

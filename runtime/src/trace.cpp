@@ -6,7 +6,7 @@
 
 namespace longctx::runtime {
 
-std::string chrome_trace_json(const RunReport& r) {
+std::string chrome_trace_json(const RunReport& r, const TraceIdentity& identity) {
   using nlohmann::json;
   namespace k = trace_schema;
   json events = json::array();
@@ -37,8 +37,10 @@ std::string chrome_trace_json(const RunReport& r) {
     }
     for (const auto& c : s.samples) counter(k::kLiveTrack, c.t_s, c.device, c.host);
   }
-  json doc = {{k::kEvents, events}, {k::kDisplayTimeUnit, "ms"},
-              {k::kOtherData, {{k::kPeakDevice, r.peak_device}, {k::kPeakHost, r.peak_host}}}};
+  json other = {{k::kPeakDevice, r.peak_device}, {k::kPeakHost, r.peak_host}};
+  if (!identity.model.empty()) other[kTraceModelKey] = identity.model;
+  if (!identity.plan_fingerprint.empty()) other[kTracePlanKey] = identity.plan_fingerprint;
+  json doc = {{k::kEvents, events}, {k::kDisplayTimeUnit, "ms"}, {k::kOtherData, other}};
   return doc.dump();
 }
 

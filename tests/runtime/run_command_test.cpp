@@ -2,16 +2,31 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <dirent.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <fstream>
 #include <regex>
+#include <sstream>
+#include <thread>
 
 #include "cli_fixture.h"
+#include "longctx/planner/measured_trace.h"
 #include "reference_llama.h"
 
 namespace longctx::runtime {
 namespace {
 
-class RunCommand : public testing::CliTest {};
+class RunCommand : public testing::CliTest {
+ protected:
+  std::vector<std::string> names() const { return testing::all_names(dir_); }
+};
 
 TEST_F(RunCommand, JsonHasTheContractKeysAndTheTraceOpensAsChromeEvents) {
   ParallelConfig p;
@@ -94,6 +109,134 @@ TEST_F(RunCommand, OutOfMemoryOnTheVirtualDeviceExitsOne) {
                                                   size + " in use, budget 200.00 KiB \\(the plan predicts a device peak "
                                                   "of " + size + "\\)")))
       << o.err;
+}
+
+// The trace says which plan it measured, so that compare can refuse it for another.
+TEST_F(RunCommand, TheTraceNamesItsPlan) {
+  const auto plan = testing::tiny_plan("tiny-gqa", 64, 1, {});
+  const auto trace = path("trace.json");
+  ASSERT_EQ(run_cli("run --plan " + write(plan, "plan.json") + " --threads 1 --trace " + trace).status, 0);
+  const auto t = nlohmann::json::parse(testing::slurp(trace));
+  EXPECT_EQ(t["otherData"]["model"], "tiny-gqa");
+  EXPECT_EQ(t["otherData"]["plan_fingerprint"], trace_identity(plan).plan_fingerprint);
+}
+
+// Numbers out of range say so and say the fix; they are never clamped or wrapped.
+TEST_F(RunCommand, NumbersOutOfRangeAreRefusedWithTheFix) {
+  const auto plan = write(testing::tiny_plan("tiny-gqa", 64, 1, {}), "plan.json");
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"--seed -1", "--seed: '-1' is not a seed; give a whole number from 0 to 18446744073709551615"},
+      {"--seed 18446744073709551616", "--seed: '18446744073709551616' is not a seed"},
+      {"--seed 1e3", "--seed: '1e3' is not a seed"},
+      {"--threads -1", "-1 is not a thread count; give 1 to 4096, or 0 for the default"},
+      {"--steps 0", "0 is not a step count; run at least 1 step"},
+      {"--steps -3", "-3 is not a step count"},
+  };
+  for (const auto& [flags, message] : cases) {
+    const auto o = run_cli("run --plan " + plan + " " + flags);
+    EXPECT_EQ(o.status, 2) << flags << "\n" << o.err;
+    EXPECT_NE(o.err.find(message), std::string::npos) << flags << "\n" << o.err;
+    EXPECT_LT(o.err.size(), 600u) << "a short message, not a range of 300 digits:\n" << o.err;
+  }
+  const auto o = run_cli("run --plan " + plan + " --threads 1 --seed 18446744073709551615");
+  EXPECT_EQ(o.status, 0) << "2^64-1 is a seed\n" << o.err;
+}
+
+// A plan that needs more host memory than the machine has free is refused up front (exit
+// 3) with both figures, not left to the OOM killer; --force runs anyway.
+TEST_F(RunCommand, APlanBeyondTheMachinesMemoryIsRefused) {
+  const auto big = write(testing::tiny_plan("llama-3.1-70b", 4096, 1, {}, 1LL << 50, 1LL << 50), "big.json");
+  const auto o = run_cli("run --plan " + big + " --threads 1");
+  EXPECT_EQ(o.status, 3) << o.err;
+  EXPECT_TRUE(std::regex_search(o.err, std::regex("the plan needs [0-9.]+ TiB of host memory on this machine .* and only "
+                                                  "[0-9.]+ [KMGT]iB is available \\(MemAvailable\\).*--force")))
+      << o.err;
+  const auto small = write(testing::tiny_plan("tiny-gqa", 64, 1, {}), "small.json");
+  EXPECT_EQ(run_cli("run --plan " + small + " --threads 1 --force").status, 0);
+}
+
+// --trace and --allocation-log: refused on a device (exit 2), and on a full disk (a
+// file-size limit, see training_state_test) an error naming the file, with neither the
+// file nor a temporary left.
+TEST_F(RunCommand, TraceAndAllocationLogAreWrittenWholeOrNotAtAll) {
+  const auto plan = write(testing::tiny_plan("tiny-gqa", 64, 1, {}), "plan.json");
+  for (const std::string flag : {"--trace", "--allocation-log"}) {
+    auto o = run_cli("run --plan " + plan + " --threads 1 " + flag + " /dev/full");
+    EXPECT_EQ(o.status, 2) << flag << "\n" << o.err;
+    EXPECT_NE(o.err.find(flag + ": '/dev/full' is a character device"), std::string::npos) << o.err;
+
+    o = run_under("ulimit -f 4", "run --plan " + plan + " --threads 1 --steps 3 " + flag + " " + path("out"));
+    EXPECT_EQ(o.status, 1) << flag << "\n" << o.err;
+    EXPECT_NE(o.err.find(path("out") + "' failed: File too large"), std::string::npos) << o.err;
+    EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "stderr.txt"})) << flag;
+
+    o = run_cli("run --plan " + plan + " --threads 1 " + flag + " " + path("out"));
+    EXPECT_EQ(o.status, 0) << o.err;
+    EXPECT_GT(testing::slurp(path("out")).size(), 4096u) << "larger than the limit above";
+    ::unlink(path("out").c_str());
+  }
+}
+
+// The pid of the child of `parent` whose environment has RANK=<rank>, or -1.
+pid_t rank_child(pid_t parent, int rank) {
+  DIR* d = ::opendir("/proc");
+  if (!d) return -1;
+  pid_t found = -1;
+  while (const dirent* e = ::readdir(d)) {
+    const pid_t pid = static_cast<pid_t>(std::atoi(e->d_name));
+    if (pid <= 0) continue;
+    const std::string stat = testing::slurp("/proc/" + std::to_string(pid) + "/stat");
+    const auto close = stat.rfind(')');
+    if (close == std::string::npos) continue;
+    int ppid = 0;
+    char state = 0;
+    if (std::sscanf(stat.c_str() + close + 1, " %c %d", &state, &ppid) != 2 || ppid != parent) continue;
+    const std::string env = testing::slurp("/proc/" + std::to_string(pid) + "/environ");
+    std::istringstream vars(env);
+    bool match = false;
+    for (std::string v; std::getline(vars, v, '\0');) match |= v == "RANK=" + std::to_string(rank);
+    if (match) {
+      found = pid;
+      break;
+    }
+  }
+  ::closedir(d);
+  return found;
+}
+
+// A rank stopped mid-run (SIGSTOP) is named as the stalled rank within the stall timeout
+// (2 s here), not after the collectives' 60 s, and not the rank that waited for it.
+TEST_F(RunCommand, AStalledRankIsNamedWithinTheStallTimeout) {
+  ParallelConfig p;
+  p.ulysses = 2;
+  auto plan = testing::tiny_plan("tiny-gqa", 128, 1, p);
+  plan.cluster.shape = {1, 2};
+  const std::string file = write(plan, "plan.json");
+  const std::string err = path("err.txt");
+  const pid_t launcher = testing::spawn_cli({"run", "--plan", file, "--nproc", "2", "--steps", "100000", "--threads", "1"},
+                                            "/dev/null", err, {"LONGCTX_STALL_TIMEOUT_S=2"});
+  ASSERT_GT(launcher, 0);
+  pid_t victim = -1;
+  const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(2);
+  while ((victim = rank_child(launcher, 1)) < 0 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  ASSERT_GT(victim, 0) << testing::slurp(err);
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // into its steps
+  ASSERT_EQ(::kill(victim, SIGSTOP), 0);
+  const auto stopped = std::chrono::steady_clock::now();
+  int status = 0;
+  while (::waitpid(launcher, &status, WNOHANG) != launcher) {
+    if (std::chrono::steady_clock::now() - stopped > std::chrono::seconds(50)) {
+      ::kill(launcher, SIGKILL);
+      ::waitpid(launcher, &status, 0);
+      FAIL() << "not detected within 50 s:\n" << testing::slurp(err);
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - stopped).count();
+  EXPECT_LT(took, 20.0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status;
+  EXPECT_NE(testing::slurp(err).find("rank 1 of 2 stalled"), std::string::npos) << testing::slurp(err);
 }
 
 }  // namespace

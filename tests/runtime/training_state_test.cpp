@@ -9,6 +9,7 @@
 #include <dirent.h>
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/file.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -82,23 +83,7 @@ class TrainingState : public testing::CliTest {
   // and SIGKILLs it as soon as `marker` exists. Returns what it printed.
   std::string run_and_kill_when(const std::vector<std::string>& args, const std::string& marker) {
     const std::string out = path("victim.out"), err = path("victim.err");
-    // Everything the child needs is made before fork: it only redirects and execs.
-    std::vector<std::string> owned = {LONGCTX_BINARY};
-    owned.insert(owned.end(), args.begin(), args.end());
-    std::vector<char*> argv;
-    for (auto& a : owned) argv.push_back(a.data());
-    argv.push_back(nullptr);
-    const int out_fd = ::open(out.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const int err_fd = ::open(err.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    const pid_t pid = ::fork();
-    if (pid == 0) {
-      ::dup2(out_fd, 1);
-      ::dup2(err_fd, 2);
-      ::execv(LONGCTX_BINARY, argv.data());
-      ::_exit(127);
-    }
-    ::close(out_fd);
-    ::close(err_fd);
+    const pid_t pid = testing::spawn_cli(args, out, err);
     EXPECT_GT(pid, 0);
     int status = 0;
     const auto give_up = std::chrono::steady_clock::now() + std::chrono::minutes(5);
@@ -117,6 +102,8 @@ class TrainingState : public testing::CliTest {
         << "the run was not killed mid-way (status " << status << "); its steps are too short:\n" << testing::slurp(err);
     return testing::slurp(out) + testing::slurp(err);
   }
+
+
 
   // Little-endian uint32 token ids below the vocabulary; n is not a multiple of a step's
   // tokens, so the cursor wraps at a different place each time round.
@@ -406,10 +393,12 @@ TEST_F(TrainingState, RestoreCopiesIntoThePlacedTensors) {
   CheckpointOptions c;
   c.dir = path("ck");
   c.every = 1;
-  auto saver = TrainingCheckpoints::open(c, plan, 3, 0, 10);
-  ASSERT_TRUE(saver.ok()) << saver.error().what();
   auto peak_device = meter->peak(Pool::Device), peak_host = meter->peak(Pool::Host);
-  ASSERT_TRUE(saver->save(1, 0, weights.all(), optimizer).ok());
+  {  // the saver holds the folder's lock until it goes
+    auto saver = TrainingCheckpoints::open(c, plan, 3, 0, 10);
+    ASSERT_TRUE(saver.ok()) << saver.error().what();
+    ASSERT_TRUE(saver->save(1, 0, weights.all(), optimizer).ok());
+  }
   EXPECT_EQ(meter->peak(Pool::Device), peak_device);
   EXPECT_EQ(meter->peak(Pool::Host), peak_host);
 
@@ -439,6 +428,140 @@ TEST_F(TrainingState, RestoreCopiesIntoThePlacedTensors) {
     EXPECT_EQ(state[i].data_ptr(), where_before[i]) << i;
     EXPECT_TRUE(torch::equal(state[i], saved[i])) << i;
   }
+}
+
+// A flipped byte in a rank file's tensor data, or a same-sized rank file of another step,
+// loads without complaint from LibTorch; the CRC-32 in the manifest refuses both, naming
+// the file, and the checkpoint is left for the user to delete.
+TEST_F(TrainingState, ADamagedOrForeignRankFileIsRefusedNamingIt) {
+  const auto plan = write(small_plan(), "plan.json");
+  const auto ck = path("ck");
+  run_json("run --plan " + plan + " --steps 4 --checkpoint-dir " + ck + " --checkpoint-every 2");
+  const std::string newest = ck + "/step-4/rank-0-of-1.pt";
+  const std::string original = testing::slurp(newest);
+  const std::string older = testing::slurp(ck + "/step-2/rank-0-of-1.pt");
+  const std::string resume = "run --plan " + plan + " --steps 6 --threads 1 --checkpoint-dir " + ck + " --resume";
+
+  std::string flipped = original;
+  flipped[flipped.size() / 2] ^= 0x01;  // inside the tensor data
+  std::ofstream(newest, std::ios::binary) << flipped;
+  auto o = run_cli(resume);
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find(newest + ": its CRC-32 is"), std::string::npos) << o.err;
+
+  std::ofstream(newest, std::ios::binary) << older;  // another step's file, the same size here
+  o = run_cli(resume);
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find(newest), std::string::npos) << o.err;
+  EXPECT_TRUE(exists(newest)) << "refused, not deleted";
+
+  std::ofstream(newest, std::ios::binary) << original;
+  o = run_cli(resume);
+  EXPECT_EQ(o.status, 0) << o.err;
+}
+
+// Every field is range-checked: a cursor of -1, 1.5, 10^12 or -100000 once trained on
+// other data (or indexed out of range).
+TEST_F(TrainingState, EveryManifestFieldIsRangeChecked) {
+  const auto plan = write(small_plan(), "plan.json");
+  const auto ck = path("ck");
+  const auto tokens = token_file(5000, 256);
+  run_json("run --plan " + plan + " --steps 2 --data " + tokens + " --checkpoint-dir " + ck + " --checkpoint-every 2");
+  const std::string manifest = ck + "/step-2/manifest.json";
+  const auto original = nlohmann::json::parse(testing::slurp(manifest));
+  const std::vector<std::pair<std::string, nlohmann::json>> edits = {
+      {"/data/cursor", -1},          {"/data/cursor", 1.5},     {"/data/cursor", 1e12},
+      {"/data/cursor", -100000},     {"/data/cursor", 5000},    {"/data/cursor", "12"},
+      {"/step", 2.5},                {"/step", -2},             {"/world_size", 0},
+      {"/seed", -1},                 {"/ranks/0/bytes", 0},     {"/ranks/0/crc32", -1},
+      {"/ranks/0/crc32", 1LL << 33}, {"/ranks/0/file", "rank-1-of-1.pt"}, {"/ranks", nlohmann::json::array()},
+  };
+  for (const auto& [field, value] : edits) {
+    auto m = original;
+    m[nlohmann::json::json_pointer(field)] = value;
+    std::ofstream(manifest) << m.dump(2);
+    const auto o = run_cli("run --plan " + plan + " --steps 4 --threads 1 --data " + tokens + " --checkpoint-dir " + ck +
+                           " --resume");
+    EXPECT_EQ(o.status, 2) << field << " = " << value.dump() << "\n" << o.err;
+    EXPECT_NE(o.err.find(manifest), std::string::npos) << field << "\n" << o.err;
+    std::string dotted = field.substr(1);
+    std::replace(dotted.begin(), dotted.end(), '/', '.');
+    EXPECT_NE(o.err.find(dotted), std::string::npos) << field << "\n" << o.err;
+  }
+  std::ofstream(manifest) << original.dump(2);
+  EXPECT_EQ(run_cli("run --plan " + plan + " --steps 4 --threads 1 --data " + tokens + " --checkpoint-dir " + ck +
+                    " --resume")
+                .status,
+            0);
+}
+
+// A manifest that is a folder once ended in std::__ios_failure (SIGABRT); a FIFO hung.
+TEST_F(TrainingState, AManifestThatIsNotARegularFileIsRefused) {
+  const auto plan = write(small_plan(), "plan.json");
+  const auto ck = path("ck");
+  run_json("run --plan " + plan + " --steps 2 --checkpoint-dir " + ck + " --checkpoint-every 2");
+  const std::string manifest = ck + "/step-2/manifest.json";
+  for (const bool fifo : {false, true}) {
+    ::unlink(manifest.c_str());
+    ::rmdir(manifest.c_str());
+    ASSERT_EQ(fifo ? ::mkfifo(manifest.c_str(), 0644) : ::mkdir(manifest.c_str(), 0755), 0);
+    const auto o = run_cli("run --plan " + plan + " --steps 4 --threads 1 --checkpoint-dir " + ck + " --resume");
+    EXPECT_EQ(o.status, 2) << o.err;
+    EXPECT_NE(o.err.find(manifest + " is damaged"), std::string::npos) << o.err;
+    EXPECT_NE(o.err.find(fifo ? "a FIFO" : "a folder"), std::string::npos) << o.err;
+  }
+}
+
+// One run per folder: a second is refused naming the first's pid and host; a lock left by
+// a run that died (its flock gone with it) is taken over with a line saying so.
+TEST_F(TrainingState, ASecondRunOnTheFolderIsRefusedNamingTheOwner) {
+  const auto plan = write(small_plan(), "plan.json");
+  const auto ck = path("ck");
+  ASSERT_EQ(::mkdir(ck.c_str(), 0755), 0);
+  const std::string lock = ck + "/.lock";
+  const int fd = ::open(lock.c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_GE(fd, 0);
+  const std::string owner = "pid 4242\nhost elsewhere\n";
+  ASSERT_EQ(::write(fd, owner.data(), owner.size()), static_cast<ssize_t>(owner.size()));
+  ASSERT_EQ(::flock(fd, LOCK_EX | LOCK_NB), 0);  // what a run on another terminal holds
+
+  const std::string args = "run --plan " + plan + " --steps 2 --threads 1 --checkpoint-dir " + ck + " --checkpoint-every 1";
+  auto o = run_cli(args);
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("--checkpoint-dir: " + ck + " is in use by another run (pid 4242 on host elsewhere"),
+            std::string::npos)
+      << o.err;
+  EXPECT_TRUE(complete_checkpoints(ck).empty());
+
+  ::close(fd);  // the owner died: its lock file stays, its flock is gone
+  o = run_cli(args);
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("stale lock of pid 4242 on host elsewhere"), std::string::npos) << o.err;
+  EXPECT_EQ(complete_checkpoints(ck), (std::vector<int>{1, 2}));
+  EXPECT_EQ(testing::slurp(lock), "") << "released when the run ended";
+}
+
+// A disk that fills during a save: a file-size limit (ulimit -f, KiB) makes the rank file's
+// writes fail with EFBIG, as a full disk fails them with ENOSPC. LibTorch's archive writer
+// once threw from its destructor here (SIGABRT, "unexpected pos") and left its temporary.
+// Now: exit 1 naming the file and the cause, no temporary, no step folder; on --resume the
+// checkpoint resumed from stays whole.
+TEST_F(TrainingState, AFullDiskFailsTheSaveCleanly) {
+  const auto plan = write(small_plan(), "plan.json");
+  const auto ck = path("ck");
+  run_json("run --plan " + plan + " --steps 2 --checkpoint-dir " + ck + " --checkpoint-every 2");
+  const auto saved = testing::all_names(ck + "/step-2");
+  for (const bool resume : {false, true}) {
+    const std::string dir = resume ? ck : path("fresh");
+    const auto o = run_under("ulimit -f 64", "run --plan " + plan + " --steps 4 --threads 1 --checkpoint-every 1 "
+                                             "--checkpoint-dir " + dir + (resume ? " --resume" : ""));
+    EXPECT_EQ(o.status, 1) << o.err;
+    EXPECT_NE(o.err.find("rank-0-of-1.pt' failed: File too large"), std::string::npos) << o.err;
+    EXPECT_EQ(testing::all_names(dir), resume ? (std::vector<std::string>{".lock", "step-2"}) : std::vector<std::string>{".lock"})
+        << o.err;
+  }
+  EXPECT_EQ(testing::all_names(ck + "/step-2"), saved);
+  EXPECT_EQ(run_cli("run --plan " + plan + " --steps 3 --threads 1 --checkpoint-dir " + ck + " --resume").status, 0);
 }
 
 }  // namespace

@@ -5,19 +5,29 @@
 #include <array>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <sstream>
 #include <string>
+#include <sys/stat.h>
 #include <sys/wait.h>
+#include <unistd.h>
+
+#include "longctx/planner/atomic_file.h"
+#include "longctx/planner/measured_trace.h"
+#include "longctx/planner/plan.h"
 
 namespace {
+
+using namespace longctx;
 
 struct Output {
   int status = -1;
   std::string out;
 };
 
-Output run(const std::string& args) {
+// Runs a shell command line; its stdout and exit status.
+Output capture(const std::string& cmd) {
   Output o;
-  const std::string cmd = std::string(LONGCTX_CLI) + " " + args + " 2>/dev/null";
   FILE* p = popen(cmd.c_str(), "r");
   if (!p) return o;
   std::array<char, 4096> buf{};
@@ -27,6 +37,8 @@ Output run(const std::string& args) {
   o.status = WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
   return o;
 }
+
+Output run(const std::string& args) { return capture(std::string(LONGCTX_CLI) + " " + args + " 2>/dev/null"); }
 
 TEST(CliContract, PlanJsonHasThePlanKeys) {
   const Output o = run("plan --model tiny-gqa --gpu cpu --gpus 2 --seq 4K --budget 64MiB --json");
@@ -79,6 +91,185 @@ TEST(CliContract, ExitStatuses) {
   EXPECT_EQ(run("plan --model llama-3.1-8b --gpus 8 --seq 1M --ulysses 3").status, 2);
   EXPECT_EQ(run("explain /nonexistent/plan.json").status, 2);
   EXPECT_EQ(run("--no-such-flag").status, 2);
+}
+
+// `sh -c SCRIPT`, where @L@ stands for the longctx binary; stdout and stderr together.
+Output run_sh(const std::string& script) {
+  std::string cmd = script;
+  for (std::size_t at; (at = cmd.find("@L@")) != std::string::npos;) cmd.replace(at, 3, LONGCTX_CLI);
+  return capture("sh -c '" + cmd + "' 2>&1");
+}
+
+// A fresh folder per test, removed after it.
+class Outputs : public ::testing::Test {
+ protected:
+  std::filesystem::path dir_;
+  void SetUp() override {
+    char tmpl[] = "/tmp/longctx_outputs_XXXXXX";
+    ASSERT_NE(::mkdtemp(tmpl), nullptr);
+    dir_ = tmpl;
+  }
+  void TearDown() override { std::filesystem::remove_all(dir_); }
+  std::string path(const std::string& name) const { return (dir_ / name).string(); }
+  std::string plan_file() {
+    const std::string p = path("plan.json");
+    EXPECT_EQ(run("plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + p).status, 0);
+    return p;
+  }
+  // What the folder holds (a temporary left behind would show here).
+  std::vector<std::string> names() const {
+    std::vector<std::string> v;
+    for (const auto& e : std::filesystem::directory_iterator(dir_)) v.push_back(e.path().filename().string());
+    std::sort(v.begin(), v.end());
+    return v;
+  }
+  // A longctx trace of `plan` with the given device peak (JSON text).
+  std::string trace_file(const std::string& plan_path, const std::string& peak, const std::string& name = "trace.json") {
+    const auto plan = read_plan_file(plan_path);
+    EXPECT_TRUE(plan.ok());
+    const auto id = trace_identity(*plan);
+    std::ofstream(path(name)) << R"({"traceEvents": [{"name": "forward", "ph": "X", "ts": 0, "dur": 1, "args": )"
+                              << R"({"peak_device_bytes": )" << peak << R"(, "peak_host_bytes": 0}}], "otherData": )"
+                              << R"({"model": ")" << id.model << R"(", "plan_fingerprint": ")" << id.plan_fingerprint
+                              << R"("}})";
+    return path(name);
+  }
+};
+
+bool is_char_device(const char* p) {
+  struct stat st{};
+  return ::stat(p, &st) == 0 && S_ISCHR(st.st_mode);
+}
+
+// Devices and FIFOs are never replaced by a regular file: refused, exit 2, the device
+// untouched. (Run as root, the old writer turned /dev/null into a file.)
+TEST_F(Outputs, DevicesFoldersAndFifosAreRefusedNotReplaced) {
+  const std::string plan = plan_file();
+  const std::string trace = trace_file(plan, "1000000");
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  for (const std::string& target : {std::string("/dev/null"), std::string("/dev/full"), path("fifo"), dir_.string()}) {
+    for (const std::string cmd : {"plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + target,
+                                  "explain " + plan + " --svg " + target,
+                                  "compare --plan " + plan + " --trace " + trace + " --svg " + target}) {
+      const Output o = run_sh("@L@ " + cmd);
+      EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;
+      EXPECT_NE(o.out.find("regular files only"), std::string::npos) << cmd << "\n" << o.out;
+    }
+  }
+  EXPECT_TRUE(is_char_device("/dev/null"));
+  EXPECT_TRUE(is_char_device("/dev/full"));
+  EXPECT_EQ(names(), (std::vector<std::string>{"fifo", "plan.json", "trace.json"}));
+}
+
+// A symbolic link is followed: the file it names is replaced, the link stays a link.
+TEST_F(Outputs, ALinkIsFollowedAndKept) {
+  std::ofstream(path("real.json")) << "old";
+  ::chmod(path("real.json").c_str(), 0600);
+  std::filesystem::create_symlink("real.json", path("link.json"));
+  ASSERT_EQ(run("plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + path("link.json")).status, 0);
+  EXPECT_TRUE(std::filesystem::is_symlink(path("link.json")));
+  EXPECT_TRUE(read_plan_file(path("real.json")).ok());
+  struct stat st{};
+  ASSERT_EQ(::stat(path("real.json").c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u) << "the replaced file keeps its mode";
+  EXPECT_EQ(names(), (std::vector<std::string>{"link.json", "real.json"}));
+}
+
+// /dev/stdout is what the user means literally: written in place, in full.
+TEST_F(Outputs, DevStdoutIsWrittenInPlace) {
+  const Output o = run_sh("@L@ plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o /dev/stdout | cat");
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("\"schema\": \"longctx.plan/1\""), std::string::npos) << o.out;
+  // A stream that fails (a full device behind stdout) is an error, not exit 0.
+  const Output full = run_sh("@L@ plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o /dev/stdout >/dev/full");
+  EXPECT_EQ(full.status, 1) << full.out;
+  EXPECT_NE(full.out.find("No space left on device"), std::string::npos) << full.out;
+}
+
+// A disk that fills mid-write: a file-size limit (ulimit -f, in KiB) makes every write past
+// it fail with EFBIG, as a full disk fails with ENOSPC, on any file system and without root.
+// The command exits 1 naming the file and the cause, and leaves neither the file nor a
+// temporary behind.
+TEST_F(Outputs, AWriteThatFailsLeavesNothingBehind) {
+  const std::string plan = plan_file();
+  const std::string trace = trace_file(plan, "1000000");
+  for (const std::string cmd : {"plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + path("out"),
+                                "explain " + plan + " --svg " + path("out"),
+                                "compare --plan " + plan + " --trace " + trace + " --svg " + path("out")}) {
+    const Output o = run_sh("ulimit -f 1; @L@ " + cmd + " >/dev/null");
+    EXPECT_EQ(o.status, 1) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find(path("out")), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("File too large"), std::string::npos) << o.out;
+    EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "trace.json"})) << cmd;
+  }
+}
+
+TEST_F(Outputs, WriteTextAtomicallyRefusesAFifoWithoutBlocking) {
+  ASSERT_EQ(::mkfifo(path("fifo").c_str(), 0644), 0);
+  const auto r = write_text_atomically(path("fifo"), "-o", "x");
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  EXPECT_NE(r.error().message.find("a FIFO"), std::string::npos) << r.error().message;
+  const auto read = read_regular_file(path("fifo"), "--plan");
+  ASSERT_FALSE(read.ok());
+  EXPECT_NE(read.error().message.find("not a regular file"), std::string::npos) << read.error().message;
+  // An uncommitted AtomicFile leaves nothing.
+  {
+    auto f = AtomicFile::open(path("a"), "-o");
+    ASSERT_TRUE(f.ok());
+    f->write("abc", 3);
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"fifo"}));
+}
+
+// compare holds a plan against a trace of that plan only, and against byte counts only.
+TEST_F(Outputs, CompareRefusesNonsenseAndTracesOfAnotherPlan) {
+  const std::string plan = plan_file();
+  ASSERT_EQ(run("plan --model tiny-odd --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + path("other.json")).status, 0);
+  EXPECT_EQ(run("compare --plan " + plan + " --trace " + trace_file(plan, "1000000")).status, 0);
+  for (const std::string peak : {"0", "-4096", "1e300", "\"1000\""}) {
+    const Output o = run_sh("@L@ compare --plan " + plan + " --trace " + trace_file(plan, peak));
+    EXPECT_EQ(o.status, 2) << peak << "\n" << o.out;
+  }
+  const Output o = run_sh("@L@ compare --plan " + plan + " --trace " + trace_file(path("other.json"), "1000000", "t2.json"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("is a trace of model tiny-odd, the plan is of tiny-gqa"), std::string::npos) << o.out;
+}
+
+// A hand-edited cluster.gpus that disagrees with the shape is refused, not run as 1 rank.
+TEST_F(Outputs, APlansGpusMustAgreeWithItsShape) {
+  const std::string plan = plan_file();
+  std::stringstream text;
+  text << std::ifstream(plan).rdbuf();
+  for (const std::string gpus : {"0", "16"}) {
+    auto j = nlohmann::json::parse(text.str());
+    j["cluster"]["gpus"] = std::stoi(gpus);
+    std::ofstream(path("edited.json")) << j.dump();
+    const Output o = run_sh("@L@ explain " + path("edited.json"));
+    EXPECT_EQ(o.status, 2) << o.out;
+    EXPECT_NE(o.out.find("cluster.gpus"), std::string::npos) << o.out;
+  }
+}
+
+// Contradictions and empty lists are refused, not resolved silently.
+TEST(CliContract, ContradictoryFlagsAndEmptyListsAreRefused) {
+  const std::string plan = "@L@ plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB ";
+  Output o = run_sh(plan + "--offload-checkpoints --no-offload-checkpoints");
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("--offload-checkpoints: given with --no-offload-checkpoints; pass one of the two"), std::string::npos)
+      << o.out;
+  for (const std::string list : {"\"\"", ",", "\" , \""}) {
+    o = run_sh(plan + "--techniques " + list);
+    EXPECT_EQ(o.status, 2) << list << "\n" << o.out;
+    EXPECT_NE(o.out.find("names no technique; write none for no technique"), std::string::npos) << o.out;
+  }
+  EXPECT_EQ(run_sh(plan + "--techniques none").status, 0);
+}
+
+TEST(CliContract, ConversionErrorsSayTheFix) {
+  const Output o = run_sh("@L@ plan --model tiny-gqa --gpus abc");
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("fix:"), std::string::npos) << o.out;
 }
 
 }  // namespace

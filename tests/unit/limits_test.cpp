@@ -76,6 +76,21 @@ TEST(Limits, ValidateRefusesWhatWouldOverflow) {
   wide.train.seq = std::int64_t{1} << 34;
   auto r = validate(wide.model, wide.cluster.shape, wide.train, wide.parallel);
   ASSERT_FALSE(r.ok());
+  // Its parameters alone are past the bound: the model is blamed, at any --seq, even 1.
+  EXPECT_EQ(r.error().field, "model");
+  wide.train.seq = 1;
+  r = validate(wide.model, wide.cluster.shape, wide.train, wide.parallel);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "model");
+  EXPECT_NE(r.error().message.find("parameters alone"), std::string::npos) << r.error().message;
+
+  Plan tokens = p;  // a model within bounds, tokens past them: --seq is blamed, with the fixes
+  tokens.model.hidden = 8192;
+  tokens.model.intermediate = 28672;
+  tokens.model.layers = 80;
+  tokens.train.seq = std::int64_t{1} << 38;
+  r = validate(tokens.model, tokens.cluster.shape, tokens.train, tokens.parallel);
+  ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().field, "--seq");
   EXPECT_NE(r.error().message.find("--ulysses"), std::string::npos) << r.error().message;
 }

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <cstdlib>
 
 #include "local_launcher.h"
 
@@ -38,6 +39,47 @@ TEST(LocalLauncher, AFailingRankStopsTheOthersWithinTheGracePeriod) {
     EXPECT_TRUE(r.ranks[static_cast<std::size_t>(i)].stopped) << i;
     EXPECT_NE(r.ranks[static_cast<std::size_t>(i)].exit_status, 0) << i;
   }
+}
+
+// A rank that stops itself (SIGSTOP) never fails on its own; its peer waits on. The
+// launcher must name the stopped rank, not the one waiting, and well before a collective's
+// timeout (60 s) would end the waiting one.
+TEST(LocalLauncher, AStoppedRankIsNamedAsStalledWithinTheStallTimeout) {
+  LaunchOptions o;
+  o.ranks = 2;
+  o.stall_timeout = std::chrono::seconds(1);
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local_ranks("/bin/sh", {"-c", "if [ \"$RANK\" = 1 ]; then kill -STOP $$; fi; sleep 60"}, o);
+  const auto took = std::chrono::steady_clock::now() - start;
+  EXPECT_LT(took, std::chrono::seconds(10));
+  EXPECT_GE(took, std::chrono::seconds(1)) << "declared stalled before its timeout";
+  ASSERT_EQ(r.first_failed, 1);
+  EXPECT_TRUE(r.ranks[1].stalled);
+  EXPECT_FALSE(r.ranks[0].stalled);
+  EXPECT_TRUE(r.ranks[0].stopped);
+}
+
+// A rank stopped for less than the timeout and continued is not a stall.
+TEST(LocalLauncher, ARankStoppedBrieflyIsNotAStall) {
+  LaunchOptions o;
+  o.ranks = 1;
+  o.stall_timeout = std::chrono::seconds(3);
+  const auto r = launch_local_ranks("/bin/sh", {"-c", "(sleep 1; kill -CONT $$) & kill -STOP $$; exit 0"}, o);
+  EXPECT_EQ(r.first_failed, -1);
+  EXPECT_EQ(r.ranks[0].exit_status, 0);
+  EXPECT_FALSE(r.ranks[0].stalled);
+}
+
+TEST(LocalLauncher, TheStallTimeoutComesFromTheEnvironmentWithinBounds) {
+  ::setenv("LONGCTX_STALL_TIMEOUT_S", "4", 1);
+  EXPECT_EQ(stall_timeout_from_environment(), std::chrono::seconds(4));
+  ::setenv("LONGCTX_STALL_TIMEOUT_S", "-1", 1);
+  EXPECT_EQ(stall_timeout_from_environment(), std::chrono::seconds(10));
+  ::setenv("LONGCTX_STALL_TIMEOUT_S", "1e9", 1);
+  EXPECT_EQ(stall_timeout_from_environment(), std::chrono::seconds(10));
+  ::unsetenv("LONGCTX_STALL_TIMEOUT_S");
+  EXPECT_EQ(stall_timeout_from_environment(), std::chrono::seconds(10));
+  EXPECT_LT(LaunchOptions{}.stall_timeout, std::chrono::seconds(60)) << "must beat the collectives' timeout";
 }
 
 TEST(LocalLauncher, AProgramThatCannotStartIsAFailure) {

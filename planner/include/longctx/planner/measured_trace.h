@@ -7,20 +7,38 @@
 #include <map>
 #include <string>
 
+#include "longctx/planner/plan.h"
 #include "longctx/planner/result.h"
 
 namespace longctx {
+
+// Which plan a longctx trace measured, in its otherData: the model's name, and a
+// fingerprint of the plan's model, parallel and train sections (what decides the step's
+// memory). `compare` refuses a trace of another plan.
+struct TraceIdentity {
+  std::string model;
+  std::string plan_fingerprint;
+};
+inline constexpr const char* kTraceModelKey = "model";
+inline constexpr const char* kTracePlanKey = "plan_fingerprint";
+TraceIdentity trace_identity(const Plan& plan);
 
 struct MeasuredTrace {
   std::string source;                          // "longctx" or "pytorch-profiler"
   std::int64_t peak_device_bytes = 0;          // allocated, per rank
   std::int64_t peak_host_bytes = 0;            // per rank (longctx traces only)
   std::map<std::string, std::int64_t> phases;  // phase -> peak device bytes (longctx traces only)
+  TraceIdentity identity;                      // empty where the trace does not say (profiler traces)
 };
 
-// Missing files, malformed JSON and traces with no memory events are BadInput naming the
-// file and what to record.
+// Missing files, malformed JSON, traces with no memory events, and figures that are not
+// byte counts (strings, fractions, negatives, values past 2^62; a device peak of 0) are
+// BadInput naming the file, the figure and what to record.
 Result<MeasuredTrace> read_trace_file(const std::string& path);
 Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what);
+
+// BadInput (naming --trace) when `trace` names a model or plan other than `plan`'s; a
+// trace that names none passes.
+Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, const std::string& trace_path);
 
 }  // namespace longctx

@@ -31,6 +31,9 @@ struct RunOptions {
   std::shared_ptr<Communicator> comm;
   int comm_timeout_s = 60;  // a collective waiting longer fails: a dead rank is reported, not waited on
   CheckpointOptions checkpoint;   // training-state checkpoints: save every N steps, resume
+  // How many of the newest steps RunReport::steps keeps (each holds its phases and samples,
+  // kilobytes); 0: every step, so a long run's memory grows with its length.
+  int keep_steps = 0;
 };
 
 struct StepResult {

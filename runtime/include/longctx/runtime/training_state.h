@@ -14,7 +14,10 @@
 //                                    cpu_rng                the default CPU generator's state
 //   D/step-<N>/manifest.json       written last: format, step, world size, the seed, the data
 //                                  position, a fingerprint of each of the plan's model,
-//                                  parallel and train sections, and each rank file's size.
+//                                  parallel and train sections, and each rank file's size
+//                                  and CRC-32 (zlib's).
+//   D/.lock                        the run's advisory lock (flock): "pid <P>\nhost <H>\n"
+//                                  while a run holds it, emptied when the run ends.
 //
 // Guarantees:
 //   - Every file is written under a temporary name, fsynced, renamed, and its folder fsynced:
@@ -28,9 +31,19 @@
 //     planner's step does not contain, so it neither counts toward the measured peaks nor
 //     meets the virtual device's budgets.
 //   - After a save, only the newest `keep` checkpoints are left.
+//   - Resuming verifies the rank file's size and CRC-32 against the manifest before reading
+//     it, and range-checks every manifest field: a damaged, truncated or foreign file (say a
+//     rank file of another step) is refused with BadInput naming it, never trained on.
+//   - One run at a time per folder: rank 0 holds D/.lock (flock) from open() until the
+//     TrainingCheckpoints is destroyed; a second run is refused naming the holder's pid and
+//     host. The kernel drops a flock when its process dies, so a lock left non-empty by a
+//     killed run is stale: it is taken over, with a line in the log.
+//   - A save that fails (a full disk) is an Internal error naming the file and the cause;
+//     its temporaries are removed and the last complete checkpoint stays the newest.
 #include <cstdint>
 #include <cstdio>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,7 +92,8 @@ class TrainingCheckpoints {
   // sections), world size, seed and data source (data_tokens: tokens of the --data file, 0
   // for synthetic tokens), and for fewer than total_steps steps. Without resume, refuses a
   // dir that already holds checkpoints. Then (rank 0) deletes step folders without a
-  // manifest. Errors: BadInput, naming the flag and the fix.
+  // manifest. Errors: BadInput, naming the flag and the fix (and the lock's owner when
+  // another run holds the folder).
   static Result<TrainingCheckpoints> open(const CheckpointOptions& o, const Plan& plan, std::uint64_t seed,
                                           std::int64_t data_tokens, int total_steps, CheckpointRank rank = {});
 
@@ -102,7 +116,8 @@ class TrainingCheckpoints {
 
  private:
   TrainingCheckpoints() = default;
-  // Reads the newest checkpoint's manifest into start_step_, cursor_, rank_file_bytes_.
+  // Reads the newest checkpoint's manifest into start_step_, cursor_, rank_file_bytes_,
+  // rank_file_crc_, each field range-checked.
   Result<bool> check_newest(int newest, int total_steps);
   std::string step_dir(int step) const;
   std::string rank_file_name() const;
@@ -115,6 +130,8 @@ class TrainingCheckpoints {
   int start_step_ = 0;
   std::int64_t cursor_ = 0;
   std::int64_t rank_file_bytes_ = 0;  // of the checkpoint to resume from
+  std::uint32_t rank_file_crc_ = 0;
+  std::shared_ptr<void> lock_;        // rank 0: the folder's lock, held while this lives
 };
 
 }  // namespace longctx::runtime
