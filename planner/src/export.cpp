@@ -266,13 +266,13 @@ StackConfig accelerate_config(const Plan& p) {
                            {"zero3_init_flag", p.parallel.sharding == Sharding::Zero3}};
   if (p.parallel.ulysses > 1) {
     // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
-    // launcher's --parallelism_config_* options (accelerate/utils/launch.py).
+    // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
+    // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
     j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
                                {"parallelism_config_sp_backend", "deepspeed"},
                                {"parallelism_config_sp_seq_length", p.train.seq},
                                {"parallelism_config_sp_seq_length_is_variable", true},
-                               {"parallelism_config_sp_attn_implementation", "sdpa"},
-                               {"parallelism_config_dp_shard_size", p.cluster.shape.world() / p.parallel.ulysses}};
+                               {"parallelism_config_sp_attn_implementation", "sdpa"}};
   }
   return c;
 }

@@ -68,7 +68,7 @@ TEST(Export, BatchDtypeAndUlyssesReachEveryStack) {
   EXPECT_EQ(args["bf16"], true);
   const auto accel = accelerate_config(p).value;
   EXPECT_EQ(accel["parallelism_config"]["parallelism_config_sp_size"], 4);
-  EXPECT_EQ(accel["parallelism_config"]["parallelism_config_dp_shard_size"], 2);
+  EXPECT_EQ(accel["parallelism_config"]["parallelism_config_sp_backend"], "deepspeed");
   EXPECT_EQ(accel["num_processes"], 8);
   p.train.dtype = DType::FP32;
   EXPECT_EQ(deepspeed_config(p).value["bf16"]["enabled"], false);
