@@ -194,3 +194,14 @@ def test_the_python_package_exports_what_the_cli_writes(tmp_path):
     assert files == {"arctic_recipe.yaml": out.read_text()}
     with pytest.raises(longctx.BadInput, match="stack"):
         plan.export("megatron")
+
+
+def test_without_output_the_files_are_printed_under_their_names(tmp_path):
+    plan = make_plan(tmp_path, "--sharding", "zero2")
+    printed = cli("export", str(plan), "--stack", "hf").stdout
+    for name in ("accelerate_config.yaml", "ds_config.json", "training_args.json"):
+        assert f"==> {name} <==\n" in printed
+    alone = cli("export", str(plan), "--stack", "deepspeed").stdout
+    assert json.loads(alone)["zero_optimization"]["stage"] == 2  # one file: its text alone
+    missing = cli("export", str(plan), "--stack", "deepspeed", "-o", str(tmp_path / "no" / "such" / "ds.json"), check=False)
+    assert missing.returncode == 2 and "-o" in missing.stderr
