@@ -216,8 +216,11 @@ StackConfig hf_training_arguments(const Plan& p) {
   j["max_grad_norm"] = 1.0;
   j["bf16"] = p.train.dtype == DType::BF16;
   j["optim"] = "adamw_torch";
-  j["gradient_checkpointing"] = par.checkpoint.any();
-  if (par.checkpoint.any()) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", false}};
+  const bool fsdp2 = hf_uses_fsdp2(p);
+  // Under FSDP the Trainer checkpoints through fsdp_config.activation_checkpointing (and
+  // refuses both at once): gradient_checkpointing would add an all-gather in backward.
+  j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
+  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", false}};
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
   if (par.loss_tiles > 1) {
     j["use_liger_kernel"] = true;
@@ -225,9 +228,12 @@ StackConfig hf_training_arguments(const Plan& p) {
                                            "(use_liger_kernel) chunks the loss itself, not in {} tiles",
                                            par.loss_tiles));
   }
-  if (hf_uses_fsdp2(p)) {
+  if (fsdp2) {
     j["fsdp"] = "full_shard";
-    j["fsdp_config"] = {{"fsdp_version", 2}, {"offload_params", par.offload_params}, {"reshard_after_forward", true}};
+    j["fsdp_config"] = {{"fsdp_version", 2},
+                        {"offload_params", par.offload_params},
+                        {"reshard_after_forward", true},
+                        {"activation_checkpointing", par.checkpoint.any()}};
   } else {
     j["deepspeed"] = kDeepSpeedConfigFile;
   }
@@ -258,7 +264,7 @@ StackConfig accelerate_config(const Plan& p) {
                         {"fsdp_reshard_after_forward", true},
                         {"fsdp_state_dict_type", "SHARDED_STATE_DICT"},
                         {"fsdp_cpu_ram_efficient_loading", true},
-                        {"fsdp_activation_checkpointing", false}};
+                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any()}};
     return c;
   }
   j["distributed_type"] = "DEEPSPEED";

@@ -113,8 +113,15 @@ except ImportError:
 built = transformers.TrainingArguments(**args, use_cpu=True, report_to=[])
 ds = built.hf_deepspeed_config.config if built.deepspeed else None
 print(json.dumps({k: getattr(built, k) for k in ("gradient_checkpointing", "gradient_checkpointing_kwargs",
-                  "per_device_train_batch_size", "bf16", "deepspeed")} | {"ds": ds}))
+                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config")} | {"ds": ds}))
 """
+
+
+def construct_training_arguments(folder):
+    pytest.importorskip("transformers")
+    run = subprocess.run([sys.executable, "-c", CONSTRUCT_TRAINING_ARGUMENTS], cwd=folder, check=True,
+                         capture_output=True, text=True)
+    return json.loads(run.stdout.splitlines()[-1])
 
 
 def test_hf_training_arguments_construct_and_accelerate_reads_its_config(tmp_path):
@@ -130,8 +137,7 @@ def test_hf_training_arguments_construct_and_accelerate_reads_its_config(tmp_pat
     assert ds["zero_optimization"]["stage"] == 2 and ds["train_micro_batch_size_per_gpu"] == "auto"
     # In a process of its own: with `deepspeed` set, TrainingArguments turns on DeepSpeed
     # process-wide (accelerate's state, the environment), which would leak into other tests.
-    built = json.loads(subprocess.run([sys.executable, "-c", CONSTRUCT_TRAINING_ARGUMENTS], cwd=out, check=True,
-                                      capture_output=True, text=True).stdout.splitlines()[-1])
+    built = construct_training_arguments(out)
     assert built["gradient_checkpointing"] and built["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
     assert built["per_device_train_batch_size"] == 1 and built["bf16"]
     if built["deepspeed"]:  # "auto" filled from the arguments
@@ -168,6 +174,10 @@ def test_hf_uses_fsdp2_for_plain_zero3(tmp_path):
     assert not (out / "ds_config.json").exists()
     args = json.loads((out / "training_args.json").read_text())
     assert args["fsdp"] == "full_shard" and args["fsdp_config"]["fsdp_version"] == 2
+    built = construct_training_arguments(out)
+    # FSDP checkpoints the layers itself; the Trainer refuses gradient_checkpointing beside it.
+    assert built["fsdp_config"]["version"] == 2 and built["fsdp_config"]["activation_checkpointing"]
+    assert not built["gradient_checkpointing"]
     accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
     assert accel.distributed_type == "FSDP" and accel.fsdp_config["fsdp_version"] == 2
 

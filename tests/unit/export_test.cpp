@@ -161,6 +161,10 @@ TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
   EXPECT_EQ(files.count(kDeepSpeedConfigFile), 0u);
   EXPECT_EQ(hf_training_arguments(p).value["fsdp"], "full_shard");
   EXPECT_EQ(accelerate_config(p).value["distributed_type"], "FSDP");
+  p.parallel.checkpoint = CheckpointPolicy::full();  // FSDP checkpoints the layers itself
+  EXPECT_EQ(hf_training_arguments(p).value["gradient_checkpointing"], false);
+  EXPECT_EQ(hf_training_arguments(p).value["fsdp_config"]["activation_checkpointing"], true);
+  EXPECT_EQ(accelerate_config(p).value["fsdp_config"]["fsdp_activation_checkpointing"], true);
   p.parallel.offload_optimizer = true;  // FSDP2 offloads parameters and optimizer together
   EXPECT_FALSE(hf_uses_fsdp2(p));
   files = export_plan(p, Stack::HF).value().files;
