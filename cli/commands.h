@@ -20,5 +20,6 @@ Command add_explain_command(CLI::App& app);
 Command add_run_forward_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
+Command add_export_command(CLI::App& app);
 
 }  // namespace longctx::cli

@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # The project's Python environment, .venv/ in the clone: the longctx package built from this
 # checkout (`pip install .`: the planner only), pytest, and for the Hugging Face tests torch
-# from the same cached wheel LibTorch comes from (scripts/setup.sh) plus transformers from
-# PyPI. A second run only rebuilds the package (incrementally, in build-python/).
+# from the same cached wheel LibTorch comes from (scripts/setup.sh) plus transformers and
+# DeepSpeed (its Python only) from PyPI. A second run only rebuilds the package
+# (incrementally, in build-python/).
 #
 # Prints the venv's python on its last line. LONGCTX_PYTHON_HF=0 leaves torch and
 # transformers out (the package and its API tests need neither).
@@ -12,6 +13,7 @@ venv="$root/.venv"
 CACHE_ROOT="${LONGCTX_CACHE:-$HOME/.cache/longctx}"
 TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1
+DEEPSPEED_VERSION=0.19.8
 
 log() { printf '[python_env] %s\n' "$*" >&2; }
 
@@ -33,6 +35,12 @@ if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
     "${pip[@]}" install --no-deps "$wheel" >&2
     "${pip[@]}" install filelock typing-extensions sympy networkx jinja2 fsspec numpy \
       "transformers==$TRANSFORMERS_VERSION" "accelerate>=0.26" >&2
+  fi
+  # DeepSpeed's config parser, for `longctx export`'s tests: DS_BUILD_OPS=0 builds none of its
+  # kernels (pure Python, seconds), which reading a config needs none of.
+  if ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
+    log "installing deepspeed $DEEPSPEED_VERSION (no ops)"
+    DS_BUILD_OPS=0 "${pip[@]}" install "deepspeed==$DEEPSPEED_VERSION" >&2
   fi
 fi
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import warnings
 from dataclasses import dataclass, field
 from typing import Any, Dict, Iterable, List, Mapping, Optional, Union
 
@@ -167,6 +168,15 @@ class Plan:
         """Where the memory goes: the summary, the breakdown at the peak and the live set
         there, as ``longctx explain`` prints it."""
         return _answer(_core.explain(self.to_json(None), live_rows))
+
+    def export(self, stack: str) -> Dict[str, str]:
+        """The files the training stack ``"arctic"``, ``"hf"`` or ``"deepspeed"`` runs this plan
+        with, file name -> text (``longctx export --stack``; docs/export.md). Each
+        approximation is a ``UserWarning``; a knob the stack cannot run raises BadInput."""
+        j = json.loads(_answer(_core.export(self.to_json(None), stack)))
+        for line in j["approximations"]:
+            warnings.warn(f"approximation: {line}", stacklevel=2)
+        return dict(j["files"])
 
     def __repr__(self) -> str:
         p = self.prediction

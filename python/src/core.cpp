@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../../cli/plan_output.h"
+#include "longctx/planner/export.h"
 #include "longctx/planner/knobs.h"
 #include "longctx/planner/measured_trace.h"
 #include "longctx/planner/memory_model.h"
@@ -103,6 +104,17 @@ Answer explain_answer(const std::string& plan_json, int live_rows) {
   return {true, cli::render_plan(evaluate(*p), live_rows)};
 }
 
+// The files a training stack runs the plan with, and the approximations made (`longctx export`).
+Answer export_answer(const std::string& plan_json, const std::string& stack_name) {
+  auto p = plan_of(plan_json);
+  if (!p) return failure(p.error());
+  auto stack = parse_stack(stack_name, "stack");
+  if (!stack) return failure(stack.error());
+  auto e = export_plan(*p, *stack);
+  if (!e) return failure(e.error());
+  return success({{"files", e->files}, {"approximations", e->approximations}});
+}
+
 // Predicted peaks per phase beside those of a measured trace (a longctx trace or a PyTorch
 // profiler trace with profile_memory=True).
 Answer compare_answer(const std::string& plan_json, const std::string& trace_path) {
@@ -155,6 +167,7 @@ NB_MODULE(_core, m) {
   m.def("plan", &plan_answer, nb::arg("cluster"), nb::arg("seq"), nb::arg("knobs"), nb::arg("no_search"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
+  m.def("export", &export_answer, nb::arg("plan_json"), nb::arg("stack"));
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("name_or_path"));
   m.def("models", &longctx::model_preset_names);

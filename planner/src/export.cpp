@@ -1,0 +1,325 @@
+// The key-by-key mapping of docs/export.md. Every key written is one the stack's own config
+// schema defines; the source each comes from is cited where the key is written.
+#include "longctx/planner/export.h"
+
+#include <functional>
+
+#include <fmt/format.h>
+
+#include "longctx/planner/yaml_text.h"
+
+namespace longctx {
+namespace {
+
+using nlohmann::json;
+
+std::string stack_name(Stack s) {
+  switch (s) {
+    case Stack::Arctic: return "arctic";
+    case Stack::HF: return "hf";
+    case Stack::DeepSpeed: return "deepspeed";
+  }
+  return "deepspeed";
+}
+
+// One knob a stack cannot run within the plan's memory: which stacks refuse it and why.
+struct Refusal {
+  const char* knob;  // the plan file's field
+  std::function<bool(const ParallelConfig&)> applies;
+  std::vector<Stack> refused_by;
+  const char* why;  // completes "--stack X cannot ..."
+  const char* fix;
+};
+
+const std::vector<Refusal>& refusals() {
+  static const std::vector<Refusal> table = {
+      {"parallel.head_chunk", [](const ParallelConfig& p) { return p.head_chunk > 0; },
+       {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
+       "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more "
+       "than the plan predicts",
+       "re-plan with --head-chunk 0"},
+      {"parallel.mlp_tiles", [](const ParallelConfig& p) { return p.mlp_tiles > 1; }, {Stack::HF, Stack::DeepSpeed},
+       "tile the MLP (that is model code, not configuration): the untiled MLP holds more than the plan predicts",
+       "use --stack arctic (tiled_mlp_compute) or re-plan with --mlp-tiles 1"},
+      {"parallel.loss_tiles", [](const ParallelConfig& p) { return p.loss_tiles > 1; }, {Stack::DeepSpeed},
+       "tile the loss (a DeepSpeed config has no loss setting): full logits hold more than the plan predicts",
+       "use --stack arctic or --stack hf (Liger's fused cross-entropy) or re-plan with --loss-tiles 1"},
+      {"parallel.offload_checkpoints", [](const ParallelConfig& p) { return p.offload_checkpoints; }, {Stack::HF},
+       "offload checkpoints: Hugging Face gradient checkpointing keeps them on the device, more than the plan "
+       "predicts",
+       "use --stack arctic (activation_checkpoint_cpu_offload) or re-plan without --offload-checkpoints"},
+  };
+  return table;
+}
+
+const char* dtype_name(DType t) { return t == DType::BF16 ? "bf16" : "fp32"; }
+
+json offload_to_cpu() {
+  // deepspeed/runtime/zero/offload_config.py: DeepSpeedZeroOffloadParamConfig and
+  // DeepSpeedZeroOffloadOptimizerConfig (device: OffloadDeviceEnum, pin_memory: bool).
+  return {{"device", "cpu"}, {"pin_memory", true}};
+}
+
+// deepspeed/runtime/zero/config.py DeepSpeedZeroConfig: stage (ZeroStageEnum 0..3),
+// offload_param, offload_optimizer.
+json zero_optimization(const ParallelConfig& p) {
+  int stage = 0;
+  switch (p.sharding) {
+    case Sharding::None: stage = 0; break;
+    case Sharding::Zero1: stage = 1; break;
+    case Sharding::Zero2: stage = 2; break;
+    case Sharding::Zero3: stage = 3; break;
+  }
+  json z = {{"stage", stage}};
+  if (p.offload_optimizer) z["offload_optimizer"] = offload_to_cpu();
+  if (p.offload_params) z["offload_param"] = offload_to_cpu();  // validate(): ZeRO-3 only, as DeepSpeed requires
+  return z;
+}
+
+// deepspeed/runtime/constants.py DATA_TYPES / GRAD_ACCUM_DTYPE ("data_types": {"grad_accum_dtype"}):
+// the dtype gradients are accumulated and reduced in.
+json data_types(const TrainConfig& t) { return {{"grad_accum_dtype", dtype_name(t.grad_dtype)}}; }
+
+std::string every_k_note(const CheckpointPolicy& c, const char* how) {
+  return fmt::format("parallel.checkpoint: {} checkpoints every layer, not {}: less device memory than planned, "
+                     "more recompute",
+                     how, to_string(c));
+}
+
+// ArcticTraining's TiledMLP picks its shard count itself (arctic_training/model/tiled_compute.py:
+// ceil(seqlen / hidden) on the rank's sequence slice).
+std::int64_t arctic_mlp_shards(const Plan& p) {
+  const std::int64_t local = p.train.seq / p.parallel.ulysses;
+  return (local + p.model.hidden - 1) / p.model.hidden;
+}
+
+std::string model_path_note(const Plan& p) {
+  return fmt::format("model.name_or_path: the plan's model name '{}'; replace it with that model's Hugging Face id "
+                     "or checkpoint folder",
+                     p.model.name);
+}
+
+void add_checkpoint_notes(const Plan& p, const char* how, std::vector<std::string>& notes) {
+  if (p.parallel.checkpoint.kind == CheckpointPolicy::Kind::EveryK) notes.push_back(every_k_note(p.parallel.checkpoint, how));
+}
+
+std::string dump_json(const json& j) { return j.dump(2) + "\n"; }
+
+}  // namespace
+
+std::string to_string(Stack s) { return stack_name(s); }
+
+Result<Stack> parse_stack(const std::string& text, const std::string& field) {
+  for (Stack s : {Stack::Arctic, Stack::HF, Stack::DeepSpeed})
+    if (text == stack_name(s)) return s;
+  return Error::bad_input(field, fmt::format("'{}' is not a stack; give arctic, hf or deepspeed", text));
+}
+
+Result<bool> check_expressible(const Plan& p, Stack stack) {
+  for (const Refusal& r : refusals()) {
+    if (!r.applies(p.parallel)) continue;
+    for (Stack s : r.refused_by)
+      if (s == stack) return Error::bad_input(r.knob, fmt::format("--stack {} cannot {}; {}", stack_name(stack), r.why, r.fix));
+  }
+  return true;
+}
+
+StackConfig deepspeed_config(const Plan& p, Stack stack) {
+  // Top-level keys: deepspeed/runtime/constants.py, read by deepspeed/runtime/config.py DeepSpeedConfig.
+  const bool hf = stack == Stack::HF;  // the Trainer fills "auto" from TrainingArguments
+  StackConfig c;
+  json& j = c.value;
+  j["train_micro_batch_size_per_gpu"] = hf ? json("auto") : json(p.train.micro_batch);
+  j["gradient_accumulation_steps"] = hf ? json("auto") : json(1);
+  j["gradient_clipping"] = hf ? json("auto") : json(1.0);
+  j["bf16"] = {{"enabled", p.train.dtype == DType::BF16}};  // BFLOAT16 = "bf16", BFLOAT16_ENABLED
+  j["data_types"] = data_types(p.train);
+  j["zero_optimization"] = zero_optimization(p.parallel);
+  // SEQUENCE_PARALLEL_SIZE: DeepSpeed's Ulysses for Hugging Face models (ALST,
+  // deepspeed/runtime/sequence_parallel/ulysses_sp.py); the config sets the group size.
+  j["sequence_parallel_size"] = p.parallel.ulysses;
+  // AdamW, which the plan's fp32 moments model; with offload_optimizer DeepSpeed runs it as
+  // DeepSpeedCPUAdam. Hyperparameters are placeholders.
+  const json auto_or = hf ? json("auto") : json();
+  j["optimizer"] = {{"type", "AdamW"},
+                    {"params",
+                     {{"lr", hf ? auto_or : json(1e-5)},
+                      {"betas", hf ? auto_or : json::array({0.9, 0.999})},
+                      {"eps", hf ? auto_or : json(1e-8)},
+                      {"weight_decay", hf ? auto_or : json(0.0)}}}};
+  if (p.parallel.checkpoint.any() && stack == Stack::DeepSpeed) {
+    // deepspeed/runtime/activation_checkpointing/config.py DeepSpeedActivationCheckpointingConfig:
+    // used by deepspeed.checkpointing.checkpoint, which the model's layers must call.
+    j["activation_checkpointing"] = {{"partition_activations", false},
+                                     {"cpu_checkpointing", p.parallel.offload_checkpoints},
+                                     {"contiguous_memory_optimization", false},
+                                     {"synchronize_checkpoint_boundary", false}};
+    add_checkpoint_notes(p, "deepspeed.checkpointing as the model calls it", c.approximations);
+  }
+  return c;
+}
+
+StackConfig arctic_recipe(const Plan& p) {
+  // arctic_training/config/trainer.py TrainerConfig; model.py ModelConfig; data.py DataConfig;
+  // optimizer.py OptimizerConfig. The factories' names: model/liger_factory.py "liger",
+  // model/hf_factory.py "huggingface", optimizer/adam_factory.py "cpu_adam" / "fused_adam".
+  StackConfig c;
+  const ParallelConfig& par = p.parallel;
+  json deepspeed = {{"zero_optimization", zero_optimization(par)}, {"data_types", data_types(p.train)}};
+  c.value = {
+      {"type", "sft"},
+      {"micro_batch_size", p.train.micro_batch},
+      {"gradient_accumulation_steps", 1},
+      {"sequence_parallel_size", par.ulysses},
+      {"activation_checkpoint_cpu_offload", par.offload_checkpoints},
+      {"tiled_mlp_compute", par.mlp_tiles > 1},
+      {"deepspeed", deepspeed},
+      {"model",
+       {{"type", par.loss_tiles > 1 ? "liger" : "huggingface"},
+        {"name_or_path", p.model.name},
+        {"dtype", dtype_name(p.train.dtype)},
+        {"attn_implementation", "sdpa"},
+        {"disable_activation_checkpoint", !par.checkpoint.any()}}},
+      {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
+      {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},
+  };
+  auto& notes = c.approximations;
+  add_checkpoint_notes(p, "ArcticTraining's gradient checkpointing", notes);
+  if (par.loss_tiles > 1)
+    notes.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy (model.type liger) chunks the "
+                                "loss itself, not in {} tiles; it never holds the full logits",
+                                par.loss_tiles));
+  else if (par.ulysses > 1)
+    notes.push_back("parallel.loss_tiles: with sequence_parallel_size > 1 ArcticTraining tiles the loss in ~1 GiB "
+                    "fp32 shards anyway: less device memory than planned");
+  if (par.mlp_tiles > 1 && arctic_mlp_shards(p) != par.mlp_tiles)
+    notes.push_back(fmt::format("parallel.mlp_tiles: ArcticTraining's TiledMLP runs ceil((seq/ulysses)/hidden) = {} "
+                                "shards, not {}",
+                                arctic_mlp_shards(p), par.mlp_tiles));
+  return c;
+}
+
+bool hf_uses_fsdp2(const Plan& p) {
+  const ParallelConfig& par = p.parallel;
+  return par.sharding == Sharding::Zero3 && par.ulysses == 1 && par.offload_optimizer == par.offload_params &&
+         p.train.grad_dtype == DType::FP32;
+}
+
+StackConfig hf_training_arguments(const Plan& p) {
+  // transformers/training_args.py TrainingArguments.
+  StackConfig c;
+  const ParallelConfig& par = p.parallel;
+  json& j = c.value;
+  j["output_dir"] = "output";
+  j["per_device_train_batch_size"] = p.train.micro_batch;
+  j["gradient_accumulation_steps"] = 1;
+  j["max_grad_norm"] = 1.0;
+  j["bf16"] = p.train.dtype == DType::BF16;
+  j["optim"] = "adamw_torch";
+  const bool fsdp2 = hf_uses_fsdp2(p);
+  // Under FSDP the Trainer checkpoints through fsdp_config.activation_checkpointing (and
+  // refuses both at once): gradient_checkpointing would add an all-gather in backward.
+  j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
+  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", false}};
+  add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  if (par.loss_tiles > 1) {
+    j["use_liger_kernel"] = true;
+    c.approximations.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy "
+                                           "(use_liger_kernel) chunks the loss itself, not in {} tiles",
+                                           par.loss_tiles));
+  }
+  if (fsdp2) {
+    j["fsdp"] = "full_shard";
+    j["fsdp_config"] = {{"fsdp_version", 2},
+                        {"offload_params", par.offload_params},
+                        {"reshard_after_forward", true},
+                        {"activation_checkpointing", par.checkpoint.any()}};
+  } else {
+    j["deepspeed"] = kDeepSpeedConfigFile;
+  }
+  return c;
+}
+
+StackConfig accelerate_config(const Plan& p) {
+  // accelerate/commands/config/config_args.py ClusterConfig (and BaseConfig's fields).
+  StackConfig c;
+  json& j = c.value;
+  j["compute_environment"] = "LOCAL_MACHINE";
+  j["debug"] = false;
+  j["machine_rank"] = 0;
+  j["main_training_function"] = "main";
+  j["mixed_precision"] = p.train.dtype == DType::BF16 ? "bf16" : "no";
+  j["num_machines"] = p.cluster.shape.nodes;
+  j["num_processes"] = p.cluster.shape.world();
+  j["rdzv_backend"] = "static";
+  j["same_network"] = true;
+  j["use_cpu"] = false;
+  if (hf_uses_fsdp2(p)) {
+    j["distributed_type"] = "FSDP";
+    // accelerate/commands/config/cluster.py's fsdp_config questions; FSDP2's CPU offload moves
+    // parameters, gradients and optimizer state together (hence hf_uses_fsdp2's rule).
+    j["fsdp_config"] = {{"fsdp_version", 2},
+                        {"fsdp_offload_params", p.parallel.offload_params},
+                        {"fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"},
+                        {"fsdp_reshard_after_forward", true},
+                        {"fsdp_state_dict_type", "SHARDED_STATE_DICT"},
+                        {"fsdp_cpu_ram_efficient_loading", true},
+                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any()}};
+    return c;
+  }
+  j["distributed_type"] = "DEEPSPEED";
+  j["deepspeed_config"] = {{"deepspeed_config_file", kDeepSpeedConfigFile},
+                           {"zero3_init_flag", p.parallel.sharding == Sharding::Zero3}};
+  if (p.parallel.ulysses > 1) {
+    // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
+    // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
+    // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
+    j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
+                               {"parallelism_config_sp_backend", "deepspeed"},
+                               {"parallelism_config_sp_seq_length", p.train.seq},
+                               {"parallelism_config_sp_seq_length_is_variable", true},
+                               {"parallelism_config_sp_attn_implementation", "sdpa"}};
+  }
+  return c;
+}
+
+Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
+  LONGCTX_TRY(auto ok, check_expressible(p, stack));
+  (void)ok;
+  ExportedFiles out;
+  auto take = [&out](const StackConfig& c) {
+    out.approximations.insert(out.approximations.end(), c.approximations.begin(), c.approximations.end());
+  };
+  const std::vector<std::string> header = {
+      fmt::format("longctx export --stack {}: model {}, seq {}, {} rank(s)", stack_name(stack), p.model.name, p.train.seq,
+                  p.cluster.shape.world())};
+  switch (stack) {
+    case Stack::DeepSpeed: {
+      const StackConfig ds = deepspeed_config(p, stack);
+      take(ds);
+      out.files[kDeepSpeedConfigFile] = dump_json(ds.value);
+      break;
+    }
+    case Stack::Arctic: {
+      const StackConfig recipe = arctic_recipe(p);
+      take(recipe);
+      std::vector<std::string> comment = header;
+      comment.push_back(model_path_note(p));
+      comment.push_back("data.sources: replace DATASET with the training data (a Hugging Face dataset name or path)");
+      out.files[kArcticRecipeFile] = to_yaml(recipe.value, comment);
+      break;
+    }
+    case Stack::HF: {
+      const StackConfig args = hf_training_arguments(p), accel = accelerate_config(p);
+      take(args);
+      take(accel);
+      out.files[kTrainingArgumentsFile] = dump_json(args.value);
+      out.files[kAccelerateConfigFile] = to_yaml(accel.value, header);
+      if (!hf_uses_fsdp2(p)) out.files[kDeepSpeedConfigFile] = dump_json(deepspeed_config(p, stack).value);
+      break;
+    }
+  }
+  return out;
+}
+
+}  // namespace longctx

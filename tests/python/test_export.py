@@ -1,0 +1,217 @@
+"""`longctx export`: the files each training stack gets hold only keys that stack's own config
+schema defines, construct its objects where they are installed (transformers.TrainingArguments,
+accelerate's config file, DeepSpeed's pydantic models), and carry the plan's knobs."""
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import pytest
+import yaml
+
+import longctx
+
+CLI = os.environ.get("LONGCTX_CLI")
+# The keys DeepSpeed and ArcticTraining define, read from their source at the commits recorded
+# inside (tests/python/data/extract_stack_keys.py regenerates it).
+KEYS = json.loads((pathlib.Path(__file__).parent / "data" / "stack_keys.json").read_text())
+DS_KEYS = KEYS["deepspeed"]
+ARCTIC_KEYS = KEYS["arctic_training"]
+
+SEQ = 65536
+
+
+def cli(*args, check=True):
+    if not CLI:
+        pytest.skip("LONGCTX_CLI (the longctx binary) is not set: run through ctest")
+    return subprocess.run([CLI, *args], check=check, capture_output=True, text=True)
+
+
+def make_plan(tmp_path, *knobs, name="plan.json"):
+    path = tmp_path / name
+    # A budget large enough that every knob combination below fits: the files, not the fit, are tested.
+    cli("plan", "--model", "llama-3.2-1b", "--gpus", "8", "--seq", str(SEQ), "--no-search", "--budget", "1TiB", "-o",
+        str(path), *knobs)
+    return path
+
+
+def export(plan_path, stack, out):
+    run = cli("export", str(plan_path), "--stack", stack, "-o", str(out))
+    return run
+
+
+# ZeRO-3 with everything offloaded, Ulysses 4, full checkpointing offloaded, tiled loss.
+LONG = ["--sharding", "zero3", "--offload-optimizer", "--offload-params", "--ulysses", "4", "--checkpoint", "full",
+        "--offload-checkpoints"]
+
+
+def check_deepspeed_keys(ds):
+    assert set(ds) <= set(DS_KEYS["top_level"]), set(ds) - set(DS_KEYS["top_level"])
+    zero = ds["zero_optimization"]
+    assert set(zero) <= set(DS_KEYS["zero_optimization"])
+    for section in ("offload_param", "offload_optimizer"):
+        if section in zero:
+            assert set(zero[section]) <= set(DS_KEYS[section])
+    if "activation_checkpointing" in ds:
+        assert set(ds["activation_checkpointing"]) <= set(DS_KEYS["activation_checkpointing"])
+
+
+def test_deepspeed_config_holds_the_plan_in_deepspeeds_keys(tmp_path):
+    out = tmp_path / "ds.json"
+    export(make_plan(tmp_path, *LONG), "deepspeed", out)
+    ds = json.loads(out.read_text())
+    check_deepspeed_keys(ds)
+    assert ds["zero_optimization"]["stage"] == 3
+    assert ds["zero_optimization"]["offload_param"] == {"device": "cpu", "pin_memory": True}
+    assert ds["zero_optimization"]["offload_optimizer"] == {"device": "cpu", "pin_memory": True}
+    assert ds["sequence_parallel_size"] == 4
+    assert ds["activation_checkpointing"]["cpu_checkpointing"] is True
+    assert ds["bf16"] == {"enabled": True}
+
+
+def test_deepspeed_config_is_read_by_deepspeed_itself(tmp_path):
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    out = tmp_path / "ds.json"
+    export(make_plan(tmp_path, *LONG, "--grad-dtype", "bf16"), "deepspeed", out)
+    config = ds_config.DeepSpeedConfig(json.loads(out.read_text()))  # its pydantic models and parsers
+    assert config.zero_optimization_stage == 3 and config.train_micro_batch_size_per_gpu == 1
+    assert config.zero_config.offload_param.device == "cpu" and config.zero_config.offload_optimizer.pin_memory
+    assert config.activation_checkpointing_config.cpu_checkpointing
+    assert str(config.grad_accum_dtype) == "bf16" and config.gradient_clipping == 1.0
+
+
+def test_arctic_recipe_keys_exist_in_arctic_training(tmp_path):
+    out = tmp_path / "recipe.yaml"
+    run = export(make_plan(tmp_path, *LONG, "--mlp-tiles", "4", "--loss-tiles", "8"), "arctic", out)
+    recipe = yaml.safe_load(out.read_text())
+    assert set(recipe) <= set(ARCTIC_KEYS["TrainerConfig"]), set(recipe) - set(ARCTIC_KEYS["TrainerConfig"])
+    assert set(recipe["model"]) <= set(ARCTIC_KEYS["ModelConfig"])
+    assert set(recipe["data"]) <= set(ARCTIC_KEYS["DataConfig"])
+    assert set(recipe["optimizer"]) <= set(ARCTIC_KEYS["OptimizerConfig"])
+    assert recipe["type"] in ARCTIC_KEYS["trainers"]
+    assert recipe["model"]["type"] == "liger" and "liger" in ARCTIC_KEYS["model_factories"]
+    assert recipe["optimizer"]["type"] == "cpu_adam" and "cpu_adam" in ARCTIC_KEYS["optimizer_factories"]
+    assert recipe["sequence_parallel_size"] == 4 and recipe["data"]["max_length"] == SEQ
+    assert recipe["tiled_mlp_compute"] is True and recipe["activation_checkpoint_cpu_offload"] is True
+    check_deepspeed_keys(recipe["deepspeed"])
+    # Liger's own loss chunks and ArcticTraining's own MLP shard count are approximations.
+    assert "approximation: parallel.loss_tiles" in run.stderr
+    assert "approximation: parallel.mlp_tiles" in run.stderr
+
+
+# Builds transformers.TrainingArguments from training_args.json in the working folder (with
+# its DeepSpeed config when deepspeed is installed) and prints what it holds as JSON.
+CONSTRUCT_TRAINING_ARGUMENTS = """
+import json
+import transformers
+args = json.load(open("training_args.json"))
+try:
+    import deepspeed  # noqa: F401
+except ImportError:
+    del args["deepspeed"]
+built = transformers.TrainingArguments(**args, use_cpu=True, report_to=[])
+ds = built.hf_deepspeed_config.config if built.deepspeed else None
+print(json.dumps({k: getattr(built, k) for k in ("gradient_checkpointing", "gradient_checkpointing_kwargs",
+                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config")} | {"ds": ds}))
+"""
+
+
+def construct_training_arguments(folder):
+    pytest.importorskip("transformers")
+    run = subprocess.run([sys.executable, "-c", CONSTRUCT_TRAINING_ARGUMENTS], cwd=folder, check=True,
+                         capture_output=True, text=True)
+    return json.loads(run.stdout.splitlines()[-1])
+
+
+def test_hf_training_arguments_construct_and_accelerate_reads_its_config(tmp_path):
+    transformers = pytest.importorskip("transformers")
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    out = tmp_path / "hf"
+    export(make_plan(tmp_path, "--sharding", "zero2", "--offload-optimizer", "--checkpoint", "every:2"), "hf", out)
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "ds_config.json", "training_args.json"]
+    args = json.loads((out / "training_args.json").read_text())
+    assert args["deepspeed"] == "ds_config.json" and args["gradient_checkpointing"] is True
+    ds = json.loads((out / "ds_config.json").read_text())
+    check_deepspeed_keys(ds)
+    assert ds["zero_optimization"]["stage"] == 2 and ds["train_micro_batch_size_per_gpu"] == "auto"
+    # In a process of its own: with `deepspeed` set, TrainingArguments turns on DeepSpeed
+    # process-wide (accelerate's state, the environment), which would leak into other tests.
+    built = construct_training_arguments(out)
+    assert built["gradient_checkpointing"] and built["gradient_checkpointing_kwargs"] == {"use_reentrant": False}
+    assert built["per_device_train_batch_size"] == 1 and built["bf16"]
+    if built["deepspeed"]:  # "auto" filled from the arguments
+        assert built["ds"]["train_micro_batch_size_per_gpu"] == 1
+        assert built["ds"]["zero_optimization"]["offload_optimizer"]["device"] == "cpu"
+    accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
+    assert accel.distributed_type == "DEEPSPEED" and accel.num_processes == 8
+
+
+def test_accelerates_launcher_runs_the_hf_config_as_deepspeed_with_ulysses(tmp_path, monkeypatch):
+    launch = pytest.importorskip("accelerate.commands.launch")
+    launch_utils = pytest.importorskip("accelerate.utils.launch")
+    out = tmp_path / "hf"
+    export(make_plan(tmp_path, "--sharding", "zero3", "--offload-optimizer", "--ulysses", "4", "--checkpoint", "full"),
+           "hf", out)
+    monkeypatch.chdir(out)
+    # What `accelerate launch --config_file accelerate_config.yaml train.py` does before it
+    # starts the ranks: the environment each rank's Accelerator reads.
+    args = launch.launch_command_parser().parse_args(["--config_file", "accelerate_config.yaml", "train.py"])
+    args, defaults, _ = launch._validate_launch_command(args)
+    args.deepspeed_fields_from_accelerate_config = list(defaults.deepspeed_config.keys())
+    _, env = launch_utils.prepare_deepspeed_cmd_env(args)
+    assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_config.json"
+    assert env["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == "true" and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
+    assert env["PARALLELISM_CONFIG_SP_SIZE"] == "4" and env["PARALLELISM_CONFIG_SP_BACKEND"] == "deepspeed"
+    assert env["PARALLELISM_CONFIG_SP_SEQ_LENGTH"] == str(SEQ)
+    assert args.num_processes == 8
+
+
+def test_hf_uses_fsdp2_for_plain_zero3(tmp_path):
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    out = tmp_path / "hf"
+    export(make_plan(tmp_path, "--sharding", "zero3", "--checkpoint", "full"), "hf", out)
+    assert not (out / "ds_config.json").exists()
+    args = json.loads((out / "training_args.json").read_text())
+    assert args["fsdp"] == "full_shard" and args["fsdp_config"]["fsdp_version"] == 2
+    built = construct_training_arguments(out)
+    # FSDP checkpoints the layers itself; the Trainer refuses gradient_checkpointing beside it.
+    assert built["fsdp_config"]["version"] == 2 and built["fsdp_config"]["activation_checkpointing"]
+    assert not built["gradient_checkpointing"]
+    accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
+    assert accel.distributed_type == "FSDP" and accel.fsdp_config["fsdp_version"] == 2
+
+
+def test_knobs_a_stack_cannot_run_exit_2_naming_knob_and_stack(tmp_path):
+    plan = make_plan(tmp_path, "--ulysses", "2", "--head-chunk", "4")
+    for stack in ("arctic", "hf", "deepspeed"):
+        run = cli("export", str(plan), "--stack", stack, check=False)
+        assert run.returncode == 2
+        assert "parallel.head_chunk" in run.stderr and f"--stack {stack}" in run.stderr
+    offload = make_plan(tmp_path, "--checkpoint", "full", "--offload-checkpoints", name="offload.json")
+    run = cli("export", str(offload), "--stack", "hf", check=False)
+    assert run.returncode == 2 and "parallel.offload_checkpoints" in run.stderr
+    assert cli("export", str(offload), "--stack", "megatron", check=False).returncode == 2
+
+
+def test_the_python_package_exports_what_the_cli_writes(tmp_path):
+    plan_path = make_plan(tmp_path, *LONG)
+    out = tmp_path / "arctic.yaml"
+    export(plan_path, "arctic", out)
+    plan = longctx.Plan.from_json(plan_path.read_text())
+    with pytest.warns(UserWarning, match="approximation: parallel.loss_tiles"):
+        files = plan.export("arctic")
+    assert files == {"arctic_recipe.yaml": out.read_text()}
+    with pytest.raises(longctx.BadInput, match="stack"):
+        plan.export("megatron")
+
+
+def test_without_output_the_files_are_printed_under_their_names(tmp_path):
+    plan = make_plan(tmp_path, "--sharding", "zero2")
+    printed = cli("export", str(plan), "--stack", "hf").stdout
+    for name in ("accelerate_config.yaml", "ds_config.json", "training_args.json"):
+        assert f"==> {name} <==\n" in printed
+    alone = cli("export", str(plan), "--stack", "deepspeed").stdout
+    assert json.loads(alone)["zero_optimization"]["stage"] == 2  # one file: its text alone
+    missing = cli("export", str(plan), "--stack", "deepspeed", "-o", str(tmp_path / "no" / "such" / "ds.json"), check=False)
+    assert missing.returncode == 2 and "-o" in missing.stderr

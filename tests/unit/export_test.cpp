@@ -1,0 +1,206 @@
+// The plan -> training-stack mapping (planner/src/export.cpp, docs/export.md): every knob
+// lands on its stack's key, approximations are reported, refusals name the knob and stack.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+
+#include "longctx/planner/export.h"
+#include "longctx/planner/yaml_text.h"
+#include "test_plans.h"
+
+namespace longctx {
+namespace {
+
+Plan llama_plan() {
+  Plan p = testing::cpu_plan("llama-3.2-1b", 8, 65536);
+  p.train.dtype = DType::BF16;
+  p.train.micro_batch = 2;
+  return p;
+}
+
+bool mentions(const std::vector<std::string>& lines, const std::string& knob) {
+  return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(knob, 0) == 0; });
+}
+
+TEST(Export, ShardingMapsToZeroStageInDeepSpeedAndArctic) {
+  Plan p = llama_plan();
+  const std::pair<Sharding, int> stages[] = {{Sharding::None, 0}, {Sharding::Zero1, 1}, {Sharding::Zero2, 2}, {Sharding::Zero3, 3}};
+  for (auto [sharding, stage] : stages) {
+    p.parallel.sharding = sharding;
+    EXPECT_EQ(deepspeed_config(p).value["zero_optimization"]["stage"], stage);
+    EXPECT_EQ(arctic_recipe(p).value["deepspeed"]["zero_optimization"]["stage"], stage);
+  }
+}
+
+TEST(Export, OffloadsBecomeCpuPinnedSectionsOnlyWhenPlanned) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::Zero3;
+  auto zero = deepspeed_config(p).value["zero_optimization"];
+  EXPECT_FALSE(zero.contains("offload_optimizer"));
+  EXPECT_FALSE(zero.contains("offload_param"));
+  p.parallel.offload_optimizer = true;
+  p.parallel.offload_params = true;
+  zero = deepspeed_config(p).value["zero_optimization"];
+  const nlohmann::json cpu = {{"device", "cpu"}, {"pin_memory", true}};
+  EXPECT_EQ(zero["offload_optimizer"], cpu);
+  EXPECT_EQ(zero["offload_param"], cpu);
+  EXPECT_EQ(arctic_recipe(p).value["optimizer"]["type"], "cpu_adam");
+  p.parallel.offload_optimizer = false;
+  EXPECT_EQ(arctic_recipe(p).value["optimizer"]["type"], "fused_adam");
+}
+
+TEST(Export, BatchDtypeAndUlyssesReachEveryStack) {
+  Plan p = llama_plan();
+  p.parallel.ulysses = 4;
+  p.train.grad_dtype = DType::BF16;
+  const auto ds = deepspeed_config(p).value;
+  EXPECT_EQ(ds["train_micro_batch_size_per_gpu"], 2);
+  EXPECT_EQ(ds["sequence_parallel_size"], 4);
+  EXPECT_EQ(ds["bf16"]["enabled"], true);
+  EXPECT_EQ(ds["data_types"]["grad_accum_dtype"], "bf16");
+  const auto arctic = arctic_recipe(p).value;
+  EXPECT_EQ(arctic["micro_batch_size"], 2);
+  EXPECT_EQ(arctic["sequence_parallel_size"], 4);
+  EXPECT_EQ(arctic["data"]["max_length"], 65536);
+  EXPECT_EQ(arctic["model"]["dtype"], "bf16");
+  const auto args = hf_training_arguments(p).value;
+  EXPECT_EQ(args["per_device_train_batch_size"], 2);
+  EXPECT_EQ(args["bf16"], true);
+  const auto accel = accelerate_config(p).value;
+  EXPECT_EQ(accel["parallelism_config"]["parallelism_config_sp_size"], 4);
+  EXPECT_EQ(accel["parallelism_config"]["parallelism_config_sp_backend"], "deepspeed");
+  EXPECT_EQ(accel["num_processes"], 8);
+  p.train.dtype = DType::FP32;
+  EXPECT_EQ(deepspeed_config(p).value["bf16"]["enabled"], false);
+  EXPECT_EQ(hf_training_arguments(p).value["bf16"], false);
+  EXPECT_EQ(accelerate_config(p).value["mixed_precision"], "no");
+  EXPECT_EQ(arctic_recipe(p).value["model"]["dtype"], "fp32");
+}
+
+TEST(Export, CheckpointingAndItsOffload) {
+  Plan p = llama_plan();
+  EXPECT_FALSE(deepspeed_config(p).value.contains("activation_checkpointing"));
+  EXPECT_EQ(arctic_recipe(p).value["model"]["disable_activation_checkpoint"], true);
+  EXPECT_EQ(hf_training_arguments(p).value["gradient_checkpointing"], false);
+  p.parallel.checkpoint = CheckpointPolicy::full();
+  p.parallel.offload_checkpoints = true;
+  const auto ds = deepspeed_config(p);
+  EXPECT_EQ(ds.value["activation_checkpointing"]["cpu_checkpointing"], true);
+  EXPECT_TRUE(ds.approximations.empty());
+  const auto arctic = arctic_recipe(p).value;
+  EXPECT_EQ(arctic["model"]["disable_activation_checkpoint"], false);
+  EXPECT_EQ(arctic["activation_checkpoint_cpu_offload"], true);
+  p.parallel.offload_checkpoints = false;
+  const auto args = hf_training_arguments(p).value;
+  EXPECT_EQ(args["gradient_checkpointing"], true);
+  EXPECT_EQ(args["gradient_checkpointing_kwargs"]["use_reentrant"], false);
+}
+
+TEST(Export, EveryKCheckpointingIsApproximatedByEveryLayer) {
+  Plan p = llama_plan();
+  p.parallel.checkpoint = CheckpointPolicy::every_k(2);
+  EXPECT_TRUE(mentions(deepspeed_config(p).approximations, "parallel.checkpoint"));
+  EXPECT_TRUE(mentions(arctic_recipe(p).approximations, "parallel.checkpoint"));
+  EXPECT_TRUE(mentions(hf_training_arguments(p).approximations, "parallel.checkpoint"));
+  EXPECT_EQ(hf_training_arguments(p).value["gradient_checkpointing"], true);
+}
+
+TEST(Export, LossTilesUseLigerWhereTheStackHasIt) {
+  Plan p = llama_plan();
+  EXPECT_EQ(arctic_recipe(p).value["model"]["type"], "huggingface");
+  EXPECT_FALSE(hf_training_arguments(p).value.contains("use_liger_kernel"));
+  p.parallel.loss_tiles = 8;
+  EXPECT_EQ(arctic_recipe(p).value["model"]["type"], "liger");
+  EXPECT_TRUE(mentions(arctic_recipe(p).approximations, "parallel.loss_tiles"));
+  EXPECT_EQ(hf_training_arguments(p).value["use_liger_kernel"], true);
+  const auto refused = export_plan(p, Stack::DeepSpeed);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "parallel.loss_tiles");
+  EXPECT_NE(refused.error().message.find("--stack deepspeed"), std::string::npos);
+  EXPECT_TRUE(export_plan(p, Stack::HF).ok());
+}
+
+TEST(Export, MlpTilesOnlyArcticAndItsShardCountIsReported) {
+  Plan p = llama_plan();  // hidden 2048, seq 65536
+  p.parallel.mlp_tiles = 32;  // = 65536 / 2048: ArcticTraining's own count
+  EXPECT_EQ(arctic_recipe(p).value["tiled_mlp_compute"], true);
+  EXPECT_FALSE(mentions(arctic_recipe(p).approximations, "parallel.mlp_tiles"));
+  p.parallel.mlp_tiles = 4;
+  EXPECT_TRUE(mentions(arctic_recipe(p).approximations, "parallel.mlp_tiles"));
+  for (Stack s : {Stack::HF, Stack::DeepSpeed}) {
+    const auto r = export_plan(p, s);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().field, "parallel.mlp_tiles");
+    EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  }
+}
+
+TEST(Export, HeadChunkIsRefusedEverywhereAndCheckpointOffloadByHf) {
+  Plan p = llama_plan();
+  p.parallel.ulysses = 2;
+  p.parallel.head_chunk = 2;
+  for (Stack s : {Stack::Arctic, Stack::HF, Stack::DeepSpeed}) {
+    const auto r = export_plan(p, s);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.error().field, "parallel.head_chunk");
+    EXPECT_NE(r.error().message.find("--stack " + to_string(s)), std::string::npos);
+  }
+  p.parallel.head_chunk = 0;
+  p.parallel.checkpoint = CheckpointPolicy::full();
+  p.parallel.offload_checkpoints = true;
+  EXPECT_EQ(export_plan(p, Stack::HF).error().field, "parallel.offload_checkpoints");
+  EXPECT_TRUE(export_plan(p, Stack::Arctic).ok());
+  EXPECT_TRUE(export_plan(p, Stack::DeepSpeed).ok());
+}
+
+TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::Zero3;
+  ASSERT_TRUE(hf_uses_fsdp2(p));
+  auto files = export_plan(p, Stack::HF).value().files;
+  EXPECT_EQ(files.count(kDeepSpeedConfigFile), 0u);
+  EXPECT_EQ(hf_training_arguments(p).value["fsdp"], "full_shard");
+  EXPECT_EQ(accelerate_config(p).value["distributed_type"], "FSDP");
+  p.parallel.checkpoint = CheckpointPolicy::full();  // FSDP checkpoints the layers itself
+  EXPECT_EQ(hf_training_arguments(p).value["gradient_checkpointing"], false);
+  EXPECT_EQ(hf_training_arguments(p).value["fsdp_config"]["activation_checkpointing"], true);
+  EXPECT_EQ(accelerate_config(p).value["fsdp_config"]["fsdp_activation_checkpointing"], true);
+  p.parallel.offload_optimizer = true;  // FSDP2 offloads parameters and optimizer together
+  EXPECT_FALSE(hf_uses_fsdp2(p));
+  files = export_plan(p, Stack::HF).value().files;
+  EXPECT_EQ(files.count(kDeepSpeedConfigFile), 1u);
+  EXPECT_EQ(hf_training_arguments(p).value["deepspeed"], kDeepSpeedConfigFile);
+  const auto accel = accelerate_config(p).value;
+  EXPECT_EQ(accel["distributed_type"], "DEEPSPEED");
+  EXPECT_EQ(accel["deepspeed_config"]["zero3_init_flag"], true);
+  EXPECT_EQ(deepspeed_config(p, Stack::HF).value["train_micro_batch_size_per_gpu"], "auto");
+}
+
+TEST(Export, ParseStackNamesTheField) {
+  EXPECT_EQ(parse_stack("arctic", "--stack").value(), Stack::Arctic);
+  const auto bad = parse_stack("megatron", "--stack");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "--stack");
+}
+
+TEST(YamlText, BlocksScalarsAndQuoting) {
+  const nlohmann::json j = {{"a", 1},
+                            {"b", {{"c", true}, {"d", nlohmann::json::array({"x", 2})}}},
+                            {"e", nlohmann::json::object()},
+                            {"f", 1e-5},
+                            {"g", "yes"},
+                            {"h", nlohmann::json::array({{{"k", 1}, {"l", 2}}})},
+                            {"odd key", nullptr}};
+  EXPECT_EQ(to_yaml(j, {"top"}),
+            "# top\n"
+            "a: 1\n"
+            "b:\n  c: true\n  d:\n    - \"x\"\n    - 2\n"
+            "e: {}\n"
+            "f: 1.0e-05\n"
+            "g: \"yes\"\n"
+            "h:\n  -\n    k: 1\n    l: 2\n"
+            "\"odd key\": null\n");
+}
+
+}  // namespace
+}  // namespace longctx
