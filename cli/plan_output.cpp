@@ -32,7 +32,8 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   const Plan& p = e.plan;
   const Prediction& pr = p.prediction;
   std::string out;
-  out += fmt::format("model     {} ({:.2f}B parameters)\n", p.model.name, double(p.model.total_params()) / 1e9);
+  out += fmt::format("model     {} ({:.2f}B parameters; {})\n", p.model.name, double(p.model.total_params()) / 1e9,
+                     describe_model(p.model, p.train.seq));
   out += fmt::format("cluster   {} x {} ({} node{} of {}), budget {} per GPU, host {} per node\n",
                      p.cluster.shape.world(), p.cluster.hardware.name, p.cluster.shape.nodes,
                      p.cluster.shape.nodes > 1 ? "s" : "", p.cluster.shape.gpus_per_node,

@@ -26,7 +26,9 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   const auto again = longctx::model_from_json(longctx::model_to_json(*m), "fuzz");
   if (!again) fail("a written model does not read back:", again.error().what());
   if (again->hidden != m->hidden || again->head_dim != m->head_dim || again->kv_heads != m->kv_heads ||
-      again->vocab != m->vocab || again->layers != m->layers || again->qk_norm != m->qk_norm)
+      again->vocab != m->vocab || again->layers != m->layers || again->qk_norm != m->qk_norm ||
+      longctx::model_to_json(*again) != longctx::model_to_json(*m))  // biases, RoPE scaling, window, dtype too
     fail("a model changed on its way through model_to_json");
+  if (longctx::rope_inverse_frequencies(*m).size() != static_cast<std::size_t>(m->head_dim / 2)) fail("RoPE frequencies");
   return 0;
 }

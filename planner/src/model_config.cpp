@@ -1,6 +1,8 @@
 #include "longctx/planner/model_config.h"
 
+#include <cmath>
 #include <filesystem>
+#include <numbers>
 #include <fstream>
 #include <sstream>
 
@@ -10,20 +12,48 @@
 
 #include "json_fields.h"
 #include "longctx/planner/limits.h"
+#include "longctx/planner/param_layout.h"
+#include "model_config_fields.h"
 #include "longctx/planner/presets.h"
 
 namespace longctx {
 
 std::int64_t ModelConfig::params_per_layer() const {
-  const std::int64_t attn = hidden * q_dim() + 2 * hidden * kv_dim() + q_dim() * hidden;
-  const std::int64_t mlp = 3 * hidden * intermediate;
-  const std::int64_t norms = 2 * hidden + (qk_norm ? 2 * head_dim : 0);
-  return attn + mlp + norms;
+  std::int64_t n = 0;
+  for (std::int64_t elems : group_param_sizes(ParamGroupKind::Layer, *this)) n += elems;
+  return n;
 }
 
 std::int64_t ModelConfig::total_params() const {
   return layers * params_per_layer() + embedding_params() + output_params() + hidden;
 }
+
+namespace {
+bool known_family(const std::string& t) { return t == "llama" || t == "qwen3" || t == "qwen2" || t == "mistral"; }
+
+// What each family's transformers code builds (model_fields::read_biases): a hand-made
+// ModelConfig must describe a model a config.json can, so plan files read back unchanged.
+Result<bool> validate_family(const ModelConfig& m) {
+  if (!known_family(m.model_type))
+    return Error::bad_input("model.model_type",
+                            fmt::format("'{}' is not a Llama-family decoder; longctx models llama, mistral, qwen2 and "
+                                        "qwen3",
+                                        m.model_type));
+  if (m.qk_norm != (m.model_type == "qwen3"))
+    return Error::bad_input("model.model_type", "per-head q/k RMSNorm is qwen3's, and qwen3 always has it");
+  const bool qwen2 = m.model_type == "qwen2";
+  if (qwen2 ? (!m.qkv_bias || m.o_bias) : m.qkv_bias != m.o_bias)
+    return Error::bad_input("model.attention_bias",
+                            qwen2 ? "qwen2 has q/k/v biases and no output bias"
+                                  : "biases on q/k/v and on o come together (attention_bias)");
+  if (m.model_type == "mistral" && m.o_bias) return Error::bad_input("model.attention_bias", "mistral has no biases");
+  if (m.model_type != "llama" && m.mlp_bias)
+    return Error::bad_input("model.mlp_bias", fmt::format("{} has no MLP biases", m.model_type));
+  if (m.model_type == "llama" && m.sliding_window > 0)
+    return Error::bad_input("model.sliding_window", "llama has no sliding window");
+  return true;
+}
+}  // namespace
 
 Result<bool> validate_model(const ModelConfig& m) {
   struct Size { const char* field; std::int64_t value, max; };
@@ -50,6 +80,10 @@ Result<bool> validate_model(const ModelConfig& m) {
                                         m.kv_heads, m.heads));
   if (m.head_dim % 2 != 0)
     return Error::bad_input("model.head_dim", fmt::format("{} is odd; RoPE rotates pairs, so it must be even", m.head_dim));
+  LONGCTX_TRY(auto family, validate_family(m));
+  (void)family;
+  if (!(m.rope_theta > 0)) return Error::bad_input("model.rope_theta", fmt::format("must be positive, found {}", m.rope_theta));
+  if (m.sliding_window < 0) return Error::bad_input("model.sliding_window", "must be at least 1, or absent");
   return true;
 }
 
@@ -59,13 +93,16 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   ModelConfig m;
   m.name = std::move(name);
   const std::string p = "model";
-  if (auto t = j.find("model_type"); t != j.end() && t->is_string()) m.model_type = t->get<std::string>();
-  if (m.model_type != "llama" && m.model_type != "qwen3" && m.model_type != "qwen2" &&
-      m.model_type != "mistral")
-    return Error::bad_input("model.model_type",
-                            fmt::format("'{}' is not a Llama-family decoder; longctx models llama, "
-                                        "mistral, qwen2 and qwen3",
-                                        m.model_type));
+  LONGCTX_TRY(auto dense, model_fields::refuse_unmodelled(j));
+  (void)dense;
+  if (auto t = j.find("model_type"); t != j.end()) {
+    if (!t->is_string() || !known_family(t->get<std::string>()))
+      return Error::bad_input("model.model_type",
+                              fmt::format("{} is not a Llama-family decoder; longctx models llama, mistral, qwen2 "
+                                          "and qwen3",
+                                          t->dump()));
+    m.model_type = t->get<std::string>();
+  }
   m.qk_norm = m.model_type == "qwen3";
   LONGCTX_TRY(m.hidden, get_int(j, p, "hidden_size", 1, limits::kMaxHidden));
   LONGCTX_TRY(m.intermediate, get_int(j, p, "intermediate_size", 1, limits::kMaxIntermediate));
@@ -92,8 +129,10 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   if (j.contains("rms_norm_eps")) {
     LONGCTX_TRY(m.rms_norm_eps, get_number(j, p, "rms_norm_eps"));
   }
-  if (j.contains("rope_theta")) {
-    LONGCTX_TRY(m.rope_theta, get_number(j, p, "rope_theta"));
+  for (auto read : {model_fields::read_rope, model_fields::read_biases, model_fields::read_sliding_window,
+                    model_fields::read_weights_dtype}) {
+    LONGCTX_TRY(auto ok, read(j, m));
+    (void)ok;
   }
   LONGCTX_TRY(auto valid, validate_model(m));
   (void)valid;
@@ -101,7 +140,7 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
 }
 
 nlohmann::json model_to_json(const ModelConfig& m) {
-  return {{"name", m.name},
+  nlohmann::json j = {{"name", m.name},
           {"model_type", m.model_type},
           {"hidden_size", m.hidden},
           {"intermediate_size", m.intermediate},
@@ -112,7 +151,65 @@ nlohmann::json model_to_json(const ModelConfig& m) {
           {"vocab_size", m.vocab},
           {"tie_word_embeddings", m.tie_embeddings},
           {"rms_norm_eps", m.rms_norm_eps},
-          {"rope_theta", m.rope_theta}};
+          {"hidden_act", "silu"}};
+  model_fields::write(m, j);
+  return j;
+}
+
+std::vector<double> rope_inverse_frequencies(const ModelConfig& m) {
+  const std::int64_t half = m.head_dim / 2;
+  const RopeScaling& r = m.rope_scaling;
+  std::vector<double> inv(static_cast<std::size_t>(half));
+  for (std::int64_t i = 0; i < half; ++i)
+    inv[static_cast<std::size_t>(i)] = std::pow(m.rope_theta, -2.0 * double(i) / double(m.head_dim));
+  if (r.type == "linear")
+    for (double& f : inv) f /= r.factor;
+  if (r.type == "llama3") {
+    // transformers' modeling_rope_utils.py, _compute_llama3_parameters: wavelengths longer
+    // than original/low_freq_factor are slowed by `factor`, shorter than
+    // original/high_freq_factor kept, and the band between interpolated smoothly.
+    const double old_len = double(r.original_max_positions);
+    const double low_wavelen = old_len / r.low_freq_factor, high_wavelen = old_len / r.high_freq_factor;
+    for (double& f : inv) {
+      const double wavelen = 2 * std::numbers::pi / f;
+      if (wavelen > low_wavelen) {
+        f /= r.factor;
+      } else if (wavelen >= high_wavelen) {
+        const double smooth = (old_len / wavelen - r.low_freq_factor) / (r.high_freq_factor - r.low_freq_factor);
+        f = (1 - smooth) * f / r.factor + smooth * f;
+      }
+    }
+  }
+  return inv;
+}
+
+Result<bool> check_model_for_seq(const ModelConfig& m, std::int64_t seq) {
+  if (m.sliding_window > 0 && m.sliding_window < seq)
+    return Error::bad_input("model.sliding_window",
+                            fmt::format("{} tokens is shorter than the sequence ({}): sliding-window attention is not "
+                                        "modelled; use --seq {} or less",
+                                        m.sliding_window, seq, m.sliding_window));
+  return true;
+}
+
+std::string describe_model(const ModelConfig& m, std::int64_t seq) {
+  std::string s = fmt::format("{}, rope_theta {:g}", m.model_type, m.rope_theta);
+  const RopeScaling& r = m.rope_scaling;
+  if (r.type == "linear") s += fmt::format(", rope linear x{:g}", r.factor);
+  if (r.type == "llama3")
+    s += fmt::format(", rope llama3 x{:g} (low {:g}, high {:g}, original {})", r.factor, r.low_freq_factor,
+                     r.high_freq_factor, r.original_max_positions);
+  std::vector<std::string> biases;
+  if (m.qkv_bias) biases.emplace_back("q/k/v");
+  if (m.o_bias) biases.emplace_back("o");
+  if (m.mlp_bias) biases.emplace_back("mlp");
+  s += biases.empty() ? ", no biases" : fmt::format(", biases {}", fmt::join(biases, "+"));
+  if (m.sliding_window > 0)
+    s += fmt::format(", sliding_window {} {}", m.sliding_window,
+                     m.sliding_window >= seq ? fmt::format(">= seq {}: not in effect", seq)
+                                             : fmt::format("< seq {}: in effect", seq));
+  if (!m.weights_dtype.empty()) s += fmt::format(", checkpoint {}", m.weights_dtype);
+  return s;
 }
 
 Result<std::string> json_fields::read_file(const std::string& path, const std::string& what) {
@@ -130,15 +227,27 @@ Result<ModelConfig> load_model(const std::string& name_or_path) {
   }
   namespace fs = std::filesystem;
   std::error_code ec;
-  if (!fs::is_regular_file(name_or_path, ec))
-    return Error::bad_input("--model",
-                            fmt::format("'{}' is neither a preset nor a config.json file; presets: {}",
-                                        name_or_path, fmt::join(model_preset_names(), ", ")));
-  LONGCTX_TRY(auto text, json_fields::read_file(name_or_path, "--model"));
-  LONGCTX_TRY(auto j, json_fields::parse(text, name_or_path));
   fs::path path(name_or_path);
+  if (fs::is_directory(path, ec)) {
+    // A model directory (a Hugging Face snapshot): its config.json, named after the folder.
+    path = path.lexically_normal();
+    if (!path.has_filename()) path = path.parent_path();  // "dir/" -> "dir"
+    if (!fs::is_regular_file(path / "config.json", ec))
+      return Error::bad_input("--model", fmt::format("the directory '{}' holds no config.json", name_or_path));
+    path /= "config.json";
+  } else if (!fs::is_regular_file(path, ec)) {
+    return Error::bad_input("--model",
+                            fmt::format("'{}' is neither a preset nor a config.json file; presets: {} (or give a "
+                                        "model directory holding config.json)",
+                                        name_or_path, fmt::join(model_preset_names(), ", ")));
+  }
+  LONGCTX_TRY(auto text, json_fields::read_file(path.string(), "--model"));
+  LONGCTX_TRY(auto j, json_fields::parse(text, path.string()));
   std::string name = path.stem().string();
-  if (name == "config" && path.has_parent_path()) name = path.parent_path().filename().string();
+  if (name == "config") {
+    const fs::path dir = fs::absolute(path, ec).parent_path();
+    if (!dir.filename().empty()) name = dir.filename().string();
+  }
   return model_from_json(j, name);
 }
 

@@ -121,6 +121,11 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
                               fmt::format("{} neither divides nor is a multiple of the {} query heads that share a kv head on a rank",
                                           p.head_chunk, group));
   }
+  // The head-chunked projection (runtime/src/attention.cpp) has no q/k/v bias.
+  if (p.head_chunk > 0 && m.qkv_bias)
+    return Error::bad_input("--head-chunk", "not available for a model with q/k/v biases (attention_bias, qwen2); use 0");
+  LONGCTX_TRY(auto window, check_model_for_seq(m, t.seq));
+  (void)window;
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every < 1)
     return Error::bad_input("--checkpoint", "every:K needs K >= 1");
   if (p.offload_checkpoints && !p.checkpoint.any())

@@ -19,14 +19,23 @@ std::int64_t dim_size(ParamDim d, const ModelConfig& m) {
 }
 }  // namespace
 
-bool has_param(const ParamSpec& p, const ModelConfig& m) {
-  switch (p.presence) {
+ParamFeatures param_features(const ModelConfig& m) {
+  return {.qk_norm = m.qk_norm, .tied = m.tie_embeddings, .qkv_bias = m.qkv_bias, .o_bias = m.o_bias, .mlp_bias = m.mlp_bias};
+}
+
+bool present(ParamPresence p, const ParamFeatures& f) {
+  switch (p) {
     case ParamPresence::Always: return true;
-    case ParamPresence::QkNorm: return m.qk_norm;
-    case ParamPresence::Untied: return !m.tie_embeddings;
+    case ParamPresence::QkNorm: return f.qk_norm;
+    case ParamPresence::Untied: return !f.tied;
+    case ParamPresence::QkvBias: return f.qkv_bias;
+    case ParamPresence::OBias: return f.o_bias;
+    case ParamPresence::MlpBias: return f.mlp_bias;
   }
   return false;
 }
+
+bool has_param(const ParamSpec& p, const ModelConfig& m) { return present(p.presence, param_features(m)); }
 
 std::vector<std::int64_t> param_shape(const ParamSpec& p, const ModelConfig& m) {
   std::vector<std::int64_t> shape;

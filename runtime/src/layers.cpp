@@ -94,6 +94,14 @@ RopeTables RopeTables::make(std::int64_t seq, std::int64_t head_dim, double thet
   auto f64 = torch::TensorOptions().dtype(torch::kDouble);
   Tensor i = torch::arange(half, f64);
   Tensor inv_freq = torch::pow(theta, -2.0 * i / static_cast<double>(head_dim));
+  return make(seq, std::vector<double>(inv_freq.data_ptr<double>(), inv_freq.data_ptr<double>() + half), dtype, device,
+              first_position);
+}
+
+RopeTables RopeTables::make(std::int64_t seq, const std::vector<double>& inv_freq_values, torch::ScalarType dtype,
+                            torch::Device device, std::int64_t first_position) {
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  Tensor inv_freq = torch::tensor(inv_freq_values, f64);  // [d/2]
   Tensor pos = torch::arange(first_position, first_position + seq, f64);
   Tensor angle = torch::outer(pos, inv_freq);  // [S, d/2]
   return {angle.cos().to(device, dtype), angle.sin().to(device, dtype)};
@@ -141,18 +149,25 @@ Tensor rope(const Tensor& x, const RopeTables& t) { return RopeFn::apply(x, &t);
 namespace {
 class ProjectFn : public torch::autograd::Function<ProjectFn> {
  public:
+  // Biases b0..b2: present or not, one per weight (none for the third when w2 is absent).
   static variable_list forward(AutogradContext* ctx, const Tensor& x, const Tensor& w0, const Tensor& w1,
-                               const std::optional<Tensor>& w2) {
+                               const std::optional<Tensor>& w2, const std::optional<Tensor>& b0,
+                               const std::optional<Tensor>& b1, const std::optional<Tensor>& b2) {
     std::vector<Tensor> ws = {w0, w1};
     if (w2) ws.push_back(*w2);
+    const std::optional<Tensor>* bs[] = {&b0, &b1, &b2};
     ctx->save_for_backward({x, w0, w1, w2.value_or(Tensor())});
+    ctx->saved_data["biased"] = (b0 ? 1 : 0) | (b1 ? 2 : 0) | (b2 ? 4 : 0);
     auto lead = x.sizes().vec();
     lead.pop_back();
     variable_list ys;
-    for (const auto& w : ws) {
+    for (std::size_t i = 0; i < ws.size(); ++i) {
       auto shape = lead;
-      shape.push_back(w.size(0));
-      ys.push_back(at::mm(x.reshape({-1, x.size(-1)}), w.t()).view(shape));
+      shape.push_back(ws[i].size(0));
+      Tensor x2 = x.reshape({-1, x.size(-1)});
+      // y_i [n, out_i]: the bias is the product's initial value, so no second buffer.
+      Tensor y = *bs[i] ? at::addmm(**bs[i], x2, ws[i].t()) : at::mm(x2, ws[i].t());
+      ys.push_back(y.view(shape));
     }
     return ys;
   }
@@ -161,13 +176,15 @@ class ProjectFn : public torch::autograd::Function<ProjectFn> {
     const Tensor& x = s[0];
     Tensor x2 = x.reshape({-1, x.size(-1)});
     Tensor dx;
-    variable_list out = {Tensor(), Tensor(), Tensor(), Tensor()};
+    const auto biased = ctx->saved_data["biased"].toInt();
+    variable_list out(7);  // dx, dw0..dw2, db0..db2
     for (std::size_t i = 0; i < grads.size(); ++i) {
       const Tensor& w = s[i + 1];
       if (!grads[i].defined() || !w.defined()) continue;
       Tensor g = grads[i].reshape({-1, w.size(0)});
       if (dx.defined()) dx.addmm_(g, w); else dx = at::mm(g, w);
       out[i + 1] = at::mm(g.t(), x2);
+      if (biased & (1 << i)) out[i + 4] = g.sum(0);  // db_i [out_i]
     }
     out[0] = dx.defined() ? dx.view(x.sizes()) : Tensor();
     return out;
@@ -175,10 +192,14 @@ class ProjectFn : public torch::autograd::Function<ProjectFn> {
 };
 }  // namespace
 
-std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights) {
+std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights, const std::vector<Tensor>& biases) {
   TORCH_CHECK(weights.size() == 2 || weights.size() == 3, "project takes 2 or 3 weights");
-  return ProjectFn::apply(x, weights[0], weights[1],
-                          weights.size() == 3 ? std::optional<Tensor>(weights[2]) : std::nullopt);
+  TORCH_CHECK(biases.empty() || biases.size() == weights.size(), "project takes no biases or one per weight");
+  // Autograd functions take no undefined tensors: a missing bias or third weight is nullopt.
+  auto opt = [](const std::vector<Tensor>& v, std::size_t i) {
+    return i < v.size() && v[i].defined() ? std::optional<Tensor>(v[i]) : std::nullopt;
+  };
+  return ProjectFn::apply(x, weights[0], weights[1], opt(weights, 2), opt(biases, 0), opt(biases, 1), opt(biases, 2));
 }
 
 // ---- SwiGLU ------------------------------------------------------------------------------
@@ -210,11 +231,18 @@ Tensor rows(const Tensor& t, std::int64_t begin, std::int64_t len) { return t.na
 // Rows of tile i of a split (the planner's tile_split): all `rows`, the last one `last`.
 std::int64_t tile_rows(const TileSplit& s, std::int64_t i) { return i + 1 < s.count ? s.rows : s.last; }
 
+// x [t, h] w^T (+ b) -> [t, out]: one buffer, the bias its initial value.
+Tensor linear_rows(const Tensor& x, const Tensor& w, const Tensor& b) {
+  return b.defined() ? at::addmm(b, x, w.t()) : at::mm(x, w.t());
+}
+
 class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
  public:
+  // bg, bu [I], bd [h]: the mlp_bias model's biases, all present or all absent.
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& wg, const Tensor& wu, const Tensor& wd,
-                        std::int64_t tiles) {
-    ctx->save_for_backward({x, wg, wu, wd});
+                        std::int64_t tiles, const std::optional<Tensor>& bg, const std::optional<Tensor>& bu,
+                        const std::optional<Tensor>& bd) {
+    ctx->save_for_backward({x, wg, wu, wd, bg.value_or(Tensor()), bu.value_or(Tensor())});
     ctx->saved_data["tiles"] = tiles;
     const auto h = x.size(-1);
     Tensor x2 = x.reshape({-1, h});
@@ -223,18 +251,19 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     Tensor out = at::empty({n, h}, x.options());
     for (std::int64_t i = 0; i < split.count; ++i) {
       const std::int64_t t = tile_rows(split, i);
-      Tensor xt = rows(x2, i * split.rows, t);  // [t, h]
-      Tensor a = at::mm(xt, wg.t());           // [t, I]
+      Tensor xt = rows(x2, i * split.rows, t);                 // [t, h]
+      Tensor a = linear_rows(xt, wg, bg.value_or(Tensor()));  // [t, I]
       at::silu_(a);
-      a.mul_(at::mm(xt, wu.t()));
+      a.mul_(linear_rows(xt, wu, bu.value_or(Tensor())));
       Tensor ot = rows(out, i * split.rows, t);  // [t, h]
-      at::mm_out(ot, a, wd.t());
+      if (bd) at::addmm_out(ot, *bd, a, wd.t()); else at::mm_out(ot, a, wd.t());
     }
     return out.view(x.sizes());
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    const Tensor &x = s[0], &wg = s[1], &wu = s[2], &wd = s[3];
+    const Tensor &x = s[0], &wg = s[1], &wu = s[2], &wd = s[3], &bg = s[4], &bu = s[5];
+    const bool biased = bg.defined();
     const auto tiles = ctx->saved_data["tiles"].toInt();
     const auto h = x.size(-1);
     Tensor x2 = x.reshape({-1, h});
@@ -243,11 +272,14 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     const TileSplit split = tile_split(n, tiles);
     Tensor dx = at::empty({n, h}, x.options());
     Tensor dwg = at::zeros_like(wg), dwu = at::zeros_like(wu), dwd = at::zeros_like(wd);
+    // db_gate, db_up [I], db_down [h]: summed over the tiles' rows.
+    Tensor dbg = biased ? at::zeros_like(bg) : Tensor(), dbu = biased ? at::zeros_like(bu) : Tensor();
+    Tensor dbd = biased ? at::zeros({h}, bg.options()) : Tensor();
     for (std::int64_t i = 0; i < split.count; ++i) {
       const std::int64_t t = tile_rows(split, i), first = i * split.rows;
       Tensor xt = rows(x2, first, t), dyt = rows(dy, first, t);  // [t, h]
-      Tensor g = at::mm(xt, wg.t());
-      Tensor u = at::mm(xt, wu.t());
+      Tensor g = linear_rows(xt, wg, bg);
+      Tensor u = linear_rows(xt, wu, bu);
       Tensor sg = at::silu(g);
       Tensor a = at::mul(sg, u);
       dwd.addmm_(dyt.t(), a);
@@ -262,19 +294,28 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
       d_gate.mul_(sg);
       dwg.addmm_(d_gate.t(), xt);
       dwu.addmm_(d_up.t(), xt);
+      if (biased) {
+        dbg.add_(d_gate.sum(0));
+        dbu.add_(d_up.sum(0));
+        dbd.add_(dyt.sum(0));
+      }
       Tensor dxt = rows(dx, first, t);
       at::mm_out(dxt, d_gate, wg);
       dxt.addmm_(d_up, wu);
     }
-    return {dx.view(x.sizes()), dwg, dwu, dwd, Tensor()};
+    return {dx.view(x.sizes()), dwg, dwu, dwd, Tensor(), dbg, dbu, dbd};
   }
 };
 }  // namespace
 
 Tensor swiglu(const Tensor& gate, const Tensor& up) { return SwiGluFn::apply(gate, up); }
 
-Tensor tiled_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, std::int64_t tiles) {
-  return TiledMlpFn::apply(x, w_gate, w_up, w_down, tiles);
+Tensor tiled_mlp(const Tensor& x, const Tensor& w_gate, const Tensor& w_up, const Tensor& w_down, std::int64_t tiles,
+                 const MlpBiases& b) {
+  TORCH_CHECK(b.gate.defined() == b.up.defined() && b.up.defined() == b.down.defined(),
+              "tiled_mlp takes all three biases or none");
+  auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
+  return TiledMlpFn::apply(x, w_gate, w_up, w_down, tiles, opt(b.gate), opt(b.up), opt(b.down));
 }
 
 // ---- loss --------------------------------------------------------------------------------

@@ -49,7 +49,7 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
       comm_(comm),
       seq_(seq),
       layout_(UlyssesLayout::make(m, comm)),
-      rope_(RopeTables::make(padded_seq(seq, layout_.u) / layout_.u, m.head_dim, m.rope_theta, weights.embed.scalar_type(),
+      rope_(RopeTables::make(padded_seq(seq, layout_.u) / layout_.u, rope_inverse_frequencies(m), weights.embed.scalar_type(),
                              device, layout_.rank * (padded_seq(seq, layout_.u) / layout_.u))),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {
@@ -90,10 +90,11 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   Tensor xn1 = rms_norm(x, w.attn_norm, eps);
   Tensor o;  // attention output [b, S, H*d]
   if (p_.head_chunk > 0) {
+    TORCH_CHECK(!w.bq.defined(), "head-chunked attention has no q/k/v biases (validate() refuses such a plan)");
     o = head_chunked_attention(xn1, {w.wq, w.wk, w.wv, w.q_norm, w.k_norm}, attn_shape_, rope_, layout_,
                                p_.head_chunk);
   } else {
-    auto qkv = project(xn1, {w.wq, w.wk, w.wv});
+    auto qkv = project(xn1, {w.wq, w.wk, w.wv}, {w.bq, w.bk, w.bv});
     xn1 = Tensor();  // without a graph (a checkpointed layer's forward) nothing else reads it
     Tensor q = qkv[0].view({b, S, H, d});
     Tensor k = qkv[1].view({b, S, K, d});
@@ -113,7 +114,7 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
     o_sp = Tensor();
   }
   xn1 = Tensor();
-  Tensor attn_out = at::linear(o, w.wo);
+  Tensor attn_out = at::linear(o, w.wo, w.bo);
   o = Tensor();
   Tensor mid = at::add(x, attn_out);
   attn_out = Tensor();
@@ -121,13 +122,13 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   Tensor xn2 = rms_norm(mid, w.mlp_norm, eps);
   Tensor down;
   if (p_.mlp_tiles > 1) {
-    down = tiled_mlp(xn2, w.w_gate, w.w_up, w.w_down, p_.mlp_tiles);
+    down = tiled_mlp(xn2, w.w_gate, w.w_up, w.w_down, p_.mlp_tiles, {w.b_gate, w.b_up, w.b_down});
   } else {
-    auto gate_up = project(xn2, {w.w_gate, w.w_up});
+    auto gate_up = project(xn2, {w.w_gate, w.w_up}, {w.b_gate, w.b_up});
     xn2 = Tensor();
     Tensor act = swiglu(gate_up[0], gate_up[1]);
     gate_up.clear();
-    down = at::linear(act, w.w_down);
+    down = at::linear(act, w.w_down, w.b_down);
   }
   xn2 = Tensor();
   Tensor out = at::add(mid, down);

@@ -21,6 +21,13 @@ Tensor LayerWeights::*member_of(ParamRole role) {
     case ParamRole::Gate: return &LayerWeights::w_gate;
     case ParamRole::Up: return &LayerWeights::w_up;
     case ParamRole::Down: return &LayerWeights::w_down;
+    case ParamRole::Bq: return &LayerWeights::bq;
+    case ParamRole::Bk: return &LayerWeights::bk;
+    case ParamRole::Bv: return &LayerWeights::bv;
+    case ParamRole::Bo: return &LayerWeights::bo;
+    case ParamRole::BGate: return &LayerWeights::b_gate;
+    case ParamRole::BUp: return &LayerWeights::b_up;
+    case ParamRole::BDown: return &LayerWeights::b_down;
     default: break;
   }
   TORCH_CHECK(false, "not a layer parameter");
@@ -80,12 +87,14 @@ std::vector<Tensor> LlamaWeights::all() const {
 LlamaWeights init_weights(const ModelConfig& m, std::uint64_t seed, const WeightPlacement& where) {
   auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat);
-  // One parameter: drawn on the CPU (a norm's weight near 1, a matrix's near 0), then put
-  // where it lives.
+  // One parameter: drawn on the CPU (a norm's weight near 1, a matrix's and a bias's near 0),
+  // then put where it lives.
   const ParamHome host_pool(/*offload=*/true, where.device, where.pinned);
   auto draw = [&](const ParamSpec& p, bool in_host_pool) {
     const auto shape = param_shape(p, m);
-    Tensor cpu = shape.size() == 1 ? at::normal(1.0, 0.1, shape, gen, f32) : at::normal(0.0, 0.02, shape, gen, f32);
+    Tensor cpu = is_bias(p.role)      ? at::normal(0.0, 0.1, shape, gen, f32)
+                 : shape.size() == 1 ? at::normal(1.0, 0.1, shape, gen, f32)
+                                     : at::normal(0.0, 0.02, shape, gen, f32);
     Tensor t;
     if (in_host_pool) {
       t = host_pool.allocate(cpu.sizes(), where.dtype);

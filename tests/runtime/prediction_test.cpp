@@ -27,6 +27,10 @@ TEST(Prediction, MeasuredBesidePredicted) {
       {"offload optim", "tiny-gqa", 256, 4, with([](auto& p) { p.offload_optimizer = true; })},
       {"plain odd", "tiny-odd", 256, 4, {}},
       {"all odd", "tiny-odd", 256, 4, with([](auto& p) { p.checkpoint = CheckpointPolicy::full(); p.offload_checkpoints = true; p.head_chunk = 2; p.mlp_tiles = 8; p.loss_tiles = 8; })},
+      // Biases: q/k/v/o and MLP (tiny-bias), q/k/v only (tiny-qwen2).
+      {"plain bias", "tiny-bias", 256, 4, {}},
+      {"all bias", "tiny-bias", 256, 4, with([](auto& p) { p.checkpoint = CheckpointPolicy::full(); p.offload_checkpoints = true; p.mlp_tiles = 8; p.loss_tiles = 8; p.offload_optimizer = true; })},
+      {"plain qwen2", "tiny-qwen2", 256, 4, {}},
   };
   std::printf("%-14s %12s %12s %8s %10s %10s  %s\n", "config", "measured", "predicted", "error", "host meas", "host pred", "peak phase");
   for (const auto& c : configs) {

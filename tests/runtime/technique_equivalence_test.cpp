@@ -59,6 +59,23 @@ std::vector<Case> cases() {
                  })});
   }
   c.push_back({"OddHeadChunk8", "tiny-odd", knobs([](auto& p) { p.head_chunk = 8; })});
+  // Biased models (tiny-bias: Llama's attention_bias and mlp_bias, with llama3 RoPE scaling;
+  // tiny-qwen2: q/k/v biases only) through every technique that takes them (head chunking
+  // has no bias: validate() refuses it).
+  for (std::string m : {"tiny-bias", "tiny-qwen2"}) {
+    const std::string t = m == "tiny-bias" ? "Bias" : "Qwen2";
+    c.push_back({t + "Plain", m, {}});
+    c.push_back({t + "CheckpointFull", m, knobs([](auto& p) { p.checkpoint = CheckpointPolicy::full(); })});
+    c.push_back({t + "MlpTiles4", m, knobs([](auto& p) { p.mlp_tiles = 4; })});
+    c.push_back({t + "Everything", m, knobs([](auto& p) {
+                   p.checkpoint = CheckpointPolicy::every_k(2);
+                   p.offload_checkpoints = true;
+                   p.mlp_tiles = 8;
+                   p.loss_tiles = 2;
+                   p.sharding = Sharding::Zero3;
+                   p.offload_params = true;
+                 })});
+  }
   return c;
 }
 

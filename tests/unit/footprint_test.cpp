@@ -25,7 +25,8 @@ TEST(Footprint, TheParameterTableAddsUpToTheModelsCounts) {
     EXPECT_EQ(footprint::sum_of_param_sizes(s, 0), m.params_per_layer()) << name;
     EXPECT_EQ(footprint::sum_of_param_sizes(s, footprint::embed_group(s)), m.embedding_params()) << name;
     EXPECT_EQ(footprint::sum_of_param_sizes(s, footprint::head_group(s)), m.hidden + m.output_params()) << name;
-    EXPECT_EQ(footprint::param_sizes(s, 0).size(), m.qk_norm ? 11 : 9) << name;
+    const int biases = (m.qkv_bias ? 3 : 0) + (m.o_bias ? 1 : 0) + (m.mlp_bias ? 3 : 0);
+    EXPECT_EQ(footprint::param_sizes(s, 0).size(), (m.qk_norm ? 11 : 9) + biases) << name;
     EXPECT_EQ(footprint::param_sizes(s, footprint::head_group(s)).size(), m.tie_embeddings ? 1 : 2) << name;
     std::int64_t total = 0;
     for (int g = 0; g < footprint::param_groups(s); ++g) total += footprint::group_params(s, g);

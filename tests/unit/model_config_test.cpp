@@ -1,8 +1,13 @@
+#include <cmath>
+#include <fstream>
+#include <numbers>
+
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/hardware.h"
 #include "longctx/planner/model_config.h"
+#include "longctx/planner/param_layout.h"
 
 namespace longctx {
 namespace {
@@ -73,6 +78,195 @@ TEST(ModelConfig, UnknownPresetListsTheKnownOnes) {
   auto r = load_model("llama-9");
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("llama-3.1-8b"), std::string::npos);
+}
+
+// ---- published config.json files (tests/data/configs/<model>/config.json) ------------------
+
+std::string config_dir(const std::string& model) { return std::string(LONGCTX_CONFIGS_DIR) + "/" + model; }
+
+nlohmann::json config_json(const std::string& model) {
+  std::ifstream in(config_dir(model) + "/config.json");
+  return nlohmann::json::parse(in);
+}
+
+// The refusal's field, or "" when the config was read.
+std::string refused_field(const nlohmann::json& j) {
+  auto m = model_from_json(j, "t");
+  return m.ok() ? "" : m.error().field;
+}
+
+TEST(PublishedConfigs, Llama31TransformersFourAndFiveLayoutsReadTheSame) {
+  auto v4 = load_model(config_dir("llama-3.1-8b"));
+  auto v5 = load_model(config_dir("llama-3.1-8b-transformers5") + "/");  // a directory, trailing slash
+  ASSERT_TRUE(v4.ok()) << v4.error().what();
+  ASSERT_TRUE(v5.ok()) << v5.error().what();
+  EXPECT_EQ(v5->name, "llama-3.1-8b-transformers5");
+  for (const ModelConfig* m : {&*v4, &*v5}) {
+    EXPECT_EQ(m->rope_theta, 500000.0);  // transformers 5 keeps it under rope_parameters
+    EXPECT_EQ(m->rope_scaling.type, "llama3");
+    EXPECT_EQ(m->rope_scaling.factor, 8.0);
+    EXPECT_EQ(m->rope_scaling.low_freq_factor, 1.0);
+    EXPECT_EQ(m->rope_scaling.high_freq_factor, 4.0);
+    EXPECT_EQ(m->rope_scaling.original_max_positions, 8192);
+    EXPECT_EQ(m->weights_dtype, "bfloat16");  // torch_dtype (4), dtype (5)
+    EXPECT_FALSE(m->qkv_bias || m->o_bias || m->mlp_bias);
+    EXPECT_EQ(m->total_params(), 8030261248LL);
+  }
+  EXPECT_EQ(rope_inverse_frequencies(*v4), rope_inverse_frequencies(*v5));
+  // The preset is the same model.
+  auto preset = load_model("llama-3.1-8b");
+  ASSERT_TRUE(preset.ok());
+  EXPECT_EQ(preset->rope_scaling, v4->rope_scaling);
+}
+
+TEST(PublishedConfigs, Qwen25HasQkvBiasesAndNoOutputOrMlpBias) {
+  auto m = load_model(config_dir("qwen2.5-7b"));
+  ASSERT_TRUE(m.ok()) << m.error().what();
+  EXPECT_EQ(m->model_type, "qwen2");
+  EXPECT_TRUE(m->qkv_bias);
+  EXPECT_FALSE(m->o_bias);
+  EXPECT_FALSE(m->mlp_bias);
+  EXPECT_EQ(m->sliding_window, 0);  // sliding_window 131072 with use_sliding_window false
+  EXPECT_EQ(m->rope_theta, 1e6);
+  // Qwen2.5-7B's 7.62B: 28 x (weights + 3584 + 2 x 512 q/k/v bias elements + norms) + embeddings.
+  EXPECT_EQ(m->total_params(), 7615616512LL);
+  std::vector<std::string> names;
+  for (const ParamSpec& p : group_params(ParamGroupKind::Layer, *m)) names.push_back(param_hf_name(p, 3));
+  EXPECT_NE(std::find(names.begin(), names.end(), "model.layers.3.self_attn.k_proj.bias"), names.end());
+  EXPECT_EQ(std::find(names.begin(), names.end(), "model.layers.3.self_attn.o_proj.bias"), names.end());
+}
+
+TEST(PublishedConfigs, Qwen3NullsAreAbsent) {
+  auto m = load_model(config_dir("qwen3-8b"));
+  ASSERT_TRUE(m.ok()) << m.error().what();
+  EXPECT_TRUE(m->qk_norm);
+  EXPECT_EQ(m->rope_scaling.type, "default");
+  EXPECT_EQ(m->sliding_window, 0);
+  EXPECT_FALSE(m->qkv_bias);
+  EXPECT_EQ(m->total_params(), 8190735360LL);
+}
+
+TEST(PublishedConfigs, MistralWindowIsInEffectOnlyBelowTheSequence) {
+  auto v01 = load_model(config_dir("mistral-7b-v0.1"));
+  ASSERT_TRUE(v01.ok()) << v01.error().what();
+  EXPECT_EQ(v01->sliding_window, 4096);
+  EXPECT_EQ(v01->total_params(), 7241732096LL);  // Mistral-7B's 7.24B
+  EXPECT_TRUE(check_model_for_seq(*v01, 4096).ok());
+  EXPECT_NE(describe_model(*v01, 4096).find("sliding_window 4096 >= seq 4096: not in effect"), std::string::npos);
+  auto r = check_model_for_seq(*v01, 8192);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "model.sliding_window");
+  EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
+  auto v03 = load_model(config_dir("mistral-7b-v0.3"));
+  ASSERT_TRUE(v03.ok()) << v03.error().what();
+  EXPECT_EQ(v03->sliding_window, 0);  // "sliding_window": null
+  EXPECT_TRUE(check_model_for_seq(*v03, 1 << 20).ok());
+  EXPECT_EQ(v03->vocab, 32768);
+}
+
+TEST(PublishedConfigs, MixturesOfExpertsAreRefusedByTheirExpertField) {
+  EXPECT_EQ(refused_field(config_json("qwen3-30b-a3b")), "model.num_experts");
+  EXPECT_EQ(refused_field(config_json("mixtral-8x7b")), "model.num_local_experts");
+  auto deepseek = config_json("qwen3-8b");
+  deepseek["n_routed_experts"] = 64;
+  EXPECT_EQ(refused_field(deepseek), "model.n_routed_experts");
+  deepseek["n_routed_experts"] = nullptr;  // null: no experts
+  EXPECT_EQ(refused_field(deepseek), "");
+}
+
+TEST(PublishedConfigs, FieldsThatChangeTheModelAreReadOrRefusedByName) {
+  const auto llama = config_json("llama-3.1-8b");
+  auto with = [&](const char* key, nlohmann::json v) {
+    auto j = llama;
+    j[key] = std::move(v);
+    return refused_field(j);
+  };
+  EXPECT_EQ(with("hidden_act", "gelu"), "model.hidden_act");
+  EXPECT_EQ(with("hidden_act", "swish"), "");  // SiLU under another name
+  EXPECT_EQ(with("model_type", 7), "model.model_type");
+  EXPECT_EQ(with("model_type", "gemma2"), "model.model_type");
+  EXPECT_EQ(with("torch_dtype", "float8_e4m3fn"), "model.torch_dtype");
+  EXPECT_EQ(with("torch_dtype", "float16"), "");
+  EXPECT_EQ(with("dtype", "float32"), "model.dtype");  // disagrees with torch_dtype bfloat16
+  EXPECT_EQ(with("quantization_config", {{"quant_method", "fp8"}}), "model.quantization_config");
+  EXPECT_EQ(with("attention_dropout", 0.1), "model.attention_dropout");
+  EXPECT_EQ(with("rope_scaling", {{"rope_type", "yarn"}, {"factor", 4.0}}), "model.rope_scaling.rope_type");
+  EXPECT_EQ(with("rope_scaling", {{"type", "dynamic"}, {"factor", 2.0}}), "model.rope_scaling.type");
+  EXPECT_EQ(with("rope_scaling", {{"rope_type", "llama3"}, {"factor", 8.0}}), "model.rope_scaling.low_freq_factor");
+  EXPECT_EQ(with("rope_parameters", {{"rope_theta", 10000.0}}), "model.rope_parameters.rope_theta");  // != 500000
+  EXPECT_EQ(with("attention_bias", "yes"), "model.attention_bias");
+  auto qwen2 = config_json("qwen2.5-7b");
+  qwen2["mlp_bias"] = true;  // transformers' Qwen2MLP has none
+  EXPECT_EQ(refused_field(qwen2), "model.mlp_bias");
+  qwen2 = config_json("qwen2.5-7b");
+  qwen2["use_sliding_window"] = true;
+  auto windowed = model_from_json(qwen2, "t");
+  ASSERT_TRUE(windowed.ok());
+  EXPECT_EQ(windowed->sliding_window, 131072);
+  auto mistral = config_json("mistral-7b-v0.1");
+  mistral["attention_bias"] = true;
+  EXPECT_EQ(refused_field(mistral), "model.attention_bias");
+}
+
+TEST(PublishedConfigs, BiasesAndScalingSurviveAPlanFile) {
+  for (const char* dir : {"llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "qwen3-8b"}) {
+    auto m = load_model(config_dir(dir));
+    ASSERT_TRUE(m.ok()) << dir;
+    auto back = model_from_json(model_to_json(*m), m->name);
+    ASSERT_TRUE(back.ok()) << dir << ": " << back.error().what();
+    EXPECT_EQ(model_to_json(*back), model_to_json(*m)) << dir;
+    EXPECT_EQ(back->qkv_bias, m->qkv_bias);
+    EXPECT_EQ(back->sliding_window, m->sliding_window);
+    EXPECT_EQ(back->rope_scaling, m->rope_scaling);
+  }
+}
+
+TEST(PublishedConfigs, LlamaBiasesAddTheirElements) {
+  auto j = config_json("llama-3.1-8b");
+  auto plain = model_from_json(j, "t").value();
+  j["attention_bias"] = true;
+  j["mlp_bias"] = true;
+  auto biased = model_from_json(j, "t").value();
+  // q, k, v, o biases: 4096 + 1024 + 1024 + 4096; gate, up, down: 14336 x 2 + 4096.
+  EXPECT_EQ(biased.params_per_layer() - plain.params_per_layer(), 4096 + 1024 + 1024 + 4096 + 2 * 14336 + 4096);
+}
+
+// The llama3 rule of transformers' _compute_llama3_parameters, checked at its three bands
+// for Llama 3.1 (theta 500000, d 128, factor 8, original 8192, low 1, high 4).
+TEST(RopeFrequencies, Llama3ScalesLongWavelengthsAndSmoothsTheBand) {
+  auto m = load_model(config_dir("llama-3.1-8b")).value();
+  const auto scaled = rope_inverse_frequencies(m);
+  m.rope_scaling = RopeScaling{};
+  const auto plain = rope_inverse_frequencies(m);
+  ASSERT_EQ(scaled.size(), 64u);
+  int kept = 0, divided = 0, smoothed = 0;
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    EXPECT_DOUBLE_EQ(plain[i], std::pow(500000.0, -2.0 * double(i) / 128.0));
+    const double wavelen = 2 * std::numbers::pi / plain[i];
+    if (wavelen < 8192.0 / 4) {
+      EXPECT_EQ(scaled[i], plain[i]);
+      ++kept;
+    } else if (wavelen > 8192.0) {
+      EXPECT_DOUBLE_EQ(scaled[i], plain[i] / 8);
+      ++divided;
+    } else {
+      const double smooth = (8192.0 / wavelen - 1) / 3;
+      EXPECT_DOUBLE_EQ(scaled[i], (1 - smooth) * plain[i] / 8 + smooth * plain[i]);
+      EXPECT_LT(scaled[i], plain[i]);
+      EXPECT_GT(scaled[i], plain[i] / 8);
+      ++smoothed;
+    }
+  }
+  EXPECT_GT(kept, 0);
+  EXPECT_GT(divided, 0);
+  EXPECT_GT(smoothed, 0);
+}
+
+TEST(ModelConfig, ADirectoryWithoutConfigIsNamed) {
+  auto r = load_model(LONGCTX_CONFIGS_DIR);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "--model");
+  EXPECT_NE(r.error().message.find("holds no config.json"), std::string::npos);
 }
 
 }  // namespace

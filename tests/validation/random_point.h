@@ -57,6 +57,9 @@ inline ModelConfig random_model(Draw& r, int index) {
   m.tie_embeddings = r.chance(40);
   m.qk_norm = r.chance(40);
   m.model_type = m.qk_norm ? "qwen3" : "llama";
+  // Biases as Llama's attention_bias (q, k, v, o) and mlp_bias (gate, up, down) set them.
+  m.qkv_bias = m.o_bias = r.chance(30);
+  m.mlp_bias = !m.qk_norm && r.chance(30);
   m.rms_norm_eps = 1e-6;
   m.rope_theta = 10000.0;
   return m;
@@ -87,6 +90,8 @@ inline KnobValue random_knob(Draw& r, const Plan& plan, const Knob& k) {
     const bool one_rank_stage = plan.cluster.shape.world() == 1 && v != 0 && v != static_cast<KnobValue>(Sharding::Zero3);
     return one_rank_stage ? (r.chance(67) ? 0 : static_cast<KnobValue>(Sharding::Zero3)) : v;
   }
+  // Head-chunked attention does not take q/k/v biases (validate refuses the pair).
+  if (k.id == KnobId::head_chunk && plan.model.qkv_bias) return k.plain;
   if (beyond.empty() || !r.chance(40)) return k.plain;
   const KnobValue v = r.pick(beyond);
   // every:K: any K up to the layers (the table lists every:2).
@@ -128,7 +133,8 @@ inline std::string describe(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world();
   std::string s = fmt::format("h={} I={} L={} H={} K={} d={} V={}{}{} | world={} u={} dp={} seq={} b={} {} | ckpt={}", m.hidden,
                               m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab,
-                              m.tie_embeddings ? " tied" : "", m.qk_norm ? " qk-norm" : "", world, q.ulysses,
+                              m.tie_embeddings ? " tied" : "",
+                              std::string(m.qk_norm ? " qk-norm" : "") + (m.qkv_bias ? " attn-bias" : "") + (m.mlp_bias ? " mlp-bias" : ""), world, q.ulysses,
                               world / q.ulysses, p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                               to_string(q.checkpoint));
   if (q.offload_checkpoints) s += " offload-ckpt";

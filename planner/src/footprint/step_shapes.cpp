@@ -25,6 +25,9 @@ StepShapes step_shapes(const StepInputs& in) {
   s.layers = m.layers;
   s.qk_norm = m.qk_norm;
   s.tied = m.tie_embeddings;
+  s.qkv_bias = m.qkv_bias;
+  s.o_bias = m.o_bias;
+  s.mlp_bias = m.mlp_bias;
   s.master = in.train.dtype != DType::FP32;
   s.cpu = in.backend == Backend::Cpu;
   s.cpu_threads = in.cpu_threads;

@@ -1,5 +1,7 @@
 #include "longctx/planner/footprint/zero.h"
 
+#include <algorithm>
+
 #include "longctx/planner/param_layout.h"
 
 namespace longctx::footprint {
@@ -30,7 +32,8 @@ std::int64_t dim_of(const StepShapes& s, ParamDim d) {
 }
 
 bool present(const StepShapes& s, ParamPresence p) {
-  return p == ParamPresence::Always || (p == ParamPresence::QkNorm && s.qk_norm) || (p == ParamPresence::Untied && !s.tied);
+  return longctx::present(p, {.qk_norm = s.qk_norm, .tied = s.tied, .qkv_bias = s.qkv_bias, .o_bias = s.o_bias,
+                              .mlp_bias = s.mlp_bias});
 }
 
 }  // namespace
@@ -43,6 +46,14 @@ ParamSizes param_sizes(const StepShapes& s, int group) {
   for (const ParamSpec& p : kParamTable)
     if (p.group == kind && present(s, p.presence)) v.push_back(dim_of(s, p.dims[0]) * dim_of(s, p.dims[1]));
   return v;
+}
+
+std::int64_t bias_params(const StepShapes& s, std::initializer_list<ParamRole> roles) {
+  std::int64_t total = 0;
+  for (const ParamSpec& p : kParamTable)
+    if (is_bias(p.role) && present(s, p.presence) && std::find(roles.begin(), roles.end(), p.role) != roles.end())
+      total += dim_of(s, p.dims[0]);
+  return total;
 }
 
 std::int64_t sum_of_param_sizes(const StepShapes& s, int group) {

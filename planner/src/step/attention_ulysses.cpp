@@ -4,6 +4,7 @@
 // the flash kernel (runtime/src/attention.cpp, AttentionFn). Forward, then backward.
 // Footprints: footprint/attention.h.
 #include "emitters.h"
+#include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/footprint/attention.h"
 
 namespace longctx::step {
@@ -113,8 +114,9 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
   TensorId dk_r = sb.graph.tensor(layer_name(l, "attn.k.grad"), s.n * s.K * s.d * s.e, tr);
   sb.graph.op(layer_name(l, "attn.rope.bwd"), B, l, {dq, dk}, {dq_r, dk_r}, {.flops = 6.0 * double(s.n * (s.H + s.K) * s.d)});
   if (s.qk_norm) qk_norm_backward(sb, l, a, dq_r, dk_r, grad);
-  // wq, wk, wv's gradient [h * (H + 2K) * d] g
-  const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", s.h * (s.H + 2 * s.K) * s.d, grad);
+  // wq, wk, wv's gradient (and their biases') [h * (H + 2K) * d (+ (H + 2K) * d)] g
+  const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});
+  const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", elems, grad);
   sb.graph.op(layer_name(l, "attn.qkv.bwd"), B, l, {dq_r, dk_r, dv, a.xn1}, {d_xn1, g_qkv},
               {.flops = 2 * matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d)});
 }

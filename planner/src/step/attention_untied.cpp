@@ -3,6 +3,7 @@
 // HeadChunkedAttentionFn::forward and ::backward). Forward, then backward. Footprints:
 // footprint/attention_untied.h.
 #include "emitters.h"
+#include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/attention_untied.h"
 
@@ -38,8 +39,9 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
   const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);
   // The projection's two gradient matmuls and its recompute, the kernel's recompute and backward.
   const double flops = 2 * projection + projection + 3.5 * attention_flops(s, s.hl);
-  // wq, wk, wv (and the q and k norms) in one gradient [h * (H + 2K) * d (+ 2d)] g
-  const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + (s.qk_norm ? 2 * s.d : 0);
+  // wq, wk, wv (and the q and k norms, the q/k/v biases) in one gradient [h * (H + 2K) * d (+ 2d) (+ (H + 2K) * d)] g
+  const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + (s.qk_norm ? 2 * s.d : 0) +
+                             footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});
   const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", elems, grad);
   const int o = sb.graph.op(layer_name(l, "attn.untied.bwd"), Phase::Backward, l, {d_oloc, a.xn1, a.o_loc, a.lse},
                             {d_xn1, g_qkv},

@@ -3,6 +3,7 @@
 // residual; then the same in reverse for its backward. RoPE's tables, which every layer's
 // attention reads, are built here too.
 #include "emitters.h"
+#include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/footprint/attention.h"
 
 namespace longctx::step {
@@ -48,7 +49,8 @@ TensorId layer_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out
   const TensorId d_xn2 = mlp_backward(sb, l, a, d_out, grad);
   const TensorId d_mid = mlp_norm_backward(sb, l, a, d_xn2, d_out, grad);
   const TensorId d_oloc = sb.graph.tensor(layer_name(l, "attn.out.grad"), s.n * s.H * s.d * s.e, tr);  // [n, H*d] e
-  const TensorId g_o = grad_piece(sb, l, "grad.full.attn.o", "grad.attn.o", s.H * s.d * s.h, grad);    // [h * H*d] g
+  const TensorId g_o = grad_piece(sb, l, "grad.full.attn.o", "grad.attn.o",
+                                  s.H * s.d * s.h + footprint::bias_params(s, {ParamRole::Bo}), grad);  // [h * H*d (+ h)] g
   sb.graph.op(layer_name(l, "attn.o_proj.bwd"), Phase::Backward, l, {d_mid, a.o_loc}, {d_oloc, g_o},
               {.flops = matmul_flops(s.n, s.H * s.d, s.h) * 2});
   const TensorId d_xn1 = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, tr);  // [n, h] e

@@ -3,6 +3,7 @@
 // recomputed per tile in backward (runtime/src/layers.cpp, TiledMlpFn). Forward, then
 // backward. Footprints: footprint/mlp.h.
 #include "emitters.h"
+#include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/footprint/mlp.h"
 
 namespace longctx::step {
@@ -39,21 +40,25 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
   const Category tr = Category::Transient;
   const TensorId d_xn2 = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, tr);  // [n, h] e
   if (tiles > 1) {
-    // gate, up, down's gradients [3 * h * I] g
-    const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", 3 * s.h * s.I, grad);
+    // gate, up, down's gradients [3 * h * I (+ 2I + h biases)] g
+    const std::int64_t elems = 3 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp, ParamRole::BDown});
+    const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", elems, grad);
     sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
                 {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
                  .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs});
     return d_xn2;
   }
   const TensorId d_act = sb.graph.tensor(layer_name(l, "mlp.act.grad"), s.n * s.I * s.e, tr);  // [n, I] e
-  const TensorId g_down = grad_piece(sb, l, "grad.full.mlp.down", "grad.mlp.down", s.h * s.I, grad);  // [h * I] g
+  const TensorId g_down = grad_piece(sb, l, "grad.full.mlp.down", "grad.mlp.down",
+                                     s.h * s.I + footprint::bias_params(s, {ParamRole::BDown}), grad);  // [h * I (+ h)] g
   sb.graph.op(layer_name(l, "mlp.down.bwd"), B, l, {d_out, a.act}, {d_act, g_down}, {.flops = matmul_flops(s.n, s.I, s.h) * 2});
   const TensorId d_gate = sb.graph.tensor(layer_name(l, "mlp.gate.grad"), s.n * s.I * s.e, tr);  // [n, I] e
   const TensorId d_up = sb.graph.tensor(layer_name(l, "mlp.up.grad"), s.n * s.I * s.e, tr);      // [n, I] e
   sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), B, l, {d_act, a.gate, a.up}, {d_gate, d_up},
               {.workspace = swiglu_backward_workspace(s), .flops = 8.0 * double(s.n * s.I)});
-  const TensorId g_gate_up = grad_piece(sb, l, "grad.full.mlp.gate_up", "grad.mlp.gate_up", 2 * s.h * s.I, grad);  // [2 * h * I] g
+  const TensorId g_gate_up =
+      grad_piece(sb, l, "grad.full.mlp.gate_up", "grad.mlp.gate_up",
+                 2 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp}), grad);  // [2 * h * I (+ 2I)] g
   sb.graph.op(layer_name(l, "mlp.gate_up.bwd"), B, l, {d_gate, d_up, a.xn2}, {d_xn2, g_gate_up},
               {.flops = matmul_flops(s.n, s.h, s.I) * 4});
   return d_xn2;

@@ -19,13 +19,17 @@ namespace longctx {
 enum class ParamGroupKind { Layer, Embedding, Head };
 
 // Every parameter a model may have, one value per table row.
-enum class ParamRole { AttnNorm, Wq, Wk, Wv, Wo, QNorm, KNorm, MlpNorm, Gate, Up, Down, Embed, FinalNorm, Output };
+enum class ParamRole {
+  AttnNorm, Wq, Bq, Wk, Bk, Wv, Bv, Wo, Bo, QNorm, KNorm, MlpNorm, Gate, BGate, Up, BUp, Down, BDown,
+  Embed, FinalNorm, Output
+};
 
 // A dimension of a parameter's shape, as a function of ModelConfig; None ends a 1-D shape.
 enum class ParamDim { None, Hidden, QDim, KvDim, Intermediate, HeadDim, Vocab };
 
 // Which models have the parameter.
-enum class ParamPresence { Always, QkNorm, Untied };
+// QkvBias, OBias, MlpBias: ModelConfig's qkv_bias, o_bias, mlp_bias.
+enum class ParamPresence { Always, QkNorm, Untied, QkvBias, OBias, MlpBias };
 
 struct ParamSpec {
   ParamRole role;
@@ -36,12 +40,16 @@ struct ParamSpec {
 };
 
 // THE table: a layer's parameters in order, then the embedding, then the head's.
-inline constexpr std::array<ParamSpec, 14> kParamTable = {{
+inline constexpr std::array<ParamSpec, 21> kParamTable = {{
     {ParamRole::AttnNorm, ParamGroupKind::Layer, "model.layers.{}.input_layernorm.weight", {ParamDim::Hidden}},
     {ParamRole::Wq, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_proj.weight", {ParamDim::QDim, ParamDim::Hidden}},
+    {ParamRole::Bq, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_proj.bias", {ParamDim::QDim}, ParamPresence::QkvBias},
     {ParamRole::Wk, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Bk, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
     {ParamRole::Wv, ParamGroupKind::Layer, "model.layers.{}.self_attn.v_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Bv, ParamGroupKind::Layer, "model.layers.{}.self_attn.v_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
     {ParamRole::Wo, ParamGroupKind::Layer, "model.layers.{}.self_attn.o_proj.weight", {ParamDim::Hidden, ParamDim::QDim}},
+    {ParamRole::Bo, ParamGroupKind::Layer, "model.layers.{}.self_attn.o_proj.bias", {ParamDim::Hidden}, ParamPresence::OBias},
     {ParamRole::QNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_norm.weight", {ParamDim::HeadDim},
      ParamPresence::QkNorm},
     {ParamRole::KNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_norm.weight", {ParamDim::HeadDim},
@@ -49,14 +57,33 @@ inline constexpr std::array<ParamSpec, 14> kParamTable = {{
     {ParamRole::MlpNorm, ParamGroupKind::Layer, "model.layers.{}.post_attention_layernorm.weight", {ParamDim::Hidden}},
     {ParamRole::Gate, ParamGroupKind::Layer, "model.layers.{}.mlp.gate_proj.weight",
      {ParamDim::Intermediate, ParamDim::Hidden}},
+    {ParamRole::BGate, ParamGroupKind::Layer, "model.layers.{}.mlp.gate_proj.bias", {ParamDim::Intermediate},
+     ParamPresence::MlpBias},
     {ParamRole::Up, ParamGroupKind::Layer, "model.layers.{}.mlp.up_proj.weight", {ParamDim::Intermediate, ParamDim::Hidden}},
+    {ParamRole::BUp, ParamGroupKind::Layer, "model.layers.{}.mlp.up_proj.bias", {ParamDim::Intermediate}, ParamPresence::MlpBias},
     {ParamRole::Down, ParamGroupKind::Layer, "model.layers.{}.mlp.down_proj.weight",
      {ParamDim::Hidden, ParamDim::Intermediate}},
+    {ParamRole::BDown, ParamGroupKind::Layer, "model.layers.{}.mlp.down_proj.bias", {ParamDim::Hidden}, ParamPresence::MlpBias},
     {ParamRole::Embed, ParamGroupKind::Embedding, "model.embed_tokens.weight", {ParamDim::Vocab, ParamDim::Hidden}},
     {ParamRole::FinalNorm, ParamGroupKind::Head, "model.norm.weight", {ParamDim::Hidden}},
     {ParamRole::Output, ParamGroupKind::Head, "lm_head.weight", {ParamDim::Vocab, ParamDim::Hidden},
      ParamPresence::Untied},
 }};
+
+// Whether the parameter is a projection's bias (drawn near 0, where a norm's 1-D weight is
+// drawn near 1).
+constexpr bool is_bias(ParamRole r) {
+  return r == ParamRole::Bq || r == ParamRole::Bk || r == ParamRole::Bv || r == ParamRole::Bo || r == ParamRole::BGate ||
+         r == ParamRole::BUp || r == ParamRole::BDown;
+}
+
+// Whether the presence rule holds for a model with these features; has_param and the
+// planner's footprint (which sees a model through StepShapes) both decide by it.
+struct ParamFeatures {
+  bool qk_norm = false, tied = false, qkv_bias = false, o_bias = false, mlp_bias = false;
+};
+ParamFeatures param_features(const ModelConfig& m);
+bool present(ParamPresence p, const ParamFeatures& f);
 
 // Whether model m has the parameter.
 bool has_param(const ParamSpec& p, const ModelConfig& m);

@@ -19,6 +19,9 @@ struct LayerWeights {
   torch::Tensor mlp_norm;        // [h]
   torch::Tensor w_gate, w_up;    // [I, h]
   torch::Tensor w_down;          // [h, I]
+  // Biases (undefined when the model has none): [H*d], [K*d], [K*d], [h]; [I], [I], [h].
+  torch::Tensor bq, bk, bv, bo;
+  torch::Tensor b_gate, b_up, b_down;
   // The member holding a layer parameter. REQUIRES: role is one of a layer's (kParamTable).
   torch::Tensor& operator[](ParamRole role);
   const torch::Tensor& operator[](ParamRole role) const;
@@ -44,7 +47,7 @@ struct WeightPlacement {
   bool pinned = false;               // host pool pages are pinned (CUDA)
 };
 
-// Normal(0, 0.02) matrices and unit norm weights (with a small seeded perturbation, so norm
+// Normal(0, 0.02) matrices, Normal(0, 0.1) biases and unit norm weights (with a small seeded perturbation, so norm
 // gradients are not symmetric), drawn on the CPU in fp32 from `seed` so every device and
 // dtype starts from the same values. Every tensor requires grad.
 LlamaWeights init_weights(const ModelConfig& m, std::uint64_t seed, const WeightPlacement& where);

@@ -14,7 +14,11 @@ torch::Tensor swiglu(const torch::Tensor& gate, const torch::Tensor& up);
 // weights; each tile's gate, up and activation live only while that tile runs, forward and
 // backward (planner: mlp.tiled and mlp.tiled.bwd workspaces, the largest tile's).
 // REQUIRES: 1 <= tiles <= b*S.
+// mlp_bias models: the biases of gate, up [I] and down [h]; undefined when the model has none.
+struct MlpBiases {
+  torch::Tensor gate, up, down;
+};
 torch::Tensor tiled_mlp(const torch::Tensor& x, const torch::Tensor& w_gate, const torch::Tensor& w_up,
-                        const torch::Tensor& w_down, std::int64_t tiles);
+                        const torch::Tensor& w_down, std::int64_t tiles, const MlpBiases& biases = {});
 
 }  // namespace longctx::runtime

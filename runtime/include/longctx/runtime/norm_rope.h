@@ -28,6 +28,10 @@ struct RopeTables {
   torch::Tensor cos, sin;
   static RopeTables make(std::int64_t seq, std::int64_t head_dim, double theta, torch::ScalarType dtype,
                          torch::Device device, std::int64_t first_position = 0);
+  // The same for given inverse frequencies [d/2] (a model's rope_scaling:
+  // longctx::rope_inverse_frequencies).
+  static RopeTables make(std::int64_t seq, const std::vector<double>& inv_freq, torch::ScalarType dtype,
+                         torch::Device device, std::int64_t first_position = 0);
 };
 
 // Rotates x [b, S, heads, d] (Hugging Face's rotate_half convention: the first half of d

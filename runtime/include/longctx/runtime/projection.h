@@ -10,8 +10,11 @@
 
 namespace longctx::runtime {
 
-// x [..., h]; each w [out_i, h] -> y_i [..., out_i]. Saves x and the weights.
-// REQUIRES: 2 or 3 weights.
-std::vector<torch::Tensor> project(const torch::Tensor& x, const std::vector<torch::Tensor>& weights);
+// x [..., h]; each w [out_i, h] (and bias b_i [out_i]) -> y_i = x w_i^T + b_i [..., out_i].
+// Saves x and the weights. A bias is added inside the product (addmm: no second output) and
+// its gradient is the column sum of dy_i [out_i] (planner: in the projection's gradient piece).
+// REQUIRES: 2 or 3 weights; biases empty or one per weight, each undefined or [out_i].
+std::vector<torch::Tensor> project(const torch::Tensor& x, const std::vector<torch::Tensor>& weights,
+                                   const std::vector<torch::Tensor>& biases = {});
 
 }  // namespace longctx::runtime

@@ -27,6 +27,7 @@ namespace longctx::footprint {
 //   layers  decoder layers
 //   qk_norm per-head RMSNorm of q and k (Qwen3)
 //   tied    output projection tied to the embedding
+//   qkv_bias, o_bias, mlp_bias  the projections' biases (ModelConfig's)
 //   master  fp32 master weights beside the parameters (parameters not fp32)
 //   cpu     LibTorch's CPU kernels (the virtual device) rather than CUDA's
 //   cpu_threads  intra-op threads of the CPU backend (the flash kernel's buffers are per thread)
@@ -39,6 +40,7 @@ struct StepShapes {
   std::int64_t e = 0, g = 0;
   std::int64_t layers = 0;
   bool qk_norm = false, tied = false, master = false;
+  bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool cpu = false;
   std::int64_t cpu_threads = 1;
   std::int64_t layer_params = 0, embed_params = 0, head_params = 0;

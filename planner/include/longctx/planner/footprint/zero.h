@@ -5,8 +5,10 @@
 // Groups: layers 0..layers-1, then the embedding, then the head (final norm, and the output
 // projection unless tied).
 #include <cstdint>
+#include <initializer_list>
 
 #include "longctx/planner/footprint/step_shapes.h"
+#include "longctx/planner/param_layout.h"
 
 namespace longctx::footprint {
 
@@ -14,7 +16,7 @@ int param_groups(const StepShapes& s);  // layers + 2
 int embed_group(const StepShapes& s);   // layers
 int head_group(const StepShapes& s);    // layers + 1
 
-// Element counts of a group's parameters, in order; at most 11 (a Qwen3 layer).
+// Element counts of a group's parameters, in order; at most one per row of the table.
 class ParamSizes {
  public:
   void push_back(std::int64_t elems) { elems_[count_++] = elems; }
@@ -23,7 +25,7 @@ class ParamSizes {
   int size() const { return count_; }
 
  private:
-  std::int64_t elems_[11] = {};
+  std::int64_t elems_[kParamTable.size()] = {};
   int count_ = 0;
 };
 
@@ -39,6 +41,10 @@ ParamSizes param_sizes(const StepShapes& s, int group);
 // Parameter elements of a group: the sum of its param_sizes, computed from the table by
 // sum_of_param_sizes and kept in the shapes by step_shapes().
 std::int64_t sum_of_param_sizes(const StepShapes& s, int group);
+
+// Elements of the biases among `roles` that the model has (0 for a model without biases):
+// a projection's gradient piece holds its weight's and its bias's gradients.
+std::int64_t bias_params(const StepShapes& s, std::initializer_list<ParamRole> roles);
 inline std::int64_t group_params(const StepShapes& s, int group) {
   if (group < s.layers) return s.layer_params;
   return group == static_cast<int>(s.layers) ? s.embed_params : s.head_params;
