@@ -8,8 +8,7 @@
 #include "cluster_options.h"
 #include "commands.h"
 #include "longctx/planner/atomic_file.h"
-#include "longctx/planner/measured_trace.h"
-#include "longctx/planner/phase_peaks.h"
+#include "longctx/planner/comparison.h"
 #include "longctx/planner/prediction_drift.h"
 #include "longctx/planner/units.h"
 
@@ -21,16 +20,7 @@ struct CompareOptions {
   bool json = false;
 };
 
-struct Row {
-  std::string phase;
-  std::int64_t predicted = 0, measured = -1;  // -1: the trace has no such phase
-};
-
-double rel_error(std::int64_t predicted, std::int64_t measured) {
-  return measured > 0 ? double(predicted - measured) / double(measured) : 0.0;
-}
-
-std::string overlay_svg(const std::vector<Row>& rows, const std::string& title) {
+std::string overlay_svg(const std::vector<PhaseComparison>& rows, const std::string& title) {
   const double w = 1000, h = 380, left = 90, top = 40, plot_w = w - left - 30, plot_h = h - top - 60;
   std::int64_t max = 1;
   for (const auto& r : rows) max = std::max({max, r.predicted, r.measured});
@@ -70,65 +60,29 @@ int run_compare(const CompareOptions& o) {
   if (!plan) return report(plan.error());
   auto trace = read_trace_file(o.trace_file);
   if (!trace) return report(trace.error());
-  if (auto r = check_trace_matches(*trace, *plan, o.trace_file); !r) return report(r.error());
-  const Evaluation e = evaluate(*plan);
-  const auto drift = prediction_differences(plan->prediction, with_phase_predictions(e).prediction);
-  fmt::print(stderr, "{}", drift_note(drift));
-  const auto peaks = phase_peaks(e);
-  std::vector<std::pair<std::string, PhasePeak>> ordered(peaks.begin(), peaks.end());
-  std::sort(ordered.begin(), ordered.end(), [](const auto& a, const auto& b) { return a.second.order < b.second.order; });
-  std::vector<Row> rows;
-  for (const auto& [name, peak] : ordered) {
-    Row r{name, peak.device_bytes, -1};
-    if (auto it = trace->phases.find(name); it != trace->phases.end()) r.measured = it->second;
-    rows.push_back(r);
-  }
-  // Predicted allocated bytes, without the context outside the allocator, which no
-  // allocator statistic includes.
-  const std::int64_t predicted = e.sim.peak_device_bytes;
-  const std::int64_t measured = trace->peak_device_bytes;
-  const double error = rel_error(predicted, measured);
-  std::string measured_peak_phase;
-  std::int64_t best = -1;
-  for (const auto& r : rows)
-    if (r.measured > best) { best = r.measured; measured_peak_phase = r.phase; }
-  const std::string predicted_peak_phase = e.sim.peak_op >= 0 ? phase_of(e.graph.op(e.sim.peak_op)) : "";
-  const bool same_phase = !measured_peak_phase.empty() && measured_peak_phase == predicted_peak_phase;
-
+  auto compared = compare_to_trace(*plan, *trace, o.trace_file);
+  if (!compared) return report(compared.error());
+  const Comparison& c = *compared;
+  fmt::print(stderr, "{}", drift_note(c.drift));
   if (!o.svg.empty()) {
-    const std::string svg = overlay_svg(rows, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", e.plan.model.name,
-                                                          format_bytes(predicted), format_bytes(measured), 100 * error));
+    const std::string svg = overlay_svg(c.phases, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", c.evaluation.plan.model.name,
+                                                              format_bytes(c.predicted), format_bytes(c.measured), 100 * c.error));
     if (auto r = write_text_atomically(o.svg, "--svg", svg); !r) return report(r.error());
   }
   if (o.json) {
-    nlohmann::json j = {{"predicted_peak_bytes", predicted},
-                        {"measured_peak_bytes", measured},
-                        {"error", error},
-                        {"trace_source", trace->source},
-                        {"predicted_peak_phase", predicted_peak_phase},
-                        {"predicted_peak_op", e.plan.prediction.peak_at},
-                        {"measured_peak_phase", measured_peak_phase},
-                        {"same_peak_phase", same_phase},
-                        {"prediction_drift", drift_json(drift)}};
-    j["phases"] = nlohmann::json::array();
-    for (const auto& r : rows)
-      j["phases"].push_back({{"phase", r.phase},
-                             {"predicted_bytes", r.predicted},
-                             {"measured_bytes", r.measured},
-                             {"error", r.measured >= 0 ? nlohmann::json(rel_error(r.predicted, r.measured)) : nlohmann::json()}});
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", comparison_json(c).dump(2));
     return 0;
   }
-  fmt::print("peak      predicted {} ({} bytes), measured {} ({} bytes): error {:+.3f}%\n", format_bytes(predicted), predicted,
-             format_bytes(measured), measured, 100 * error);
-  fmt::print("at        predicted {} (op {}), measured {}: {}\n", predicted_peak_phase, e.plan.prediction.peak_at,
-             measured_peak_phase.empty() ? "(no phases in the trace)" : measured_peak_phase,
-             same_phase ? "same phase" : "different phases");
-  if (trace->source == "longctx") {
+  fmt::print("peak      predicted {} ({} bytes), measured {} ({} bytes): error {:+.3f}%\n", format_bytes(c.predicted), c.predicted,
+             format_bytes(c.measured), c.measured, 100 * c.error);
+  fmt::print("at        predicted {} (op {}), measured {}: {}\n", c.predicted_peak_phase, c.evaluation.plan.prediction.peak_at,
+             c.measured_peak_phase.empty() ? "(no phases in the trace)" : c.measured_peak_phase,
+             c.same_peak_phase ? "same phase" : "different phases");
+  if (c.trace_source == "longctx") {
     fmt::print("\n{:<22} {:>14} {:>14} {:>9}\n", "phase", "predicted", "measured", "error");
-    for (const auto& r : rows)
+    for (const auto& r : c.phases)
       fmt::print("{:<22} {:>14} {:>14} {:>9}\n", r.phase, r.predicted, r.measured >= 0 ? fmt::format("{}", r.measured) : "-",
-                 r.measured > 0 ? fmt::format("{:+.2f}%", 100 * rel_error(r.predicted, r.measured)) : "-");
+                 r.measured > 0 ? fmt::format("{:+.2f}%", 100 * relative_error(r.predicted, r.measured)) : "-");
   }
   return 0;
 }

@@ -19,12 +19,11 @@
 #include <nlohmann/json.hpp>
 
 #include "../../cli/plan_output.h"
+#include "longctx/planner/comparison.h"
 #include "longctx/planner/export.h"
 #include "longctx/planner/knobs.h"
-#include "longctx/planner/measured_trace.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/model_config.h"
-#include "longctx/planner/phase_peaks.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/request.h"
 #include "longctx/planner/search.h"
@@ -115,28 +114,15 @@ Answer export_answer(const std::string& plan_json, const std::string& stack_name
   return success({{"files", e->files}, {"approximations", e->approximations}});
 }
 
-// Predicted peaks per phase beside those of a measured trace (a longctx trace or a PyTorch
-// profiler trace with profile_memory=True).
+// `longctx compare --json`'s answer: the plan's peaks beside a measured trace's (a longctx
+// trace or a PyTorch profiler trace with profile_memory=True).
 Answer compare_answer(const std::string& plan_json, const std::string& trace_path) {
   auto p = plan_of(plan_json);
   if (!p) return failure(p.error());
   auto trace = read_trace_file(trace_path);
   if (!trace) return failure(trace.error());
-  const Evaluation e = evaluate(*p);
-  const std::int64_t predicted = e.sim.peak_device_bytes, measured = trace->peak_device_bytes;
-  nlohmann::json j = {{"predicted_peak_bytes", predicted},
-                      {"measured_peak_bytes", measured},
-                      {"error", measured > 0 ? double(predicted - measured) / double(measured) : 0.0},
-                      {"trace_source", trace->source},
-                      {"phases", nlohmann::json::array()}};
-  for (const auto& [name, peak] : phase_peaks(e)) {
-    const auto it = trace->phases.find(name);
-    j["phases"].push_back({{"phase", name},
-                           {"order", peak.order},
-                           {"predicted_bytes", peak.device_bytes},
-                           {"measured_bytes", it == trace->phases.end() ? nlohmann::json() : nlohmann::json(it->second)}});
-  }
-  return success(j);
+  auto c = compare_to_trace(*p, *trace, trace_path);
+  return c ? success(comparison_json(*c)) : failure(c.error());
 }
 
 Answer model_answer(const std::string& name_or_path) {

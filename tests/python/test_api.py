@@ -108,9 +108,24 @@ def test_compare_reads_a_longctx_trace():
     assert result["trace_source"] == "longctx"
     assert result["measured_peak_bytes"] > 0
     assert abs(result["error"]) < 0.01
-    assert any(p["measured_bytes"] for p in result["phases"])
+    assert any(p["measured_bytes"] > 0 for p in result["phases"])  # -1: a phase the trace lacks
 
 
 def test_knobs_are_the_knob_table():
     knobs = longctx.knobs()
     assert knobs["sharding"] == "text" and knobs["offload_params"] == "switch" and knobs["ulysses"] == "int"
+
+
+def test_compare_refuses_a_trace_of_another_model(tmp_path):
+    if not CLI:
+        pytest.skip("LONGCTX_CLI (the longctx binary) is not set: run through ctest")
+    plan_file, trace = tmp_path / "p.json", tmp_path / "t.json"
+    subprocess.run([CLI, "plan", "--model", "tiny-gqa", "--gpus", "1", "--gpu", "cpu", "--seq", "256", "--no-search",
+                    "-o", str(plan_file)], check=True, capture_output=True)
+    subprocess.run([CLI, "run", "--plan", str(plan_file), "--steps", "1", "--trace", str(trace)], check=True,
+                   capture_output=True)
+    assert longctx.compare(longctx.Plan.from_json(plan_file.read_text()), trace)["measured_peak_bytes"] > 0
+    other = longctx.plan("tiny-odd", gpus=1, gpu="cpu", seq=256, no_search=True, techniques="none")
+    with pytest.raises(longctx.BadInput) as refused:
+        longctx.compare(other, trace)
+    assert refused.value.field == "--trace"
