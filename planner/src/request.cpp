@@ -11,16 +11,17 @@
 
 namespace longctx {
 
+Result<ModelConfig> resolve_model(const ClusterRequest& o) {
+  if (o.model_config_json.empty()) return load_model(o.model);
+  const auto j = nlohmann::json::parse(o.model_config_json, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded() || !j.is_object())
+    return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
+  return model_from_json(j, o.model);
+}
+
 Result<Plan> resolve_cluster(const ClusterRequest& o) {
   Plan p;
-  if (o.model_config_json.empty()) {
-    LONGCTX_TRY(p.model, load_model(o.model));
-  } else {
-    const auto j = nlohmann::json::parse(o.model_config_json, nullptr, /*allow_exceptions=*/false);
-    if (j.is_discarded() || !j.is_object())
-      return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
-    LONGCTX_TRY(p.model, model_from_json(j, o.model));
-  }
+  LONGCTX_TRY(p.model, resolve_model(o));
   LONGCTX_TRY(p.cluster.hardware, load_hardware(o.gpu));
   // Bounds first (limits.h): the searches loop over divisors of the GPUs and build graphs
   // whose sizes follow them, so an unbounded count would run long before being refused.

@@ -237,10 +237,7 @@ def model_config(model: ModelSpec) -> Dict[str, Any]:
     """The model as the planner reads it (its shapes), from any ModelSpec."""
     args = _core.ClusterRequest()
     _model_args(model, args)
-    if args.model_config_json:
-        cfg = json.loads(args.model_config_json)
-        return plan(cfg, gpus=1, seq=64, no_search=True, techniques="none").data["model"]
-    return json.loads(_answer(_core.model(args.model)))
+    return json.loads(_answer(_core.model(args)))
 
 
 def knobs() -> Dict[str, str]:

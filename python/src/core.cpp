@@ -125,8 +125,8 @@ Answer compare_answer(const std::string& plan_json, const std::string& trace_pat
   return c ? success(comparison_json(*c)) : failure(c.error());
 }
 
-Answer model_answer(const std::string& name_or_path) {
-  auto m = load_model(name_or_path);
+Answer model_answer(const ClusterRequest& request) {
+  auto m = resolve_model(request);
   return m ? success(model_to_json(*m)) : failure(m.error());
 }
 
@@ -155,7 +155,7 @@ NB_MODULE(_core, m) {
   m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
   m.def("export", &export_answer, nb::arg("plan_json"), nb::arg("stack"));
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
-  m.def("model", &model_answer, nb::arg("name_or_path"));
+  m.def("model", &model_answer, nb::arg("request"));
   m.def("models", &longctx::model_preset_names);
   m.def("knob_keys", [] {
     std::vector<std::pair<std::string, std::string>> out;  // (key, kind)

@@ -29,6 +29,9 @@ struct ClusterRequest {
   std::string grad_dtype;  // default: fp32, or on the CPU virtual device the parameters' dtype
 };
 
+// The model the request names: its config text when given, else the preset or config.json.
+Result<ModelConfig> resolve_model(const ClusterRequest& r);
+
 // Model, hardware and budgets resolved; train and parallel left at defaults.
 Result<Plan> resolve_cluster(const ClusterRequest& r);
 
