@@ -11,7 +11,6 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 venv="$root/.venv"
 CACHE_ROOT="${LONGCTX_CACHE:-$HOME/.cache/longctx}"
-TORCH_VERSION=2.11.0
 TRANSFORMERS_VERSION=4.57.1
 DEEPSPEED_VERSION=0.19.8
 
@@ -27,8 +26,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 
 if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
   if ! "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
-    bash "$root/scripts/setup.sh" >/dev/null  # fetches the torch wheel LibTorch is unpacked from
-    wheel=$(ls "$CACHE_ROOT"/wheels/torch-"$TORCH_VERSION"-*.whl | head -n 1)
+    # setup.sh fetches the torch wheel LibTorch is unpacked from, and keeps only that version's.
+    bash "$root/scripts/setup.sh" >/dev/null
+    wheel=$(ls "$CACHE_ROOT"/wheels/torch-*.whl | head -n 1)
     log "installing torch from $wheel and transformers $TRANSFORMERS_VERSION"
     # The wheel's CUDA libraries come from /usr/local/cuda and LibTorch's cache
     # (LD_LIBRARY_PATH in scripts/python_tests.sh), not from PyPI's nvidia-* wheels.

@@ -4,7 +4,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=$(bash "$root/scripts/python_env.sh" | tail -n 1)
-# torch's CUDA libraries: the toolkit's and those LibTorch's cache holds (scripts/setup.sh).
-export LD_LIBRARY_PATH="/usr/local/cuda/lib64:${LONGCTX_CACHE:-$HOME/.cache/longctx}/libtorch-2.11.0-cu130/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# torch's CUDA libraries: the toolkit's and those LibTorch's prefix holds (setup.sh prints it).
+torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
+export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$torch_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$root"
 exec "$python" -m pytest -q -p no:cacheprovider tests/python "$@"
