@@ -1,12 +1,13 @@
 #include "longctx/runtime/runner.h"
 
 #include <chrono>
-#include <fstream>
+#include <cstring>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
+#include "longctx/planner/atomic_file.h"
 #include "longctx/planner/phase_names.h"
 #include "longctx/planner/units.h"
 #include "longctx/runtime/adamw.h"
@@ -70,21 +71,29 @@ class BatchSource {
         seed_(o.seed),
         rows_(p.train.micro_batch),
         first_row_(p.train.micro_batch * c.dp_rank()),
-        shard_(sequence_shard(p.train.seq, c.sp_size(), c.sp_rank())) {
-    if (!o.data_path.empty()) {
-      std::ifstream in(o.data_path, std::ios::binary);
-      std::uint32_t v;
-      while (in.read(reinterpret_cast<char*>(&v), sizeof v)) file_.push_back(v);
-    }
+        shard_(sequence_shard(p.train.seq, c.sp_size(), c.sp_rank())) {}
+  // Reads the token file, if any: BadInput naming --data when it is missing, a folder, a
+  // FIFO or a device (read_regular_file never blocks on one), too short, or holds an id
+  // outside the vocabulary.
+  Result<bool> load(const std::string& path) {
+    if (path.empty()) return true;
+    LONGCTX_TRY(auto bytes, read_regular_file(path, "--data"));
+    file_.resize(bytes.size() / sizeof(std::uint32_t));
+    std::memcpy(file_.data(), bytes.data(), file_.size() * sizeof(std::uint32_t));
+    if (auto e = check(path); !e.empty()) return Error::bad_input("--data", e);
+    return true;
   }
+
+ private:
   std::string check(const std::string& path) const {
-    if (path.empty()) return "";
     if (static_cast<std::int64_t>(file_.size()) < b_ * S_ + 1)
       return fmt::format("{} holds {} tokens; a step needs {} (micro_batch x seq + 1)", path, file_.size(), b_ * S_ + 1);
     for (auto id : file_)
       if (static_cast<std::int64_t>(id) >= V_) return fmt::format("{} holds token id {} >= the vocabulary {}", path, id, V_);
     return "";
   }
+
+ public:
   std::int64_t tokens() const { return static_cast<std::int64_t>(file_.size()); }  // 0: synthetic
   // The read position in the file; synthetic tokens have none (they come from the step).
   std::int64_t cursor() const { return cursor_; }
@@ -180,7 +189,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     return Error{ErrorKind::Internal, "comm", fmt::format("the communicator's tensors live on {}, the run's on {}",
                                                           comm->device().str(), device.str())};
   BatchSource data(plan, o, *comm);
-  if (auto e = data.check(o.data_path); !e.empty()) return Error::bad_input("--data", e);
+  if (auto loaded = data.load(o.data_path); !loaded) return loaded.error();
   // The plan's thread count on the virtual device: the prediction counts the flash kernel's
   // per-thread buffers.
   const int threads = o.threads > 0 ? o.threads
@@ -195,7 +204,9 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   CheckpointRank place;
   place.rank = comm->rank();
   place.world = comm->world();
-  place.barrier = [c = comm.get()] { c->barrier(); };
+  place.count_failures = [c = comm.get()](bool failed) {
+    return static_cast<int>(std::lround(c->all_reduce_sum(failed ? 1.0 : 0.0)));
+  };
   LONGCTX_TRY(auto checkpoints, TrainingCheckpoints::open(o.checkpoint, plan, o.seed, data.tokens(), o.steps, place));
 
   meter->set_log(o.allocation_log);

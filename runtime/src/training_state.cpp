@@ -462,17 +462,24 @@ Result<bool> TrainingCheckpoints::save(int steps_done, std::int64_t data_cursor,
                                        const AdamW& optimizer) {
   const auto t0 = std::chrono::steady_clock::now();
   const std::string dir = step_dir(steps_done);
-  // A failed save leaves no step folder behind (with several ranks, the next --resume
-  // deletes it: it has no manifest).
+  // Every rank learns whether every other rank did its part before going on, so a failed
+  // save, on any rank, leaves no step folder behind and every rank reports it.
+  const auto failures = [&](bool failed) { return rank_.count_failures ? rank_.count_failures(failed) : int{failed}; };
   const auto failed = [&](const Error& e) -> Result<bool> {
-    if (rank_.world == 1) remove_step_dir(dir);
+    if (rank_.rank == 0) remove_step_dir(dir);
     return e;
   };
+  std::optional<Error> own;
   if (rank_.rank == 0 && ::mkdir(dir.c_str(), 0755) != 0 && errno != EEXIST)
-    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot create {}: {}", dir, errno_text())};
-  if (rank_.barrier) rank_.barrier();  // the folder exists for every rank
-  if (auto r = write_state_archive(dir + "/" + rank_file_name(), params, optimizer); !r) return failed(r.error());
-  if (rank_.barrier) rank_.barrier();  // every rank file is in place
+    own = Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot create {}: {}", dir, errno_text())};
+  if (failures(own.has_value()) > 0)  // the folder exists for every rank, or for none
+    return own ? *own : Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("rank 0 could not create {}", dir)};
+  if (auto r = write_state_archive(dir + "/" + rank_file_name(), params, optimizer); !r) own = r.error();
+  if (const int n = failures(own.has_value()); n > 0)  // every rank file is in place, or the folder goes
+    return failed(own ? *own
+                      : Error{ErrorKind::Internal, "--checkpoint-dir",
+                              fmt::format("{} of {} ranks could not write their checkpoint file in {}; it was removed", n,
+                                          rank_.world, dir)});
 
   std::int64_t bytes = 0;
   if (rank_.rank == 0) {

@@ -564,5 +564,29 @@ TEST_F(TrainingState, AFullDiskFailsTheSaveCleanly) {
   EXPECT_EQ(run_cli("run --plan " + plan + " --steps 3 --threads 1 --checkpoint-dir " + ck + " --resume").status, 0);
 }
 
+// The same with two ranks: every rank learns that a rank file could not be written, so the
+// step folder goes too and no rank waits for another.
+TEST_F(TrainingState, AFullDiskFailsAMultiRankSaveCleanly) {
+  auto two_ranks = small_plan();
+  two_ranks.cluster.shape = {1, 2};
+  const auto plan = write(two_ranks, "plan.json");
+  const std::string dir = path("ranks");
+  const auto o = run_under("ulimit -f 64", "run --plan " + plan + " --nproc 2 --steps 3 --threads 1 --checkpoint-every 1 "
+                                           "--checkpoint-dir " + dir);
+  EXPECT_EQ(o.status, 1) << o.err;
+  EXPECT_NE(o.err.find("failed: File too large"), std::string::npos) << o.err;
+  EXPECT_EQ(testing::all_names(dir), std::vector<std::string>{".lock"}) << o.err;
+}
+
+// --data names a FIFO: refused at once (exit 2), not waited on for a writer.
+TEST_F(TrainingState, ADataFifoIsRefusedNotWaitedOn) {
+  const auto plan = write(small_plan(), "plan.json");
+  const std::string fifo = path("tokens.fifo");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  const auto o = run_cli("run --plan " + plan + " --steps 1 --threads 1 --data " + fifo);
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("--data: '" + fifo + "' is a FIFO, not a regular file"), std::string::npos) << o.err;
+}
+
 }  // namespace
 }  // namespace longctx::runtime

@@ -73,12 +73,13 @@ struct CheckpointOptions {
 // --resume or --checkpoint-every without --checkpoint-dir, a dir with neither.
 Result<bool> check_checkpoint_options(const CheckpointOptions& o);
 
-// This process's place among the ranks. barrier: returns once every rank has called it
-// (REQUIRES with world > 1: every rank calls save() for the same steps).
+// This process's place among the ranks. count_failures: every rank passes whether its own
+// part failed; returns, once every rank has called it, how many did (REQUIRES with world > 1:
+// every rank calls save() for the same steps). Unset: this rank alone.
 struct CheckpointRank {
   int rank = 0;
   int world = 1;
-  std::function<void()> barrier;
+  std::function<int(bool failed)> count_failures;
 };
 
 // The fingerprint of one section of a plan ("model", "parallel", "train"): FNV-1a 64 of its
