@@ -75,10 +75,14 @@ int run_compare(const CompareOptions& o) {
   }
   fmt::print("peak      predicted {} ({} bytes), measured {} ({} bytes): error {:+.3f}%\n", format_bytes(c.predicted), c.predicted,
              format_bytes(c.measured), c.measured, 100 * c.error);
-  fmt::print("at        predicted {} (op {}), measured {}: {}\n", c.predicted_peak_phase, c.evaluation.plan.prediction.peak_at,
-             c.measured_peak_phase.empty() ? "(no phases in the trace)" : c.measured_peak_phase,
-             c.same_peak_phase ? "same phase" : "different phases");
-  if (c.trace_source == "longctx") {
+  if (c.baseline > 0) fmt::print("baseline  {} added to every measured figure: {}\n", format_bytes(c.baseline), c.baseline_source);
+  if (c.measured_peak_phase.empty())
+    fmt::print("at        predicted {} (op {}); the measured phase is unknown: {}\n", c.predicted_peak_phase,
+               c.evaluation.plan.prediction.peak_at, c.phase_note);
+  else
+    fmt::print("at        predicted {} (op {}), measured {}: {}\n", c.predicted_peak_phase, c.evaluation.plan.prediction.peak_at,
+               c.measured_peak_phase, c.same_peak_phase ? "same phase" : "different phases");
+  if (c.phase_note.empty()) {
     fmt::print("\n{:<22} {:>14} {:>14} {:>9}\n", "phase", "predicted", "measured", "error");
     for (const auto& r : c.phases)
       fmt::print("{:<22} {:>14} {:>14} {:>9}\n", r.phase, r.predicted, r.measured >= 0 ? fmt::format("{}", r.measured) : "-",

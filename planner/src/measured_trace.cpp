@@ -2,6 +2,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <vector>
+
+#include <zlib.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -9,6 +12,7 @@
 #include "longctx/planner/atomic_file.h"
 #include "longctx/planner/fingerprint.h"
 #include "longctx/planner/trace_schema.h"
+#include "profiler_phases.h"
 
 namespace longctx {
 namespace {
@@ -57,15 +61,38 @@ struct Reader {
 
   // PyTorch profiler: one instant event per allocation and free. Device Type 1 is CUDA; a
   // CPU-only run reports the CPU (0).
-  Result<bool> profiler_event(const nlohmann::json& args) {
+  Result<bool> profiler_event(const nlohmann::json& ev, const nlohmann::json& args) {
     namespace k = trace_schema;
     profiler = true;
     const auto& type = args.contains(k::kProfilerDeviceType) ? args[k::kProfilerDeviceType] : nlohmann::json(0);
     LONGCTX_TRY(const auto total, byte_count(args[k::kProfilerTotalAllocated], what, "a memory event's Total Allocated"));
-    if (type == 1) m.peak_device_bytes = std::max(m.peak_device_bytes, total);
+    const bool cuda = type == 1;
+    if (cuda) m.peak_device_bytes = std::max(m.peak_device_bytes, total);
     else m.peak_host_bytes = std::max(m.peak_host_bytes, total);
+    profiler::MemoryEvent e;
+    e.ts = number_or(ev, k::kTimestamp, 0);
+    e.bytes = static_cast<std::int64_t>(number_or(args, k::kProfilerBytes, 0));
+    e.total = total;
+    e.addr = args.contains(k::kProfilerAddress) ? args[k::kProfilerAddress].dump() : "";
+    (cuda ? cuda_events : cpu_events).push_back(std::move(e));
     return true;
   }
+
+  void scope_event(const nlohmann::json& ev, const std::string& name) {
+    namespace k = trace_schema;
+    profiler::Scope s;
+    if (!profiler::scope_kind(name, s.optimizer)) return;
+    s.begin = number_or(ev, k::kTimestamp, 0);
+    s.end = s.begin + number_or(ev, k::kDuration, 0);
+    scopes.push_back(s);
+  }
+
+  static double number_or(const nlohmann::json& o, const char* key, double fallback) {
+    return o.contains(key) && o[key].is_number() ? o[key].get<double>() : fallback;
+  }
+
+  std::vector<profiler::MemoryEvent> cuda_events, cpu_events;
+  std::vector<profiler::Scope> scopes;
 
   Result<bool> other_data(const nlohmann::json& o) {
     namespace k = trace_schema;
@@ -74,6 +101,10 @@ struct Reader {
       LONGCTX_TRY(const auto v, byte_count(o[key], what, fmt::format("otherData.{}", key)));
       auto& peak = std::string(key) == k::kPeakDevice ? m.peak_device_bytes : m.peak_host_bytes;
       peak = std::max(peak, v);
+    }
+    if (o.contains(kTraceBaselineKey)) {
+      LONGCTX_TRY(m.recorded_baseline_bytes,
+                  byte_count(o[kTraceBaselineKey], what, fmt::format("otherData.{}", kTraceBaselineKey)));
     }
     for (const auto& [key, field] : {std::pair{kTraceModelKey, &TraceIdentity::model},
                                      std::pair{kTracePlanKey, &TraceIdentity::plan_fingerprint}}) {
@@ -112,7 +143,9 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
     if (ph == k::kComplete && args.contains(k::kPeakDevice)) {
       if (auto ok = r.phase_event(name, args); !ok) return ok.error();
     } else if (name == k::kProfilerMemoryEvent && args.contains(k::kProfilerTotalAllocated)) {
-      if (auto ok = r.profiler_event(args); !ok) return ok.error();
+      if (auto ok = r.profiler_event(ev, args); !ok) return ok.error();
+    } else if (ph == k::kComplete) {
+      r.scope_event(ev, name);
     }
   }
   if (doc.is_object() && doc.contains(k::kOtherData) && doc[k::kOtherData].is_object())
@@ -124,7 +157,11 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
   if (r.profiler && !r.longctx) {
     m.source = "pytorch-profiler";
     // A CPU-only profile measures the CPU allocator: that is the device of the CPU virtual device.
-    if (m.peak_device_bytes == 0) std::swap(m.peak_device_bytes, m.peak_host_bytes);
+    m.counts_from_profiling_start = r.cuda_events.empty();
+    if (m.counts_from_profiling_start) std::swap(m.peak_device_bytes, m.peak_host_bytes);
+    const auto a = profiler::attribute(m.counts_from_profiling_start ? r.cpu_events : r.cuda_events, r.scopes);
+    m.phases = a.phase_peaks;
+    m.optimizer_live_bytes = a.optimizer_live_bytes;
   } else {
     m.source = "longctx";
   }
@@ -136,8 +173,38 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
   return m;
 }
 
+namespace {
+
+// The text of a gzip member, or BadInput naming the file when it is damaged.
+Result<std::string> gunzip(const std::string& bytes, const std::string& path) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 32) != Z_OK)  // 15 + 32: a gzip or zlib header, read from the data
+    return Error{ErrorKind::Internal, "--trace", "zlib could not start"};
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  std::string out;
+  char buf[1 << 16];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  }
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END)
+    return Error::bad_input("--trace", fmt::format("{} is a damaged or truncated gzip file ({}); pass the whole trace", path,
+                                                   z.msg ? z.msg : "no end of stream"));
+  return out;
+}
+
+}  // namespace
+
 Result<MeasuredTrace> read_trace_file(const std::string& path) {
   LONGCTX_TRY(auto text, read_regular_file(path, "--trace"));
+  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b) {
+    LONGCTX_TRY(text, gunzip(text, path));
+  }
   return trace_from_json_text(text, path);
 }
 

@@ -1,5 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <zlib.h>
+
+#include <cstdio>
+#include <fstream>
+
+#include "longctx/planner/comparison.h"
 #include "longctx/planner/measured_trace.h"
 #include "test_plans.h"
 
@@ -96,6 +102,97 @@ TEST(MeasuredTrace, ATraceOfAnotherPlanIsRefused) {
   ASSERT_TRUE(t.ok()) << t.error().what();
   EXPECT_EQ(t->identity.plan_fingerprint, id.plan_fingerprint);
   EXPECT_EQ(t->identity.model, id.model);
+}
+
+// A CPU profile of one training step: forward allocates 100 and 50, backward (inside an
+// autograd node) 300 and frees 100, the optimizer (inside its scope) allocates its state of
+// 40 and a temporary of 8, and the next forward allocates 10.
+std::string cpu_profile(const std::string& other_data = "{}") {
+  return R"({"traceEvents": [
+    {"name": "[memory]", "ph": "i", "ts": 1, "args": {"Device Type": 0, "Addr": 1, "Bytes": 100, "Total Allocated": 100}},
+    {"name": "[memory]", "ph": "i", "ts": 2, "args": {"Device Type": 0, "Addr": 2, "Bytes": 50, "Total Allocated": 150}},
+    {"name": "autograd::engine::evaluate_function: MmBackward0", "ph": "X", "ts": 10, "dur": 5, "args": {}},
+    {"name": "[memory]", "ph": "i", "ts": 11, "args": {"Device Type": 0, "Addr": 3, "Bytes": 300, "Total Allocated": 450}},
+    {"name": "[memory]", "ph": "i", "ts": 16, "args": {"Device Type": 0, "Addr": 1, "Bytes": -100, "Total Allocated": 350}},
+    {"name": "Optimizer.step#AdamW.step", "ph": "X", "ts": 20, "dur": 5, "args": {}},
+    {"name": "[memory]", "ph": "i", "ts": 21, "args": {"Device Type": 0, "Addr": 4, "Bytes": 40, "Total Allocated": 390}},
+    {"name": "[memory]", "ph": "i", "ts": 22, "args": {"Device Type": 0, "Addr": 5, "Bytes": 8, "Total Allocated": 398}},
+    {"name": "[memory]", "ph": "i", "ts": 23, "args": {"Device Type": 0, "Addr": 5, "Bytes": -8, "Total Allocated": 390}},
+    {"name": "[memory]", "ph": "i", "ts": 30, "args": {"Device Type": 0, "Addr": 6, "Bytes": 10, "Total Allocated": 400}}],
+    "otherData": )" + other_data + "}";
+}
+
+TEST(MeasuredTrace, AttributesAProfilersMemoryToPhasesFromItsScopes) {
+  auto t = trace_from_json_text(cpu_profile(), "p.json");
+  ASSERT_TRUE(t.ok()) << t.error().what();
+  EXPECT_TRUE(t->counts_from_profiling_start) << "a CPU profile";
+  EXPECT_EQ(t->peak_device_bytes, 450);
+  // The free at ts 16 follows the backward node: still backward. ts 30 follows the optimizer: forward.
+  EXPECT_EQ(t->phases, (std::map<std::string, std::int64_t>{{"forward", 400}, {"backward", 450}, {"optimizer", 398}}));
+  EXPECT_EQ(t->optimizer_live_bytes, 40) << "the state, not the freed temporary";
+
+  // Without scopes nothing can be attributed.
+  auto bare = trace_from_json_text(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "ts": 1,
+      "args": {"Device Type": 0, "Bytes": 5, "Total Allocated": 5}}]})", "p.json");
+  ASSERT_TRUE(bare.ok());
+  EXPECT_TRUE(bare->phases.empty());
+}
+
+TEST(MeasuredTrace, ACpuProfileGetsThePlansStateBeforeProfilingAsItsBaseline) {
+  const Plan plan = testing::cpu_plan("tiny-gqa", 1, 512);
+  auto t = trace_from_json_text(cpu_profile(), "p.json");
+  ASSERT_TRUE(t.ok());
+  // The optimizer state the trace saw allocated (40 bytes) is not counted twice.
+  auto c = compare_to_trace(plan, *t, "p.json");
+  ASSERT_TRUE(c.ok()) << c.error().what();
+  std::int64_t params = 0, state = 0;
+  for (const auto& x : c->evaluation.graph.tensors())
+    if (x.persistent && x.producer < 0 && x.place == Place::Device) {
+      if (x.category == Category::Params) params += x.bytes;
+      if (x.category == Category::Optimizer) state += x.bytes;
+    }
+  ASSERT_GT(params, 0);
+  ASSERT_GT(state, 40);
+  EXPECT_EQ(c->baseline, params + state - 40);
+  EXPECT_EQ(c->measured, 450 + c->baseline);
+  EXPECT_TRUE(c->phase_note.empty());
+  ASSERT_EQ(c->phases.size(), 3u);
+  EXPECT_EQ(c->phases[0].phase, "forward");
+  EXPECT_EQ(c->phases[1].phase, "backward");
+  EXPECT_EQ(c->phases[1].measured, 450 + c->baseline);
+  EXPECT_EQ(c->phases[2].phase, "optimizer");
+  EXPECT_EQ(c->measured_peak_phase, "backward");
+
+  // A baseline the trace records wins.
+  auto recorded = trace_from_json_text(cpu_profile(R"({"baseline_bytes": 1000})"), "p.json");
+  ASSERT_TRUE(recorded.ok()) << recorded.error().what();
+  c = compare_to_trace(plan, *recorded, "p.json");
+  ASSERT_TRUE(c.ok());
+  EXPECT_EQ(c->baseline, 1000);
+  EXPECT_EQ(c->measured, 1450);
+}
+
+TEST(MeasuredTrace, AGzippedTraceReadsAsThePlainOne) {
+  const std::string text = cpu_profile();
+  const std::string path = ::testing::TempDir() + "/profile.json.gz";
+  gzFile f = gzopen(path.c_str(), "wb");
+  ASSERT_NE(f, nullptr);
+  ASSERT_EQ(gzwrite(f, text.data(), static_cast<unsigned>(text.size())), static_cast<int>(text.size()));
+  gzclose(f);
+  auto t = read_trace_file(path);
+  ASSERT_TRUE(t.ok()) << t.error().what();
+  EXPECT_EQ(t->peak_device_bytes, 450);
+  EXPECT_EQ(t->phases.size(), 3u);
+
+  // Cut short: refused naming the file.
+  std::ifstream in(path, std::ios::binary);
+  std::string bytes((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::ofstream(path, std::ios::binary) << bytes.substr(0, bytes.size() / 2);
+  auto cut = read_trace_file(path);
+  ASSERT_FALSE(cut.ok());
+  EXPECT_EQ(cut.error().kind, ErrorKind::BadInput);
+  EXPECT_NE(cut.error().message.find("damaged or truncated gzip"), std::string::npos) << cut.error().message;
+  std::remove(path.c_str());
 }
 
 }  // namespace

@@ -46,5 +46,7 @@ inline constexpr const char* kHostSeries = "host";
 inline constexpr const char* kProfilerMemoryEvent = "[memory]";
 inline constexpr const char* kProfilerTotalAllocated = "Total Allocated";
 inline constexpr const char* kProfilerDeviceType = "Device Type";
+inline constexpr const char* kProfilerBytes = "Bytes";    // > 0 allocated, < 0 freed
+inline constexpr const char* kProfilerAddress = "Addr";
 
 }  // namespace longctx::trace_schema
