@@ -1,0 +1,143 @@
+"""Published GPU peak-memory records held against longctx's prediction.
+
+    .venv/bin/python bench/gpu_records.py RECORDS.json [--markdown]
+
+RECORDS.json is a list of measured runs, each with its full configuration (the fields read
+below: model_config, seq_len, num_gpus, gpu, dtype, parallelism, activation_checkpointing,
+optimizer, param_offload_to_cpu, tiled_mlp, loss, value_GB or value_MiB, measured). Each
+record becomes the longctx configuration that runs the same techniques (`configuration`),
+planned without search at any budget so that a prediction exists even where longctx would
+say it does not fit. Nothing here is fitted to the published figures: they are only printed
+beside the prediction. A benchmark, not a test: it asserts nothing.
+"""
+import argparse
+import json
+import math
+import statistics
+import sys
+
+import longctx
+
+GIB = 1 << 30
+
+
+def model_dict(r):
+    """The record's model as a transformers config.json."""
+    m = r["model_config"]
+    qwen3 = r["model"].lower().startswith("qwen3")
+    return {
+        "model_type": "qwen3" if qwen3 else "llama",
+        "hidden_size": m["hidden"], "intermediate_size": m["intermediate"], "num_hidden_layers": m["layers"],
+        "num_attention_heads": m["heads"], "num_key_value_heads": m["kv_heads"], "head_dim": m["head_dim"],
+        "vocab_size": m["vocab"], "tie_word_embeddings": bool(m.get("tied_embeddings", False)),
+        "max_position_embeddings": max(r["seq_len"], 8192), "rms_norm_eps": 1e-6, "hidden_act": "silu",
+    }
+
+
+def liger_loss_chunks(tokens, hidden, vocab):
+    """Liger's fused linear cross-entropy splits the tokens into chunks so that one chunk's
+    logits are about the size of the hidden states (liger_kernel/ops/fused_linear_cross_entropy.py,
+    fused_linear_cross_entropy_forward: inc_factor = cdiv(V, H), chunk_size =
+    next_power_of_2(cdiv(BT, inc_factor)), chunks = cdiv(BT, chunk_size))."""
+    inc = -(-vocab // hidden)
+    chunk = 1 << max(0, math.ceil(math.log2(-(-tokens // inc))))
+    return -(-tokens // chunk)
+
+
+def configuration(r):
+    """longctx's knobs for the record, and the approximations it takes."""
+    p, ac, opt = r.get("parallelism") or {}, r.get("activation_checkpointing") or {}, r.get("optimizer") or {}
+    m = r["model_config"]
+    ulysses = int(p.get("ulysses_sp_degree") or 1)
+    local = -(-r["seq_len"] // ulysses)
+    notes = []
+    knobs = {
+        "sharding": "zero3" if p.get("zero_stage") == 3 or "FSDP" in str(p.get("fsdp") or "") else "none",
+        "ulysses": ulysses,
+        "checkpoint": "full" if ac.get("enabled") else "none",
+        "offload_checkpoints": bool(ac.get("offload_to_cpu")),
+        "offload_optimizer": bool(opt.get("offloaded_to_cpu")),
+        "offload_params": bool(r.get("param_offload_to_cpu")),
+        "mlp_tiles": 1, "loss_tiles": 1,
+    }
+    if r.get("tiled_mlp"):
+        # DeepSpeed TiledMLP as ArcticTraining calls it: num_shards = ceil(local seqlen / hidden).
+        knobs["mlp_tiles"] = max(1, -(-local // m["hidden"]))
+    loss = str(r.get("loss") or "").lower()
+    if "liger" in loss or "fused linear" in loss:
+        knobs["loss_tiles"] = liger_loss_chunks(local, m["hidden"], m["vocab"])
+    elif "chunk" in loss:
+        notes.append("chunked loss planned untiled")
+    if "gradient_checkpointing" in str(ac.get("granularity", "")) or "HF" in str(ac.get("granularity", "")):
+        notes.append("HF checkpointing planned as longctx's per-layer checkpoint")
+    dtype = "bf16" if "bf16" in str(r.get("dtype", "")).lower() else "fp32"
+    gpu = "h200-141gb" if "H200" in str(r.get("gpu", "")) else "h100-80gb"
+    return knobs, dtype, gpu, notes
+
+
+def published_bytes(r):
+    if r.get("value_MiB") is not None:
+        return int(r["value_MiB"] * (1 << 20))
+    if r.get("value_GB") is not None:
+        return int(r["value_GB"] * GIB)  # nvidia-smi reports MiB; "GB" in these notes is MiB / 1024
+    return None
+
+
+def predict(r):
+    knobs, dtype, gpu, notes = configuration(r)
+    gpus = int(r["num_gpus"])
+    plan = longctx.plan(model_dict(r), gpus=gpus, seq=r["seq_len"], gpu=gpu, techniques="all", budget="100TiB",
+                        host_mem="1000TiB", dtype=dtype, gpus_per_node=min(gpus, 8), no_search=True,
+                        micro_batch=int(r.get("micro_batch") or 1), **knobs)
+    pred = plan.raw["prediction"] if hasattr(plan, "raw") else json.loads(plan.to_json(None))["prediction"]
+    return knobs, dtype, gpu, notes, pred
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("records")
+    ap.add_argument("--markdown", action="store_true", help="a Markdown table")
+    a = ap.parse_args()
+    with open(a.records) as f:
+        records = json.load(f)
+    rows, errors = [], []
+    for r in records:
+        published = published_bytes(r)
+        missing = {"layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab"} - set(r["model_config"])
+        if missing:
+            rows.append((r["id"], "not a training step (its model_config lacks " + ", ".join(sorted(missing)) + ")",
+                         None, None, None, published, None))
+            continue
+        try:
+            knobs, dtype, gpu, notes, pred = predict(r)
+        except longctx.BadInput as e:
+            rows.append((r["id"], "not expressible: " + str(e), None, None, None, published, None))
+            continue
+        allocated = pred["peak_device_bytes"]
+        reserved = pred.get("peak_reserved_bytes")
+        smi = pred.get("peak_nvidia_smi_bytes")
+        shown = smi or reserved or allocated
+        err = (shown - published) / published if published else None
+        if err is not None:
+            errors.append(err)
+        shown_knobs = [k if v is True else f"{k}={v}" for k, v in knobs.items()
+                       if v is not False and v != "none" and (v is True or v != 1)]
+        cfg = f"{r['num_gpus']}x {gpu} {dtype} " + " ".join(shown_knobs)
+        rows.append((r["id"], cfg + ("; " + "; ".join(notes) if notes else ""), allocated, reserved, smi, published, err))
+    fmt = lambda b: "-" if b is None else f"{b / GIB:.2f}"
+    if a.markdown:
+        print("| record | longctx configuration | allocated GiB | reserved GiB | nvidia-smi GiB | published GiB | error |")
+        print("| --- | --- | --- | --- | --- | --- | --- |")
+    for rid, cfg, al, re_, smi, pub, err in rows:
+        e = "-" if err is None else f"{100 * err:+.1f}%"
+        if a.markdown:
+            print(f"| {rid} | {cfg} | {fmt(al)} | {fmt(re_)} | {fmt(smi)} | {fmt(pub)} | {e} |")
+        else:
+            print(f"{rid:50s} {fmt(al):>8} {fmt(re_):>8} {fmt(smi):>8} {fmt(pub):>8} {e:>8}  {cfg}")
+    if errors:
+        print(f"\n{len(errors)} records: median error {100 * statistics.median(errors):+.1f}%, median |error| "
+              f"{100 * statistics.median(map(abs, errors)):.1f}%, worst {100 * max(errors, key=abs):+.1f}%")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
