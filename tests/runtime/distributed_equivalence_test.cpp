@@ -6,10 +6,6 @@
 // Tolerances as in technique_equivalence_test: loss within 1e-5 relative, each gradient
 // within 2e-4 of its largest entry. A wrong head routing, a kv replica not summed, or RoPE
 // positions from 0 on every rank change the result by orders of magnitude more.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
 
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -20,23 +16,10 @@
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/sharded_params.h"
 #include "reference_llama.h"
+#include "loopback_port.h"
 
 namespace longctx::runtime {
 namespace {
-
-int free_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
 
 struct Case {
   std::string name, model;
@@ -126,7 +109,7 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
   auto ref_loss = testing::ref_loss(plan.model, ref, tokens, targets);
   ref_loss.backward();
 
-  const int port = free_port();
+  const int port = longctx::testing::free_loopback_port();
   std::vector<double> losses(c.world);
   std::vector<std::vector<torch::Tensor>> grads(c.world);
   std::vector<std::string> errors(c.world);
@@ -206,7 +189,7 @@ namespace {
 // collective fail with an error naming it, instead of hanging; the group timeout bounds
 // the wait when a peer stalls without closing.
 TEST(DeadRank, TheSurvivorsCollectiveFailsWithAClearError) {
-  const int port = free_port();
+  const int port = longctx::testing::free_loopback_port();
   std::string error;
   std::thread dead([&] {
     ProcessGroupOptions o;

@@ -1,0 +1,49 @@
+#pragma once
+// Ring attention (context parallelism): causal attention over a sequence split across the r
+// ranks of a ring, with no cap from the head count. Each rank keeps its queries; the key and
+// value blocks travel round the ring, one neighbour hop per step, and each rank merges the
+// partial outputs of the blocks it sees by their log-sum-exp.
+//
+// Layout (causal load balance, as torchtitan's context parallel and ring-flash-attention's
+// zigzag layout): the sequence of S tokens is cut into 2r chunks of c = S/(2r) tokens; ring
+// rank i holds chunks i and 2r-1-i, in that order, as its n = 2c local tokens. Every rank
+// then does the same work: at step 0 its own two diagonal blocks (causal) and the block of
+// its late chunk against its early one; at every later step exactly two full c x c blocks.
+//
+// ring_attention(q [b,n,H,d], k [b,n,K,d], v [b,n,K,d]) -> out [b,n,H,d], one autograd node.
+//   Forward, per rank: the running output [b,H,n,d] fp32 and log-sum-exp [b,H,n] fp32; the
+//   k/v block being attended and the one arriving ([b,n,K,d] each, two of each in flight);
+//   each block's kernel output and lse (scratch), and, with K < H, the block's k/v expanded to
+//   H heads (scratch). Saves q, k, v, out (q's dtype) and the lse [b,H,n] fp32.
+//   Backward: dq [b,n,H,d] fp32 accumulated locally; the k/v blocks travel again, with their
+//   dk/dv accumulators [b,n,K,d] fp32 beside them; after r-1 hops a last hop brings each
+//   accumulator home. Each block's gradients come from the flash backward given the final
+//   out and lse, which is exact: a block's dq, dk, dv depend on the other blocks only through
+//   those two.
+//
+// REQUIRES: every rank of the ring calls it with the same shapes, n even; K divides H.
+#include <cstdint>
+
+#include <c10/util/intrusive_ptr.h>
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#include <torch/torch.h>
+
+namespace longctx::runtime {
+
+// The ring: a process group whose ranks 0..size-1 are the ring's, in ring order.
+struct RingGroup {
+  c10::intrusive_ptr<c10d::Backend> group;  // null with size 1
+  int rank = 0, size = 1;
+};
+
+// The chunks ring rank i holds of a sequence cut into 2r chunks: {i, 2r-1-i}.
+std::pair<std::int64_t, std::int64_t> ring_chunks(std::int64_t rank, std::int64_t ring_size);
+
+// This rank's n = 2S/(2r) tokens of a [b,S,...] tensor, in the layout above (a copy).
+// REQUIRES: 2r divides S.
+torch::Tensor ring_shard(const torch::Tensor& seq_side, std::int64_t rank, std::int64_t ring_size);
+
+torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                             const RingGroup& ring);
+
+}  // namespace longctx::runtime
