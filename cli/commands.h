@@ -21,5 +21,7 @@ Command add_run_forward_command(CLI::App& app);
 Command add_compare_command(CLI::App& app);
 Command add_run_command(CLI::App& app);
 Command add_export_command(CLI::App& app);
+Command add_calibrate_command(CLI::App& app);  // longctx-runtime
+Command add_calibrate_forward_command(CLI::App& app);
 
 }  // namespace longctx::cli

@@ -27,6 +27,7 @@ int main(int argc, char** argv) {
   commands.push_back(longctx::cli::add_explain_command(app));
   commands.push_back(longctx::cli::add_models_command(app));
   commands.push_back(longctx::cli::add_run_forward_command(app));
+  commands.push_back(longctx::cli::add_calibrate_forward_command(app));
   commands.push_back(longctx::cli::add_compare_command(app));
   commands.push_back(longctx::cli::add_export_command(app));
 

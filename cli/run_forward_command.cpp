@@ -1,5 +1,7 @@
 #include <algorithm>
 #include <cstdio>
+#include <functional>
+#include <optional>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,12 +13,12 @@
 namespace longctx::cli {
 namespace {
 
-// `--nproc N`: N local ranks of `longctx-runtime run`, their reports gathered into one.
-int run_local_ranks(int n, const std::vector<std::string>& args) {
-  const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
+// N local ranks of `longctx-runtime ARGS`. Returns the exit status when they did not all
+// succeed (the failure reported), else nullopt with their outputs in `r`.
+std::optional<int> launch_ranks(int n, const std::vector<std::string>& args, LaunchResult& r) {
   LaunchOptions o;
   o.ranks = n;
-  const auto r = launch_local_ranks(runtime_program(), args, o);
+  r = launch_local_ranks(runtime_program(), args, o);
   if (!r.error.empty()) {
     fmt::print(stderr, "longctx: error: could not start the ranks: {}\n", r.error);
     return 1;
@@ -32,6 +34,14 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
     if (!f.output.empty()) fmt::print(stderr, "rank {} printed:\n{}", f.rank, f.output);
     return f.exit_status == 2 || f.exit_status == 3 ? f.exit_status : 1;
   }
+  return std::nullopt;
+}
+
+// `run --nproc N`: the ranks' reports gathered into one.
+int run_local_ranks(int n, const std::vector<std::string>& args) {
+  const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
+  LaunchResult r;
+  if (auto failed = launch_ranks(n, args, r)) return *failed;
   if (!json) {
     for (const auto& rank : r.ranks) fmt::print("[rank {}]\n{}", rank.rank, rank.output);
     return 0;
@@ -60,17 +70,16 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
   return 0;
 }
 
-}  // namespace
-
-Command add_run_forward_command(CLI::App& app) {
-  auto* sub = app.add_subcommand("run",
-                                 "Run a plan file as real LibTorch training steps and show measured beside predicted memory; "
-                                 "--nproc N starts N local ranks (`longctx run --help` for every option)");
+// `longctx NAME ...` handed to `longctx-runtime NAME ...`; `--nproc N` starts N local
+// ranks of it, whose outputs `gather` turns into one.
+Command add_forwarded_command(CLI::App& app, const std::string& name, const std::string& help,
+                              std::function<int(int, const std::vector<std::string>&)> gather) {
+  auto* sub = app.add_subcommand(name, help);
   sub->set_help_flag();  // longctx-runtime answers --help with the real options
   sub->allow_extras();
   sub->prefix_command();
-  return {sub, [sub] {
-            std::vector<std::string> rest = {"run"};
+  return {sub, [sub, name, gather] {
+            std::vector<std::string> rest = {name};
             int nproc = 1;
             const auto extras = sub->remaining();
             for (std::size_t i = 0; i < extras.size(); ++i) {
@@ -89,10 +98,35 @@ Command add_run_forward_command(CLI::App& app) {
             }
             if (nproc > 1) {
               if (!runtime_available()) return exec_runtime(rest);  // reports the missing runtime
-              return run_local_ranks(nproc, rest);
+              return gather(nproc, rest);
             }
             return exec_runtime(rest);
           }};
+}
+
+// `calibrate --nproc N`: rank 0 writes or prints the preset; the others print nothing.
+int calibrate_local_ranks(int n, const std::vector<std::string>& args) {
+  LaunchResult r;
+  if (auto failed = launch_ranks(n, args, r)) return *failed;
+  fmt::print("{}", r.ranks.front().output);
+  return 0;
+}
+
+}  // namespace
+
+Command add_run_forward_command(CLI::App& app) {
+  return add_forwarded_command(app, "run",
+                               "Run a plan file as real LibTorch training steps and show measured beside predicted "
+                               "memory; --nproc N starts N local ranks (`longctx run --help` for every option)",
+                               run_local_ranks);
+}
+
+Command add_calibrate_forward_command(CLI::App& app) {
+  return add_forwarded_command(app, "calibrate",
+                               "Measure this machine with the runtime's own kernels and write a hardware preset for "
+                               "--gpu FILE; --nproc N measures collectives across N local ranks (`longctx calibrate "
+                               "--help` for every option)",
+                               calibrate_local_ranks);
 }
 
 }  // namespace longctx::cli

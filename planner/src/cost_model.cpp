@@ -24,15 +24,52 @@ double comm_seconds(const Plan& p, const OpSpec& op, const StepEfficiency& eff) 
   return op.comm_bytes / (bw * eff.link);
 }
 
+// The totals, the tokens per second and the MFU from the parts.
+void finish(const Plan& p, StepTime& t) {
+  t.total_s = t.compute_s + t.exposed_comm_s + t.host_optimizer_s;
+  const std::int64_t dp = p.cluster.shape.world() / p.parallel.ulysses;
+  const double tokens = double(p.train.micro_batch) * double(p.train.seq) * double(dp);
+  t.tokens_per_s = t.total_s > 0 ? tokens / t.total_s : 0;
+  t.mfu = t.total_s > 0 ? t.model_flops / (t.total_s * p.cluster.hardware.peak_flops) : 0;
+}
+
 bool overlappable(const OpSpec& op) {
   return op.comm == CommKind::AllGather || op.comm == CommKind::ReduceScatter ||
          op.comm == CommKind::HostToDevice || op.comm == CommKind::DeviceToHost;
+}
+
+// With measured rates (`longctx calibrate`): each op on its own roofline at the rates its
+// kind reached on the machine, plus its launches at the measured cost of a small op.
+double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
+  // An op that records no traffic of its own reads its inputs and writes its outputs once.
+  double traffic = op.memory_bytes;
+  if (traffic == 0) {
+    for (int t : op.inputs) traffic += double(g.tensor(t).bytes);
+    for (int t : op.outputs) traffic += double(g.tensor(t).bytes);
+  }
+  double compute = 0;
+  if (is_attention(op))
+    compute = op.flops / (op.phase == Phase::Backward && !is_recompute(op) ? m.attention_backward : m.attention_forward)
+                             .at(p.model.head_dim);
+  else
+    compute = op.flops / (p.train.dtype == DType::BF16 ? m.matmul_bf16_flops : m.matmul_fp32_flops);
+  return std::max(compute, traffic / m.memory_bytes_per_s) + op.launches * m.op_overhead_s;
+}
+
+double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
+  switch (op.comm) {
+    case CommKind::None: return 0;
+    case CommKind::HostToDevice:
+    case CommKind::DeviceToHost: return op.comm_bytes / m.copy_bytes_per_s;
+    default: return op.comm_bytes / m.collective_bytes_per_s + op.launches * m.collective_latency_s;
+  }
 }
 
 }  // namespace
 
 StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
   const Hardware& hw = p.cluster.hardware;
+  if (hw.measured.present) return estimate_measured_step_time(p, g);
   StepTime t;
   // Segments: one per (phase, layer). A segment's compute is its roofline, the larger of
   // its FLOPs and its memory traffic at their rates, plus its launches; overlap of side
@@ -61,11 +98,33 @@ StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficie
     t.compute_s += compute;
     t.exposed_comm_s += s.exposed_comm + std::max(0.0, s.hidden_comm - compute);
   }
-  t.total_s = t.compute_s + t.exposed_comm_s + t.host_optimizer_s;
-  const std::int64_t dp = p.cluster.shape.world() / p.parallel.ulysses;
-  const double tokens = double(p.train.micro_batch) * double(p.train.seq) * double(dp);
-  t.tokens_per_s = t.total_s > 0 ? tokens / t.total_s : 0;
-  t.mfu = t.total_s > 0 ? t.model_flops / (t.total_s * hw.peak_flops) : 0;
+  finish(p, t);
+  return t;
+}
+
+StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
+  const MeasuredRates& m = p.cluster.hardware.measured;
+  StepTime t;
+  // Segments as above; the host optimizer's ops are host ops timed like any other.
+  struct Segment { double compute = 0, hidden_comm = 0, exposed_comm = 0; };
+  std::map<std::pair<int, int>, Segment> segments;
+  for (const auto& op : g.ops()) {
+    auto& s = segments[{static_cast<int>(op.phase), op.layer}];
+    const double comm = measured_comm_seconds(op, m);
+    if (op.host_compute) {
+      t.host_optimizer_s += measured_op_seconds(p, g, op, m);
+      s.exposed_comm += comm;
+      continue;
+    }
+    s.compute += measured_op_seconds(p, g, op, m);
+    if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
+    (overlappable(op) ? s.hidden_comm : s.exposed_comm) += comm;
+  }
+  for (const auto& [key, s] : segments) {
+    t.compute_s += s.compute;
+    t.exposed_comm_s += s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
+  }
+  finish(p, t);
   return t;
 }
 

@@ -1,14 +1,67 @@
 #include "longctx/planner/hardware.h"
 
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "json_fields.h"
+#include "longctx/planner/atomic_file.h"
 #include "longctx/planner/limits.h"
 #include "longctx/planner/presets.h"
 
 namespace longctx {
+double RateByHeadDim::at(std::int64_t head_dim) const {
+  if (head_dim <= points.front().first) return points.front().second;
+  if (head_dim >= points.back().first) return points.back().second;
+  auto hi = std::lower_bound(points.begin(), points.end(), head_dim, [](const auto& p, std::int64_t d) { return p.first < d; });
+  if (hi->first == head_dim) return hi->second;
+  auto lo = hi - 1;
+  const double f = std::log(double(head_dim) / double(lo->first)) / std::log(double(hi->first) / double(lo->first));
+  return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
+}
+
+namespace {
+
+std::vector<std::pair<const char*, RateByHeadDim*>> attention_rate_tables(MeasuredRates& r) {
+  return {{"attention_forward_flops", &r.attention_forward}, {"attention_backward_flops", &r.attention_backward}};
+}
+
+// {"16": rate, "64": rate, ...}: head dimensions from 1 to 4096, positive finite rates.
+Result<RateByHeadDim> rate_table_from_json(const nlohmann::json& m, const std::string& path, const char* key) {
+  const std::string field = path + "." + key;
+  if (!m.contains(key) || !m[key].is_object() || m[key].empty())
+    return Error::bad_input(field, "must be an object of rates by head dimension; calibrate again");
+  RateByHeadDim t;
+  for (const auto& [dim, rate] : m[key].items()) {
+    char* end = nullptr;
+    const long d = std::strtol(dim.c_str(), &end, 10);
+    if (dim.empty() || *end != '\0' || d < 1 || d > 4096)
+      return Error::bad_input(field, fmt::format("'{}' is not a head dimension (1 to 4096)", dim));
+    if (!rate.is_number() || !(rate.get<double>() > 0) || !std::isfinite(rate.get<double>()))
+      return Error::bad_input(field + "." + dim, "must be a positive rate; calibrate again");
+    t.points.emplace_back(d, rate.get<double>());
+  }
+  std::sort(t.points.begin(), t.points.end());
+  return t;
+}
+
+}  // namespace
+
+const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rate_fields() {
+  static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
+      {"matmul_fp32_flops", &MeasuredRates::matmul_fp32_flops},
+      {"matmul_bf16_flops", &MeasuredRates::matmul_bf16_flops},
+      {"memory_bytes_per_s", &MeasuredRates::memory_bytes_per_s},
+      {"op_overhead_s", &MeasuredRates::op_overhead_s},
+      {"copy_bytes_per_s", &MeasuredRates::copy_bytes_per_s},
+      {"collective_bytes_per_s", &MeasuredRates::collective_bytes_per_s},
+      {"collective_latency_s", &MeasuredRates::collective_latency_s}};
+  return fields;
+}
 
 Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   using namespace json_fields;
@@ -34,6 +87,22 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   if (j.contains("threads")) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
+  if (j.contains("measured")) {
+    const auto& m = j["measured"];
+    const std::string mp = p + ".measured";
+    if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
+    auto& r = h.measured;
+    r.present = true;
+    for (const auto& [key, field] : measured_rate_fields()) {
+      LONGCTX_TRY(r.*field, get_number(m, mp, key));
+      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+    }
+    for (const auto& [key, table] : attention_rate_tables(r)) {
+      LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
+    }
+    LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
+    r.ranks = static_cast<int>(ranks);
+  }
   return h;
 }
 
@@ -51,10 +120,25 @@ nlohmann::json hardware_to_json(const Hardware& h) {
           {"host_flops", h.host_flops},
           {"context_bytes", h.context_bytes}};
   if (h.backend == Backend::Cpu) j["threads"] = h.threads;
+  if (h.measured.present) {
+    auto& m = j["measured"];
+    for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;
+    auto measured = h.measured;
+    for (const auto& [key, table] : attention_rate_tables(measured)) {
+      auto& t = m[key] = nlohmann::json::object();
+      for (const auto& [d, rate] : table->points) t[std::to_string(d)] = rate;
+    }
+    m["ranks"] = h.measured.ranks;
+  }
   return j;
 }
 
 Result<Hardware> load_hardware(const std::string& name) {
+  if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
+    LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
+    LONGCTX_TRY(auto fj, json_fields::parse(file_text, "--gpu"));
+    return hardware_from_json(fj);
+  }
   auto text = presets::hardware(name);
   if (!text)
     return Error::bad_input("--gpu", fmt::format("'{}' is not a hardware preset; known: {}", name,

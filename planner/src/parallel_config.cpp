@@ -130,6 +130,13 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
     return Error::bad_input("--checkpoint", "every:K needs K >= 1");
   if (p.offload_checkpoints && !p.checkpoint.any())
     return Error::bad_input("--offload-checkpoints", "needs checkpointing (--checkpoint full or every:K): only checkpointed layer inputs are offloaded");
+  // zero1 and zero2 shard optimizer state and gradients over the ranks and exchange them
+  // with collectives; one rank has nothing to shard or exchange with (zero3 there is the
+  // parameter-offload path: shards streamed from the host).
+  if (c.world() == 1 && (p.sharding == Sharding::Zero1 || p.sharding == Sharding::Zero2))
+    return Error::bad_input("--sharding", fmt::format("{} shards over several ranks; use none (or zero3 with "
+                                                      "--offload-params) for one GPU",
+                                                      to_string(p.sharding)));
   if (p.offload_params && p.sharding != Sharding::Zero3)
     return Error::bad_input("--offload-params", "needs --sharding zero3: only parameter shards are offloaded");
   // Tiles may be uneven (tile_split), but each needs a row: at most the tokens per rank.

@@ -34,11 +34,6 @@ Result<bool> runnable(const Plan& plan, const RunOptions& o) {
                                                    "--nproc {}` (or torchrun --nproc-per-node {}), or plan for {}",
                                                    world, started, started == 1 ? "was" : "were", world, world,
                                                    started == 1 ? "--gpus 1" : fmt::format("{} ranks", started)));
-  if (world == 1 && (plan.parallel.sharding == Sharding::Zero1 || plan.parallel.sharding == Sharding::Zero2))
-    return Error::bad_input("parallel.sharding",
-                            fmt::format("{} shards over several ranks; use none (or zero3 with offload_params) for a "
-                                        "one-rank run",
-                                        to_string(plan.parallel.sharding)));
   if (o.device != "cpu" && o.device != "cuda")
     return Error::bad_input("--device", fmt::format("'{}' is unknown; use cpu or cuda", o.device));
   if (o.device == "cuda" && !torch::cuda::is_available())

@@ -39,6 +39,17 @@ struct StepTime {
   double mfu = 0;
 };
 
+// With the preset's measured rates (Hardware::measured, from `longctx calibrate`) the
+// efficiencies are not used: estimate_measured_step_time.
 StepTime estimate_step_time(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
+
+// Each op at the rates its kind reached on the machine: attention forward (recompute too)
+// and backward at the flash kernels' measured rates at the model's head dimension, other ops at the matmul rate of the
+// plan's dtype; each op bound by the larger of that and its memory traffic (its recorded
+// traffic, else the bytes of its inputs and outputs) at the measured elementwise
+// bandwidth, plus its launches at the measured cost of a small op. Copies at the measured
+// copy rate; collectives at the measured per-rank rate plus a latency per round. Overlap as
+// above. REQUIRES: plan.cluster.hardware.measured.present.
+StepTime estimate_measured_step_time(const Plan& plan, const StepGraph& graph);
 
 }  // namespace longctx

@@ -2,6 +2,7 @@
 // A GPU kind and the node it sits in: memory sizes and the rates the cost model needs.
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json_fwd.hpp>
@@ -11,6 +12,35 @@
 namespace longctx {
 
 enum class Backend { Cpu, Cuda };
+
+// Rates measured on a machine by `longctx calibrate` with the runtime's own kernels
+// (runtime/calibrate.h says how each is measured). Present: the cost model times each op
+// with these at face value instead of datasheet peaks times assumed efficiencies.
+// A rate measured at several head dimensions: the flash kernels' throughput depends on it
+// far more than on anything else of a model (a head of 12 runs at a fraction of the rate of a
+// head of 64).
+struct RateByHeadDim {
+  std::vector<std::pair<std::int64_t, double>> points;  // (head_dim, rate), head_dim ascending
+  // Interpolated linearly in log(head_dim) and log(rate) between the nearest points; the end
+  // points' rates beyond them. REQUIRES: points not empty.
+  double at(std::int64_t head_dim) const;
+};
+
+struct MeasuredRates {
+  bool present = false;
+  double matmul_fp32_flops = 0, matmul_bf16_flops = 0;  // per second
+  RateByHeadDim attention_forward, attention_backward;  // causal flash kernels, flop/s
+  double memory_bytes_per_s = 0;      // an elementwise op's reads and writes
+  double op_overhead_s = 0;           // one small op, start to end
+  double copy_bytes_per_s = 0;        // host <-> device (the virtual device: host to host)
+  double collective_bytes_per_s = 0;  // bytes a rank sends, all-to-all / all-gather / reduce-scatter
+  double collective_latency_s = 0;    // one round of a tiny collective
+  int ranks = 1;                      // the collectives were measured across this many ranks
+};
+
+// Each scalar rate's key in a preset's "measured" object, with its field; the attention
+// rates are objects keyed by head dimension ("attention_forward_flops": {"16": r, ...}).
+const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rate_fields();
 
 struct Hardware {
   std::string name;
@@ -29,10 +59,13 @@ struct Hardware {
   // allocates its block buffers once per thread, so the prediction depends on it; `longctx
   // run` uses this many unless --threads says otherwise.
   std::int64_t threads = 1;
+  MeasuredRates measured;  // "measured" in the preset: from `longctx calibrate`
 };
 
 Result<Hardware> hardware_from_json(const nlohmann::json& j);
 nlohmann::json hardware_to_json(const Hardware& h);
+// A preset by name, or a preset file `longctx calibrate -o` wrote (a name holding a '/' or
+// ending in .json).
 Result<Hardware> load_hardware(const std::string& name);
 std::vector<std::string> hardware_preset_names();
 

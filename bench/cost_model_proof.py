@@ -1,0 +1,149 @@
+"""Does the cost model rank plans as they run? Plans a grid of plans on the CPU virtual device
+with a calibrated preset (`longctx calibrate -o PRESET`), runs each, and puts the predicted step
+time beside the measured one; then, for a few `plan` queries, runs the three fastest plans the
+search returns and checks that the one it picked is the fastest measured or within 5% of it.
+
+    python3 bench/cost_model_proof.py PRESET.json [--longctx build/cli/longctx] [--steps 4]
+
+A benchmark, not a test: it prints figures (docs/performance.md records them) and asserts
+nothing. Measured step time: the median of a run's steps after the first (the first pays for
+allocations and LibTorch's lazy setup). Every run uses one intra-op thread, as calibrate does.
+"""
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+# (model, seq, gpus, knobs): shapes, lengths and techniques that change which op dominates.
+GRID = [
+    ("tiny-gqa", 2048, 1, {}),
+    ("tiny-gqa", 4096, 1, {}),
+    ("tiny-gqa", 8192, 1, {}),
+    ("tiny-gqa", 8192, 1, {"checkpoint": "full"}),
+    ("tiny-gqa", 8192, 1, {"checkpoint": "full", "offload-checkpoints": True}),
+    ("tiny-gqa", 8192, 1, {"mlp-tiles": 4, "loss-tiles": 4}),
+    ("tiny-gqa", 4096, 1, {"offload-optimizer": True}),
+    ("tiny-gqa", 12288, 1, {"checkpoint": "every:2"}),
+    ("tiny-odd", 2048, 1, {}),
+    ("tiny-odd", 6144, 1, {}),
+    ("tiny-odd", 6144, 1, {"checkpoint": "full", "loss-tiles": 3}),
+    ("tiny-bias", 4096, 1, {}),
+    ("tiny-bias", 8192, 1, {"checkpoint": "full"}),
+    ("tiny-qwen2", 4096, 1, {}),
+    ("tiny-qwen2", 8192, 1, {"mlp-tiles": 2}),
+    ("tiny-gqa", 4096, 2, {"ulysses": 2}),
+    ("tiny-gqa", 8192, 2, {"ulysses": 2, "checkpoint": "full"}),
+    ("tiny-gqa", 4096, 2, {"sharding": "zero2"}),
+    ("tiny-gqa", 4096, 2, {"sharding": "zero3"}),
+    ("tiny-odd", 4096, 2, {"ulysses": 2, "sharding": "zero3"}),
+    ("tiny-gqa", 8192, 2, {"ulysses": 2, "head-chunk": 1}),
+    ("tiny-bias", 6144, 2, {"ulysses": 2, "mlp-tiles": 3}),
+]
+
+# (model, seq, gpus, budget) queries whose top three plans are run.
+QUERIES = [
+    ("tiny-gqa", 8192, 1, "64MiB"),
+    ("tiny-gqa", 16384, 1, "96MiB"),
+    ("tiny-odd", 8192, 1, "48MiB"),
+    ("tiny-bias", 8192, 2, "48MiB"),
+    ("tiny-gqa", 12288, 2, "64MiB"),
+]
+
+
+def knob_flags(knobs):
+    flags = []
+    for k, v in knobs.items():
+        if v is True:
+            flags.append(f"--{k}")
+        elif v is not False:
+            flags += [f"--{k}", str(v)]
+    return flags
+
+
+def parallel_flags(parallel):
+    """A search result's parallel section as plan flags."""
+    knobs = {k.replace("_", "-"): v for k, v in parallel.items()}
+    return knob_flags({k: v for k, v in knobs.items() if v not in (False,)})
+
+
+class Bench:
+    def __init__(self, longctx, preset, steps, tmp):
+        self.longctx, self.preset, self.steps, self.tmp = longctx, preset, steps, tmp
+        self.n = 0
+
+    def plan(self, model, seq, gpus, flags, budget="4GiB", search=False):
+        self.n += 1
+        path = os.path.join(self.tmp, f"plan{self.n}.json")
+        cmd = [self.longctx, "plan", "--model", model, "--gpu", self.preset, "--gpus", str(gpus), "--seq", str(seq),
+               "--budget", budget, "--json", "-o", path] + flags + ([] if search else ["--no-search"])
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
+        return path, json.loads(out.stdout)
+
+    def run(self, path, gpus):
+        cmd = [self.longctx, "run", "--plan", path, "--steps", str(self.steps), "--threads", "1", "--json"]
+        if gpus > 1:
+            cmd += ["--nproc", str(gpus)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()[-400:]}")
+        times = [s["time_s"] for s in json.loads(out.stdout)["steps"]]
+        return statistics.median(times[1:])
+
+
+def ranks(values):
+    order = sorted(range(len(values)), key=lambda i: values[i])
+    r = [0.0] * len(values)
+    for rank, i in enumerate(order):
+        r[i] = float(rank)
+    return r
+
+
+def spearman(a, b):
+    ra, rb = ranks(a), ranks(b)
+    ma, mb = statistics.mean(ra), statistics.mean(rb)
+    cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
+    return cov / (sum((x - ma) ** 2 for x in ra) * sum((y - mb) ** 2 for y in rb)) ** 0.5
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("preset")
+    ap.add_argument("--longctx", default="build/cli/longctx")
+    ap.add_argument("--steps", type=int, default=4)
+    a = ap.parse_args()
+    with tempfile.TemporaryDirectory() as tmp:
+        b = Bench(a.longctx, a.preset, a.steps, tmp)
+        print("| plan | predicted s | measured s | error |\n| --- | --- | --- | --- |")
+        predicted, measured = [], []
+        for model, seq, gpus, knobs in GRID:
+            path, plan = b.plan(model, seq, gpus, knob_flags(knobs))
+            p, m = plan["prediction"]["step_time_s"], b.run(path, gpus)
+            predicted.append(p)
+            measured.append(m)
+            name = f"{model} {seq} x{gpus} " + (" ".join(knob_flags(knobs)) or "plain")
+            print(f"| {name} | {p:.3f} | {m:.3f} | {100 * (p - m) / m:+.1f}% |", flush=True)
+        errors = [abs(p - m) / m for p, m in zip(predicted, measured)]
+        print(f"\n{len(GRID)} plans: worst |error| {100 * max(errors):.1f}%, median {100 * statistics.median(errors):.1f}%, "
+              f"within 15%: {sum(e <= 0.15 for e in errors)}; Spearman {spearman(predicted, measured):.3f}\n")
+
+        print("| query | picked | measured s of the top three | picked within 5% of the fastest |\n| --- | --- | --- | --- |")
+        for model, seq, gpus, budget in QUERIES:
+            _, plan = b.plan(model, seq, gpus, [], budget=budget, search=True)
+            top = [plan["parallel"]] + [r["parallel"] for r in plan["search"].get("runners_up", [])[:2]]
+            times = []
+            for parallel in top:
+                path, _ = b.plan(model, seq, gpus, parallel_flags(parallel), budget=budget)
+                times.append(b.run(path, gpus))
+            ok = times[0] <= 1.05 * min(times)
+            picked = " ".join(parallel_flags(top[0]))
+            print(f"| {model} {seq} x{gpus} {budget} | {picked} | {', '.join(f'{t:.3f}' for t in times)} | "
+                  f"{'yes' if ok else 'no'} |", flush=True)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

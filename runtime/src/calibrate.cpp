@@ -1,0 +1,235 @@
+#include "longctx/runtime/calibrate.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+#include <torch/torch.h>
+
+#include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/step_shapes.h"
+#include "longctx/runtime/attention.h"
+
+namespace longctx::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+void synchronize(const torch::Device& d) {
+  if (d.is_cuda()) torch::cuda::synchronize(d.index());
+}
+
+// The median seconds of one call of f: one warm-up call, then calls until `budget_s` has
+// passed and at least 3 ran.
+template <class F>
+double median_seconds(F&& f, const torch::Device& d, double budget_s) {
+  f();
+  synchronize(d);
+  std::vector<double> times;
+  const auto start = Clock::now();
+  while (times.size() < 3 || (std::chrono::duration<double>(Clock::now() - start).count() < budget_s && times.size() < 10000)) {
+    const auto t0 = Clock::now();
+    f();
+    synchronize(d);
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// The same for a collective: a fixed number of rounds on every rank, after a barrier.
+template <class F>
+double median_collective_seconds(F&& f, Communicator& comm, int rounds) {
+  comm.barrier();
+  f();
+  std::vector<double> times;
+  for (int i = 0; i < rounds; ++i) {
+    const auto t0 = Clock::now();
+    f();
+    synchronize(comm.device());
+    times.push_back(std::chrono::duration<double>(Clock::now() - t0).count());
+  }
+  std::nth_element(times.begin(), times.begin() + times.size() / 2, times.end());
+  return times[times.size() / 2];
+}
+
+// The head dimensions attention is timed at: powers of two from 8 to 128 and the model's own.
+std::vector<std::int64_t> attention_head_dims(std::int64_t model_head_dim) {
+  std::vector<std::int64_t> dims = {8, 16, 32, 64, 128};
+  if (std::find(dims.begin(), dims.end(), model_head_dim) == dims.end()) dims.push_back(model_head_dim);
+  std::sort(dims.begin(), dims.end());
+  return dims;
+}
+
+struct Probes {
+  const CalibrateOptions& o;
+  Communicator& comm;
+  torch::Device device;
+  std::vector<ProbeResult> out;
+
+  std::vector<std::pair<std::int64_t, std::pair<double, double>>> attention_points;  // head_dim -> (forward, backward)
+  void record_attention(std::int64_t d, double fwd, double bwd, std::string how) {
+    attention_points.push_back({d, {fwd, bwd}});
+    record(fmt::format("attention_forward_flops.{}", d), fwd, "flop/s", how);
+    record(fmt::format("attention_backward_flops.{}", d), bwd, "flop/s", how);
+  }
+  void record(std::string key, double value, std::string unit, std::string how) {
+    if (o.progress && comm.rank() == 0) std::fprintf(o.progress, "calibrate: %-26s %12.4g %s\n", key.c_str(), value, unit.c_str());
+    out.push_back({std::move(key), value, std::move(unit), std::move(how)});
+  }
+  torch::TensorOptions opts(torch::ScalarType t) const { return torch::TensorOptions().dtype(t).device(device); }
+
+  double matmul(torch::ScalarType type) {
+    const auto& m = o.model;
+    const auto n = o.seq, h = m.hidden, I = m.intermediate;
+    auto x = torch::randn({n, h}, opts(type)), up = torch::randn({I, h}, opts(type)), down = torch::randn({h, I}, opts(type));
+    torch::Tensor y;
+    const double s = median_seconds([&] { y = torch::linear(torch::linear(x, up), down); }, device, o.seconds_per_probe);
+    return 2 * footprint::matmul_flops(n, h, I) / s;
+  }
+
+  // The model's query and kv heads at head dimension d.
+  std::pair<double, double> attention_rates(std::int64_t d) {
+    const auto& m = o.model;
+    const auto type = device.is_cuda() ? torch::kBFloat16 : torch::kFloat;
+    auto q = torch::randn({1, o.seq, m.heads, d}, opts(type)).requires_grad_();
+    auto k = torch::randn({1, o.seq, m.kv_heads, d}, opts(type)).requires_grad_();
+    auto v = torch::randn({1, o.seq, m.kv_heads, d}, opts(type)).requires_grad_();
+    footprint::StepShapes s;
+    s.b = 1, s.S = o.seq, s.d = d;
+    const double flops = footprint::attention_flops(s, m.heads);
+    torch::Tensor out;
+    const double fwd = median_seconds([&] { out = attention(q, k, v); }, device, o.seconds_per_probe);
+    auto dout = torch::randn_like(out);
+    const double both = median_seconds(
+        [&] {
+          auto y = attention(q, k, v);
+          auto g = torch::autograd::grad({y}, {q, k, v}, {dout});
+        },
+        device, o.seconds_per_probe);
+    return {flops / fwd, 2.5 * flops / std::max(both - fwd, 1e-9)};
+  }
+
+  double elementwise_bandwidth() {
+    const auto n = o.seq, I = o.model.intermediate;
+    auto a = torch::randn({n, I}, opts(torch::kFloat)), b = torch::randn({n, I}, opts(torch::kFloat));
+    const double s = median_seconds([&] { a.add_(b); }, device, o.seconds_per_probe);
+    return 3.0 * double(n * I) * 4 / s;
+  }
+
+  double op_overhead() {
+    auto a = torch::zeros({1}, opts(torch::kFloat)), b = torch::ones({1}, opts(torch::kFloat));
+    return median_seconds([&] { a.add_(b); }, device, o.seconds_per_probe);
+  }
+
+  double copy_rate() {
+    const auto bytes = o.seq * o.model.hidden * 4;
+    auto host = torch::randn({o.seq, o.model.hidden}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(device.is_cuda()));
+    auto dev = torch::empty({o.seq, o.model.hidden}, opts(torch::kFloat));
+    const double s = median_seconds([&] { dev.copy_(host, /*non_blocking=*/false); }, device, o.seconds_per_probe);
+    return double(bytes) / s;
+  }
+
+  // Bytes a rank sends per second, as the planner counts them for each collective.
+  std::pair<double, double> collective_rates(int rounds) {
+    const std::int64_t w = comm.world();
+    const std::int64_t elems = (o.seq * o.model.hidden + w - 1) / w * w;
+    const double bytes = double(elems) * 4;
+    auto full = torch::randn({elems}, opts(torch::kFloat));
+    auto shard = torch::randn({elems / w}, opts(torch::kFloat));
+    auto send = torch::randn({w, elems / w}, opts(torch::kFloat));
+    const double sent = bytes * double(w - 1) / double(w);
+    const double a2a = median_collective_seconds([&] { auto r = comm.all_to_all(send); }, comm, rounds);
+    const double ag = median_collective_seconds([&] { comm.all_gather(full, shard); }, comm, rounds);
+    const double rs = median_collective_seconds(
+        [&] {
+          auto f = full.clone();
+          comm.reduce_scatter_sum(shard, f);
+        },
+        comm, rounds);
+    auto one = torch::ones({1}, opts(torch::kFloat));
+    const double latency = median_collective_seconds([&] { comm.all_reduce_sum(one); }, comm, rounds);
+    if (o.progress && comm.rank() == 0)
+      std::fprintf(o.progress, "calibrate: all-to-all %.3g s, all-gather %.3g s, reduce-scatter %.3g s for %.3g bytes sent\n",
+                   a2a, ag, rs, sent);
+    return {(sent / a2a + sent / ag + sent / rs) / 3, latency};
+  }
+};
+
+}  // namespace
+
+Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
+  if (o.seq < 16) return Error::bad_input("--seq", fmt::format("{} tokens is too few to time; use at least 16", o.seq));
+  if (o.threads > 0) torch::set_num_threads(o.threads);
+  Probes p{o, comm, comm.device(), {}};
+  const auto& m = o.model;
+  const std::string at = fmt::format("{} at {} tokens", m.name, o.seq);
+  try {
+    p.record("matmul_fp32_flops", p.matmul(torch::kFloat), "flop/s",
+             fmt::format("x [{}, {}] fp32 through the MLP's up [{}, {}] and down weights ({}), median call", o.seq, m.hidden,
+                         m.intermediate, m.hidden, at));
+    p.record("matmul_bf16_flops", p.matmul(torch::kBFloat16), "flop/s", fmt::format("the same in bf16 ({})", at));
+    for (const std::int64_t d : attention_head_dims(m.head_dim)) {
+      const auto [fwd, bwd] = p.attention_rates(d);
+      p.record_attention(d, fwd, bwd,
+                         fmt::format("runtime attention(), causal, {} q / {} kv heads of {} at {} tokens; the planner's "
+                                     "flops; backward: forward + backward minus forward, 2.5 x the flops",
+                                     m.heads, m.kv_heads, d, o.seq));
+    }
+    p.record("memory_bytes_per_s", p.elementwise_bandwidth(), "byte/s",
+             fmt::format("a += b over [{}, {}] fp32: two reads and a write", o.seq, m.intermediate));
+    const double overhead = p.op_overhead();
+    p.record("op_overhead_s", overhead, "s", "a += b over one element");
+    const double copy = p.copy_rate();
+    p.record("copy_bytes_per_s", copy, "byte/s",
+             p.device.is_cuda() ? "pinned host [n, h] fp32 into the device" : "host [n, h] fp32 into another host buffer");
+    if (comm.world() > 1) {
+      const auto [rate, latency] = p.collective_rates(10);
+      p.record("collective_bytes_per_s", rate, "byte/s",
+               fmt::format("mean of all-to-all, all-gather and reduce-scatter of [{}, {}] fp32 across {} ranks, bytes a "
+                           "rank sends",
+                           o.seq, m.hidden, comm.world()));
+      p.record("collective_latency_s", latency, "s", fmt::format("all-reduce of one element across {} ranks", comm.world()));
+    } else {
+      p.record("collective_bytes_per_s", copy, "byte/s", "one rank: no collective to time; the copy rate");
+      p.record("collective_latency_s", overhead, "s", "one rank: the small-op overhead");
+    }
+  } catch (const CommError& e) {
+    return Error{ErrorKind::Internal, "calibrate", e.what()};
+  } catch (const c10::Error& e) {
+    return Error{ErrorKind::Internal, "calibrate", fmt::format("a probe failed: {}", e.what_without_backtrace())};
+  }
+
+  Calibration c;
+  c.hardware = o.base;
+  c.hardware.name = o.name.empty() ? o.base.name + "-calibrated" : o.name;
+  if (c.hardware.backend == Backend::Cpu) c.hardware.threads = std::max(1, o.threads);
+  auto& r = c.hardware.measured;
+  r.present = true;
+  r.ranks = comm.world();
+  for (const auto& probe : p.out) {
+    if (!(probe.value > 0) || !std::isfinite(probe.value))
+      return Error{ErrorKind::Internal, "calibrate", fmt::format("{} came out as {}", probe.key, probe.value)};
+    for (const auto& [key, field] : measured_rate_fields())
+      if (probe.key == key) r.*field = probe.value;
+  }
+  for (const auto& [d, rates] : p.attention_points) {
+    r.attention_forward.points.emplace_back(d, rates.first);
+    r.attention_backward.points.emplace_back(d, rates.second);
+  }
+  c.probes = std::move(p.out);
+  return c;
+}
+
+nlohmann::json calibration_json(const Calibration& c) {
+  nlohmann::json j = hardware_to_json(c.hardware);
+  j["description"] = fmt::format("{}, with rates measured on this machine by `longctx calibrate`", c.hardware.name);
+  j["sources"] = "measured: each rate in `measurements`, with how it was taken; memory sizes and links from the base preset";
+  j["measurements"] = nlohmann::json::array();
+  for (const auto& p : c.probes) j["measurements"].push_back({{"key", p.key}, {"value", p.value}, {"unit", p.unit}, {"how", p.how}});
+  return j;
+}
+
+}  // namespace longctx::runtime

@@ -1,0 +1,77 @@
+// `longctx calibrate` measures this machine and writes a preset `--gpu FILE` plans with. The
+// figures themselves depend on the machine and its load: what is held is that every rate is
+// measured (positive, finite, with how it was taken), that the preset plans, and that the
+// plan's step time comes from the measured model (the datasheet preset answers otherwise).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "cli_fixture.h"
+#include "longctx/planner/hardware.h"
+
+namespace longctx::runtime {
+namespace {
+
+class Calibrate : public testing::CliTest {};
+
+TEST_F(Calibrate, WritesAPresetThatPlans) {
+  const std::string preset = path("cpu-measured.json");
+  auto o = run_cli("calibrate --seq 256 --seconds 0.02 --name here -o " + preset);
+  ASSERT_EQ(o.status, 0) << o.err;
+  EXPECT_NE(o.err.find("calibrate: matmul_fp32_flops"), std::string::npos) << "progress, a line a probe: " << o.err;
+  const auto j = nlohmann::json::parse(testing::slurp(preset));
+  EXPECT_EQ(j["name"], "here");
+  ASSERT_TRUE(j.contains("measured"));
+  for (const auto& [key, field] : measured_rate_fields()) {
+    ASSERT_TRUE(j["measured"].contains(key)) << key;
+    const double v = j["measured"][key];
+    EXPECT_TRUE(v > 0 && std::isfinite(v)) << key << " = " << v;
+  }
+  for (const char* table : {"attention_forward_flops", "attention_backward_flops"}) {
+    ASSERT_TRUE(j["measured"][table].is_object()) << table;
+    EXPECT_TRUE(j["measured"][table].contains("16")) << "tiny-gqa's own head dimension: " << j["measured"][table].dump();
+    EXPECT_EQ(j["measured"][table].size(), 5u) << "8, 16, 32, 64, 128";
+  }
+  EXPECT_EQ(j["measurements"].size(), measured_rate_fields().size() + 2 * 5);
+  for (const auto& m : j["measurements"]) EXPECT_FALSE(m["how"].get<std::string>().empty()) << m.dump();
+
+  auto measured = run_cli("plan --model tiny-gqa --gpus 1 --seq 1024 --no-search --json --gpu " + preset);
+  ASSERT_EQ(measured.status, 0) << measured.err;
+  auto datasheet = run_cli("plan --model tiny-gqa --gpus 1 --seq 1024 --no-search --json --gpu cpu");
+  ASSERT_EQ(datasheet.status, 0) << datasheet.err;
+  const auto pm = nlohmann::json::parse(measured.out), pd = nlohmann::json::parse(datasheet.out);
+  EXPECT_NE(pm["prediction"]["step_time_s"], pd["prediction"]["step_time_s"]);
+  EXPECT_EQ(pm["prediction"]["peak_device_bytes"], pd["prediction"]["peak_device_bytes"]) << "memory is the base's";
+  EXPECT_EQ(pm["cluster"]["hardware"]["measured"], j["measured"]) << "the plan file carries the rates it used";
+}
+
+TEST_F(Calibrate, MeasuresCollectivesAcrossRanks) {
+  const std::string preset = path("two.json");
+  auto o = run_cli("calibrate --nproc 2 --seq 256 --seconds 0.02 -o " + preset);
+  ASSERT_EQ(o.status, 0) << o.err;
+  const auto j = nlohmann::json::parse(testing::slurp(preset));
+  EXPECT_EQ(j["measured"]["ranks"], 2);
+  bool timed = false;
+  for (const auto& m : j["measurements"])
+    if (m["key"] == "collective_bytes_per_s") timed = m["how"].get<std::string>().find("across 2 ranks") != std::string::npos;
+  EXPECT_TRUE(timed) << j["measurements"].dump();
+}
+
+TEST_F(Calibrate, BadInputExitsTwoNamingTheField) {
+  for (const auto& [args, field] : {std::pair{"calibrate --gpu h100-80gb", "--device"},
+                                    std::pair{"calibrate --gpu cpu --device cuda", "--gpu"},
+                                    std::pair{"calibrate --seq 4", "--seq"},
+                                    std::pair{"calibrate --model nonesuch", "--model"}}) {
+    auto o = run_cli(args);
+    EXPECT_EQ(o.status, 2) << args << ": " << o.err;
+    EXPECT_NE(o.err.find(field), std::string::npos) << args << ": " << o.err;
+  }
+  auto o = run_cli("plan --model tiny-gqa --gpus 1 --seq 1024 --gpu " + path("missing.json"));
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("--gpu"), std::string::npos) << o.err;
+}
+
+}  // namespace
+}  // namespace longctx::runtime

@@ -1,0 +1,103 @@
+// The cost model with measured rates (`longctx calibrate`): each op at the rate its kind
+// reached, so changing one measured rate moves exactly the ops of that kind; and a preset
+// carrying measured rates survives its JSON.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/cost_model.h"
+#include "longctx/planner/memory_model.h"
+#include "test_plans.h"
+
+namespace longctx {
+namespace {
+
+MeasuredRates rates() {
+  MeasuredRates m;
+  m.present = true;
+  m.matmul_fp32_flops = 1e10, m.matmul_bf16_flops = 2e10;
+  m.attention_forward.points = {{8, 1e9}, {16, 5e9}, {64, 2e10}};
+  m.attention_backward.points = {{8, 1e9}, {16, 4e9}, {64, 2e10}};
+  m.memory_bytes_per_s = 1e10, m.op_overhead_s = 1e-6, m.copy_bytes_per_s = 5e9;
+  m.collective_bytes_per_s = 1e9, m.collective_latency_s = 1e-4;
+  return m;
+}
+
+StepTime time_of(Plan p) {
+  const Evaluation e = evaluate(p);
+  return estimate_step_time(p, e.graph);
+}
+
+TEST(MeasuredCostModel, EachRateMovesOnlyItsOps) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 2048);
+  p.cluster.hardware.measured = rates();
+  const StepTime base = time_of(p);
+  ASSERT_GT(base.total_s, 0);
+
+  // Attention's rates: halving both makes the step slower by exactly the attention time.
+  Plan slow_attention = p;
+  for (auto* t : {&slow_attention.cluster.hardware.measured.attention_forward,
+                  &slow_attention.cluster.hardware.measured.attention_backward})
+    for (auto& point : t->points) point.second /= 2;
+  const Evaluation e = evaluate(p);
+  double attention_s = 0;
+  for (const auto& op : e.graph.ops())
+    if (op.kind == OpKind::Attention)
+      attention_s += op.flops / (op.phase == Phase::Backward && !op.name.recompute ? 4e9 : 5e9);  // head_dim 16
+  ASSERT_GT(attention_s, 0);
+  // An attention op is flop-bound at these rates, so its time doubles.
+  EXPECT_NEAR(time_of(slow_attention).total_s - base.total_s, attention_s, 1e-9 * base.total_s + 1e-12);
+
+  // The bf16 matmul rate does not touch an fp32 plan.
+  Plan bf16_rate = p;
+  bf16_rate.cluster.hardware.measured.matmul_bf16_flops *= 10;
+  EXPECT_DOUBLE_EQ(time_of(bf16_rate).total_s, base.total_s);
+
+  // Every op pays the overhead once a launch.
+  Plan overhead = p;
+  overhead.cluster.hardware.measured.op_overhead_s += 1e-3;
+  double launches = 0;
+  for (const auto& op : e.graph.ops()) launches += op.launches;
+  EXPECT_NEAR(time_of(overhead).total_s - base.total_s, launches * 1e-3, 1e-9 * launches);
+}
+
+TEST(MeasuredCostModel, AttentionRatesInterpolateInLogHeadDim) {
+  const MeasuredRates m = rates();
+  EXPECT_DOUBLE_EQ(m.attention_forward.at(16), 5e9);
+  EXPECT_DOUBLE_EQ(m.attention_forward.at(4), 1e9) << "below the table: its first rate";
+  EXPECT_DOUBLE_EQ(m.attention_forward.at(256), 2e10) << "above: its last";
+  EXPECT_NEAR(m.attention_forward.at(32), std::sqrt(5e9 * 2e10), 1) << "halfway in log d: the geometric mean";
+}
+
+TEST(MeasuredCostModel, WithoutMeasuredRatesTheDatasheetModelAnswers) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 2048);
+  const StepTime datasheet = time_of(p);
+  p.cluster.hardware.measured = rates();
+  EXPECT_NE(time_of(p).total_s, datasheet.total_s);
+}
+
+TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
+  Hardware h = load_hardware("cpu").value();
+  h.measured = rates();
+  h.measured.ranks = 2;
+  const auto j = hardware_to_json(h);
+  auto back = hardware_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().what();
+  EXPECT_TRUE(back->measured.present);
+  for (const auto& [key, field] : measured_rate_fields()) EXPECT_EQ(back->measured.*field, h.measured.*field) << key;
+  EXPECT_EQ(back->measured.attention_forward.points, h.measured.attention_forward.points);
+  EXPECT_EQ(back->measured.attention_backward.points, h.measured.attention_backward.points);
+  EXPECT_EQ(back->measured.ranks, 2);
+
+  // A rate that is not positive is refused naming it.
+  auto bad = j;
+  bad["measured"]["op_overhead_s"] = 0;
+  auto r = hardware_from_json(bad);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "cluster.hardware.measured.op_overhead_s");
+}
+
+}  // namespace
+}  // namespace longctx
