@@ -99,4 +99,15 @@ void AdamW::step() {
   }
 }
 
+void gradients_to_host(const std::vector<Tensor*>& params, bool pinned) {
+  torch::NoGradGuard no_grad;
+  for (Tensor* p : params) {
+    if (!p->defined() || !p->grad().defined()) continue;
+    // [numel of p] fp32, in the host pool; the device gradient dies with the assignment.
+    Tensor host = host_empty(p->sizes(), torch::kFloat, pinned);
+    host.copy_(p->grad());
+    p->mutable_grad() = host;
+  }
+}
+
 }  // namespace longctx::runtime

@@ -24,6 +24,9 @@ bool streamed(const StepBuild& sb, int group);
 void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a);
 TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer);
 void grads_to_host(StepBuild& sb, int group, Phase phase);
+// Whether a finished group gradient that is not reduce-scattered goes to the host as soon as
+// backward finishes it: an offloaded optimizer on one rank, where nothing is reduced first.
+bool streams_whole_grads(const StepBuild& sb);
 
 // ---- embedding.cpp -------------------------------------------------------------------------
 TensorId embedding_forward(StepBuild& sb);  // returns layer 0's input

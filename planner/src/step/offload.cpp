@@ -49,4 +49,10 @@ void grads_to_host(StepBuild& sb, int group, Phase phase) {
   sb.grads[static_cast<std::size_t>(group)] = {host};
 }
 
+// As DeepSpeed's offloaded optimizer copies each reduced gradient partition to the host
+// during backward (deepspeed/runtime/zero/stage_1_and_2.py,
+// DeepSpeedZeroOptimizer.async_inplace_copy_grad_to_fp32_buffer_from_gpu); across ranks an
+// unsharded gradient is all-reduced in the optimizer phase first, so it waits there.
+bool streams_whole_grads(const StepBuild& sb) { return sb.parallel.offload_optimizer && sb.shapes.world == 1; }
+
 }  // namespace longctx::step

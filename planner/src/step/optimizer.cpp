@@ -53,9 +53,10 @@ void optimizer_step(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   const Sharding sharding = sb.parallel.sharding;
   const bool offload = sb.parallel.offload_optimizer;
-  // Unsharded gradients of an offloaded optimizer go to the host first, every group before
-  // the first update (zero1 reduces each before it leaves).
-  if (!sb.shard_grads && offload) {
+  // Unsharded gradients of an offloaded optimizer across ranks go to the host first, every
+  // group before the first update (zero1 reduces each before it leaves); on one rank they
+  // went as backward finished them (streams_whole_grads).
+  if (!sb.shard_grads && offload && !streams_whole_grads(sb)) {
     for (int gi = 0; gi < param_groups(s); ++gi) {
       if (sharding == Sharding::Zero1) all_reduce_grad(sb, gi);
       grads_to_host(sb, gi, Phase::Optimizer);

@@ -34,7 +34,8 @@ class AdamW {
   AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned,
         std::optional<torch::Device> state_device = std::nullopt);
   // Offloaded: the gradients arrive already in the host pool, in fp32 (ZeRO's shards, moved
-  // there as soon as they are reduced), and are used where they are.
+  // there as soon as they are reduced; on one rank each group's, moved as its backward
+  // ends: gradients_to_host below), and are used where they are.
   void gradients_on_host(bool on) { grads_on_host_ = on; }
   // Applies one update from each parameter's .grad() (parameters without one are skipped).
   void step();
@@ -60,5 +61,14 @@ class AdamW {
   bool grads_on_host_ = false;
   std::int64_t t_ = 0;
 };
+
+// An offloaded optimizer's input, made as soon as backward finishes a parameter group: each
+// parameter's gradient is replaced by an fp32 copy in the host pool, one parameter at a
+// time, so its device gradient is freed before the next one's copy is allocated (the
+// planner's grad.to_host). Values are those AdamW::step would copy itself: the same fp32
+// cast of the same gradient. Parameters without a gradient are skipped.
+// REQUIRES: inside NoGrad or outside autograd; no later backward adds into these gradients
+// before the optimizer consumes them (the group's backward has ended).
+void gradients_to_host(const std::vector<torch::Tensor*>& params, bool pinned);
 
 }  // namespace longctx::runtime

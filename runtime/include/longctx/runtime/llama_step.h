@@ -54,7 +54,8 @@ class LlamaStep : private BackwardHook {
   // int64): its tokens' sum over all the batch's real tokens, so that the ranks' shares sum
   // to the mean, with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  // forward, then backward into the weights' .grad(); returns the loss (summed over ranks:
+  // forward, then backward into the weights' .grad() (fp32 copies in the host pool where
+  // streams_gradients()); returns the loss (summed over ranks:
   // the whole batch's). Takes the batch by
   // value and lets go of it after forward, so the graph alone decides when tokens and
   // targets die (targets after the loss backward, tokens after the embedding's).
@@ -67,6 +68,9 @@ class LlamaStep : private BackwardHook {
   void use_shards(ShardedParams* shards);
   ShardedParams* shards() { return shards_; }
   const ParallelConfig& parallel() const { return p_; }
+  // An offloaded optimizer on one rank: each group's gradient goes to the host pool in fp32
+  // as soon as its backward ends (gradients_to_host, adamw.h), not all at the optimizer step.
+  bool streams_gradients() const;
 
  private:
   // One executor per layer (layer_executors.h), from the plan and where the parameters
@@ -77,8 +81,8 @@ class LlamaStep : private BackwardHook {
   torch::Tensor layer_body(const LayerWeights& w, const torch::Tensor& x) const;
   // The final norm and the loss from the last layer's output x [b, S, h].
   torch::Tensor head_loss(torch::Tensor x, const torch::Tensor& targets);
-  // zero2/zero3: the backward of parameter group `group` has ended (the mark at its input):
-  // its gradient is reduce-scattered into its shard.
+  // The backward of parameter group `group` has ended (the mark at its input): zero2/zero3
+  // reduce-scatter its gradient into its shard; streams_gradients() moves it to the host.
   void on_backward(std::int64_t group) override;
 
   ModelConfig m_;
