@@ -136,15 +136,21 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   return out;
 }
 
-bool LlamaStep::streams_gradients() const {
-  return !shards_ && p_.offload_optimizer && (!comm_ || comm_->world() == 1);
-}
+bool LlamaStep::streams_gradients() const { return host_grads_ && !shards_ && (!comm_ || comm_->world() == 1); }
 
 void LlamaStep::on_backward(std::int64_t group) {
-  if (shards_)
+  if (shards_) {
     shards_->finish_grads(static_cast<int>(group));
-  else
-    gradients_to_host(w_.group(group), device_.is_cuda());
+    return;
+  }
+  // One parameter at a time: its device gradient is freed before the next one is copied.
+  torch::NoGradGuard no_grad;
+  for (Tensor* p : w_.group(group))
+    if (p->defined() && p->grad().defined()) {
+      Tensor grad = p->grad();
+      p->mutable_grad().reset();
+      host_grads_->gradient_to_host(*p, grad);
+    }
 }
 
 Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {

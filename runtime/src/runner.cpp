@@ -219,15 +219,14 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     // parameters in the host pool (ZeRO-3 with offloaded parameters).
     AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu,
                     device);
-    // zero2/zero3 with the optimizer offloaded: each shard's gradient goes to the host as
-    // soon as it is reduced (the planner's grad.to_host), not all at the step; on one rank
-    // each group's, as soon as its backward ends (LlamaStep::streams_gradients).
-    if (shards && shards->shards_grads() && plan.parallel.offload_optimizer) {
-      shards->gradients_to_host(true);
-      optimizer.gradients_on_host(true);
-    }
+    // With the optimizer offloaded, each gradient goes into its fp32 host buffer as soon as
+    // backward finishes it (the planner's grad.to_host): zero2/zero3's reduced shards, and on
+    // one rank each group's; not all at the step.
     step.use_shards(shards.get());
-    if (step.streams_gradients()) optimizer.gradients_on_host(true);
+    if (plan.parallel.offload_optimizer) {
+      if (shards && shards->shards_grads()) shards->gradients_to_host(&optimizer);
+      step.stream_gradients_to(&optimizer);
+    }
     const auto params = weights.all();
     // What a checkpoint holds of the parameters: zero3's shards, or the full parameters
     // (zero1/zero2 shards are views of them).

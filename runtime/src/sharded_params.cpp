@@ -1,5 +1,6 @@
 #include "longctx/runtime/sharded_params.h"
 
+#include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
@@ -160,10 +161,9 @@ void ShardedParams::finish_grads(int gi) {
   Tensor sg = at::empty({g.shard}, flat.options());
   comm_.reduce_scatter_sum(sg, flat);
   flat = Tensor();
-  if (grads_to_host_) {
-    Tensor host = host_empty({g.shard}, torch::kFloat, pinned_);
-    host.copy_(sg);
-    sg = host;
+  if (host_grads_) {
+    host_grads_->gradient_to_host(shard, sg);
+    return;
   }
   if (!shard.grad().defined())
     shard.mutable_grad() = sg;

@@ -23,6 +23,9 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase);
 bool streamed(const StepBuild& sb, int group);
 void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a);
 TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer);
+// An offloaded optimizer's fp32 host gradient of a group, persistent (model states).
+void host_grad_buffer(StepBuild& sb, int group);
+// A group's gradient copied into its host buffer, which the optimizer step then reads.
 void grads_to_host(StepBuild& sb, int group, Phase phase);
 // Whether a finished group gradient that is not reduce-scattered goes to the host as soon as
 // backward finishes it: an offloaded optimizer on one rank, where nothing is reduced first.

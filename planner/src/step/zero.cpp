@@ -25,6 +25,7 @@ void model_states(StepBuild& sb) {
     if (s.master) sb.graph.persistent(sb.group_name(gi, "optim.master"), opt * 4, Category::Optimizer, optim_place);
     sb.graph.persistent(sb.group_name(gi, "optim.exp_avg"), opt * 4, Category::Optimizer, optim_place);
     sb.graph.persistent(sb.group_name(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
+    if (sb.parallel.offload_optimizer) host_grad_buffer(sb, gi);
   }
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }

@@ -37,6 +37,8 @@
 
 namespace longctx::runtime {
 
+class AdamW;
+
 class LlamaStep : private BackwardHook {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
@@ -68,8 +70,11 @@ class LlamaStep : private BackwardHook {
   void use_shards(ShardedParams* shards);
   ShardedParams* shards() { return shards_; }
   const ParallelConfig& parallel() const { return p_; }
-  // An offloaded optimizer on one rank: each group's gradient goes to the host pool in fp32
-  // as soon as its backward ends (gradients_to_host, adamw.h), not all at the optimizer step.
+  // An offloaded optimizer on one rank (without ZeRO's shards): each group's gradient goes
+  // into the optimizer's fp32 host buffers as soon as its backward ends
+  // (AdamW::gradient_to_host), not all at the optimizer step. REQUIRES: optimizer is
+  // offloaded, holds LlamaWeights::all() and outlives the step; set before the first forward.
+  void stream_gradients_to(AdamW* optimizer) { host_grads_ = optimizer; }
   bool streams_gradients() const;
 
  private:
@@ -91,6 +96,7 @@ class LlamaStep : private BackwardHook {
   torch::Device device_;
   Communicator* comm_;
   ShardedParams* shards_ = nullptr;
+  AdamW* host_grads_ = nullptr;  // stream_gradients_to
   std::int64_t seq_;  // tokens a sample before padding: the loss's mean is over these
   UlyssesLayout layout_;
   RopeTables rope_;

@@ -26,6 +26,8 @@
 
 namespace longctx::runtime {
 
+class AdamW;
+
 class ShardedParams {
  public:
   // Takes over the full weights (every rank initialized them alike from the seed) and keeps
@@ -54,10 +56,11 @@ class ShardedParams {
   void prefetch(int g);
   // zero2/zero3: the group's gradient is flattened into one send buffer, reduce-scattered
   // and added to the shard's gradient; the full gradient is freed. No-op for zero1.
-  // With gradients_to_host, the shard's gradient then moves to the host pool in fp32 at
-  // once (an offloaded optimizer's input; AdamW::gradients_on_host).
+  // With gradients_to_host, the shard's gradient then goes into the offloaded optimizer's
+  // fp32 host buffer at once (AdamW::gradient_to_host).
   void finish_grads(int g);
-  void gradients_to_host(bool on) { grads_to_host_ = on; }
+  // REQUIRES: optimizer is offloaded, holds shards() and outlives this object.
+  void gradients_to_host(AdamW* optimizer) { host_grads_ = optimizer; }
 
   // The tensors the optimizer updates: one shard per group, each with its gradient.
   // zero1: call prepare_step() first (all-reduces the full gradients and takes the shard's
@@ -90,7 +93,7 @@ class ShardedParams {
   LlamaWeights& w_;
   Sharding sharding_;
   bool pinned_;
-  bool grads_to_host_ = false;
+  AdamW* host_grads_ = nullptr;  // gradients_to_host
   Communicator& comm_;
   int layers_;
   torch::Device device_;
