@@ -136,19 +136,21 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   return out;
 }
 
-bool LlamaStep::streams_gradients() const { return host_grads_ && !shards_ && (!comm_ || comm_->world() == 1); }
+bool LlamaStep::streams_gradients() const { return host_grads_ && !shards_; }
 
 void LlamaStep::on_backward(std::int64_t group) {
   if (shards_) {
     shards_->finish_grads(static_cast<int>(group));
     return;
   }
-  // One parameter at a time: its device gradient is freed before the next one is copied.
+  // One parameter at a time: summed over the ranks in place (every rank's gradient is its
+  // tokens' share), then its device gradient is freed before the next one is copied.
   torch::NoGradGuard no_grad;
   for (Tensor* p : w_.group(group))
     if (p->defined() && p->grad().defined()) {
       Tensor grad = p->grad();
       p->mutable_grad().reset();
+      if (comm_ && comm_->world() > 1) comm_->all_reduce_sum(grad);
       host_grads_->gradient_to_host(*p, grad);
     }
 }
@@ -159,7 +161,7 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   const bool gathered = shards_ && shards_->gathers();
   // Where a group's gradient is finished when its backward ends (on_backward).
   const bool shard_grads =
-      ((shards_ && shards_->shards_grads()) || streams_gradients()) && torch::GradMode::is_enabled();
+      ((shards_ && shards_->finishes_grads()) || streams_gradients()) && torch::GradMode::is_enabled();
   Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
   // The embedding's backward reads only the token ids: the gathered table's memory goes now
   // (its leaf stays, to receive the gradient).

@@ -220,13 +220,14 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu,
                     device);
     // With the optimizer offloaded, each gradient goes into its fp32 host buffer as soon as
-    // backward finishes it (the planner's grad.to_host): zero2/zero3's reduced shards, and on
-    // one rank each group's; not all at the step.
-    step.use_shards(shards.get());
+    // backward finishes it (the planner's grad.to_host): zero2/zero3's reduced shards,
+    // zero1's slice of the all-reduced group, and without shards each group's, all-reduced
+    // first across ranks; not all at the step.
     if (plan.parallel.offload_optimizer) {
-      if (shards && shards->shards_grads()) shards->gradients_to_host(&optimizer);
+      if (shards) shards->gradients_to_host(&optimizer);
       step.stream_gradients_to(&optimizer);
     }
+    step.use_shards(shards.get());
     const auto params = weights.all();
     // What a checkpoint holds of the parameters: zero3's shards, or the full parameters
     // (zero1/zero2 shards are views of them).
@@ -251,7 +252,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       }
       meter->set_phase(phase_name(StepPhase::Optimizer));
       if (shards) shards->prepare_step();
-      if (comm->world() > 1 && !shards) sum_gradients(params, *comm);
+      if (comm->world() > 1 && !shards && !step.streams_gradients()) sum_gradients(params, *comm);
       optimizer.step();
       if (shards) shards->finish_step();
       if (!cpu) torch::cuda::synchronize();

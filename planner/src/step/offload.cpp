@@ -44,7 +44,7 @@ void host_grad_buffer(StepBuild& sb, int group) {
       sb.graph.persistent(sb.group_name(group, "grad.host"), host_grad_bytes(elems), Category::Grads, Place::Host);
 }
 
-void grads_to_host(StepBuild& sb, int group, Phase phase) {
+void grads_to_host(StepBuild& sb, int group, Phase phase, std::int64_t workspace) {
   Ids reads = sb.grads[static_cast<std::size_t>(group)];
   std::int64_t bytes = 0;
   for (TensorId t : reads) bytes += sb.graph.bytes(t);
@@ -52,15 +52,23 @@ void grads_to_host(StepBuild& sb, int group, Phase phase) {
   // all-reduced gradient); the device gradient is freed.
   const TensorId host = sb.grad_host[static_cast<std::size_t>(group)];
   reads.push_back(host);
-  const int o = sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), reads, {});
+  const int o =
+      sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), reads, {}, {.workspace = workspace});
   sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
   sb.grads[static_cast<std::size_t>(group)] = {host};
 }
 
 // As DeepSpeed's offloaded optimizer copies each reduced gradient partition to the host
 // during backward (deepspeed/runtime/zero/stage_1_and_2.py,
-// DeepSpeedZeroOptimizer.async_inplace_copy_grad_to_fp32_buffer_from_gpu); across ranks an
-// unsharded gradient is all-reduced in the optimizer phase first, so it waits there.
-bool streams_whole_grads(const StepBuild& sb) { return sb.parallel.offload_optimizer && sb.shapes.world == 1; }
+// DeepSpeedZeroOptimizer.async_inplace_copy_grad_to_fp32_buffer_from_gpu).
+void stream_whole_grad(StepBuild& sb, int group, Phase phase) {
+  const StepShapes& s = sb.shapes;
+  if (s.world > 1) all_reduce_grad(sb, group, phase);
+  // zero1 across ranks: the rank's slice of the reduced gradient is copied out first, [shard]
+  // g, while the group's pieces are still there (runtime/src/sharded_params.cpp,
+  // ShardedParams::zero1_grads_to_host).
+  const std::int64_t slice = sb.shard_optim && s.world > 1 ? shard_elems(s, group) * s.g : 0;
+  grads_to_host(sb, group, phase, slice);
+}
 
 }  // namespace longctx::step

@@ -64,7 +64,7 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
   const StepShapes& s = sb.shapes;
   if (!sb.shard_grads) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;
-    if (streams_whole_grads(sb)) grads_to_host(sb, group, phase);
+    if (sb.parallel.offload_optimizer) stream_whole_grad(sb, group, phase);
     return;
   }
   // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer and

@@ -70,10 +70,11 @@ class LlamaStep : private BackwardHook {
   void use_shards(ShardedParams* shards);
   ShardedParams* shards() { return shards_; }
   const ParallelConfig& parallel() const { return p_; }
-  // An offloaded optimizer on one rank (without ZeRO's shards): each group's gradient goes
-  // into the optimizer's fp32 host buffers as soon as its backward ends
-  // (AdamW::gradient_to_host), not all at the optimizer step. REQUIRES: optimizer is
-  // offloaded, holds LlamaWeights::all() and outlives the step; set before the first forward.
+  // An offloaded optimizer without ZeRO's shards (one rank, or sharding none across ranks):
+  // each group's gradient is all-reduced across ranks and goes into the optimizer's fp32
+  // host buffers as soon as its backward ends (AdamW::gradient_to_host), not all at the
+  // optimizer step. REQUIRES: optimizer is offloaded, holds LlamaWeights::all() and outlives
+  // the step; set before the first forward.
   void stream_gradients_to(AdamW* optimizer) { host_grads_ = optimizer; }
   bool streams_gradients() const;
 
