@@ -32,7 +32,24 @@ AdamW::AdamW(std::vector<Tensor> params, AdamWOptions o, bool offload, bool pinn
     s.exp_avg = fp32_state({});
     s.exp_avg_sq = fp32_state({});
     states_.push_back(std::move(s));
+    index_[p.unsafeGetTensorImpl()] = states_.size() - 1;
+    // [p's shape] fp32, in the host pool for the whole run: the gradient's landing place.
+    if (offload_) host_grads_.push_back(host_empty(p.sizes(), torch::kFloat, pinned_));
   }
+}
+
+void AdamW::gradient_to_host(const Tensor& param, const Tensor& grad) {
+  TORCH_CHECK(offload_, "AdamW::gradient_to_host: the optimizer is not offloaded");
+  const auto it = index_.find(param.unsafeGetTensorImpl());
+  TORCH_CHECK(it != index_.end(), "AdamW::gradient_to_host: not one of the optimizer's parameters");
+  Tensor& buffer = host_grads_[it->second];
+  Tensor p = param;  // a handle on the same parameter, to set its gradient
+  if (p.grad().defined() && p.grad().is_same(buffer)) {
+    buffer.add_(grad.to(buffer.device(), torch::kFloat));
+    return;
+  }
+  buffer.copy_(grad);
+  p.mutable_grad() = buffer;
 }
 
 void AdamW::update(Tensor& target, const Tensor& g, State& s) {
@@ -66,18 +83,14 @@ void AdamW::step() {
     }
     return;
   }
-  // Offloaded: every gradient goes to the host pool first (freeing the device's), then the
-  // update runs on the host and the parameter is copied back.
+  // Offloaded: every gradient still on the device goes to its host buffer first (freeing
+  // the device's), then the update runs on the host and the parameter is copied back.
   std::vector<Tensor> host_grads(params_.size());
   for (std::size_t i = 0; i < params_.size(); ++i) {
     Tensor& p = params_[i];
     if (!p.grad().defined()) continue;
-    if (grads_on_host_) {
-      host_grads[i] = p.grad();
-    } else {
-      host_grads[i] = host_empty(p.sizes(), torch::kFloat, pinned_);
-      host_grads[i].copy_(p.grad());
-    }
+    if (!p.grad().is_same(host_grads_[i])) host_grads_[i].copy_(p.grad());
+    host_grads[i] = host_grads_[i];
     p.mutable_grad().reset();
   }
   for (std::size_t i = 0; i < params_.size(); ++i) {

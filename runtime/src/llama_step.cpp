@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "longctx/planner/phase_names.h"
+#include "longctx/runtime/adamw.h"
 #include "longctx/runtime/layer_executors.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/memory_meter.h"
@@ -135,13 +136,32 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   return out;
 }
 
-void LlamaStep::on_backward(std::int64_t group) { shards_->finish_grads(static_cast<int>(group)); }
+bool LlamaStep::streams_gradients() const { return host_grads_ && !shards_; }
+
+void LlamaStep::on_backward(std::int64_t group) {
+  if (shards_) {
+    shards_->finish_grads(static_cast<int>(group));
+    return;
+  }
+  // One parameter at a time: summed over the ranks in place (every rank's gradient is its
+  // tokens' share), then its device gradient is freed before the next one is copied.
+  torch::NoGradGuard no_grad;
+  for (Tensor* p : w_.group(group))
+    if (p->defined() && p->grad().defined()) {
+      Tensor grad = p->grad();
+      p->mutable_grad().reset();
+      if (comm_ && comm_->world() > 1) comm_->all_reduce_sum(grad);
+      host_grads_->gradient_to_host(*p, grad);
+    }
+}
 
 Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
   checkpoints_->clear();
   set_phase(phase_name(StepPhase::ForwardEmbed));
   const bool gathered = shards_ && shards_->gathers();
-  const bool shard_grads = shards_ && shards_->shards_grads() && torch::GradMode::is_enabled();
+  // Where a group's gradient is finished when its backward ends (on_backward).
+  const bool shard_grads =
+      ((shards_ && shards_->finishes_grads()) || streams_gradients()) && torch::GradMode::is_enabled();
   Tensor x = at::embedding(gathered ? shards_->gather(shards_->embed_group())[0] : w_.embed, tokens);
   // The embedding's backward reads only the token ids: the gathered table's memory goes now
   // (its leaf stays, to receive the gradient).
@@ -162,7 +182,7 @@ Tensor LlamaStep::forward(const Tensor& tokens, const Tensor& targets) {
     x = mark_backward_phase(x, phase_name(StepPhase::BackwardLayer, l));
   }
   set_phase(phase_name(StepPhase::Loss));
-  if (shard_grads) x = on_backward_of(x, *this, shards_->head_group());
+  if (shard_grads) x = on_backward_of(x, *this, m_.layers + 1);  // the head group
   return head_loss(std::move(x), targets);
 }
 
@@ -190,7 +210,7 @@ double LlamaStep::forward_backward(Tensor tokens, Tensor targets) {
   double value = loss.item<double>();
   if (comm_ && comm_->world() > 1) value = comm_->all_reduce_sum(value);  // on the rank's device (NCCL: CUDA)
   loss.backward();
-  if (shards_) shards_->finish_grads(shards_->embed_group());
+  if (shards_ || streams_gradients()) on_backward(m_.layers);  // the embedding group
   checkpoints_->clear();
   return value;
 }

@@ -225,11 +225,13 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     // parameters in the host pool (ZeRO-3 with offloaded parameters).
     AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu,
                     device);
-    // zero2/zero3 with the optimizer offloaded: each shard's gradient goes to the host as
-    // soon as it is reduced (the planner's grad.to_host), not all at the step.
-    if (shards && shards->shards_grads() && plan.parallel.offload_optimizer) {
-      shards->gradients_to_host(true);
-      optimizer.gradients_on_host(true);
+    // With the optimizer offloaded, each gradient goes into its fp32 host buffer as soon as
+    // backward finishes it (the planner's grad.to_host): zero2/zero3's reduced shards,
+    // zero1's slice of the all-reduced group, and without shards each group's, all-reduced
+    // first across ranks; not all at the step.
+    if (plan.parallel.offload_optimizer) {
+      if (shards) shards->gradients_to_host(&optimizer);
+      step.stream_gradients_to(&optimizer);
     }
     step.use_shards(shards.get());
     const auto params = weights.all();
@@ -256,7 +258,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       }
       meter->set_phase(phase_name(StepPhase::Optimizer));
       if (shards) shards->prepare_step();
-      if (comm->world() > 1 && !shards) sum_gradients(params, *comm);
+      if (comm->world() > 1 && !shards && !step.streams_gradients()) sum_gradients(params, *comm);
       optimizer.step();
       if (shards) shards->finish_step();
       if (!cpu) torch::cuda::synchronize();

@@ -1,5 +1,6 @@
 #include "longctx/runtime/sharded_params.h"
 
+#include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
@@ -150,8 +151,34 @@ Tensor ShardedParams::flatten_grads(Group& g) {
   return flat;
 }
 
+void ShardedParams::zero1_grads_to_host(int gi) {
+  torch::NoGradGuard no_grad;
+  Group& g = groups_[static_cast<std::size_t>(gi)];
+  const std::int64_t begin = comm_.rank() * g.shard, end = begin + g.shard;
+  Tensor sg;  // [shard] of the gradients' dtype, as prepare_step's
+  std::int64_t off = 0;
+  for (Tensor* t : g.slots) {
+    const auto n = t->numel();
+    if (t->grad().defined()) {
+      Tensor gr = t->grad();
+      comm_.all_reduce_sum(gr);
+      const auto lo = std::max(off, begin), hi = std::min(off + n, end);
+      if (lo < hi) {
+        if (!sg.defined()) sg = at::zeros({g.shard}, gr.options());
+        sg.narrow(0, lo - begin, hi - lo).copy_(gr.reshape({-1}).narrow(0, lo - off, hi - lo));
+      }
+    }
+    off += n;
+  }
+  for (Tensor* t : g.slots) t->mutable_grad().reset();
+  if (sg.defined()) host_grads_->gradient_to_host(shards_[static_cast<std::size_t>(gi)], sg);
+}
+
 void ShardedParams::finish_grads(int gi) {
-  if (!shards_grads()) return;
+  if (!shards_grads()) {
+    if (host_grads_) zero1_grads_to_host(gi);
+    return;
+  }
   Group& g = groups_[static_cast<std::size_t>(gi)];
   Tensor flat = flatten_grads(g);
   if (!flat.defined()) return;
@@ -160,10 +187,9 @@ void ShardedParams::finish_grads(int gi) {
   Tensor sg = at::empty({g.shard}, flat.options());
   comm_.reduce_scatter_sum(sg, flat);
   flat = Tensor();
-  if (grads_to_host_) {
-    Tensor host = host_empty({g.shard}, torch::kFloat, pinned_);
-    host.copy_(sg);
-    sg = host;
+  if (host_grads_) {
+    host_grads_->gradient_to_host(shard, sg);
+    return;
   }
   if (!shard.grad().defined())
     shard.mutable_grad() = sg;

@@ -12,6 +12,7 @@
 
 #include <thread>
 
+#include "longctx/runtime/adamw.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/sharded_params.h"
@@ -49,6 +50,24 @@ std::vector<Case> cases() {
       {"GqaDataParallel2", "tiny-gqa", 2, sp(1)},
       {"GqaUlysses2TimesData2", "tiny-gqa", 4, sp(2)},
       {"GqaZero1", "tiny-gqa", 2, sp(1, [](auto& p) { p.sharding = Sharding::Zero1; })},
+      // An offloaded optimizer: each group's gradient reduced and copied into the optimizer's
+      // host buffers as its backward ends (all-reduced, zero1's slice, reduce-scattered).
+      {"GqaDataParallel2OffloadOptimizer", "tiny-gqa", 2, sp(1, [](auto& p) { p.offload_optimizer = true; })},
+      {"OddUlysses2OffloadOptimizer", "tiny-odd", 2, sp(2, [](auto& p) { p.offload_optimizer = true; })},
+      {"GqaZero1OffloadOptimizer", "tiny-gqa", 2, sp(1, [](auto& p) {
+         p.sharding = Sharding::Zero1;
+         p.offload_optimizer = true;
+       })},
+      {"OddZero2Ulysses2OffloadOptimizer", "tiny-odd", 2, sp(2, [](auto& p) {
+         p.sharding = Sharding::Zero2;
+         p.offload_optimizer = true;
+       })},
+      {"GqaZero3BothOffloadsUlysses2TimesData2", "tiny-gqa", 4, sp(2, [](auto& p) {
+         p.sharding = Sharding::Zero3;
+         p.offload_params = true;
+         p.offload_optimizer = true;
+         p.checkpoint = CheckpointPolicy::full();
+       })},
       {"GqaZero2Ulysses2", "tiny-gqa", 2, sp(2, [](auto& p) { p.sharding = Sharding::Zero2; })},
       {"GqaZero3", "tiny-gqa", 2, sp(1, [](auto& p) { p.sharding = Sharding::Zero3; })},
       {"OddZero3TiedUlysses4", "tiny-odd", 4, sp(4, [](auto& p) { p.sharding = Sharding::Zero3; })},
@@ -129,13 +148,24 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
           shards = std::make_unique<ShardedParams>(w, c.parallel.sharding, c.parallel.offload_params, cm, false);
           step.use_shards(shards.get());
         }
+        // Offloaded: the gradients end in the optimizer's fp32 host buffers, reduced.
+        std::unique_ptr<AdamW> optimizer;
+        if (c.parallel.offload_optimizer) {
+          optimizer = std::make_unique<AdamW>(shards ? shards->shards() : w.all(), AdamWOptions{}, true, false);
+          if (shards) shards->gradients_to_host(optimizer.get());
+          step.stream_gradients_to(optimizer.get());
+        }
         // This rank's padded columns, as the runner cuts them.
         auto mine = shard_batch(all.narrow(0, cm.dp_rank() * b, b), sequence_shard(S, u, cm.sp_rank()), torch::kCPU);
         losses[r] = step.forward_backward(mine.tokens, mine.targets);
         if (!shards) {
           for (auto& p : w.all()) {
             torch::Tensor g = p.grad();
-            cm.all_reduce_sum(g);
+            if (optimizer) {
+              if (g.scalar_type() != torch::kFloat) throw std::runtime_error("a gradient is not in its fp32 host buffer");
+            } else {
+              cm.all_reduce_sum(g);
+            }
             grads[r].push_back(g);
           }
           return;

@@ -55,11 +55,7 @@ TEST(MemoryMeter, AnAllocationPastTheBudgetThrowsAndNamesThePhase) {
   EXPECT_EQ(meter->oom()->in_use, 2048);
 }
 
-ParallelConfig with(std::function<void(ParallelConfig&)> f) {
-  ParallelConfig p;
-  f(p);
-  return p;
-}
+using testing::with;
 
 TEST(Runner, TwoRunsWithOneSeedGiveIdenticalLosses) {
   const auto plan = testing::tiny_plan("tiny-odd", 64, 1, with([](auto& p) { p.checkpoint = CheckpointPolicy::full(); }));

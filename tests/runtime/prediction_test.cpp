@@ -9,11 +9,7 @@
 namespace longctx::runtime {
 namespace {
 
-ParallelConfig with(std::function<void(ParallelConfig&)> f) {
-  ParallelConfig p;
-  f(p);
-  return p;
-}
+using testing::with;
 
 TEST(Prediction, MeasuredBesidePredicted) {
   struct Config { std::string name, model; std::int64_t seq, b; ParallelConfig p; };

@@ -2,6 +2,7 @@
 // The plain computation the techniques must equal: the same Llama written with ordinary
 // LibTorch ops and ordinary autograd (explicit softmax attention, no custom functions).
 #include <cmath>
+#include <functional>
 
 #include <torch/torch.h>
 
@@ -18,6 +19,23 @@ inline const bool kOneThread = [] {
   torch::set_num_threads(1);
   return true;
 }();
+
+// A parallel configuration: the defaults, changed by f.
+inline ParallelConfig with(const std::function<void(ParallelConfig&)>& f) {
+  ParallelConfig p;
+  f(p);
+  return p;
+}
+
+// b samples of S seeded random tokens and their next tokens as targets: tokens, targets [b, S] int64.
+struct TokenBatch {
+  torch::Tensor tokens, targets;
+};
+inline TokenBatch random_batch(std::int64_t vocab, std::int64_t b, std::int64_t S, std::uint64_t seed) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(seed);
+  auto all = at::randint(vocab, {b, S + 1}, gen, torch::TensorOptions().dtype(torch::kLong));
+  return {all.narrow(1, 0, S).contiguous(), all.narrow(1, 1, S).contiguous()};
+}
 
 inline torch::Tensor ref_rms_norm(const torch::Tensor& x, const torch::Tensor& w, double eps) {
   return x * torch::rsqrt(x.pow(2).mean(-1, true) + eps) * w;

@@ -100,9 +100,7 @@ TEST_P(TechniqueEquivalence, LossAndEveryGradientEqualThePlainComputation) {
   LlamaWeights w = init_weights(plan.model, /*seed=*/7, where);
   LlamaWeights ref = clone_weights(w);
 
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
-  auto all = at::randint(plan.model.vocab, {2, 65}, gen, torch::TensorOptions().dtype(torch::kLong));
-  auto tokens = all.narrow(1, 0, 64).contiguous(), targets = all.narrow(1, 1, 64).contiguous();
+  const auto [tokens, targets] = testing::random_batch(plan.model.vocab, 2, 64, /*seed=*/11);
 
   LlamaStep step(plan.model, plan.parallel, plan.train.seq, w, torch::kCPU);
   const double loss = step.forward_backward(tokens, targets);

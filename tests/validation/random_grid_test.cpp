@@ -58,7 +58,8 @@ KnownGap known_gap(const Plan& p) {
     return {"zero2 across ranks: activation gradients the planner holds through a reduce-scatter that is the peak",
             true, 0.05};
   if (p.parallel.offload_params) return {"parameter offload on one rank: the copies of a streamed layer in backward", true};
-  if (across_ranks && p.parallel.sharding == Sharding::Zero1)
+  // With the optimizer offloaded, zero1 takes its slice of each group in backward instead.
+  if (across_ranks && p.parallel.sharding == Sharding::Zero1 && !p.parallel.offload_optimizer)
     return {"zero1's optimizer phase: the all-reduced gradients and the shard's copy"};
   // Where attention, not the MLP, is the peak of a checkpointed layer's forward phase: the
   // MLP tiled, or q, k and v wider than gate, up and their product.

@@ -23,7 +23,8 @@ std::int64_t adamw_device_workspace(const StepShapes& s, int group, std::int64_t
 
 std::int64_t adamw_host_workspace(const StepShapes& s, int group, std::int64_t elems, bool whole) {
   const std::int64_t temps = s.master ? 1 : 2;  // denom, and host_p for fp32 parameters
-  return whole ? per_param_peak(s, group, 4 * temps, 4) : elems * 4 * temps;
+  // The fp32 gradients are the optimizer's persistent host buffers: none is released.
+  return whole ? per_param_peak(s, group, 4 * temps, 0) : elems * 4 * temps;
 }
 
 double adamw_memory_bytes(const StepShapes& s, std::int64_t elems) { return double(elems) * (s.master ? 16 : 12) * 2; }

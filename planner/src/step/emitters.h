@@ -23,7 +23,15 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase);
 bool streamed(const StepBuild& sb, int group);
 void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a);
 TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer);
-void grads_to_host(StepBuild& sb, int group, Phase phase);
+// An offloaded optimizer's fp32 host gradient of a group, persistent (model states).
+void host_grad_buffer(StepBuild& sb, int group);
+// A group's gradient copied into its host buffer, which the optimizer step then reads;
+// workspace: device scratch of the copy.
+void grads_to_host(StepBuild& sb, int group, Phase phase, std::int64_t workspace = 0);
+// An offloaded optimizer's finished group gradient that is not reduce-scattered, to the host
+// as soon as backward finishes it: all-reduced first across ranks (zero1: the rank's slice
+// of it).
+void stream_whole_grad(StepBuild& sb, int group, Phase phase);
 
 // ---- embedding.cpp -------------------------------------------------------------------------
 TensorId embedding_forward(StepBuild& sb);  // returns layer 0's input
@@ -63,6 +71,8 @@ void loss_forward(StepBuild& sb);
 TensorId loss_backward(StepBuild& sb);  // returns the last layer's output gradient
 
 // ---- optimizer.cpp: gradient all-reduce, AdamW, parameter all-gather ----------------------
+// A group's whole gradient summed over the ranks, in place, among the ops of `phase`.
+void all_reduce_grad(StepBuild& sb, int group, Phase phase);
 void optimizer_step(StepBuild& sb);
 
 }  // namespace longctx::step

@@ -35,18 +35,40 @@ TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer) {
   return dev;
 }
 
-void grads_to_host(StepBuild& sb, int group, Phase phase) {
-  const Ids dev = sb.grads[static_cast<std::size_t>(group)];
+void host_grad_buffer(StepBuild& sb, int group) {
+  if (sb.grad_host.empty()) sb.grad_host.assign(static_cast<std::size_t>(param_groups(sb.shapes)), -1);
+  // grad.host [elements of the group's optimizer state: the group, or a ZeRO shard] fp32, on
+  // the host for the whole run (runtime/src/adamw.cpp, the AdamW constructor's host_grads_).
+  const std::int64_t elems = sb.shard_optim ? shard_elems(sb.shapes, group) : group_params(sb.shapes, group);
+  sb.grad_host[static_cast<std::size_t>(group)] =
+      sb.graph.persistent(sb.group_name(group, "grad.host"), host_grad_bytes(elems), Category::Grads, Place::Host);
+}
+
+void grads_to_host(StepBuild& sb, int group, Phase phase, std::int64_t workspace) {
+  Ids reads = sb.grads[static_cast<std::size_t>(group)];
   std::int64_t bytes = 0;
-  for (TensorId t : dev) bytes += sb.graph.bytes(t);
-  // grad.host [elements of the device gradient] fp32, on the host; zero1: the rank's
-  // optimizer takes only its shard of the all-reduced gradient, [shard] fp32.
-  const std::int64_t host_bytes = sb.parallel.sharding == Sharding::Zero1 ? shard_elems(sb.shapes, group) * 4
-                                                                         : host_grad_bytes(sb.shapes, bytes);
-  const TensorId host = sb.graph.tensor(sb.group_name(group, "grad.host"), host_bytes, Category::Grads, Place::Host);
-  const int o = sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), dev, {host});
+  for (TensorId t : reads) bytes += sb.graph.bytes(t);
+  // Into the persistent grad.host (zero1: the rank's optimizer takes only its shard of the
+  // all-reduced gradient); the device gradient is freed.
+  const TensorId host = sb.grad_host[static_cast<std::size_t>(group)];
+  reads.push_back(host);
+  const int o =
+      sb.graph.op(sb.group_name(group, "grad.to_host"), phase, sb.layer_of_group(group), reads, {}, {.workspace = workspace});
   sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
   sb.grads[static_cast<std::size_t>(group)] = {host};
+}
+
+// As DeepSpeed's offloaded optimizer copies each reduced gradient partition to the host
+// during backward (deepspeed/runtime/zero/stage_1_and_2.py,
+// DeepSpeedZeroOptimizer.async_inplace_copy_grad_to_fp32_buffer_from_gpu).
+void stream_whole_grad(StepBuild& sb, int group, Phase phase) {
+  const StepShapes& s = sb.shapes;
+  if (s.world > 1) all_reduce_grad(sb, group, phase);
+  // zero1 across ranks: the rank's slice of the reduced gradient is copied out first, [shard]
+  // g, while the group's pieces are still there (runtime/src/sharded_params.cpp,
+  // ShardedParams::zero1_grads_to_host).
+  const std::int64_t slice = sb.shard_optim && s.world > 1 ? shard_elems(s, group) * s.g : 0;
+  grads_to_host(sb, group, phase, slice);
 }
 
 }  // namespace longctx::step

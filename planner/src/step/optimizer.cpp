@@ -12,13 +12,14 @@ namespace longctx::step {
 
 using namespace footprint;
 
-namespace {
-
-void all_reduce_grad(StepBuild& sb, int group) {
-  const int o = sb.graph.op(sb.group_name(group, "grad.all_reduce"), Phase::Optimizer, -1,
+void all_reduce_grad(StepBuild& sb, int group, Phase phase) {
+  const int at_layer = phase == Phase::Optimizer ? -1 : sb.layer_of_group(group);
+  const int o = sb.graph.op(sb.group_name(group, "grad.all_reduce"), phase, at_layer,
                             sb.grads[static_cast<std::size_t>(group)], {});
   sb.graph.set_comm(o, CommKind::AllReduce, all_reduce_sent_bytes(sb.shapes, group), static_cast<int>(sb.shapes.world));
 }
+
+namespace {
 
 // AdamW over one group, reading its gradient (pieces, a shard, or a host copy).
 void adamw_step(StepBuild& sb, int group) {
@@ -53,17 +54,11 @@ void optimizer_step(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   const Sharding sharding = sb.parallel.sharding;
   const bool offload = sb.parallel.offload_optimizer;
-  // Unsharded gradients of an offloaded optimizer go to the host first, every group before
-  // the first update (zero1 reduces each before it leaves).
-  if (!sb.shard_grads && offload) {
-    for (int gi = 0; gi < param_groups(s); ++gi) {
-      if (sharding == Sharding::Zero1) all_reduce_grad(sb, gi);
-      grads_to_host(sb, gi, Phase::Optimizer);
-    }
-  }
+  // An offloaded optimizer's gradients are on the host already: each went as backward
+  // finished it (grad.to_host, stream_whole_grad or finish_group_grad).
   for (int gi = 0; gi < param_groups(s); ++gi) {
     const bool reduce = sharding == Sharding::Zero1 || (sharding == Sharding::None && s.world > 1);
-    if (reduce && !offload) all_reduce_grad(sb, gi);
+    if (reduce && !offload) all_reduce_grad(sb, gi, Phase::Optimizer);
     adamw_step(sb, gi);
     if (sharding == Sharding::Zero1 || sharding == Sharding::Zero2) {
       const int g = sb.graph.op(sb.group_name(gi, "params.all_gather"), Phase::Optimizer, -1, {}, {});

@@ -69,6 +69,7 @@ struct StepBuild {
 
   std::vector<TensorId> params;   // per group: its parameters (a shard under zero3)
   std::vector<Ids> grads;         // per group: what the optimizer step reads
+  std::vector<TensorId> grad_host;  // offloaded optimizer, per group: its persistent fp32 host gradient
   std::vector<LayerActs> acts;    // per layer
   std::vector<TensorId> checkpoint_host;  // per layer: the offloaded checkpoint, or -1
   OuterActs outer;

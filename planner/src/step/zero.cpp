@@ -25,6 +25,7 @@ void model_states(StepBuild& sb) {
     if (s.master) sb.graph.persistent(sb.group_name(gi, "optim.master"), opt * 4, Category::Optimizer, optim_place);
     sb.graph.persistent(sb.group_name(gi, "optim.exp_avg"), opt * 4, Category::Optimizer, optim_place);
     sb.graph.persistent(sb.group_name(gi, "optim.exp_avg_sq"), opt * 4, Category::Optimizer, optim_place);
+    if (sb.parallel.offload_optimizer) host_grad_buffer(sb, gi);
   }
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
@@ -63,6 +64,7 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
   const StepShapes& s = sb.shapes;
   if (!sb.shard_grads) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;
+    if (sb.parallel.offload_optimizer) stream_whole_grad(sb, group, phase);
     return;
   }
   // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer and

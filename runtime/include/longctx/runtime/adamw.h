@@ -3,10 +3,16 @@
 //
 // State per parameter: exp_avg and exp_avg_sq in fp32, and an fp32 master copy unless the
 // parameter itself is fp32 (then it is the master). offload: the state lives in the host
-// pool, the gradient is copied there, the update runs on the CPU and the parameter is
-// copied back. step() consumes the gradients: each is released once applied, so the next
-// backward allocates them afresh (the planner's grads live from backward to optimizer).
+// pool, and so does an fp32 gradient buffer per parameter, allocated once and kept for the
+// whole run, as DeepSpeed's offloaded optimizer keeps its fp32 gradient partitions
+// (deepspeed/runtime/zero/stage_1_and_2.py, DeepSpeedZeroOptimizer.__init__, the
+// single_partition_of_fp32_groups' .grad); the gradient is copied into it (during backward:
+// gradient_to_host), the update runs on the CPU and the parameter is copied back. step()
+// consumes the gradients: each is released once applied, so the next backward allocates
+// them afresh (the planner's grads live from backward to optimizer; the host buffers are
+// persistent).
 #include <optional>
+#include <unordered_map>
 #include <vector>
 
 #include <torch/torch.h>
@@ -33,9 +39,13 @@ class AdamW {
   // REQUIRES: an fp32 parameter (its own master) lives on state_device.
   AdamW(std::vector<torch::Tensor> params, AdamWOptions o, bool offload, bool pinned,
         std::optional<torch::Device> state_device = std::nullopt);
-  // Offloaded: the gradients arrive already in the host pool, in fp32 (ZeRO's shards, moved
-  // there as soon as they are reduced), and are used where they are.
-  void gradients_on_host(bool on) { grads_on_host_ = on; }
+  // Offloaded: `grad` (param's gradient, any device and dtype) is copied into param's fp32
+  // host buffer, which becomes param's .grad(); the caller drops `grad`. Called as soon as
+  // backward finishes a gradient (a group's on one rank, LlamaStep; a reduced shard,
+  // ShardedParams::finish_grads), so no gradient waits on the device for the step. If param's
+  // gradient is already its host buffer, grad is added into it.
+  // REQUIRES: offload; param is one of the constructor's; outside autograd (NoGrad).
+  void gradient_to_host(const torch::Tensor& param, const torch::Tensor& grad);
   // Applies one update from each parameter's .grad() (parameters without one are skipped).
   void step();
   std::int64_t steps() const { return t_; }
@@ -57,7 +67,8 @@ class AdamW {
   std::vector<State> states_;
   AdamWOptions o_;
   bool offload_, pinned_;
-  bool grads_on_host_ = false;
+  std::unordered_map<const void*, std::size_t> index_;  // a parameter's TensorImpl -> its place
+  std::vector<torch::Tensor> host_grads_;  // offload: per parameter, fp32 [param's shape], for the whole run
   std::int64_t t_ = 0;
 };
 

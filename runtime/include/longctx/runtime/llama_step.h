@@ -37,6 +37,8 @@
 
 namespace longctx::runtime {
 
+class AdamW;
+
 class LlamaStep : private BackwardHook {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
@@ -54,7 +56,8 @@ class LlamaStep : private BackwardHook {
   // int64): its tokens' sum over all the batch's real tokens, so that the ranks' shares sum
   // to the mean, with its graph.
   torch::Tensor forward(const torch::Tensor& tokens, const torch::Tensor& targets);
-  // forward, then backward into the weights' .grad(); returns the loss (summed over ranks:
+  // forward, then backward into the weights' .grad() (fp32 copies in the host pool where
+  // streams_gradients()); returns the loss (summed over ranks:
   // the whole batch's). Takes the batch by
   // value and lets go of it after forward, so the graph alone decides when tokens and
   // targets die (targets after the loss backward, tokens after the embedding's).
@@ -67,6 +70,13 @@ class LlamaStep : private BackwardHook {
   void use_shards(ShardedParams* shards);
   ShardedParams* shards() { return shards_; }
   const ParallelConfig& parallel() const { return p_; }
+  // An offloaded optimizer without ZeRO's shards (one rank, or sharding none across ranks):
+  // each group's gradient is all-reduced across ranks and goes into the optimizer's fp32
+  // host buffers as soon as its backward ends (AdamW::gradient_to_host), not all at the
+  // optimizer step. REQUIRES: optimizer is offloaded, holds LlamaWeights::all() and outlives
+  // the step; set before the first forward.
+  void stream_gradients_to(AdamW* optimizer) { host_grads_ = optimizer; }
+  bool streams_gradients() const;
 
  private:
   // One executor per layer (layer_executors.h), from the plan and where the parameters
@@ -77,8 +87,8 @@ class LlamaStep : private BackwardHook {
   torch::Tensor layer_body(const LayerWeights& w, const torch::Tensor& x) const;
   // The final norm and the loss from the last layer's output x [b, S, h].
   torch::Tensor head_loss(torch::Tensor x, const torch::Tensor& targets);
-  // zero2/zero3: the backward of parameter group `group` has ended (the mark at its input):
-  // its gradient is reduce-scattered into its shard.
+  // The backward of parameter group `group` has ended (the mark at its input): zero2/zero3
+  // reduce-scatter its gradient into its shard; streams_gradients() moves it to the host.
   void on_backward(std::int64_t group) override;
 
   ModelConfig m_;
@@ -87,6 +97,7 @@ class LlamaStep : private BackwardHook {
   torch::Device device_;
   Communicator* comm_;
   ShardedParams* shards_ = nullptr;
+  AdamW* host_grads_ = nullptr;  // stream_gradients_to
   std::int64_t seq_;  // tokens a sample before padding: the loss's mean is over these
   UlyssesLayout layout_;
   RopeTables rope_;

@@ -10,8 +10,10 @@
 //           CPU tensor (the CPU allocator's memory is host memory there: token batches,
 //           gradients autograd copies to host-resident leaves).
 //
-// Bytes are counted as requested (nbytes of the storage), except pinned host memory on
-// CUDA, counted as the block the caching host allocator holds for it (the next power of two).
+// Bytes are counted as requested (nbytes of the storage), pinned host memory on CUDA too: it
+// is allocated exactly as requested, one cudaHostAlloc per tensor (memory_meter.cpp,
+// ExactPinnedAllocator), not by LibTorch's caching host allocator, which would round it up
+// to a power of two and keep freed blocks.
 // A budget per pool turns an allocation past it into an OutOfMemory record naming the
 // phase, and a c10::OutOfMemoryError that unwinds the step; the runner turns the record
 // into a clean error. Thread-safe: LibTorch may allocate from worker threads.

@@ -26,6 +26,8 @@
 
 namespace longctx::runtime {
 
+class AdamW;
+
 class ShardedParams {
  public:
   // Takes over the full weights (every rank initialized them alike from the seed) and keeps
@@ -54,10 +56,15 @@ class ShardedParams {
   void prefetch(int g);
   // zero2/zero3: the group's gradient is flattened into one send buffer, reduce-scattered
   // and added to the shard's gradient; the full gradient is freed. No-op for zero1.
-  // With gradients_to_host, the shard's gradient then moves to the host pool in fp32 at
-  // once (an offloaded optimizer's input; AdamW::gradients_on_host).
+  // With gradients_to_host, the shard's gradient then goes into the offloaded optimizer's
+  // fp32 host buffer at once (AdamW::gradient_to_host).
   void finish_grads(int g);
-  void gradients_to_host(bool on) { grads_to_host_ = on; }
+  // zero1 too: its group's full gradients are all-reduced in place and the shard's slice goes
+  // to the host at once (zero1_grads_to_host), instead of in prepare_step().
+  // REQUIRES: optimizer is offloaded, holds shards() and outlives this object.
+  void gradients_to_host(AdamW* optimizer) { host_grads_ = optimizer; }
+  // Whether finish_grads(g) has work when a group's backward ends.
+  bool finishes_grads() const { return shards_grads() || host_grads_; }
 
   // The tensors the optimizer updates: one shard per group, each with its gradient.
   // zero1: call prepare_step() first (all-reduces the full gradients and takes the shard's
@@ -76,6 +83,8 @@ class ShardedParams {
     std::vector<torch::Tensor> released;           // zero3: gathered buffers released after forward
   };
   torch::Tensor flatten_grads(Group& g);
+  // zero1, offloaded optimizer: finish_grads' work (prepare_step's, one group, at once).
+  void zero1_grads_to_host(int g);
   torch::Tensor staged_shard(int g) const;  // the shard where the gather reads it (ParamHome::stage)
   std::size_t full_bytes(int g) const;       // a gathered buffer's
   std::vector<torch::Tensor> leaves_of(Group& g, const torch::Tensor& full, bool for_backward);
@@ -90,7 +99,7 @@ class ShardedParams {
   LlamaWeights& w_;
   Sharding sharding_;
   bool pinned_;
-  bool grads_to_host_ = false;
+  AdamW* host_grads_ = nullptr;  // gradients_to_host
   Communicator& comm_;
   int layers_;
   torch::Device device_;

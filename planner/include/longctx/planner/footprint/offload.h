@@ -13,10 +13,12 @@ namespace longctx::footprint {
 // many bytes.
 std::int64_t checkpoint_bytes(const StepShapes& s);
 
-// Gradients of an offloaded optimizer on the host (runtime/src/llama_step.cpp, AdamW::step;
-// under ZeRO the reduced shards, runtime/src/sharded_params.cpp, ShardedParams::finish_grads):
-// grad.host in fp32, [elements of `device_bytes` of g-byte gradients] x 4.
-std::int64_t host_grad_bytes(const StepShapes& s, std::int64_t device_bytes);
+// The fp32 gradient buffers of an offloaded optimizer on the host, one per optimizer state,
+// kept for the whole run (runtime/src/adamw.cpp, AdamW's host_grads_: each gradient is
+// copied into its buffer as soon as backward finishes it, AdamW::gradient_to_host; under
+// ZeRO the reduced shards, runtime/src/sharded_params.cpp, ShardedParams::finish_grads):
+// grad.host [elems] x 4, elems those of the group's optimizer state (the group, or its shard).
+std::int64_t host_grad_bytes(std::int64_t elems);
 
 // Parameter streaming (offload-params, zero3 only) streams the layers' parameter shards from
 // the host (runtime/src/layer_executors.cpp, streamed_layer and gathered_layer, with ParamHome::fetch

@@ -20,9 +20,10 @@ std::int64_t per_param_peak(const StepShapes& s, int group, std::int64_t temp_by
 // released once its parameter is updated.
 std::int64_t adamw_device_workspace(const StepShapes& s, int group, std::int64_t elems, bool whole);
 
-// optim.step on the host (offload-optimizer): beside fp32 gradients, denom [elems] x 4, and
-// for fp32 parameters (their own master) a host copy host_p [elems] x 4 updated and copied
-// back. Whole parameters one at a time, as on the device, each fp32 gradient released after.
+// optim.step on the host (offload-optimizer): beside the persistent fp32 gradient buffers
+// (offload.h, host_grad_bytes), denom [elems] x 4, and for fp32 parameters (their own
+// master) a host copy host_p [elems] x 4 updated and copied back. Whole parameters one at a
+// time, as on the device; no gradient is released (the buffers stay for the next step).
 std::int64_t adamw_host_workspace(const StepShapes& s, int group, std::int64_t elems, bool whole);
 
 // Bytes the update moves over memory: the states (master when present, exp_avg, exp_avg_sq)
