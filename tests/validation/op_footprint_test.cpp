@@ -230,7 +230,7 @@ TEST_P(OpFootprint, QkvProjectionRopeAndQkNorm) {
                    qr = runtime::rope(q, tables);
                    kr = runtime::rope(k, tables);
                  }),
-                 planned(g, "layer.0.attn.rope", ""), "rope " + tag);
+                 planned(g, "layer.0.attn.rope.q", "layer.0.attn.rope.k"), "rope " + tag);
     expect_equal(measure_backward({qr, kr}, {s.randn({s.b, s.S, H, d}, false), s.randn({s.b, s.S, K, d}, false)},
                                   {q, k}),
                  planned(g, "layer.0.attn.rope.bwd", ""), "rope backward " + tag);

@@ -61,13 +61,6 @@ KnownGap known_gap(const Plan& p) {
   // With the optimizer offloaded, zero1 takes its slice of each group in backward instead.
   if (across_ranks && p.parallel.sharding == Sharding::Zero1 && !p.parallel.offload_optimizer)
     return {"zero1's optimizer phase: the all-reduced gradients and the shard's copy"};
-  // Where attention, not the MLP, is the peak of a checkpointed layer's forward phase: the
-  // MLP tiled, or q, k and v wider than gate, up and their product.
-  const auto& m = p.model;
-  const bool attention_tops_forward = p.parallel.mlp_tiles > 1 || (m.heads + 2 * m.kv_heads) * m.head_dim > 3 * m.intermediate;
-  if (p.parallel.checkpoint.any() && attention_tops_forward)
-    return {"a checkpointed layer's gradient-free forward: the planner's attn.rope and attn.qk_norm hold more than the "
-            "runtime allocates there (the peaks are held)"};
   return {};
 }
 

@@ -27,10 +27,12 @@ void project_qkv(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc, Tenso
   sb.graph.op(layer_name(l, "attn.qkv", rc), phase, l, {a.xn1}, {q, k, v},
               {.flops = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d)});
   if (s.qk_norm) qk_norm_forward(sb, l, a, q, k, phase, rc);
-  // attn.q_rope [n, H*d] e, attn.k_rope [n, K*d] e
+  // attn.q_rope [n, H*d] e, attn.k_rope [n, K*d] e. Two ops, q's then k's (two calls of
+  // rope): without a graph (a checkpointed layer's forward) q is freed before k is rotated.
   const TensorId qr = sb.graph.tensor(layer_name(l, "attn.q_rope", rc), s.n * s.H * s.d * s.e, kernel_input);
   const TensorId kr = sb.graph.tensor(layer_name(l, "attn.k_rope", rc), s.n * s.K * s.d * s.e, kernel_input);
-  sb.graph.op(layer_name(l, "attn.rope", rc), phase, l, {q, k}, {qr, kr}, {.flops = 6.0 * double(s.n * (s.H + s.K) * s.d)});
+  sb.graph.op(layer_name(l, "attn.rope.q", rc), phase, l, {q}, {qr}, {.flops = 6.0 * double(s.n * s.H * s.d)});
+  sb.graph.op(layer_name(l, "attn.rope.k", rc), phase, l, {k}, {kr}, {.flops = 6.0 * double(s.n * s.K * s.d)});
   q = qr;
   k = kr;
 }
