@@ -119,9 +119,11 @@ struct Probes {
     return 3.0 * double(n * I) * 4 / s;
   }
 
+  // A step's ops run under autograd: one small op's cost is a forward that records a node
+  // and a backward that runs it, half of the pair each (the planner counts the two as two ops).
   double op_overhead() {
-    auto a = torch::zeros({1}, opts(torch::kFloat)), b = torch::ones({1}, opts(torch::kFloat));
-    return median_seconds([&] { a.add_(b); }, device, o.seconds_per_probe);
+    auto a = torch::ones({8}, opts(torch::kFloat)).requires_grad_(), b = torch::ones({8}, opts(torch::kFloat));
+    return median_seconds([&] { (a * b).backward(b); }, device, o.seconds_per_probe) / 2;
   }
 
   double copy_rate() {
@@ -181,7 +183,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
     p.record("memory_bytes_per_s", p.elementwise_bandwidth(), "byte/s",
              fmt::format("a += b over [{}, {}] fp32: two reads and a write", o.seq, m.intermediate));
     const double overhead = p.op_overhead();
-    p.record("op_overhead_s", overhead, "s", "a += b over one element");
+    p.record("op_overhead_s", overhead, "s", "a * b over 8 elements under autograd, forward and backward, halved");
     const double copy = p.copy_rate();
     p.record("copy_bytes_per_s", copy, "byte/s",
              p.device.is_cuda() ? "pinned host [n, h] fp32 into the device" : "host [n, h] fp32 into another host buffer");

@@ -16,7 +16,8 @@
 //                               32, 64, 128 and the model's own
 //   attention_backward_flops    its backward: 2.5 x the forward's flops, as the planner counts
 //   memory_bytes_per_s          a += b over [n, I] fp32: 3 n I x 4 bytes a call
-//   op_overhead_s               a += b over one element
+//   op_overhead_s               a * b over 8 elements under autograd, forward and backward,
+//                               halved: the cost of one small op of a step
 //   copy_bytes_per_s            a pinned host buffer into the device (CPU: host to host), n h
 //                               x 4 bytes
 //   collective_bytes_per_s      the mean rate of all-to-all, all-gather and reduce-scatter of
