@@ -50,17 +50,22 @@ struct KnownGap {
 };
 KnownGap known_gap(const Plan& p) {
   const bool across_ranks = p.cluster.shape.world() > 1;
+  // The peak bounds are the largest differences seen over seeds 1 to 11 and 20261124-26,
+  // rounded up (docs/validation.md lists them): a gap that grows past them fails.
   if (across_ranks && p.parallel.sharding == Sharding::Zero3)
     return {"zero3 across ranks: the embedding's gathered parameters and gradient in backward.embed, and the layers' "
             "gathers",
-            true, 0.10};
+            true, 0.15};
   if (across_ranks && p.parallel.sharding == Sharding::Zero2)
     return {"zero2 across ranks: activation gradients the planner holds through a reduce-scatter that is the peak",
             true, 0.05};
-  if (p.parallel.offload_params) return {"parameter offload on one rank: the copies of a streamed layer in backward", true};
+  if (p.parallel.offload_params)
+    return {"parameter offload on one rank: the copies of a streamed layer in backward", true, 0.15};
   // With the optimizer offloaded, zero1 takes its slice of each group in backward instead.
   if (across_ranks && p.parallel.sharding == Sharding::Zero1 && !p.parallel.offload_optimizer)
-    return {"zero1's optimizer phase: the all-reduced gradients and the shard's copy"};
+    return {"zero1's optimizer phase: the all-reduced gradients and the shard's copy (the peak where that phase tops "
+            "the step)",
+            true, 0.10};
   return {};
 }
 
