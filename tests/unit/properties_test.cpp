@@ -164,7 +164,8 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
     // The offloaded optimizer also keeps an fp32 gradient buffer per state on the host, for
     // the whole step: the host holds what the device no longer does, and those.
     std::int64_t host_grads = 0;
-    for (const auto& t : evaluate(on).graph.tensors())
+    const Evaluation evaluated = evaluate(on);  // a range-for over a temporary's member would dangle
+    for (const auto& t : evaluated.graph.tensors())
       if (t.persistent && t.category == Category::Grads && t.place == Place::Host) host_grads += t.bytes;
     EXPECT_GT(host_grads, 0) << c.text;
     EXPECT_EQ(d0 - d1 + host_grads, h1 - h0) << "optimizer: " << c.text;
