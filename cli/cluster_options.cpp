@@ -16,6 +16,9 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
       ->capture_default_str();
   app.add_option("--budget", o.budget, "Device memory budget per GPU, e.g. 80GiB (default: the preset's memory)");
   app.add_option("--host-mem", o.host_mem, "Host memory per node, e.g. 2TiB (default: the preset's)");
+  app.add_flag("--expandable-segments", o.expandable_segments,
+               "Predict the CUDA caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less "
+               "fragmentation)");
   app.add_option("--techniques", o.techniques,
                  fmt::format("Comma list the search may use: {}; 'all' (default) or 'none'",
                              fmt::join(technique_names(all_techniques()), ",")))

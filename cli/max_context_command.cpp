@@ -31,8 +31,9 @@ int run_max_context(const ClusterOptions& o, bool no_ladder) {
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
   fmt::print("plan         {}\n", describe_knobs(p));
   if (!r->rule.empty()) fmt::print("rule         {}\n", r->rule);
-  fmt::print("memory       device peak {} at {}, host {} per node\n", format_bytes(p.prediction.peak_device_bytes),
-             p.prediction.peak_at, format_bytes(p.prediction.peak_host_bytes));
+  fmt::print("memory       device peak {} as nvidia-smi shows it (allocated {} at {}, reserved {}), host {} per node\n",
+             format_bytes(p.prediction.peak_nvidia_smi_bytes), format_bytes(p.prediction.peak_device_bytes),
+             p.prediction.peak_at, format_bytes(p.prediction.peak_reserved_bytes), format_bytes(p.prediction.peak_host_bytes));
   fmt::print("speed        {:.1f} s per step, {:.0f} tokens/s, MFU {:.1f}%\n", p.prediction.step_time_s,
              p.prediction.tokens_per_s, p.prediction.mfu * 100);
   if (!r->ladder.empty()) {

@@ -44,10 +44,14 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
-                     pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_device_bytes),
+                     pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_nvidia_smi_bytes),
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(pr.peak_host_bytes),
                      format_bytes(p.cluster.host_budget_bytes_per_node),
                      pr.binding.empty() ? "" : fmt::format(" ({} exceeded)", pr.binding));
+  out += fmt::format("device    allocated {}, reserved {} (peak at {}), nvidia-smi {} with {} outside the allocator{}\n",
+                     format_bytes(pr.peak_device_bytes), format_bytes(pr.peak_reserved_bytes), pr.reserved_peak_at,
+                     format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_nvidia_smi_bytes - pr.peak_reserved_bytes),
+                     p.cluster.expandable_segments ? "; expandable segments" : "");
   out += fmt::format("speed     {:.2f} s per step, {:.0f} tokens/s, MFU {:.1f}%\n", pr.step_time_s, pr.tokens_per_s, pr.mfu * 100);
   out += fmt::format("\npeak at   {} ({} phase)\n", pr.peak_at,
                      e.sim.peak_op >= 0 ? to_string(e.graph.op(e.sim.peak_op).phase) : "?");
@@ -55,9 +59,9 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += "\nbreakdown at the device peak\n";
   for (const auto& [k, v] : pr.breakdown) {
     if (v == 0) continue;
-    out += fmt::format("  {:<12} {:>12}  {:5.1f}%\n", k, format_bytes(v), 100.0 * double(v) / double(pr.peak_device_bytes));
+    out += fmt::format("  {:<12} {:>12}  {:5.1f}%\n", k, format_bytes(v), 100.0 * double(v) / double(pr.peak_nvidia_smi_bytes));
   }
-  out += fmt::format("  {:<12} {:>12}\n", "total", format_bytes(pr.peak_device_bytes));
+  out += fmt::format("  {:<12} {:>12}\n", "total", format_bytes(pr.peak_nvidia_smi_bytes));
 
   out += fmt::format("\nlive at the peak (largest {} of {})\n", std::min<std::size_t>(live_rows, e.sim.live_at_peak.size()),
                      e.sim.live_at_peak.size());

@@ -56,7 +56,7 @@ struct Canvas {
     plot_w = kWidth - kLeft - kRight;
     host_top = kTop + kDeviceHeight + kGap;
     height = host_top + kHostHeight + 60;
-    context = e.plan.cluster.hardware.context_bytes;
+    context = plan_context_bytes(e.plan);
     budget = double(e.plan.cluster.device_budget_bytes);
     dev_max = budget;
     host_max = 1;
@@ -131,7 +131,7 @@ void draw_budget_and_peak(Canvas& c) {
   c.s += fmt::format("<text x=\"{}\" y=\"{:.1f}\" fill=\"#c00\">budget {}</text>\n", kLeft + c.plot_w + 6, c.ydev(c.budget) + 4,
                      format_bytes(c.e.plan.cluster.device_budget_bytes));
   if (c.e.sim.peak_op < 0) return;
-  const double px = c.x(double(c.e.sim.peak_op) + 0.5), py = c.ydev(double(pr.peak_device_bytes));
+  const double px = c.x(double(c.e.sim.peak_op) + 0.5), py = c.ydev(double(pr.peak_device_bytes + c.context));
   c.s += fmt::format("<circle cx=\"{:.1f}\" cy=\"{:.1f}\" r=\"4\" fill=\"black\"/>\n", px, py);
   c.s += fmt::format("<text x=\"{:.1f}\" y=\"{:.1f}\" text-anchor=\"middle\">peak {} at {}</text>\n",
                      std::min(px, kLeft + c.plot_w - 120), py - 8, format_bytes(pr.peak_device_bytes), escape(pr.peak_at));

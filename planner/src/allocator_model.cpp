@@ -4,6 +4,15 @@
 #include <iterator>
 
 namespace longctx {
+namespace {
+
+// An expandable pool's virtual range: more than any device holds. The small pool's starts at
+// 0, the large pool's right after it.
+constexpr std::int64_t kVirtualRange = std::int64_t{1} << 56;
+
+std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m * m; }
+
+}  // namespace
 
 std::int64_t allocated_bytes(Backend backend, std::int64_t requested) {
   if (backend == Backend::Cpu || requested <= 0) return requested < 0 ? 0 : requested;
@@ -12,13 +21,161 @@ std::int64_t allocated_bytes(Backend backend, std::int64_t requested) {
 
 std::int64_t CachingAllocatorModel::round_size(std::int64_t bytes) {
   if (bytes < kMinBlock) return kMinBlock;
-  return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+  return round_up(bytes, kMinBlock);
 }
 
 std::int64_t CachingAllocatorModel::segment_size(std::int64_t rounded) {
   if (rounded <= kSmallSize) return kSmallSegment;
   if (rounded < kMinLargeAlloc) return kLargeSegment;
-  return (rounded + kRoundLarge - 1) / kRoundLarge * kRoundLarge;
+  return round_up(rounded, kRoundLarge);
+}
+
+CachingAllocatorModel::CachingAllocatorModel(AllocatorSettings settings) : settings_(settings) {
+  if (!settings_.expandable_segments) return;
+  // Rule 7: one unmapped range per pool, segment 0 small and segment 1 large.
+  for (bool small : {true, false}) {
+    blocks_[small ? 0 : kVirtualRange] = Block{kVirtualRange, small ? 0 : 1, small, true, false};
+    segment_sizes_.push_back(kVirtualRange);
+  }
+  next_address_ = 2 * kVirtualRange;
+}
+
+bool CachingAllocatorModel::grow_reserved(std::int64_t bytes) {
+  if (bytes > settings_.capacity - reserved_) return false;
+  reserved_ += bytes;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+  return true;
+}
+
+void CachingAllocatorModel::insert_free(std::int64_t address) {
+  const Block& b = blocks_.at(address);
+  if (b.mapped) pool(b.small).insert({b.size, address});
+}
+
+std::int64_t CachingAllocatorModel::merge(std::int64_t address) {
+  auto it = blocks_.find(address);
+  auto joins = [&](const Block& other) {
+    return other.free && other.segment == it->second.segment && other.mapped == it->second.mapped;
+  };
+  auto next = std::next(it);
+  if (next != blocks_.end() && joins(next->second)) {
+    pool(next->second.small).erase({next->second.size, next->first});
+    it->second.size += next->second.size;
+    blocks_.erase(next);
+  }
+  if (it != blocks_.begin()) {
+    auto prev = std::prev(it);
+    if (joins(prev->second)) {
+      pool(prev->second.small).erase({prev->second.size, prev->first});
+      prev->second.size += it->second.size;
+      blocks_.erase(it);
+      return prev->first;
+    }
+  }
+  return address;
+}
+
+std::int64_t CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
+  const std::int64_t seg = segment_size(size);
+  if (!grow_reserved(seg)) {
+    release_cached();
+    if (!grow_reserved(seg)) {
+      ++failures_;
+      reserved_ += seg;
+      peak_reserved_ = std::max(peak_reserved_, reserved_);
+    }
+  }
+  const std::int64_t address = next_address_;
+  next_address_ += seg;
+  blocks_[address] = Block{seg, static_cast<int>(segment_sizes_.size()), small, true, true};
+  segment_sizes_.push_back(seg);
+  return address;
+}
+
+std::int64_t CachingAllocatorModel::map_expandable(std::int64_t size, bool small) {
+  const std::int64_t base = small ? 0 : kVirtualRange, page = small ? kSmallSegment : kLargeSegment;
+  for (int attempt = 0; attempt < 2; ++attempt) {
+    for (auto it = blocks_.lower_bound(base); it != blocks_.end() && it->first < base + kVirtualRange; ++it) {
+      if (it->second.mapped) continue;  // unmapped ranges are always free
+      std::int64_t before = 0;          // the mapped free block just before the range
+      if (it != blocks_.begin()) {
+        const Block& prev = std::prev(it)->second;
+        if (prev.free && prev.mapped && prev.segment == it->second.segment) before = prev.size;
+      }
+      if (before + it->second.size < size) continue;
+      const std::int64_t bytes = std::min(round_up(size - before, page), it->second.size);
+      if (!grow_reserved(bytes)) {
+        if (attempt == 0) break;  // release, then look again
+        ++failures_;
+        reserved_ += bytes;
+        peak_reserved_ = std::max(peak_reserved_, reserved_);
+      }
+      const std::int64_t address = it->first;
+      const Block range = it->second;
+      if (bytes < range.size) blocks_[address + bytes] = Block{range.size - bytes, range.segment, small, true, false};
+      blocks_[address] = Block{bytes, range.segment, small, true, true};
+      const std::int64_t joined = merge(address);
+      pool(small).erase({blocks_.at(joined).size, joined});
+      return joined;
+    }
+    release_cached();
+  }
+  return -1;  // unreachable: the last range of a pool is as large as the pool's virtual range
+}
+
+void CachingAllocatorModel::release_cached() {
+  if (!settings_.expandable_segments) {
+    for (auto it = blocks_.begin(); it != blocks_.end();) {
+      const Block& b = it->second;
+      if (b.free && b.size == segment_sizes_[static_cast<std::size_t>(b.segment)]) {
+        pool(b.small).erase({b.size, it->first});
+        reserved_ -= b.size;
+        ++released_segments_;
+        it = blocks_.erase(it);
+      } else {
+        ++it;
+      }
+    }
+    return;
+  }
+  // Rule 8: the whole pages inside each mapped free block are unmapped.
+  std::vector<std::int64_t> free_mapped;
+  for (const auto& [address, b] : blocks_)
+    if (b.free && b.mapped) free_mapped.push_back(address);
+  for (std::int64_t address : free_mapped) {
+    const Block b = blocks_.at(address);
+    const std::int64_t base = b.small ? 0 : kVirtualRange, page = b.small ? kSmallSegment : kLargeSegment;
+    const std::int64_t lo = base + round_up(address - base, page);
+    const std::int64_t hi = base + (address + b.size - base) / page * page;
+    if (hi <= lo) continue;
+    pool(b.small).erase({b.size, address});
+    blocks_.erase(address);
+    if (lo > address) {
+      blocks_[address] = Block{lo - address, b.segment, b.small, true, true};
+      insert_free(address);
+    }
+    if (address + b.size > hi) {
+      blocks_[hi] = Block{address + b.size - hi, b.segment, b.small, true, true};
+      insert_free(hi);
+    }
+    blocks_[lo] = Block{hi - lo, b.segment, b.small, true, false};
+    merge(lo);
+    reserved_ -= hi - lo;
+  }
+}
+
+std::int64_t CachingAllocatorModel::take(std::int64_t address, std::int64_t size, bool small) {
+  Block& b = blocks_.at(address);
+  const std::int64_t remaining = b.size - size;
+  if (small ? remaining >= kMinBlock : remaining > kSmallSize) {
+    blocks_[address + size] = Block{remaining, b.segment, small, true, true};
+    pool(small).insert({remaining, address + size});
+    b.size = size;
+  }
+  b.free = false;
+  allocated_ += b.size;
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  return address;
 }
 
 int CachingAllocatorModel::allocate(std::int64_t bytes) {
@@ -31,55 +188,20 @@ int CachingAllocatorModel::allocate(std::int64_t bytes) {
     address = fit->second;
     free_blocks.erase(fit);
   } else {
-    // A new segment, one free block as large as it.
-    const std::int64_t seg = segment_size(size);
-    address = next_address_;
-    next_address_ += seg;
-    blocks_[address] = Block{seg, static_cast<int>(segment_sizes_.size()), small, true};
-    segment_sizes_.push_back(seg);
-    reserved_ += seg;
-    peak_reserved_ = std::max(peak_reserved_, reserved_);
+    address = settings_.expandable_segments ? map_expandable(size, small) : new_segment(size, small);
   }
-  Block& b = blocks_.at(address);
-  const std::int64_t remaining = b.size - size;
-  if (small ? remaining >= kMinBlock : remaining > kSmallSize) {
-    blocks_[address + size] = Block{remaining, b.segment, small, true};
-    free_blocks.insert({remaining, address + size});
-    b.size = size;
-  }
-  b.free = false;
-  allocated_ += b.size;
-  peak_allocated_ = std::max(peak_allocated_, allocated_);
-  live_[next_handle_] = address;
+  live_[next_handle_] = take(address, size, small);
   return next_handle_++;
 }
 
 void CachingAllocatorModel::free(int handle) {
   auto live = live_.find(handle);
-  std::int64_t address = live->second;
+  const std::int64_t address = live->second;
   live_.erase(live);
-  auto it = blocks_.find(address);
-  it->second.free = true;
-  allocated_ -= it->second.size;
-  const bool small = it->second.small;
-  // Merge with the free neighbours of the same segment.
-  auto next = std::next(it);
-  if (next != blocks_.end() && next->second.free && next->second.segment == it->second.segment) {
-    pool(small).erase({next->second.size, next->first});
-    it->second.size += next->second.size;
-    blocks_.erase(next);
-  }
-  if (it != blocks_.begin()) {
-    auto prev = std::prev(it);
-    if (prev->second.free && prev->second.segment == it->second.segment) {
-      pool(small).erase({prev->second.size, prev->first});
-      prev->second.size += it->second.size;
-      blocks_.erase(it);
-      it = prev;
-      address = prev->first;
-    }
-  }
-  pool(small).insert({it->second.size, address});
+  Block& b = blocks_.at(address);
+  b.free = true;
+  allocated_ -= b.size;
+  insert_free(merge(address));
 }
 
 std::int64_t CachingAllocatorModel::block_size(int handle) const { return blocks_.at(live_.at(handle)).size; }

@@ -63,6 +63,13 @@ const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rat
   return fields;
 }
 
+std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::int64_t gpus_per_node) {
+  if (world < 2) return h.context_bytes;
+  const std::int64_t in_node = std::min(world, gpus_per_node) - 1;
+  const std::int64_t across = world > gpus_per_node ? 1 : 0;
+  return h.context_bytes + h.nccl_base_bytes + h.nccl_bytes_per_peer * (in_node + across);
+}
+
 Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   using namespace json_fields;
   Hardware h;
@@ -83,6 +90,12 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
+  }
+  if (j.contains("nccl_base_bytes")) {
+    LONGCTX_TRY(h.nccl_base_bytes, get_int(j, p, "nccl_base_bytes", 0, limits::kMaxBytes));
+  }
+  if (j.contains("nccl_bytes_per_peer")) {
+    LONGCTX_TRY(h.nccl_bytes_per_peer, get_int(j, p, "nccl_bytes_per_peer", 0, limits::kMaxBytes));
   }
   if (j.contains("threads")) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
@@ -119,6 +132,8 @@ nlohmann::json hardware_to_json(const Hardware& h) {
           {"pcie_bytes_per_s", h.pcie_bytes_per_s},
           {"host_flops", h.host_flops},
           {"context_bytes", h.context_bytes}};
+  if (h.nccl_base_bytes > 0) j["nccl_base_bytes"] = h.nccl_base_bytes;
+  if (h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
   if (h.backend == Backend::Cpu) j["threads"] = h.threads;
   if (h.measured.present) {
     auto& m = j["measured"];

@@ -38,12 +38,24 @@ OpTotals totals_of(const Plan& p) {
   return simulate_totals(build_step(in), in.backend);
 }
 
-// Whether the totals fit the plan's budgets.
+// Whether the totals fit the plan's budgets, device memory as allocated: a necessary
+// condition (reserved memory is never less), cheap enough for the bounds.
 bool fits(const Plan& p, const OpTotals& t) {
   const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
   const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
-  return dev + p.cluster.hardware.context_bytes <= p.cluster.device_budget_bytes &&
+  return dev + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
          host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+// Whether the plan fits as the device sees it: as allocated, then on CUDA as the caching
+// allocator reserves it (memory_model.h, device_fits). What every answer is confirmed with.
+bool fits_reserved(const Plan& p) {
+  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
+                      p.cluster.hardware.threads};
+  const StepGraph g = build_step(in);
+  const OpTotals t = simulate_totals(g, in.backend);
+  if (!fits(p, t)) return false;
+  return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end()));
 }
 
 // `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
@@ -58,7 +70,7 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
   const OpTotals r1 = totals_of(p1);
   const OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
   if (r1.device_during.size() != r2.device_during.size()) return 0;
-  const double dev_budget = double(base.cluster.device_budget_bytes - base.cluster.hardware.context_bytes);
+  const double dev_budget = double(base.cluster.device_budget_bytes - plan_context_bytes(base));
   const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
   double limit = 1e30;
   binding = "";
@@ -73,7 +85,7 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
     if (s < limit) { limit = s; binding = what; }
   };
   for (std::size_t i = 0; i < r1.device_during.size(); ++i) {
-    bound(double(r1.device_during[i]), double(r2.device_during[i]), dev_budget, "device memory");
+    bound(double(r1.device_during[i]), double(r2.device_during[i]), dev_budget, device_binding(base));
     bound(double(r1.host_during[i]), double(r2.host_during[i]), host_budget, "host memory");
   }
   if (limit < double(grid)) return 0;
@@ -172,10 +184,43 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   return b;
 }
 
+// On CUDA, the longest length at most `seq`, in steps of `step` down from it (at most
+// `steps`), where the caching allocator finds every block within the budget; 0 if none.
+// Fragmentation is not monotone in the length (a block freed at one length fits the next
+// request; at another it is split by a small one), so the steps gallop down (1, 2, 4, ...)
+// to a length that fits and then bisect back up between it and the last that did not: a
+// fitting length within a few grid steps of the longest, in a logarithmic number of replays.
+std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
+                                  std::int64_t steps) {
+  auto fits_at = [&](std::int64_t k) {
+    const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
+    return valid(at) && fits_reserved(at);
+  };
+  if (fits_at(0)) return seq;
+  std::int64_t bad = 0, good = -1;
+  for (std::int64_t k = 1; k <= steps; k = std::min(2 * k, steps)) {
+    if (fits_at(k)) {
+      good = k;
+      break;
+    }
+    bad = k;
+    if (k == steps) break;
+  }
+  if (good < 0) return 0;
+  while (good - bad > 1) {
+    const std::int64_t mid = bad + (good - bad) / 2;
+    if (fits_at(mid)) good = mid;
+    else bad = mid;
+  }
+  return seq - good * step;
+}
+
 // A bound that would raise the floor is confirmed with a full simulation first (allocator
 // rounding can cost a grid step). On the CPU virtual device the bound is a guess, not a
 // bound: the flash kernel's per-thread block buffers grow with the length up to 768 tokens
 // and then stay constant, so every configuration is settled by simulation, upwards as well.
+// The length is found as allocated (monotone), then on CUDA walked down the grid to where
+// the reserved figure fits too.
 std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine) {
   const std::int64_t grid = m.grid;
   auto fits_at = [&](std::int64_t seq) {
@@ -207,7 +252,8 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
     if (fits_at(mid * grid)) lo = mid;
     else hi = mid;
   }
-  return lo * grid;
+  if (m.coarse.cluster.hardware.backend != Backend::Cuda || lo == 0) return lo * grid;
+  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1);
 }
 
 MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0) {
@@ -233,7 +279,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
       m.binding = cached.binding;
       if (!cached.confirmed && (m.tokens >= floor || !affine)) {  // >=: a bound at the floor (the cap) may be the answer
         m.tokens = confirm(m, a, affine);
-        if (m.tokens > 0 && m.binding.empty()) m.binding = "device memory";
+        if (m.tokens > 0 && m.binding.empty()) m.binding = device_binding(base);
         cached = {m.tokens, m.binding, true};
       }
       if (!m.binding.empty()) last_binding = m.binding;
@@ -246,18 +292,19 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
   }
   for (const auto& m : all)
     if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
-  if (best.tokens == 0) best.binding = last_binding.empty() ? "device memory" : last_binding;
+  if (best.tokens == 0) best.binding = last_binding.empty() ? device_binding(base) : last_binding;
   return best;
 }
 
 // Without tiles every op's bytes depend only on the padded length and never fall as it
 // grows, so the grid's answer is refined by bisection to the padding step u of each
-// configuration that reaches it, and is then exact to the token: a longer length pads to at
+// configuration that reaches it, and is then exact to the token as allocated (on CUDA, where
+// the reserved figure does not fit there, to the step u or the grid): a longer length pads to at
 // least one step more, which does not fit. With tiles it is not: between two multiples of
 // the grid the finest tiles are uneven and shorter than at either, and the grid stands.
 void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
   if (top.tokens == 0 || has(a, Technique::TiledMlp) || has(a, Technique::TiledLoss)) return;
-  std::int64_t best = top.tokens;
+  std::int64_t best = top.tokens, granularity = 1;
   std::vector<std::pair<std::int64_t, MaxSeqCandidate>> found;
   for (const MaxSeqCandidate& m : top.reaching) {
     const std::int64_t u = m.coarse.parallel.ulysses;
@@ -271,14 +318,22 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
       if (fits_at(top.tokens + mid * u)) lo = mid;
       else hi = mid;
     }
-    found.emplace_back(top.tokens + lo * u, m);
-    best = std::max(best, top.tokens + lo * u);
+    // Exact as allocated; on CUDA the reserved figure may not fit there (fragmentation):
+    // a few steps of u down, else the grid's answer, which does.
+    std::int64_t tokens = top.tokens + lo * u;
+    if (m.coarse.cluster.hardware.backend == Backend::Cuda && lo > 0) {
+      const std::int64_t fit = down_to_reserved_fit(m, a, tokens, u, lo);
+      if (fit != tokens) granularity = std::max(granularity, m.grid);
+      tokens = std::max(fit, top.tokens);
+    }
+    found.emplace_back(tokens, m);
+    best = std::max(best, tokens);
   }
   top.reaching.clear();
   for (const auto& [tokens, m] : found)
     if (tokens == best) top.reaching.push_back(m);
   top.tokens = best;
-  top.grid = 1;
+  top.grid = granularity;
 }
 
 // The ladder's rungs, in the order a practitioner adds techniques; each rung's answer is a

@@ -71,12 +71,16 @@ nlohmann::json plan_to_json(const Plan& p) {
         {"gpus", p.cluster.shape.world()},
         {"hardware", hardware_to_json(p.cluster.hardware)},
         {"device_budget_bytes", p.cluster.device_budget_bytes},
-        {"host_budget_bytes_per_node", p.cluster.host_budget_bytes_per_node}}},
+        {"host_budget_bytes_per_node", p.cluster.host_budget_bytes_per_node},
+        {"expandable_segments", p.cluster.expandable_segments}}},
       {"train", train},
       {"parallel", parallel},
       {"prediction",
        {{"feasible", p.prediction.feasible},
         {"peak_device_bytes", p.prediction.peak_device_bytes},
+        {"peak_reserved_bytes", p.prediction.peak_reserved_bytes},
+        {"peak_nvidia_smi_bytes", p.prediction.peak_nvidia_smi_bytes},
+        {"reserved_peak_at", p.prediction.reserved_peak_at},
         {"peak_host_bytes", p.prediction.peak_host_bytes},
         {"breakdown", breakdown},
         {"peak_at", p.prediction.peak_at},
@@ -116,6 +120,9 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(p.cluster.hardware, hardware_from_json(hw));
   LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes", 1, limits::kMaxBytes));
   LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node", 1, limits::kMaxBytes));
+  if (cluster.contains("expandable_segments")) {
+    LONGCTX_TRY(p.cluster.expandable_segments, get_bool(cluster, "cluster", "expandable_segments"));
+  }
 
   LONGCTX_TRY(auto train, get_object(j, "", "train"));
   LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq", 1, limits::kMaxSeq));
@@ -148,6 +155,14 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(p.prediction.feasible, get_bool(pr, "prediction", "feasible"));
     LONGCTX_TRY(p.prediction.peak_device_bytes, get_int(pr, "prediction", "peak_device_bytes", 0));
     LONGCTX_TRY(p.prediction.peak_host_bytes, get_int(pr, "prediction", "peak_host_bytes", 0));
+    // Absent from plan files written before the reserved figure was predicted.
+    if (pr.contains("peak_reserved_bytes")) {
+      LONGCTX_TRY(p.prediction.peak_reserved_bytes, get_int(pr, "prediction", "peak_reserved_bytes", 0));
+    }
+    if (pr.contains("peak_nvidia_smi_bytes")) {
+      LONGCTX_TRY(p.prediction.peak_nvidia_smi_bytes, get_int(pr, "prediction", "peak_nvidia_smi_bytes", 0));
+    }
+    if (pr.contains("reserved_peak_at") && pr["reserved_peak_at"].is_string()) p.prediction.reserved_peak_at = pr["reserved_peak_at"];
     if (auto b = pr.find("breakdown"); b != pr.end() && b->is_object())
       for (auto& [k, v] : b->items())
         if (v.is_number_integer()) p.prediction.breakdown[k] = v.get<std::int64_t>();

@@ -49,6 +49,10 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     return Error::bad_input("--budget", fmt::format("{} is above longctx's bound of 4PiB per GPU", o.budget));
   if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
     return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
+  p.cluster.expandable_segments = o.expandable_segments;
+  if (o.expandable_segments && p.cluster.hardware.backend != Backend::Cuda)
+    return Error::bad_input("--expandable-segments", "is a setting of the CUDA caching allocator; the CPU virtual device "
+                                                     "allocates exactly what is asked; leave it out or pick a GPU preset");
   if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
   if (!o.dtype.empty()) {
     LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));

@@ -23,7 +23,7 @@ struct Evaluator {
     ++evaluated;
     p.prediction = predict(p);
     if (p.prediction.feasible) feasible.push_back(p);
-    else if (!smallest_infeasible || p.prediction.peak_device_bytes < smallest_infeasible->prediction.peak_device_bytes)
+    else if (!smallest_infeasible || p.prediction.peak_nvidia_smi_bytes < smallest_infeasible->prediction.peak_nvidia_smi_bytes)
       smallest_infeasible = p;
     return p;
   }
@@ -42,7 +42,7 @@ double rounded_speed(double tokens_per_s) {
 bool faster(const Plan& a, const Plan& b) {
   const double sa = rounded_speed(a.prediction.tokens_per_s), sb = rounded_speed(b.prediction.tokens_per_s);
   if (sa != sb) return sa > sb;
-  return a.prediction.peak_device_bytes < b.prediction.peak_device_bytes;
+  return a.prediction.peak_nvidia_smi_bytes < b.prediction.peak_nvidia_smi_bytes;
 }
 
 namespace {
@@ -62,9 +62,10 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
                  fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
                              "budget {}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node))};
   return Error{ErrorKind::NoFit, "--budget",
-               fmt::format("no plan fits: the smallest peak is {} at op {} ({} dominates: {}), budget {}; allow more "
-                           "techniques, more GPUs, or a shorter --seq",
-                           format_bytes(pr.peak_device_bytes), pr.peak_at, dominant, format_bytes(most),
+               fmt::format("no plan fits: the smallest peak is {} ({} allocated at op {}; {} dominates: {}), budget {}; "
+                           "allow more techniques, more GPUs, or a shorter --seq",
+                           format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_device_bytes), pr.peak_at,
+                           dominant, format_bytes(most),
                            format_bytes(base.cluster.device_budget_bytes))};
 }
 
@@ -151,9 +152,9 @@ SearchResult summarize(const Plan& best, Evaluator& ev) {
   // needs less memory than every faster one.
   std::int64_t least = INT64_MAX;
   for (const auto& p : all)
-    if (p.prediction.peak_device_bytes < least) {
+    if (p.prediction.peak_nvidia_smi_bytes < least) {
       r.pareto.push_back(p);
-      least = p.prediction.peak_device_bytes;
+      least = p.prediction.peak_nvidia_smi_bytes;
     }
   return r;
 }
@@ -200,6 +201,8 @@ nlohmann::json brief(const Plan& p) {
   return {{"parallel", parallel_json(p)},
           {"micro_batch", p.train.micro_batch},
           {"peak_device_bytes", p.prediction.peak_device_bytes},
+          {"peak_reserved_bytes", p.prediction.peak_reserved_bytes},
+          {"peak_nvidia_smi_bytes", p.prediction.peak_nvidia_smi_bytes},
           {"peak_host_bytes", p.prediction.peak_host_bytes},
           {"step_time_s", p.prediction.step_time_s},
           {"tokens_per_s", p.prediction.tokens_per_s}};

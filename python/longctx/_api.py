@@ -84,7 +84,7 @@ def _bytes_text(value: Union[int, str, None]) -> str:
 
 
 def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, dtype, grad_dtype,
-             gpus_per_node) -> "_core.ClusterRequest":
+             gpus_per_node, expandable_segments: bool = False) -> "_core.ClusterRequest":
     args = _core.ClusterRequest()
     _model_args(model, args)
     if isinstance(gpus, bool) or not isinstance(gpus, int):
@@ -97,6 +97,9 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
     args.techniques = techniques if isinstance(techniques, str) else ",".join(techniques)
     args.dtype = dtype or ""
     args.grad_dtype = grad_dtype or ""
+    if not isinstance(expandable_segments, bool):
+        raise BadInput("expandable_segments", f"{expandable_segments!r} is not True or False")
+    args.expandable_segments = expandable_segments
     return args
 
 
@@ -105,7 +108,7 @@ class Prediction:
     """What the planner predicts for one training step, per rank."""
 
     feasible: bool
-    peak_device_bytes: int  #: allocated bytes at the device peak
+    peak_device_bytes: int  #: allocated bytes at the device peak (torch.cuda.max_memory_allocated)
     peak_host_bytes: int  #: host bytes at the host peak (per rank)
     peak_at: str  #: the op at the device peak
     step_time_s: float
@@ -113,13 +116,16 @@ class Prediction:
     mfu: float
     binding: str  #: what binds when it does not fit ("" when it fits)
     phases: List[Dict[str, Any]]  #: predicted peaks per phase
+    peak_reserved_bytes: int  #: reserved by the caching allocator (torch.cuda.max_memory_reserved)
+    peak_nvidia_smi_bytes: int  #: reserved + memory outside the allocator: what nvidia-smi shows, and what binds
     raw: Dict[str, Any] = field(repr=False)  #: the whole prediction block, breakdown included
 
     @staticmethod
     def _from(j: Mapping[str, Any]) -> "Prediction":
         return Prediction(bool(j["feasible"]), int(j["peak_device_bytes"]), int(j["peak_host_bytes"]), j["peak_at"],
                           float(j["step_time_s"]), float(j["tokens_per_s"]), float(j["mfu"]), j.get("binding", ""),
-                          list(j.get("phases", [])), dict(j))
+                          list(j.get("phases", [])), int(j.get("peak_reserved_bytes", j["peak_device_bytes"])),
+                          int(j.get("peak_nvidia_smi_bytes", j["peak_device_bytes"])), dict(j))
 
 
 @dataclass(frozen=True)
@@ -200,10 +206,10 @@ class MaxContext:
 def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
                 *, budget: Union[int, str, None] = None, host_mem: Union[int, str, None] = None,
                 dtype: Optional[str] = None, grad_dtype: Optional[str] = None, gpus_per_node: Optional[int] = None,
-                ladder: bool = True) -> MaxContext:
+                ladder: bool = True, expandable_segments: bool = False) -> MaxContext:
     """The longest context `model` trains on `gpus` GPUs with the allowed techniques
     (``longctx max-context``). Raises BadInput, or NoFit when nothing fits at all."""
-    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node)
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments)
     j = json.loads(_answer(_core.max_context(args, ladder)))
     return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
                       Plan(j["plan"]), list(j.get("ladder", [])), j)
@@ -212,12 +218,13 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
 def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",
          techniques: Union[str, Iterable[str]] = "all", *, budget: Union[int, str, None] = None,
          host_mem: Union[int, str, None] = None, dtype: Optional[str] = None, grad_dtype: Optional[str] = None,
-         gpus_per_node: Optional[int] = None, no_search: bool = False, **knobs: Any) -> Plan:
+         gpus_per_node: Optional[int] = None, no_search: bool = False, expandable_segments: bool = False,
+         **knobs: Any) -> Plan:
     """The fastest plan that fits `seq` tokens (``longctx plan``). Keyword knobs are fixed
     (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
     the others searched; with ``no_search=True`` the others are at none/1/0/off.
     Raises BadInput, or NoFit when no plan fits."""
-    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node)
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments)
     fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in knobs.items()}
     return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
 

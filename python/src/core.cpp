@@ -145,6 +145,7 @@ NB_MODULE(_core, m) {
       .def_rw("gpu", &longctx::ClusterRequest::gpu)
       .def_rw("budget", &longctx::ClusterRequest::budget)
       .def_rw("host_mem", &longctx::ClusterRequest::host_mem)
+      .def_rw("expandable_segments", &longctx::ClusterRequest::expandable_segments)
       .def_rw("techniques", &longctx::ClusterRequest::techniques)
       .def_rw("dtype", &longctx::ClusterRequest::dtype)
       .def_rw("grad_dtype", &longctx::ClusterRequest::grad_dtype);

@@ -174,5 +174,82 @@ TEST(AllocatorModel, PoolsDoNotShareBlocks) {
   EXPECT_EQ(m.peak_allocated(), 4 * MiB);
 }
 
+TEST(AllocatorModel, OutOfMemoryReleasesWholeFreeSegmentsAndAsksAgain) {
+  // Rule 6 with 40 MiB of capacity.
+  CachingAllocatorModel m({.expandable_segments = false, .capacity = 40 * MiB});
+  // 12 MiB >= 10 MiB: a segment of exactly 12 MiB (rounded to 2 MiB), twice.
+  const int a = m.allocate(12 * MiB);
+  m.allocate(12 * MiB);
+  EXPECT_EQ(m.reserved(), 24 * MiB);
+  m.free(a);  // the first segment is now wholly free, and stays cached
+  EXPECT_EQ(m.reserved(), 24 * MiB);
+  // 20 MiB fits no free block (12 MiB); a new 20 MiB segment would make 44 > 40: the free
+  // segment is released (24 - 12 = 12), and 12 + 20 = 32 fits.
+  m.allocate(20 * MiB);
+  EXPECT_EQ(m.reserved(), 32 * MiB);
+  EXPECT_EQ(m.segments(), 2);
+  EXPECT_EQ(m.failures(), 0);
+  EXPECT_EQ(m.peak_reserved(), 32 * MiB);
+  // 10 MiB more: no free block, 32 + 10 > 40, and nothing to release: the request fails.
+  // It is booked anyway so the replay can go on and report by how much.
+  m.allocate(10 * MiB);
+  EXPECT_EQ(m.failures(), 1);
+  EXPECT_EQ(m.reserved(), 42 * MiB);
+}
+
+TEST(AllocatorModel, ReleasingTheCacheKeepsSplitSegments) {
+  CachingAllocatorModel m;
+  // A 4 MiB block split off a 20 MiB segment: freed, the segment is whole and free again.
+  m.free(m.allocate(4 * MiB));
+  // Two 4 MiB blocks, one freed: the segment holds a block in use and is not released.
+  const int b = m.allocate(4 * MiB);
+  const int c = m.allocate(4 * MiB);
+  m.free(b);
+  m.release_cached();
+  EXPECT_EQ(m.reserved(), 20 * MiB);
+  m.free(c);
+  m.release_cached();
+  EXPECT_EQ(m.reserved(), 0);
+  EXPECT_EQ(m.segments(), 0);
+}
+
+TEST(AllocatorModel, ExpandableSegmentsMapPagesOntoTheFreeTail) {
+  // Rule 7: the large pool maps 20 MiB pages.
+  CachingAllocatorModel e({.expandable_segments = true});
+  // 4 MiB: one page mapped; the 16 MiB left is split off (16 > 1 MiB).
+  e.allocate(4 * MiB);
+  EXPECT_EQ(e.reserved(), 20 * MiB);
+  // 30 MiB fits no free block; the free 16 MiB tail is extended by the shortfall, 14 MiB,
+  // rounded up to one page: 40 MiB mapped, the request takes 30 of the 36 MiB block.
+  const int b = e.allocate(30 * MiB);
+  EXPECT_EQ(e.block_size(b), 30 * MiB);
+  EXPECT_EQ(e.reserved(), 40 * MiB);
+  EXPECT_EQ(e.allocated(), 34 * MiB);
+  // Without expandable segments the same two requests reserve a 20 MiB and a 30 MiB segment.
+  CachingAllocatorModel d;
+  d.allocate(4 * MiB);
+  d.allocate(30 * MiB);
+  EXPECT_EQ(d.reserved(), 50 * MiB);
+}
+
+TEST(AllocatorModel, ExpandableSegmentsUnmapFreePagesWhenOutOfMemory) {
+  // Rule 8 with 60 MiB of capacity; the same requests fail without expandable segments.
+  for (bool expandable : {true, false}) {
+    CachingAllocatorModel m({.expandable_segments = expandable, .capacity = 60 * MiB});
+    const int a = m.allocate(40 * MiB);  // expandable: pages [0, 40) mapped; else a 40 MiB segment
+    m.allocate(4 * MiB);                 // expandable: one page [40, 60), block [40, 44); else a 20 MiB segment
+    EXPECT_EQ(m.reserved(), 60 * MiB);
+    m.free(a);
+    // 50 MiB: no free block fits (40 and 16 MiB). Expandable: extending the free tail
+    // [44, 60) by 34 MiB needs 40 MiB more (100 > 60); the two whole free pages [0, 40) are
+    // unmapped (reserved 20), then 20 + 40 = 60 fits. Default: a 50 MiB segment needs 110;
+    // releasing the wholly free 40 MiB segment leaves 20 + 50 = 70 > 60: it fails.
+    m.allocate(50 * MiB);
+    EXPECT_EQ(m.reserved(), expandable ? 60 * MiB : 70 * MiB) << expandable;
+    EXPECT_EQ(m.failures(), expandable ? 0 : 1) << expandable;
+    EXPECT_EQ(m.allocated(), 54 * MiB) << expandable;
+  }
+}
+
 }  // namespace
 }  // namespace longctx

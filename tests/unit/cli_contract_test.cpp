@@ -49,12 +49,22 @@ TEST(CliContract, PlanJsonHasThePlanKeys) {
   for (const char* k : {"sharding", "ulysses", "head_chunk", "checkpoint", "offload_checkpoints", "offload_optimizer",
                         "offload_params", "mlp_tiles", "loss_tiles"})
     EXPECT_TRUE(j["parallel"].contains(k)) << k;
-  for (const char* k : {"feasible", "peak_device_bytes", "peak_host_bytes", "breakdown", "peak_at", "step_time_s", "tokens_per_s"})
+  for (const char* k : {"feasible", "peak_device_bytes", "peak_reserved_bytes", "peak_nvidia_smi_bytes", "peak_host_bytes",
+                        "breakdown", "peak_at", "step_time_s", "tokens_per_s"})
     EXPECT_TRUE(j["prediction"].contains(k)) << k;
   EXPECT_TRUE(j["prediction"]["feasible"].get<bool>());
   std::int64_t sum = 0;
   for (auto& [k, v] : j["prediction"]["breakdown"].items()) sum += v.get<std::int64_t>();
-  EXPECT_EQ(sum, j["prediction"]["peak_device_bytes"].get<std::int64_t>()) << "the breakdown adds up to the peak";
+  EXPECT_EQ(sum, j["prediction"]["peak_nvidia_smi_bytes"].get<std::int64_t>()) << "the breakdown adds up to what nvidia-smi shows";
+  // The CPU virtual device reserves what it allocates and has nothing outside its allocator.
+  EXPECT_EQ(j["prediction"]["peak_reserved_bytes"], j["prediction"]["peak_device_bytes"]);
+  EXPECT_EQ(j["prediction"]["peak_nvidia_smi_bytes"], j["prediction"]["peak_device_bytes"]);
+  // A GPU: allocated <= reserved < nvidia-smi, the context outside the caching allocator.
+  const Output g = run("plan --model llama-3.2-1b --gpus 1 --seq 8K --json");
+  ASSERT_EQ(g.status, 0) << g.out;
+  const auto gp = nlohmann::json::parse(g.out)["prediction"];
+  EXPECT_GE(gp["peak_reserved_bytes"].get<std::int64_t>(), gp["peak_device_bytes"].get<std::int64_t>());
+  EXPECT_GT(gp["peak_nvidia_smi_bytes"].get<std::int64_t>(), gp["peak_reserved_bytes"].get<std::int64_t>());
 }
 
 TEST(CliContract, MaxContextJsonHasTokensPlanAndLadder) {

@@ -54,13 +54,22 @@ struct Hardware {
   double internode_bytes_per_s = 0;  // per device, one direction, between nodes
   double pcie_bytes_per_s = 0;       // host <-> device, per device, one direction
   double host_flops = 0;             // host optimizer step, per node
-  std::int64_t context_bytes = 0;    // device memory outside the allocator: CUDA context, NCCL, handles
+  // Device memory outside the caching allocator, which nvidia-smi counts and
+  // torch.cuda.memory_reserved() does not (device_context_bytes() adds them up):
+  std::int64_t context_bytes = 0;         // every process: the CUDA context and the libraries' handles
+  std::int64_t nccl_base_bytes = 0;       // a process in a group of 2 or more: NCCL's ring and tree channels
+  std::int64_t nccl_bytes_per_peer = 0;   // and per peer it sends to directly (all-to-all, p2p)
   // CPU virtual device: LibTorch intra-op threads of the run. The CPU flash attention kernel
   // allocates its block buffers once per thread, so the prediction depends on it; `longctx
   // run` uses this many unless --threads says otherwise.
   std::int64_t threads = 1;
   MeasuredRates measured;  // "measured" in the preset: from `longctx calibrate`
 };
+
+// What lives on each device outside the caching allocator in a run of `world` ranks,
+// `gpus_per_node` to a node: the context, and with 2 ranks or more NCCL's buffers, whose
+// direct peers are the other ranks of the node plus one across the network per further node.
+std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::int64_t gpus_per_node);
 
 Result<Hardware> hardware_from_json(const nlohmann::json& j);
 nlohmann::json hardware_to_json(const Hardware& h);

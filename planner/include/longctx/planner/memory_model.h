@@ -3,6 +3,7 @@
 // prediction. The single entry point the CLI, the search and the tests share.
 #include <memory>
 
+#include "longctx/planner/allocator_model.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/simulator.h"
 #include "longctx/planner/step_builder.h"
@@ -16,11 +17,23 @@ struct Evaluation {
 };
 
 // The breakdown keys of PLAN: the step categories, plus "allocator" (reserved minus
-// allocated; 0 in the prediction of allocated bytes) and "context" (outside the allocator).
+// allocated) and "context" (outside the allocator). The device binds on the nvidia-smi
+// figure, reserved + context, and on the CUDA caching allocator finding every block within
+// the device's memory (allocator_model.h, rule 6).
 // REQUIRES: plan's inputs are valid (plan_from_json and the CLI validate them).
 Evaluation evaluate(const Plan& inputs);
 
 // Just the numbers, for the search's inner loop.
 Prediction predict(const Plan& inputs);
+
+// What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
+const char* device_binding(const Plan& p);
+// Device memory outside the caching allocator for the plan's world (hardware.h).
+std::int64_t plan_context_bytes(const Plan& p);
+// The allocator the plan's device runs: its capacity is the budget less the context.
+AllocatorSettings allocator_settings(const Plan& p);
+// Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
+// on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
+bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak);
 
 }  // namespace longctx

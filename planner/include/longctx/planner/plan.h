@@ -23,6 +23,9 @@ struct ClusterSpec {
   Hardware hardware;
   std::int64_t device_budget_bytes = 0;          // per rank; the CPU virtual device enforces it
   std::int64_t host_budget_bytes_per_node = 0;
+  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True on CUDA (allocator_model.h, rules 7-8):
+  // changes what the caching allocator reserves, not what it allocates.
+  bool expandable_segments = false;
 };
 
 // One phase's predicted peaks, under phase_names.h's names: what the plan file records so
@@ -37,16 +40,24 @@ struct PredictedPhase {
   bool operator==(const PredictedPhase&) const = default;
 };
 
+// Device figures are per rank. Allocated and reserved are torch.cuda.max_memory_allocated()
+// and max_memory_reserved() over a run; nvidia-smi's adds what lives outside the caching
+// allocator (hardware.h, device_context_bytes). On the CPU virtual device the three agree.
 struct Prediction {
   bool feasible = false;
-  std::int64_t peak_device_bytes = 0;
+  std::int64_t peak_device_bytes = 0;           // allocated
+  std::int64_t peak_reserved_bytes = 0;         // reserved by the caching allocator (reserved_replay.h)
+  std::int64_t peak_nvidia_smi_bytes = 0;       // reserved + context: what binds on the device
+  std::string reserved_peak_at;                 // the op at the reserved peak
   std::int64_t peak_host_bytes = 0;   // per node
-  std::map<std::string, std::int64_t> breakdown;  // category -> bytes live at the device peak
+  // Category -> bytes allocated at the device peak, plus "allocator" (reserved less allocated,
+  // at their peaks) and "context": they add up to peak_nvidia_smi_bytes.
+  std::map<std::string, std::int64_t> breakdown;
   std::string peak_at;                // the op at the device peak
   double step_time_s = 0;
   double tokens_per_s = 0;
   double mfu = 0;
-  std::string binding;                // what limits: "device memory", "host memory", or "" if fits
+  std::string binding;                // what limits: "device memory (nvidia-smi)", "host memory", or "" if fits
   // Per phase, in schedule order (phase_peaks.h fills it); empty when not recorded (plan
   // files written before it was).
   std::vector<PredictedPhase> phases;

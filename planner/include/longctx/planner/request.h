@@ -24,6 +24,7 @@ struct ClusterRequest {
   std::string gpu = "h100-80gb";              // hardware preset
   std::string budget;                         // per-GPU device memory, e.g. "80GiB"; default: the preset's
   std::string host_mem;                       // per node; default: the preset's
+  bool expandable_segments = false;           // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string techniques = "all";             // what the search may use
   std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
   std::string grad_dtype;  // default: fp32, or on the CPU virtual device the parameters' dtype

@@ -1,0 +1,28 @@
+#pragma once
+// The bytes a CUDA device reserves over a run: a step graph's requests replayed, in order,
+// through the caching-allocator model (allocator_model.h).
+//
+// The requests are the simulation's (simulator.h), one rank's: the tensors that exist before
+// the step first, by index; then at each op its outputs by index and its workspace as one
+// block, and at its end the workspace and each tensor it reads last, by index. Two steps are
+// replayed, the second over the first one's cache (persistent tensors stay), because the
+// figure users see is the largest over a run and the cache a first step leaves shapes the
+// second. One stream: blocks freed on a side stream are reused as if on the main one.
+#include <cstdint>
+
+#include "longctx/planner/allocator_model.h"
+#include "longctx/planner/step_graph.h"
+
+namespace longctx {
+
+struct ReservedReplay {
+  std::int64_t peak_reserved = 0;      // bytes, max over the replayed steps
+  std::int64_t allocated_at_peak = 0;  // allocated while reserved was at its peak
+  int peak_op = -1;                    // the op during which reserved peaked first
+  int failed_requests = 0;             // requests that did not fit the capacity even after releasing the cache
+  int first_failed_op = -1;
+};
+
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings);
+
+}  // namespace longctx
