@@ -75,9 +75,48 @@ std::int64_t CachingAllocatorModel::merge(std::int64_t address) {
   return address;
 }
 
+std::int64_t CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
+  FreeSet& free_blocks = pool(small);
+  auto fit = free_blocks.lower_bound({size, 0});
+  if (fit == free_blocks.end()) return -1;
+  const std::int64_t max_split = settings_.max_split_size;
+  if (size < max_split && fit->first >= max_split) return -1;
+  if (size >= max_split && fit->first >= size + kLargeSegment) return -1;
+  const std::int64_t address = fit->second;
+  free_blocks.erase(fit);
+  return address;
+}
+
+void CachingAllocatorModel::release_segment(std::int64_t address) {
+  const Block& b = blocks_.at(address);
+  pool(b.small).erase({b.size, address});
+  reserved_ -= b.size;
+  ++released_segments_;
+  blocks_.erase(address);
+}
+
+bool CachingAllocatorModel::release_oversize(std::int64_t size) {
+  const std::int64_t max_split = settings_.max_split_size;
+  if (max_split == std::numeric_limits<std::int64_t>::max()) return false;
+  FreeSet& large = pool(false);  // oversize blocks are large, and never split: whole segments
+  const std::int64_t key = std::max(size, max_split);
+  if (auto it = large.lower_bound({key, 0}); it != large.end()) {
+    release_segment(it->second);
+    return true;
+  }
+  std::int64_t released = 0;
+  while (released < key && !large.empty()) {
+    auto largest = std::prev(large.end());
+    if (largest->first < max_split) break;
+    released += largest->first;
+    release_segment(largest->second);
+  }
+  return released > 0;
+}
+
 std::int64_t CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
   const std::int64_t seg = segment_size(size);
-  if (!grow_reserved(seg)) {
+  if (!grow_reserved(seg) && !(release_oversize(size) && grow_reserved(seg))) {
     release_cached();
     if (!grow_reserved(seg)) {
       ++failures_;
@@ -127,14 +166,9 @@ void CachingAllocatorModel::release_cached() {
   if (!settings_.expandable_segments) {
     for (auto it = blocks_.begin(); it != blocks_.end();) {
       const Block& b = it->second;
-      if (b.free && b.size == segment_sizes_[static_cast<std::size_t>(b.segment)]) {
-        pool(b.small).erase({b.size, it->first});
-        reserved_ -= b.size;
-        ++released_segments_;
-        it = blocks_.erase(it);
-      } else {
-        ++it;
-      }
+      const std::int64_t address = it->first;
+      ++it;
+      if (b.free && b.size == segment_sizes_[static_cast<std::size_t>(b.segment)]) release_segment(address);
     }
     return;
   }
@@ -167,7 +201,7 @@ void CachingAllocatorModel::release_cached() {
 std::int64_t CachingAllocatorModel::take(std::int64_t address, std::int64_t size, bool small) {
   Block& b = blocks_.at(address);
   const std::int64_t remaining = b.size - size;
-  if (small ? remaining >= kMinBlock : remaining > kSmallSize) {
+  if (small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize) {
     blocks_[address + size] = Block{remaining, b.segment, small, true, true};
     pool(small).insert({remaining, address + size});
     b.size = size;
@@ -181,15 +215,9 @@ std::int64_t CachingAllocatorModel::take(std::int64_t address, std::int64_t size
 int CachingAllocatorModel::allocate(std::int64_t bytes) {
   const std::int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
-  FreeSet& free_blocks = pool(small);
-  std::int64_t address;
-  auto fit = free_blocks.lower_bound({size, 0});
-  if (fit != free_blocks.end()) {
-    address = fit->second;
-    free_blocks.erase(fit);
-  } else {
+  std::int64_t address = best_fit(size, small);
+  if (address < 0)
     address = settings_.expandable_segments ? map_expandable(size, small) : new_segment(size, small);
-  }
   live_[next_handle_] = take(address, size, small);
   return next_handle_++;
 }

@@ -251,5 +251,31 @@ TEST(AllocatorModel, ExpandableSegmentsUnmapFreePagesWhenOutOfMemory) {
   }
 }
 
+TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
+  // Rule 9 with max_split_size_mb:32 and 100 MiB of capacity.
+  CachingAllocatorModel m({.expandable_segments = false, .capacity = 100 * MiB, .max_split_size = 32 * MiB});
+  m.free(m.allocate(40 * MiB));  // a 40 MiB segment, cached: oversize (>= 32 MiB)
+  // 4 MiB is under max_split_size and may not take the oversize block: a 20 MiB segment.
+  const int small = m.allocate(4 * MiB);
+  EXPECT_EQ(m.reserved(), 60 * MiB);
+  // 36 MiB may take it (40 < 36 + 20), and being oversize gets the whole block unsplit.
+  const int big = m.allocate(36 * MiB);
+  EXPECT_EQ(m.block_size(big), 40 * MiB);
+  EXPECT_EQ(m.allocated(), 44 * MiB);
+  EXPECT_EQ(m.reserved(), 60 * MiB);
+  m.free(big);
+  // 45 MiB: no free block fits (40, and the 16 MiB left of the small segment); a 46 MiB
+  // segment would make 106 > 100. The oversize 40 MiB block is released first (60 - 40 =
+  // 20), and 20 + 46 = 66 fits; the small segment, in use, stays.
+  m.allocate(45 * MiB);
+  EXPECT_EQ(m.reserved(), 66 * MiB);
+  EXPECT_EQ(m.failures(), 0);
+  m.free(small);
+  // Without max_split_size the 36 MiB request would have split the 40 MiB block.
+  CachingAllocatorModel d;
+  d.free(d.allocate(40 * MiB));
+  EXPECT_EQ(d.block_size(d.allocate(36 * MiB)), 36 * MiB);
+}
+
 }  // namespace
 }  // namespace longctx

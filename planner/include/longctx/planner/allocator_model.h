@@ -6,8 +6,8 @@
 // cuda: PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp: round_size,
 // get_pool, get_allocation_size, get_free_block, should_split, alloc_found_block,
 // free_block, and the retry chain of DeviceCachingAllocator::malloc), with one stream, no
-// max_split_size, no garbage_collection_threshold and no power-of-two rounding (the
-// defaults of PYTORCH_CUDA_ALLOC_CONF), and expandable_segments as a choice.
+// garbage_collection_threshold and no power-of-two rounding (the defaults of
+// PYTORCH_CUDA_ALLOC_CONF), and max_split_size_mb and expandable_segments as choices.
 //  1. Every request is rounded up to a multiple of 512 bytes, at least 512.
 //  2. Rounded requests up to 1 MiB come from the small pool, whose segments (cudaMalloc
 //     calls) are 2 MiB; larger ones from the large pool, whose segments are 20 MiB for
@@ -24,6 +24,13 @@
 //     (cudaMalloc fails), every cached segment none of whose bytes is in use is released
 //     (release_cached_blocks), and the segment is asked for once more. If it still does not
 //     fit, the request fails: the model books it anyway and records the failure.
+// With max_split_size_mb (rule 9; get_free_block, should_split,
+// release_available_cached_blocks):
+//  9. A block of max_split_size or more is "oversize": it is never split, a request under
+//     max_split_size never takes one, and a larger request takes one only when it is less
+//     than 20 MiB too large. Out of memory first releases cached oversize blocks (the
+//     smallest one as large as the request, or else the largest ones until as many bytes
+//     are free), and only then every wholly free segment (rule 6).
 // With expandable_segments:True (the Note on expandable segments in that file;
 // find_expandable_block, map_block, unmap_block, try_allocate_expandable_block):
 //  7. Each pool is one virtual range, mapped to physical memory in pages of 2 MiB (small
@@ -59,6 +66,8 @@ struct AllocatorSettings {
   // Bytes the allocator may reserve: the device's memory less what lives outside the
   // allocator (CUDA context, NCCL buffers).
   std::int64_t capacity = std::numeric_limits<std::int64_t>::max();
+  // PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N as bytes; the default splits every block.
+  std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max();
 };
 
 class CachingAllocatorModel {
@@ -107,6 +116,11 @@ class CachingAllocatorModel {
 
   // Takes the free block at `address` for a request of `size` (rules 3-4).
   std::int64_t take(std::int64_t address, std::int64_t size, bool small);
+  // Rule 3 with rule 9: the free block a request takes, or -1.
+  std::int64_t best_fit(std::int64_t size, bool small);
+  // Rule 9's first release: true if it freed a block.
+  bool release_oversize(std::int64_t size);
+  void release_segment(std::int64_t address);
   // Rule 2 and 6: a new segment's free block, or -1 when none could be had within capacity.
   std::int64_t new_segment(std::int64_t size, bool small);
   // Rule 7-8: a free mapped block of at least `size`, or -1.
