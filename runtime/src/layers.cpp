@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "longctx/planner/parallel_config.h"
+#include "longctx/planner/row_chunk.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
@@ -16,56 +17,86 @@ using torch::autograd::variable_list;
 
 // ---- RMSNorm -----------------------------------------------------------------------------
 
-NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+namespace {
+// Rows of one chunk of a norm over `rows` rows of `width` (row_chunk.h: the planner sizes the
+// norm's scratch with the same function), or the caller's `chunk_rows` when it gives one.
+std::int64_t norm_chunk(std::int64_t rows, std::int64_t width, std::int64_t chunk_rows) {
+  if (rows < 1) return 1;
+  return chunk_rows > 0 ? std::min(chunk_rows, rows) : row_chunk(rows, width * 4);
+}
+}  // namespace
+
+NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps, std::int64_t chunk_rows) {
   const auto h = x.size(-1);
-  // ||x||^2 / h + eps, reduced in fp32: without an [n, h] temporary in fp32; in bf16 LibTorch
-  // reduces an fp32 copy of x (the planner's norm forward workspace).
-  Tensor rstd = at::linalg_vector_norm(x, 2, {-1}, /*keepdim=*/true, torch::kFloat);
-  rstd.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
-  Tensor y;
-  if (x.scalar_type() == torch::kFloat) {
-    y = at::mul(x, rstd);
-    y.mul_(w);
-  } else {
-    y = at::mul(x, rstd.to(x.scalar_type()));
-    y.mul_(w);
+  const auto rows = x.numel() / h;
+  const auto chunk = norm_chunk(rows, h, chunk_rows);
+  Tensor x2 = x.reshape({rows, h});
+  auto rstd_shape = x.sizes().vec();
+  rstd_shape.back() = 1;
+  Tensor rstd = at::empty({rows, 1}, x.options().dtype(torch::kFloat));
+  Tensor y = at::empty(x.sizes(), x.options());
+  Tensor y2 = y.view({rows, h});
+  const bool fp32 = x.scalar_type() == torch::kFloat;
+  for (std::int64_t b = 0; b < rows; b += chunk) {
+    const auto len = std::min(chunk, rows - b);
+    Tensor xc = x2.narrow(0, b, len), r = rstd.narrow(0, b, len), yc = y2.narrow(0, b, len);
+    // ||x||^2 / h + eps per row, reduced in fp32: in bf16 LibTorch reduces an fp32 copy of
+    // the chunk (the planner's norm forward workspace), never of all of x.
+    at::linalg_vector_norm_out(r, xc, 2, {-1}, /*keepdim=*/true, torch::kFloat);
+    r.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
+    // y = x * rstd * w; bf16 multiplies by rstd rounded to bf16.
+    at::mul_out(yc, xc, fp32 ? r : r.to(x.scalar_type()));
+    yc.mul_(w);
   }
-  return {y, rstd};
+  return {y, rstd.view(rstd_shape)};
 }
 
-NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                            std::int64_t chunk_rows) {
   // With r = rstd, g = dy·w and s = Σ_j g·x per row:
   //   dx = r·g − x·(r³·s/h),   dw = Σ_rows dy·x·r.
-  // Everything goes through one fp32 [n, h] buffer that ends as dx; the rest is [n] or [h].
-  // bf16 also holds an fp32 copy of x, and casts dx back at the end. No op mixes dtypes:
-  // LibTorch would upcast its bf16 input into a hidden [n, h] temporary.
+  // A chunk of rows at a time, as Liger-Kernel's RMSNorm backward takes blocks of rows and
+  // sums the weight's gradient over them in fp32 (src/liger_kernel/ops/rms_norm.py,
+  // _rms_norm_backward_kernel): each chunk goes through one fp32 [chunk, h] buffer that ends
+  // as its rows of dx (fp32: dx's own rows); bf16 also holds an fp32 copy of the chunk of x,
+  // and casts the buffer into dx. dw accumulates in fp32 over the chunks. No op mixes dtypes:
+  // LibTorch would upcast its bf16 input into a hidden temporary.
   const auto h = x.size(-1);
+  const auto rows = x.numel() / h;
+  const auto chunk = norm_chunk(rows, h, chunk_rows);
   const bool fp32 = x.scalar_type() == torch::kFloat;
-  Tensor xf = fp32 ? x : x.to(torch::kFloat);  // bf16: an fp32 copy of x
-  Tensor wf = fp32 ? w : w.to(torch::kFloat);  // [h]
-  Tensor buf;
-  if (fp32) {
-    buf = at::mul(dy, xf);
-  } else {
-    buf = dy.to(torch::kFloat);
-    buf.mul_(xf);
+  Tensor x2 = x.reshape({rows, h}), dy2 = dy.reshape({rows, h}), r2 = rstd.reshape({rows, 1});
+  Tensor dx = at::empty(x.sizes(), x.options());
+  Tensor dx2 = dx.view({rows, h});
+  Tensor wf = fp32 ? w : w.to(torch::kFloat);                  // [h] fp32
+  Tensor dw = at::zeros({h}, x.options().dtype(torch::kFloat));  // [h] fp32
+  for (std::int64_t b = 0; b < rows; b += chunk) {
+    const auto len = std::min(chunk, rows - b);
+    Tensor xc = x2.narrow(0, b, len), dyc = dy2.narrow(0, b, len), rc = r2.narrow(0, b, len);
+    Tensor xf = fp32 ? xc : xc.to(torch::kFloat);  // bf16: an fp32 copy of the chunk of x
+    Tensor buf = fp32 ? dx2.narrow(0, b, len) : at::empty({len, h}, dw.options());
+    if (fp32) {
+      at::mul_out(buf, dyc, xf);
+    } else {
+      buf.copy_(dyc);
+      buf.mul_(xf);
+    }
+    buf.mul_(rc);
+    dw.add_(buf.sum(0));
+    if (fp32) {
+      at::mul_out(buf, dyc, w);
+    } else {
+      buf.copy_(dyc);
+      buf.mul_(wf);
+    }
+    // Row dot products as a batch of [1, h] x [h, 1] products: no [chunk, h] temporary.
+    Tensor s = at::bmm(buf.view({len, 1, h}), xf.view({len, h, 1})).view({len, 1});
+    s.mul_(rc).mul_(rc).mul_(rc).div_(static_cast<double>(h));
+    buf.mul_(rc);
+    buf.addcmul_(xf, s, -1.0);
+    if (!fp32) dx2.narrow(0, b, len).copy_(buf);
   }
-  buf.mul_(rstd);
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i + 1 < dy.dim(); ++i) rows.push_back(i);
-  Tensor dw = buf.sum(rows);
-  if (fp32) {
-    at::mul_out(buf, dy, w);
-  } else {
-    buf.copy_(dy);
-    buf.mul_(wf);
-  }
-  // Row dot products as a batch of [1, h] x [h, 1] products: no [n, h] temporary.
-  Tensor s = at::bmm(buf.reshape({-1, 1, h}), xf.reshape({-1, h, 1})).view(rstd.sizes());
-  s.mul_(rstd).mul_(rstd).mul_(rstd).div_(static_cast<double>(h));
-  buf.mul_(rstd);
-  buf.addcmul_(xf, s, -1.0);
-  return {fp32 ? buf : buf.to(x.scalar_type()), dw};
+  return {dx, dw};
 }
 
 namespace {

@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/llama_step.h"
+#include "longctx/runtime/norm_rope.h"
 #include "reference_llama.h"
 
 namespace longctx::runtime {
@@ -115,6 +116,43 @@ TEST_P(TechniqueEquivalence, LossAndEveryGradientEqualThePlainComputation) {
 
 INSTANTIATE_TEST_SUITE_P(Techniques, TechniqueEquivalence, ::testing::ValuesIn(cases()),
                          [](const auto& info) { return info.param.name; });
+
+// The lean kernels one at a time, in fp32 and bf16, against autograd over the plain formulas in
+// fp64: the row-chunked norm at several chunk sizes (its rows are independent, so every
+// chunking gives the same bits but for the weight's gradient, summed over chunks in fp32).
+double tolerance(torch::ScalarType dt) { return dt == torch::kFloat ? 2e-5 : 2e-2; }
+
+void expect_near_ref(const torch::Tensor& got, const torch::Tensor& ref, torch::ScalarType dt, const std::string& what) {
+  const double scale = ref.abs().max().item<double>();
+  const double err = (got.to(torch::kDouble) - ref).abs().max().item<double>();
+  EXPECT_LE(err, tolerance(dt) * scale) << what << " (" << dt << "): max error " << err << " against max " << scale;
+}
+
+TEST(LeanKernels, RowChunkedRmsNormEqualsThePlainFormulaAtEveryChunk) {
+  const double eps = 1e-6;
+  for (auto dt : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(3);
+    const auto x = torch::randn({3, 37, 24}).to(dt), w = (1 + 0.1 * torch::randn({24})).to(dt),
+               dy = torch::randn({3, 37, 24}).to(dt);
+    auto xr = x.to(torch::kDouble).requires_grad_(true), wr = w.to(torch::kDouble).requires_grad_(true);
+    auto yr = xr * (xr.pow(2).mean(-1, true) + eps).rsqrt() * wr;
+    yr.backward(dy.to(torch::kDouble));
+    const auto whole = rms_norm_forward(x, w, eps);  // 111 rows: one chunk
+    const auto whole_grads = rms_norm_backward(dy, x, w, whole.rstd);
+    expect_near_ref(whole.y, yr.detach(), dt, "norm output");
+    expect_near_ref(whole_grads.dx, xr.grad(), dt, "norm input gradient");
+    expect_near_ref(whole_grads.dw, wr.grad(), dt, "norm weight gradient");
+    for (std::int64_t chunk : {1, 7, 50, 111}) {
+      const auto f = rms_norm_forward(x, w, eps, chunk);
+      EXPECT_TRUE(torch::equal(f.y, whole.y)) << "chunk " << chunk;
+      EXPECT_TRUE(torch::equal(f.rstd, whole.rstd)) << "chunk " << chunk;
+      const auto g = rms_norm_backward(dy, x, w, f.rstd, chunk);
+      EXPECT_TRUE(torch::equal(g.dx, whole_grads.dx)) << "chunk " << chunk;
+      EXPECT_EQ(g.dw.scalar_type(), torch::kFloat);
+      EXPECT_TRUE(torch::allclose(g.dw, whole_grads.dw, 1e-5, 1e-5)) << "chunk " << chunk;
+    }
+  }
+}
 
 }  // namespace
 }  // namespace longctx::runtime
