@@ -196,9 +196,13 @@ class ProjectFn : public torch::autograd::Function<ProjectFn> {
       auto shape = lead;
       shape.push_back(ws[i].size(0));
       Tensor x2 = x.reshape({-1, x.size(-1)});
-      // y_i [n, out_i]: the bias is the product's initial value, so no second buffer.
-      Tensor y = *bs[i] ? at::addmm(**bs[i], x2, ws[i].t()) : at::mm(x2, ws[i].t());
-      ys.push_back(y.view(shape));
+      // y_i [n, out_i]: the bias is the product's initial value, so no second buffer. Made in
+      // its final shape and written through a view, so that y_i is no view: a consumer may
+      // overwrite it in place (SwiGLU's backward writes its gradients into gate and up).
+      Tensor y = at::empty(shape, x.options());
+      Tensor y2 = y.view({x2.size(0), ws[i].size(0)});
+      if (*bs[i]) at::addmm_out(y2, **bs[i], x2, ws[i].t()); else at::mm_out(y2, x2, ws[i].t());
+      ys.push_back(y);
     }
     return ys;
   }
@@ -235,24 +239,58 @@ std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights,
 
 // ---- SwiGLU ------------------------------------------------------------------------------
 
+// The gradients of act = silu(g) * u for the act gradient da, written into the buffers of g
+// and u, which are dead after it: d_gate = da * u * sig(g) * (1 + g - silu(g)) lands in u's
+// buffer and d_up = da * silu(g) in g's. As Liger-Kernel's SwiGLU backward stores its
+// gradients over its saved inputs (src/liger_kernel/ops/swiglu.py, _swiglu_backward_kernel),
+// but with LibTorch's elementwise ops: a chunk of rows at a time (row_chunk.h, rows of I
+// elements), beside one scratch [chunk, I] (planner: footprint/mlp.h, swiglu_backward_workspace).
+// Every element goes through the same ops in the same order whatever the chunk.
+std::pair<Tensor, Tensor> swiglu_backward_in_place(const Tensor& da, const Tensor& g, const Tensor& u,
+                                                   std::int64_t chunk_rows) {
+  TORCH_CHECK(g.is_contiguous() && u.is_contiguous(), "swiglu_backward_in_place writes into contiguous gate and up");
+  const auto I = g.size(-1);
+  const auto n = g.numel() / I;
+  Tensor g2 = g.view({n, I}), u2 = u.view({n, I}), da2 = da.reshape({n, I});
+  const auto chunk = n < 1 ? 1 : chunk_rows > 0 ? std::min(chunk_rows, n) : row_chunk(n, I * g.element_size());
+  Tensor sc = at::empty({chunk, I}, g.options());  // [chunk, I] e
+  for (std::int64_t b = 0; b < n; b += chunk) {
+    const auto len = std::min(chunk, n - b);
+    Tensor gc = g2.narrow(0, b, len), uc = u2.narrow(0, b, len), dac = da2.narrow(0, b, len);
+    Tensor s = sc.narrow(0, 0, len);
+    at::silu_out(s, gc);
+    uc.mul_(dac);                  // da * u
+    s.neg_().add_(gc).add_(1.0);   // 1 + g - silu(g)
+    uc.mul_(s);
+    at::sigmoid_out(s, gc);
+    uc.mul_(s);                    // d_gate
+    at::silu_(gc);
+    gc.mul_(dac);                  // d_up = da * silu(g)
+  }
+  return {u, g};
+}
+
 namespace {
+
 class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
     ctx->save_for_backward({gate, up});
+    // Leaves (a caller's own tensors) are never overwritten by the backward.
+    ctx->saved_data["in_place"] = !gate.is_leaf() && !up.is_leaf() && gate.is_contiguous() && up.is_contiguous();
     return at::silu(gate).mul_(up);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    const Tensor &g = s[0], &u = s[1], &da = grads[0];
-    // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)). One scratch.
-    Tensor scratch = at::silu(g);
-    Tensor d_up = at::mul(da, scratch);
-    Tensor d_gate = at::mul(da, u);
-    scratch.neg_().add_(g).add_(1.0);
-    d_gate.mul_(scratch);
-    at::sigmoid_out(scratch, g);
-    d_gate.mul_(scratch);
+    // gate and up die with this node: their buffers receive the gradients (a second backward
+    // through a retained graph fails LibTorch's saved-tensor version check, never reads them).
+    Tensor g = s[0], u = s[1];
+    if (!ctx->saved_data["in_place"].toBool()) {
+      g = g.clone(at::MemoryFormat::Contiguous);
+      u = u.clone(at::MemoryFormat::Contiguous);
+    }
+    s.clear();
+    auto [d_gate, d_up] = swiglu_backward_in_place(grads[0], g, u, 0);
     return {d_gate, d_up};
   }
 };
@@ -309,20 +347,17 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     for (std::int64_t i = 0; i < split.count; ++i) {
       const std::int64_t t = tile_rows(split, i), first = i * split.rows;
       Tensor xt = rows(x2, first, t), dyt = rows(dy, first, t);  // [t, h]
-      Tensor g = linear_rows(xt, wg, bg);
-      Tensor u = linear_rows(xt, wu, bu);
-      Tensor sg = at::silu(g);
-      Tensor a = at::mul(sg, u);
+      Tensor g = linear_rows(xt, wg, bg);  // [t, I]
+      Tensor u = linear_rows(xt, wu, bu);  // [t, I]
+      Tensor a = at::silu(g);              // [t, I]
+      a.mul_(u);
       dwd.addmm_(dyt.t(), a);
-      Tensor da = at::mm(dyt, wd);  // [t, I]
-      // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)), in place.
-      Tensor d_up = a;  // reuse the activation's buffer
-      at::mul_out(d_up, da, sg);
-      Tensor d_gate = da.mul_(u);
-      sg.neg_().add_(g).add_(1.0);
-      d_gate.mul_(sg);
-      at::sigmoid_out(sg, g);
-      d_gate.mul_(sg);
+      Tensor da = a;  // the activation's buffer receives its gradient
+      at::mm_out(da, dyt, wd);
+      a = Tensor();
+      // d_gate into u's buffer, d_up into g's, one chunk's scratch beside (as the plain MLP).
+      auto [d_gate, d_up] = swiglu_backward_in_place(da, g, u, 0);
+      da = Tensor();
       dwg.addmm_(d_gate.t(), xt);
       dwu.addmm_(d_up.t(), xt);
       if (biased) {

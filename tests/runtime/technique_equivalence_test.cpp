@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/llama_step.h"
+#include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
 #include "reference_llama.h"
 
@@ -118,8 +119,9 @@ INSTANTIATE_TEST_SUITE_P(Techniques, TechniqueEquivalence, ::testing::ValuesIn(c
                          [](const auto& info) { return info.param.name; });
 
 // The lean kernels one at a time, in fp32 and bf16, against autograd over the plain formulas in
-// fp64: the row-chunked norm at several chunk sizes (its rows are independent, so every
-// chunking gives the same bits but for the weight's gradient, summed over chunks in fp32).
+// fp64: the row-chunked norm and SwiGLU backward at several chunk sizes (the norm's rows are
+// independent, so every chunking gives the same bits but for the weight's gradient, summed
+// over chunks in fp32).
 double tolerance(torch::ScalarType dt) { return dt == torch::kFloat ? 2e-5 : 2e-2; }
 
 void expect_near_ref(const torch::Tensor& got, const torch::Tensor& ref, torch::ScalarType dt, const std::string& what) {
@@ -151,6 +153,42 @@ TEST(LeanKernels, RowChunkedRmsNormEqualsThePlainFormulaAtEveryChunk) {
       EXPECT_EQ(g.dw.scalar_type(), torch::kFloat);
       EXPECT_TRUE(torch::allclose(g.dw, whole_grads.dw, 1e-5, 1e-5)) << "chunk " << chunk;
     }
+  }
+}
+
+TEST(LeanKernels, SwigluBackwardWritesThePlainGradientsIntoGateAndUp) {
+  for (auto dt : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(5);
+    const auto g = torch::randn({50, 33}).to(dt), u = torch::randn({50, 33}).to(dt), da = torch::randn({50, 33}).to(dt);
+    auto gr = g.to(torch::kDouble).requires_grad_(true), ur = u.to(torch::kDouble).requires_grad_(true);
+    (torch::silu(gr) * ur).backward(da.to(torch::kDouble));
+    torch::Tensor first_dg, first_du;
+    for (std::int64_t chunk : {0, 1, 7, 50}) {
+      auto gc = g.clone(), uc = u.clone();
+      auto [dg, du] = swiglu_backward_in_place(da, gc, uc, chunk);
+      EXPECT_EQ(dg.data_ptr(), uc.data_ptr()) << "d_gate is written into up's buffer";
+      EXPECT_EQ(du.data_ptr(), gc.data_ptr()) << "d_up is written into gate's buffer";
+      expect_near_ref(dg, gr.grad(), dt, "d_gate");
+      expect_near_ref(du, ur.grad(), dt, "d_up");
+      if (!first_dg.defined()) {
+        first_dg = dg;
+        first_du = du;
+      }
+      // Not bit-equal: LibTorch's vectorized silu and sigmoid differ from their scalar tails in
+      // the last bit, and a chunk moves elements between the two.
+      const double tol = dt == torch::kFloat ? 1e-5 : 1e-2;
+      EXPECT_TRUE(torch::allclose(dg, first_dg, tol, tol) && torch::allclose(du, first_du, tol, tol)) << "chunk " << chunk;
+    }
+    // Through autograd: gate and up made by an op (not leaves) are overwritten; leaves are not.
+    auto gl = g.clone().requires_grad_(true), ul = u.clone().requires_grad_(true);
+    auto gate = gl * 1.0, up = ul * 1.0;
+    swiglu(gate, up).backward(da);
+    expect_near_ref(gl.grad(), gr.grad(), dt, "autograd d_gate");
+    expect_near_ref(ul.grad(), ur.grad(), dt, "autograd d_up");
+    auto gl2 = g.clone().requires_grad_(true), ul2 = u.clone().requires_grad_(true);
+    swiglu(gl2, ul2).backward(da);
+    EXPECT_TRUE(torch::equal(gl2.detach(), g) && torch::equal(ul2.detach(), u)) << "a leaf is left as it was";
+    expect_near_ref(gl2.grad(), gr.grad(), dt, "leaf d_gate");
   }
 }
 

@@ -1,11 +1,12 @@
 // The footprint functions against counts derived independently of them: the parameter table
 // against ModelConfig's own counts, the flash kernel's blocks and GQA's expansion at the
-// edges their comments name, and the row-chunked norm's scratch at long lengths.
+// edges their comments name, and the row-chunked kernels' scratch at long lengths.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/mlp.h"
 #include "longctx/planner/footprint/norm.h"
 #include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/row_chunk.h"
@@ -65,7 +66,7 @@ TEST(Footprint, KvExpansionCopiesOnlyWhenHeadsDifferAndMoreThanOneKvHead) {
   EXPECT_EQ(footprint::kv_expansion(s, 4, 1), 0);                     // a stride-0 view
 }
 
-TEST(Footprint, NormScratchIsOneRowChunkAtAnyLength) {
+TEST(Footprint, NormAndSwigluScratchIsOneRowChunkAtAnyLength) {
   // llama-3.1-8b in bf16: h 4096, I 14336. Past a chunk's rows the scratch stops growing.
   const footprint::StepShapes a = shapes_of("llama-3.1-8b", 64 * 1024, 1, 1);
   const footprint::StepShapes b = shapes_of("llama-3.1-8b", 128 * 1024, 1, 1);
@@ -74,6 +75,8 @@ TEST(Footprint, NormScratchIsOneRowChunkAtAnyLength) {
   EXPECT_EQ(footprint::rms_norm_backward_workspace(a, a.n, a.h), footprint::rms_norm_backward_workspace(b, b.n, b.h));
   EXPECT_EQ(footprint::rms_norm_backward_scratch(a, a.n, a.h), 8 * a.h + 8 * r * a.h + std::max(a.h, r) * 4);
   EXPECT_EQ(footprint::rms_norm_forward_workspace(a, a.n, a.h), r * a.h * 4);
+  EXPECT_EQ(footprint::swiglu_backward_workspace(a), footprint::swiglu_backward_workspace(b));
+  EXPECT_LE(footprint::swiglu_backward_workspace(a), kRowChunkBytes);
   // A norm shorter than a chunk is one chunk of all its rows.
   EXPECT_EQ(footprint::rms_norm_forward_workspace(a, 100, a.h), 100 * a.h * 4);
 }
