@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include "longctx/runtime/attention.h"
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
@@ -121,7 +122,7 @@ INSTANTIATE_TEST_SUITE_P(Techniques, TechniqueEquivalence, ::testing::ValuesIn(c
 // The lean kernels one at a time, in fp32 and bf16, against autograd over the plain formulas in
 // fp64: the row-chunked norm and SwiGLU backward at several chunk sizes (the norm's rows are
 // independent, so every chunking gives the same bits but for the weight's gradient, summed
-// over chunks in fp32).
+// over chunks in fp32), and attention with grouped k/v handed to the kernel as they are.
 double tolerance(torch::ScalarType dt) { return dt == torch::kFloat ? 2e-5 : 2e-2; }
 
 void expect_near_ref(const torch::Tensor& got, const torch::Tensor& ref, torch::ScalarType dt, const std::string& what) {
@@ -189,6 +190,29 @@ TEST(LeanKernels, SwigluBackwardWritesThePlainGradientsIntoGateAndUp) {
     swiglu(gl2, ul2).backward(da);
     EXPECT_TRUE(torch::equal(gl2.detach(), g) && torch::equal(ul2.detach(), u)) << "a leaf is left as it was";
     expect_near_ref(gl2.grad(), gr.grad(), dt, "leaf d_gate");
+  }
+}
+
+TEST(LeanKernels, GroupedAttentionEqualsTheMathReference) {
+  for (auto dt : {torch::kFloat, torch::kBFloat16}) {
+    torch::manual_seed(9);
+    const std::int64_t b = 2, S = 70, H = 6, K = 2, d = 8;
+    auto q = torch::randn({b, S, H, d}).to(dt).requires_grad_(true);
+    auto k = torch::randn({b, S, K, d}).to(dt).requires_grad_(true);
+    auto v = torch::randn({b, S, K, d}).to(dt).requires_grad_(true);
+    const auto dout = torch::randn({b, S, H, d}).to(dt);
+    attention(q, k, v).backward(dout);
+    // Reference: k and v repeated to the query heads, causal softmax, in fp64.
+    auto qr = q.detach().to(torch::kDouble).requires_grad_(true), kr = k.detach().to(torch::kDouble).requires_grad_(true),
+         vr = v.detach().to(torch::kDouble).requires_grad_(true);
+    auto ke = kr.repeat_interleave(H / K, 2).transpose(1, 2), ve = vr.repeat_interleave(H / K, 2).transpose(1, 2);
+    auto scores = torch::matmul(qr.transpose(1, 2), ke.transpose(-1, -2)) / std::sqrt(double(d));
+    scores = scores.masked_fill(torch::ones({S, S}, torch::kBool).triu(1), -INFINITY);
+    auto out = torch::matmul(torch::softmax(scores, -1), ve).transpose(1, 2);
+    out.backward(dout.to(torch::kDouble));
+    expect_near_ref(q.grad(), qr.grad(), dt, "dq");
+    expect_near_ref(k.grad(), kr.grad(), dt, "dk");
+    expect_near_ref(v.grad(), vr.grad(), dt, "dv");
   }
 }
 

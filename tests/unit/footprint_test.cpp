@@ -64,6 +64,9 @@ TEST(Footprint, KvExpansionCopiesOnlyWhenHeadsDifferAndMoreThanOneKvHead) {
   EXPECT_EQ(footprint::kv_expansion(s, 4, 2), 2 * 256 * 4 * 16 * 2);  // k and v [b*S, 4, d]
   EXPECT_EQ(footprint::kv_expansion(s, 4, 4), 0);                     // nothing to expand
   EXPECT_EQ(footprint::kv_expansion(s, 4, 1), 0);                     // a stride-0 view
+  footprint::StepShapes cpu = s;
+  cpu.cpu = true;
+  EXPECT_EQ(footprint::kv_expansion(cpu, 4, 2), 0);  // the CPU kernel takes grouped k and v
 }
 
 TEST(Footprint, NormAndSwigluScratchIsOneRowChunkAtAnyLength) {
