@@ -9,13 +9,14 @@
 
 namespace longctx {
 
-// A chunk holds at most 8 MiB of scratch a buffer, small beside any long-context activation
-// ([128K, 4096] bf16 is 1 GiB), and at most 1024 rows: max-context's bound samples lengths of
+// A chunk holds at most 32 MiB of scratch a buffer, small beside any long-context activation
+// ([128K, 4096] bf16 is 1 GiB), and at most 2048 rows: max-context's bound samples lengths of
 // at least two 1024-token tiles a rank for every model of hidden size 1024 or more
 // (knobs.h, min_tile_tokens), where every chunk is then full, so each op's bytes stay affine
-// in the length from the sampled lengths on, as that bound assumes.
-inline constexpr std::int64_t kRowChunkBytes = std::int64_t{8} << 20;
-inline constexpr std::int64_t kRowChunkRows = 1024;
+// in the length from the sampled lengths on, as that bound assumes. Chunks this large keep
+// the number of kernel launches low (on a GPU each elementwise op of a chunk is a launch).
+inline constexpr std::int64_t kRowChunkBytes = std::int64_t{32} << 20;
+inline constexpr std::int64_t kRowChunkRows = 2048;
 
 // Rows of a chunk over `rows` rows whose scratch takes `row_bytes` bytes a row: as many as fit
 // in kRowChunkBytes, at most kRowChunkRows, at least 1 and at most `rows`. The last chunk
