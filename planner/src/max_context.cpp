@@ -30,8 +30,11 @@ Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobVal
 }
 
 // Largest multiple of `grid` tokens this configuration fits, from the peaks at two lengths:
-// every tensor's size is affine in the sequence (tiles keep a fixed length), so each op's
-// live bytes are too, and the first op to reach the budget decides. Returns 0 if none fits.
+// every tensor's size is affine in the sequence (tiles keep a fixed length), and the row-
+// chunked kernels' scratch is constant once a rank holds a full chunk (row_chunk.h), so each
+// op's live bytes are affine too, and the first op to reach the budget decides. Below a full
+// chunk (models under 1024 hidden) they are concave in the length: the bound is then short of
+// the true answer, never past it. Returns 0 if none fits.
 OpTotals totals_of(const Plan& p) {
   const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
                       p.cluster.hardware.threads};
@@ -234,15 +237,15 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
   if (m.tokens > 0 && fits_at(m.tokens)) {
     lo = hi;
     hi = 0;
-    if (!affine) {
-      // Gallop up from the guess to a length that does not fit.
-      std::int64_t step = 1;
-      while (lo + step <= cap && fits_at((lo + step) * grid)) {
-        lo += step;
-        step *= 2;
-      }
-      hi = std::min(lo + step, cap + 1);
+    // Gallop up from the guess to a length that does not fit: on the CPU the guess is no
+    // bound, and on CUDA a bound can fall short where the row-chunked kernels' constant
+    // scratch moves which moment of an op is its largest (one probe when it is exact).
+    std::int64_t step = 1;
+    while (lo + step <= cap && fits_at((lo + step) * grid)) {
+      lo += step;
+      step *= 2;
     }
+    hi = std::min(lo + step, cap + 1);
   } else if (!affine && m.tokens == 0) {
     hi = 1;
     while (hi <= cap && fits_at(hi * grid)) lo = hi, hi *= 2;

@@ -85,12 +85,29 @@ Tensor expand_kv(const Tensor& k, std::int64_t group) {
 
 namespace {
 
-// [b,S,K*group,d] gradient of expanded k/v -> [b,S,K,d], summed over each group.
-Tensor reduce_kv(const Tensor& dk_expanded_bshd, std::int64_t group) {
-  if (group == 1) return dk_expanded_bshd.contiguous();
-  const auto b = dk_expanded_bshd.size(0), S = dk_expanded_bshd.size(1), H = dk_expanded_bshd.size(2),
-             d = dk_expanded_bshd.size(3);
-  return dk_expanded_bshd.reshape({b, S, H / group, group, d}).sum(3);
+// Whether the flash kernel of k's device takes grouped k and v (fewer kv heads than query
+// heads, query head i reading kv head i / group) as they are. LibTorch's CPU kernel does
+// (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp, cpu_flash_attention and
+// cpu_flash_attention_backward, as at::scaled_dot_product_attention(..., enable_gqa=true) on
+// the CPU calls them): its dk and dv come back over the kv heads, summed over each group in
+// the kernel's fp32 accumulation. The CUDA path still expands: FlashAttention-2 takes grouped
+// heads too, but its backward allocates dk and dv over the query heads internally
+// (flash_api.cpp, mha_bwd: dk_expanded, dv_expanded), a layout the planner's CUDA footprint
+// keeps as measured, and no GPU has run the grouped call here yet.
+bool kernel_takes_grouped_kv(const Tensor& k) { return !k.is_cuda(); }
+
+// k or v as the kernel receives it: itself where the kernel takes grouped heads, else
+// expanded to the query heads (expand_kv).
+Tensor kv_for_kernel(const Tensor& k, std::int64_t group) {
+  return kernel_takes_grouped_kv(k) ? k : expand_kv(k, group);
+}
+
+// The kernel's dk or dv [b,S,heads,d] -> [b,S,K,d]: summed over each group of the query heads
+// where the kernel took expanded k/v, as it is where it took the K heads themselves.
+Tensor reduce_kv(const Tensor& dk_bshd, std::int64_t kv_heads) {
+  if (dk_bshd.size(2) == kv_heads) return dk_bshd.contiguous();
+  const auto b = dk_bshd.size(0), S = dk_bshd.size(1), H = dk_bshd.size(2), d = dk_bshd.size(3);
+  return dk_bshd.reshape({b, S, kv_heads, H / kv_heads, d}).sum(3);
 }
 
 // b,S,H,d <-> b,H,S,d views.
@@ -102,7 +119,8 @@ class AttentionFn : public torch::autograd::Function<AttentionFn> {
     const auto group = q.size(2) / k.size(2);
     Tensor out, lse;
     {
-      Tensor ke = expand_kv(k, group), ve = expand_kv(v, group);  // scratch, freed at scope end
+      // CUDA: expanded copies, scratch freed at scope end; CPU: k and v themselves.
+      Tensor ke = kv_for_kernel(k, group), ve = kv_for_kernel(v, group);
       auto f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve));
       out = bhsd(f.out).contiguous();  // the CPU kernel already writes [b,S,H,d]: no copy
       lse = f.lse;
@@ -117,14 +135,14 @@ class AttentionFn : public torch::autograd::Function<AttentionFn> {
     Tensor dout = grads[0].contiguous();
     Tensor dq, dk, dv;
     {
-      Tensor ke = expand_kv(k, group), ve = expand_kv(v, group);
+      Tensor ke = kv_for_kernel(k, group), ve = kv_for_kernel(v, group);
       auto [dq_e, dk_e, dv_e] = flash_backward(bhsd(dout), bhsd(q), bhsd(ke), bhsd(ve), bhsd(out), lse);
       dq = bhsd(dq_e).contiguous();
       ke = Tensor();
       ve = Tensor();
-      dk = reduce_kv(bhsd(dk_e), group);
+      dk = reduce_kv(bhsd(dk_e), k.size(2));
       dk_e = Tensor();
-      dv = reduce_kv(bhsd(dv_e), group);
+      dv = reduce_kv(bhsd(dv_e), v.size(2));
     }
     return {dq, dk, dv};
   }
@@ -248,9 +266,9 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       auto kv_first = [&](std::int64_t j) { return L->kv_head(j, st.kb); };
       if (st.kb != cached_kv) {
         ke = ve = Tensor();  // the previous group's buffers die before this group's are made
-        ke = expand_kv(to_seq(*L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, *L, nullptr)),
-                       st.repeat);
-        ve = expand_kv(to_seq(*L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, *L)), st.repeat);
+        ke = kv_for_kernel(
+            to_seq(*L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, *L, nullptr)), st.repeat);
+        ve = kv_for_kernel(to_seq(*L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, *L)), st.repeat);
         cached_kv = st.kb;
       }
       Tensor q = to_seq(*L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, *L, nullptr));
@@ -318,11 +336,11 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
         finish_kv();
         kv_stage = st;
         Tensor k = to_seq(L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, L, &k_parts));
-        ke = expand_kv(k, st.repeat);
+        ke = kv_for_kernel(k, st.repeat);
         dk_acc = at::zeros_like(k);
         k = Tensor();
         Tensor v = to_seq(L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, L));
-        ve = expand_kv(v, st.repeat);
+        ve = kv_for_kernel(v, st.repeat);
         dv_acc = at::zeros_like(v);
       }
       std::vector<QkParts> q_parts;
@@ -333,9 +351,9 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       check_flash_backward_inputs(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
       auto [dq_e, dk_e, dv_e] = flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
       q = d_o = o = Tensor();
-      dk_acc.add_(reduce_kv(bhsd(dk_e), st.repeat));
+      dk_acc.add_(reduce_kv(bhsd(dk_e), st.kv_count));
       dk_e = Tensor();
-      dv_acc.add_(reduce_kv(bhsd(dv_e), st.repeat));
+      dv_acc.add_(reduce_kv(bhsd(dv_e), st.kv_count));
       dv_e = Tensor();
       Tensor dq = to_rank_slices(L, bhsd(dq_e));
       dq_e = Tensor();

@@ -3,6 +3,7 @@
 #include <torch/torch.h>
 
 #include "longctx/planner/parallel_config.h"
+#include "longctx/planner/row_chunk.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
@@ -16,56 +17,86 @@ using torch::autograd::variable_list;
 
 // ---- RMSNorm -----------------------------------------------------------------------------
 
-NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps) {
+namespace {
+// Rows of one chunk of a norm over `rows` rows of `width` (row_chunk.h: the planner sizes the
+// norm's scratch with the same function), or the caller's `chunk_rows` when it gives one.
+std::int64_t norm_chunk(std::int64_t rows, std::int64_t width, std::int64_t chunk_rows) {
+  if (rows < 1) return 1;
+  return chunk_rows > 0 ? std::min(chunk_rows, rows) : row_chunk(rows, width * 4);
+}
+}  // namespace
+
+NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps, std::int64_t chunk_rows) {
   const auto h = x.size(-1);
-  // ||x||^2 / h + eps, reduced in fp32: without an [n, h] temporary in fp32; in bf16 LibTorch
-  // reduces an fp32 copy of x (the planner's norm forward workspace).
-  Tensor rstd = at::linalg_vector_norm(x, 2, {-1}, /*keepdim=*/true, torch::kFloat);
-  rstd.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
-  Tensor y;
-  if (x.scalar_type() == torch::kFloat) {
-    y = at::mul(x, rstd);
-    y.mul_(w);
-  } else {
-    y = at::mul(x, rstd.to(x.scalar_type()));
-    y.mul_(w);
+  const auto rows = x.numel() / h;
+  const auto chunk = norm_chunk(rows, h, chunk_rows);
+  Tensor x2 = x.reshape({rows, h});
+  auto rstd_shape = x.sizes().vec();
+  rstd_shape.back() = 1;
+  Tensor rstd = at::empty({rows, 1}, x.options().dtype(torch::kFloat));
+  Tensor y = at::empty(x.sizes(), x.options());
+  Tensor y2 = y.view({rows, h});
+  const bool fp32 = x.scalar_type() == torch::kFloat;
+  for (std::int64_t b = 0; b < rows; b += chunk) {
+    const auto len = std::min(chunk, rows - b);
+    Tensor xc = x2.narrow(0, b, len), r = rstd.narrow(0, b, len), yc = y2.narrow(0, b, len);
+    // ||x||^2 / h + eps per row, reduced in fp32: in bf16 LibTorch reduces an fp32 copy of
+    // the chunk (the planner's norm forward workspace), never of all of x.
+    at::linalg_vector_norm_out(r, xc, 2, {-1}, /*keepdim=*/true, torch::kFloat);
+    r.pow_(2).div_(static_cast<double>(h)).add_(eps).rsqrt_();
+    // y = x * rstd * w; bf16 multiplies by rstd rounded to bf16.
+    at::mul_out(yc, xc, fp32 ? r : r.to(x.scalar_type()));
+    yc.mul_(w);
   }
-  return {y, rstd};
+  return {y, rstd.view(rstd_shape)};
 }
 
-NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd) {
+NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, const Tensor& rstd,
+                            std::int64_t chunk_rows) {
   // With r = rstd, g = dy·w and s = Σ_j g·x per row:
   //   dx = r·g − x·(r³·s/h),   dw = Σ_rows dy·x·r.
-  // Everything goes through one fp32 [n, h] buffer that ends as dx; the rest is [n] or [h].
-  // bf16 also holds an fp32 copy of x, and casts dx back at the end. No op mixes dtypes:
-  // LibTorch would upcast its bf16 input into a hidden [n, h] temporary.
+  // A chunk of rows at a time, as Liger-Kernel's RMSNorm backward takes blocks of rows and
+  // sums the weight's gradient over them in fp32 (src/liger_kernel/ops/rms_norm.py,
+  // _rms_norm_backward_kernel): each chunk goes through one fp32 [chunk, h] buffer that ends
+  // as its rows of dx (fp32: dx's own rows); bf16 also holds an fp32 copy of the chunk of x,
+  // and casts the buffer into dx. dw accumulates in fp32 over the chunks. No op mixes dtypes:
+  // LibTorch would upcast its bf16 input into a hidden temporary.
   const auto h = x.size(-1);
+  const auto rows = x.numel() / h;
+  const auto chunk = norm_chunk(rows, h, chunk_rows);
   const bool fp32 = x.scalar_type() == torch::kFloat;
-  Tensor xf = fp32 ? x : x.to(torch::kFloat);  // bf16: an fp32 copy of x
-  Tensor wf = fp32 ? w : w.to(torch::kFloat);  // [h]
-  Tensor buf;
-  if (fp32) {
-    buf = at::mul(dy, xf);
-  } else {
-    buf = dy.to(torch::kFloat);
-    buf.mul_(xf);
+  Tensor x2 = x.reshape({rows, h}), dy2 = dy.reshape({rows, h}), r2 = rstd.reshape({rows, 1});
+  Tensor dx = at::empty(x.sizes(), x.options());
+  Tensor dx2 = dx.view({rows, h});
+  Tensor wf = fp32 ? w : w.to(torch::kFloat);                  // [h] fp32
+  Tensor dw = at::zeros({h}, x.options().dtype(torch::kFloat));  // [h] fp32
+  for (std::int64_t b = 0; b < rows; b += chunk) {
+    const auto len = std::min(chunk, rows - b);
+    Tensor xc = x2.narrow(0, b, len), dyc = dy2.narrow(0, b, len), rc = r2.narrow(0, b, len);
+    Tensor xf = fp32 ? xc : xc.to(torch::kFloat);  // bf16: an fp32 copy of the chunk of x
+    Tensor buf = fp32 ? dx2.narrow(0, b, len) : at::empty({len, h}, dw.options());
+    if (fp32) {
+      at::mul_out(buf, dyc, xf);
+    } else {
+      buf.copy_(dyc);
+      buf.mul_(xf);
+    }
+    buf.mul_(rc);
+    dw.add_(buf.sum(0));
+    if (fp32) {
+      at::mul_out(buf, dyc, w);
+    } else {
+      buf.copy_(dyc);
+      buf.mul_(wf);
+    }
+    // Row dot products as a batch of [1, h] x [h, 1] products: no [chunk, h] temporary.
+    Tensor s = at::bmm(buf.view({len, 1, h}), xf.view({len, h, 1})).view({len, 1});
+    s.mul_(rc).mul_(rc).mul_(rc).div_(static_cast<double>(h));
+    buf.mul_(rc);
+    buf.addcmul_(xf, s, -1.0);
+    if (!fp32) dx2.narrow(0, b, len).copy_(buf);
   }
-  buf.mul_(rstd);
-  std::vector<int64_t> rows;
-  for (int64_t i = 0; i + 1 < dy.dim(); ++i) rows.push_back(i);
-  Tensor dw = buf.sum(rows);
-  if (fp32) {
-    at::mul_out(buf, dy, w);
-  } else {
-    buf.copy_(dy);
-    buf.mul_(wf);
-  }
-  // Row dot products as a batch of [1, h] x [h, 1] products: no [n, h] temporary.
-  Tensor s = at::bmm(buf.reshape({-1, 1, h}), xf.reshape({-1, h, 1})).view(rstd.sizes());
-  s.mul_(rstd).mul_(rstd).mul_(rstd).div_(static_cast<double>(h));
-  buf.mul_(rstd);
-  buf.addcmul_(xf, s, -1.0);
-  return {fp32 ? buf : buf.to(x.scalar_type()), dw};
+  return {dx, dw};
 }
 
 namespace {
@@ -165,9 +196,13 @@ class ProjectFn : public torch::autograd::Function<ProjectFn> {
       auto shape = lead;
       shape.push_back(ws[i].size(0));
       Tensor x2 = x.reshape({-1, x.size(-1)});
-      // y_i [n, out_i]: the bias is the product's initial value, so no second buffer.
-      Tensor y = *bs[i] ? at::addmm(**bs[i], x2, ws[i].t()) : at::mm(x2, ws[i].t());
-      ys.push_back(y.view(shape));
+      // y_i [n, out_i]: the bias is the product's initial value, so no second buffer. Made in
+      // its final shape and written through a view, so that y_i is no view: a consumer may
+      // overwrite it in place (SwiGLU's backward writes its gradients into gate and up).
+      Tensor y = at::empty(shape, x.options());
+      Tensor y2 = y.view({x2.size(0), ws[i].size(0)});
+      if (*bs[i]) at::addmm_out(y2, **bs[i], x2, ws[i].t()); else at::mm_out(y2, x2, ws[i].t());
+      ys.push_back(y);
     }
     return ys;
   }
@@ -204,24 +239,58 @@ std::vector<Tensor> project(const Tensor& x, const std::vector<Tensor>& weights,
 
 // ---- SwiGLU ------------------------------------------------------------------------------
 
+// The gradients of act = silu(g) * u for the act gradient da, written into the buffers of g
+// and u, which are dead after it: d_gate = da * u * sig(g) * (1 + g - silu(g)) lands in u's
+// buffer and d_up = da * silu(g) in g's. As Liger-Kernel's SwiGLU backward stores its
+// gradients over its saved inputs (src/liger_kernel/ops/swiglu.py, _swiglu_backward_kernel),
+// but with LibTorch's elementwise ops: a chunk of rows at a time (row_chunk.h, rows of I
+// elements), beside one scratch [chunk, I] (planner: footprint/mlp.h, swiglu_backward_workspace).
+// Every element goes through the same ops in the same order whatever the chunk.
+std::pair<Tensor, Tensor> swiglu_backward_in_place(const Tensor& da, const Tensor& g, const Tensor& u,
+                                                   std::int64_t chunk_rows) {
+  TORCH_CHECK(g.is_contiguous() && u.is_contiguous(), "swiglu_backward_in_place writes into contiguous gate and up");
+  const auto I = g.size(-1);
+  const auto n = g.numel() / I;
+  Tensor g2 = g.view({n, I}), u2 = u.view({n, I}), da2 = da.reshape({n, I});
+  const auto chunk = n < 1 ? 1 : chunk_rows > 0 ? std::min(chunk_rows, n) : row_chunk(n, I * g.element_size());
+  Tensor sc = at::empty({chunk, I}, g.options());  // [chunk, I] e
+  for (std::int64_t b = 0; b < n; b += chunk) {
+    const auto len = std::min(chunk, n - b);
+    Tensor gc = g2.narrow(0, b, len), uc = u2.narrow(0, b, len), dac = da2.narrow(0, b, len);
+    Tensor s = sc.narrow(0, 0, len);
+    at::silu_out(s, gc);
+    uc.mul_(dac);                  // da * u
+    s.neg_().add_(gc).add_(1.0);   // 1 + g - silu(g)
+    uc.mul_(s);
+    at::sigmoid_out(s, gc);
+    uc.mul_(s);                    // d_gate
+    at::silu_(gc);
+    gc.mul_(dac);                  // d_up = da * silu(g)
+  }
+  return {u, g};
+}
+
 namespace {
+
 class SwiGluFn : public torch::autograd::Function<SwiGluFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& gate, const Tensor& up) {
     ctx->save_for_backward({gate, up});
+    // Leaves (a caller's own tensors) are never overwritten by the backward.
+    ctx->saved_data["in_place"] = !gate.is_leaf() && !up.is_leaf() && gate.is_contiguous() && up.is_contiguous();
     return at::silu(gate).mul_(up);
   }
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    const Tensor &g = s[0], &u = s[1], &da = grads[0];
-    // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)). One scratch.
-    Tensor scratch = at::silu(g);
-    Tensor d_up = at::mul(da, scratch);
-    Tensor d_gate = at::mul(da, u);
-    scratch.neg_().add_(g).add_(1.0);
-    d_gate.mul_(scratch);
-    at::sigmoid_out(scratch, g);
-    d_gate.mul_(scratch);
+    // gate and up die with this node: their buffers receive the gradients (a second backward
+    // through a retained graph fails LibTorch's saved-tensor version check, never reads them).
+    Tensor g = s[0], u = s[1];
+    if (!ctx->saved_data["in_place"].toBool()) {
+      g = g.clone(at::MemoryFormat::Contiguous);
+      u = u.clone(at::MemoryFormat::Contiguous);
+    }
+    s.clear();
+    auto [d_gate, d_up] = swiglu_backward_in_place(grads[0], g, u, 0);
     return {d_gate, d_up};
   }
 };
@@ -278,20 +347,17 @@ class TiledMlpFn : public torch::autograd::Function<TiledMlpFn> {
     for (std::int64_t i = 0; i < split.count; ++i) {
       const std::int64_t t = tile_rows(split, i), first = i * split.rows;
       Tensor xt = rows(x2, first, t), dyt = rows(dy, first, t);  // [t, h]
-      Tensor g = linear_rows(xt, wg, bg);
-      Tensor u = linear_rows(xt, wu, bu);
-      Tensor sg = at::silu(g);
-      Tensor a = at::mul(sg, u);
+      Tensor g = linear_rows(xt, wg, bg);  // [t, I]
+      Tensor u = linear_rows(xt, wu, bu);  // [t, I]
+      Tensor a = at::silu(g);              // [t, I]
+      a.mul_(u);
       dwd.addmm_(dyt.t(), a);
-      Tensor da = at::mm(dyt, wd);  // [t, I]
-      // d_up = da * silu(g); d_gate = da * u * sig(g) * (1 + g - silu(g)), in place.
-      Tensor d_up = a;  // reuse the activation's buffer
-      at::mul_out(d_up, da, sg);
-      Tensor d_gate = da.mul_(u);
-      sg.neg_().add_(g).add_(1.0);
-      d_gate.mul_(sg);
-      at::sigmoid_out(sg, g);
-      d_gate.mul_(sg);
+      Tensor da = a;  // the activation's buffer receives its gradient
+      at::mm_out(da, dyt, wd);
+      a = Tensor();
+      // d_gate into u's buffer, d_up into g's, one chunk's scratch beside (as the plain MLP).
+      auto [d_gate, d_up] = swiglu_backward_in_place(da, g, u, 0);
+      da = Tensor();
       dwg.addmm_(d_gate.t(), xt);
       dwu.addmm_(d_up.t(), xt);
       if (biased) {

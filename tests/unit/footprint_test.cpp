@@ -1,10 +1,15 @@
 // The footprint functions against counts derived independently of them: the parameter table
-// against ModelConfig's own counts, and the flash kernel's blocks and GQA's expansion at the
-// edges their comments name.
+// against ModelConfig's own counts, the flash kernel's blocks and GQA's expansion at the
+// edges their comments name, and the row-chunked kernels' scratch at long lengths.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+
 #include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/mlp.h"
+#include "longctx/planner/footprint/norm.h"
 #include "longctx/planner/footprint/zero.h"
+#include "longctx/planner/row_chunk.h"
 
 namespace longctx {
 namespace {
@@ -59,6 +64,24 @@ TEST(Footprint, KvExpansionCopiesOnlyWhenHeadsDifferAndMoreThanOneKvHead) {
   EXPECT_EQ(footprint::kv_expansion(s, 4, 2), 2 * 256 * 4 * 16 * 2);  // k and v [b*S, 4, d]
   EXPECT_EQ(footprint::kv_expansion(s, 4, 4), 0);                     // nothing to expand
   EXPECT_EQ(footprint::kv_expansion(s, 4, 1), 0);                     // a stride-0 view
+  footprint::StepShapes cpu = s;
+  cpu.cpu = true;
+  EXPECT_EQ(footprint::kv_expansion(cpu, 4, 2), 0);  // the CPU kernel takes grouped k and v
+}
+
+TEST(Footprint, NormAndSwigluScratchIsOneRowChunkAtAnyLength) {
+  // llama-3.1-8b in bf16: h 4096, I 14336. Past a chunk's rows the scratch stops growing.
+  const footprint::StepShapes a = shapes_of("llama-3.1-8b", 64 * 1024, 1, 1);
+  const footprint::StepShapes b = shapes_of("llama-3.1-8b", 128 * 1024, 1, 1);
+  const std::int64_t r = row_chunk(a.n, a.h * 4);
+  EXPECT_EQ(r, kRowChunkBytes / (a.h * 4));
+  EXPECT_EQ(footprint::rms_norm_backward_workspace(a, a.n, a.h), footprint::rms_norm_backward_workspace(b, b.n, b.h));
+  EXPECT_EQ(footprint::rms_norm_backward_scratch(a, a.n, a.h), 8 * a.h + 8 * r * a.h + std::max(a.h, r) * 4);
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, a.n, a.h), r * a.h * 4);
+  EXPECT_EQ(footprint::swiglu_backward_workspace(a), footprint::swiglu_backward_workspace(b));
+  EXPECT_LE(footprint::swiglu_backward_workspace(a), kRowChunkBytes);
+  // A norm shorter than a chunk is one chunk of all its rows.
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, 100, a.h), 100 * a.h * 4);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/memory_model.h"
+#include "longctx/planner/row_chunk.h"
 #include "longctx/planner/search.h"
 #include "test_plans.h"
 
@@ -192,18 +193,27 @@ TEST(Properties, ShardingMoreNeverRaisesDeviceOrHostMemory) {
 }
 
 // What max-context's affine bound rests on: with tiles of a fixed length, every op's live
-// bytes are affine in the sequence length. On CUDA: the lengths here (2K to 24K tokens) keep
-// every size that grows with the length a multiple of the allocator's 512 bytes. (Not on the CPU virtual
-// device, whose flash kernel's block buffers stop growing at 768 tokens; max_context settles
-// its configurations by simulation there.)
+// bytes are affine in the sequence length once every row chunk of the norms and SwiGLU is
+// full (row_chunk.h: at most kRowChunkRows rows, which max-context's sampled lengths reach for
+// any model of hidden size 1024 or more). One exception, held to its size: head-chunked
+// attention's forward with qk norm is the larger of two moments, q's projection (with the
+// norm's constant chunk scratch) and the kernel's (growing a little faster), so its bytes
+// bend once where the second overtakes the first, by less than the norm's chunk scratch;
+// max_context's confirm() settles such an answer by simulation, upwards too. On CUDA: the
+// lengths here (2K tokens and up, doubled until a rank holds a chunk's rows) keep every size
+// that grows with the length a multiple of the allocator's 512 bytes. (Not on the CPU
+// virtual device, whose flash kernel's block buffers stop growing at 768 tokens; max_context
+// settles its configurations by simulation there.)
 TEST(Properties, LiveBytesAreAffineInSequenceLength) {
   std::mt19937 rng(7);
   for (int i = 0; i < kCases / 3; ++i) {
     Case c = random_case(rng);
     c.plan.cluster.hardware = load_hardware("h100-80gb").value();
+    std::int64_t base = c.plan.train.seq * 8;
+    while (base / c.plan.parallel.ulysses < kRowChunkRows) base *= 2;
     auto at = [&](std::int64_t k) {
       Plan p = c.plan;
-      p.train.seq = c.plan.train.seq * 8 * k;
+      p.train.seq = base * k;
       // Tiles of a fixed length: the count grows with the sequence (one tile stays untiled).
       if (p.parallel.mlp_tiles > 1) p.parallel.mlp_tiles *= static_cast<int>(k);
       if (p.parallel.loss_tiles > 1) p.parallel.loss_tiles *= static_cast<int>(k);
@@ -211,8 +221,13 @@ TEST(Properties, LiveBytesAreAffineInSequenceLength) {
     };
     const auto a = at(1), b = at(2), d = at(3);
     ASSERT_EQ(a.size(), d.size());
+    // The norm's chunk scratch: a chunk of fp32 rows of head_dim, where the untied forward
+    // normalizes q and k heads.
+    const bool bends = c.plan.model.qk_norm && c.plan.parallel.head_chunk > 0;
+    const std::int64_t bend = bends ? kRowChunkRows * c.plan.model.head_dim * 4 : 0;
     for (std::size_t j = 0; j < a.size(); ++j) {
-      EXPECT_EQ(b[j].device_during - a[j].device_during, d[j].device_during - b[j].device_during) << c.text << " op " << j;
+      const std::int64_t step1 = b[j].device_during - a[j].device_during, step2 = d[j].device_during - b[j].device_during;
+      EXPECT_LE(std::abs(step2 - step1), bend) << c.text << " op " << j << ": " << step1 << " then " << step2;
       EXPECT_EQ(b[j].host_during - a[j].host_during, d[j].host_during - b[j].host_during) << c.text << " op " << j;
     }
   }

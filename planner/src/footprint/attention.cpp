@@ -15,7 +15,8 @@ double attention_flops(const StepShapes& s, std::int64_t heads) {
 std::int64_t kv_sp_elems(const StepShapes& s) { return s.n * s.u * s.kvr * s.d; }
 
 std::int64_t kv_expansion(const StepShapes& s, std::int64_t q_heads, std::int64_t kv_heads) {
-  if (q_heads == kv_heads || kv_heads == 1) return 0;
+  // The CPU kernel takes grouped k and v as they are.
+  if (s.cpu || q_heads == kv_heads || kv_heads == 1) return 0;
   return 2 * (s.b * s.S) * q_heads * s.d * s.e;  // k_expanded, v_expanded [b*S, q_heads, d] e
 }
 
@@ -49,7 +50,8 @@ std::int64_t flash_op_forward_workspace(const StepShapes& s) {
 
 std::int64_t flash_op_backward_workspace(const StepShapes& s) {
   std::int64_t ws = flash_backward_scratch(s, s.hl);
-  if (s.hl != s.kvr) {
+  // The CPU kernel writes dk and dv over the kv heads: the op's outputs themselves.
+  if (!s.cpu && s.hl != s.kvr) {
     // dk_e, dv_e [b*S, hl, d] e; dk_sp or dv_sp [b*S, kvr, d] e.
     const std::int64_t full = 2 * (s.b * s.S) * s.hl * s.d * s.e, kv = kv_sp_elems(s) * s.e;
     // At the kernel: expanded k and v, dk_e and dv_e, its scratch; at the first sum: dk_e,

@@ -53,10 +53,12 @@ std::int64_t untied_backward_workspace(const StepShapes& s, std::int64_t c) {
   const std::int64_t group = (expanded > 0 ? 2 : 4) * Ukv + norm_kv + expanded;
   // q of the stage (with qk norm, its projection and rstd too).
   const std::int64_t q = Uc + (s.qk_norm ? Uc + s.n * s.u * c * 4 : 0);
-  // dq, dk, dv over the stage's heads, the slice copy of the output gradient, block buffers.
-  const std::int64_t kernel = q + 3 * Uc + (c < s.hl ? Uc : 0) + flash_backward_scratch(s, c);
-  // The group sum of dk (or dv) [b*S, kvs, d].
-  const std::int64_t reduce = q + 3 * Uc + (c > kvs ? Ukv : 0);
+  // dq over the stage's heads, dk and dv over its heads (CUDA) or its kv heads (the CPU kernel
+  // takes grouped k and v), the slice copy of the output gradient, block buffers.
+  const std::int64_t dkv = 2 * (s.cpu ? Ukv : Uc);
+  const std::int64_t kernel = q + Uc + dkv + (c < s.hl ? Uc : 0) + flash_backward_scratch(s, c);
+  // CUDA: the group sum of dk (or dv) [b*S, kvs, d]; the CPU kernel's are added as they are.
+  const std::int64_t reduce = q + Uc + dkv + (!s.cpu && c > kvs ? Ukv : 0);
   // After the kernel q is freed and dq [b*S, c, d] (u > 1: received back, [n, u*c, d]) is
   // pushed back one destination's slice [n, c, d] at a time: RoPE's backward of the slice,
   // and with qk norm the norm's backward over its n*c rows and its input gradient, one slice.

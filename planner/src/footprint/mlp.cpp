@@ -1,8 +1,16 @@
 #include "longctx/planner/footprint/mlp.h"
 
+#include "longctx/planner/row_chunk.h"
+
 namespace longctx::footprint {
 
-std::int64_t swiglu_backward_workspace(const StepShapes& s) { return s.n * s.I * s.e; }  // scratch [n, I]
+std::int64_t swiglu_chunk_rows(const StepShapes& s, std::int64_t rows) {
+  return rows < 1 ? 1 : row_chunk(rows, s.I * s.e);
+}
+
+std::int64_t swiglu_backward_workspace(const StepShapes& s) {
+  return swiglu_chunk_rows(s, s.n) * s.I * s.e;  // one chunk's scratch [r, I] e
+}
 
 std::int64_t tiled_mlp_forward_workspace(const StepShapes& s, std::int64_t tiles) {
   const std::int64_t t = tile_split(s.n, tiles).rows;  // the largest tile's
@@ -11,7 +19,9 @@ std::int64_t tiled_mlp_forward_workspace(const StepShapes& s, std::int64_t tiles
 
 std::int64_t tiled_mlp_backward_workspace(const StepShapes& s, std::int64_t tiles) {
   const std::int64_t t = tile_split(s.n, tiles).rows;  // the largest tile's
-  return 5 * t * s.I * s.e;  // gate, up, silu(gate), a (then d_up), da (then d_gate) [t, I] e
+  // gate (then d_up), up (then d_gate), a (then da) [t, I] e, and the in-place backward's
+  // chunk scratch [r, I] e
+  return 3 * t * s.I * s.e + swiglu_chunk_rows(s, t) * s.I * s.e;
 }
 
 }  // namespace longctx::footprint

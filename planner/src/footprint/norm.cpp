@@ -1,22 +1,34 @@
 #include "longctx/planner/footprint/norm.h"
 
+#include <algorithm>
+
+#include "longctx/planner/row_chunk.h"
+
 namespace longctx::footprint {
 
+std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width) {
+  return rows < 1 ? 1 : row_chunk(rows, width * 4);  // the chunk's fp32 rows bound it
+}
+
 std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width) {
-  // x_fp32 [rows, width] x 4, less the output [rows, width] e it is freed before.
-  return s.e == 4 ? 0 : rows * width * (4 - s.e);
+  // bf16, beside the outputs: a chunk's x_fp32 [r, width] x 4, freed before its rstd is
+  // rounded to bf16 [r] e.
+  return s.e == 4 ? 0 : rms_norm_chunk_rows(rows, width) * width * 4;
 }
 
 std::int64_t rms_norm_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width) {
-  // s [rows] fp32; bf16: xf and buf [rows, width] x 4 each, wf and dw [width] x 4 each. The
-  // weight's gradient is cast to the weight's dtype after the [rows, width] copies are freed:
-  // of its two fp32 [width] buffers, one becomes that output at the peak.
-  return rms_norm_backward_scratch(s, rows, width) - (s.e == 4 ? 0 : width * s.e);
+  // The weight's gradient is cast to the weight's dtype after the chunks' buffers are freed: of
+  // the fp32 accumulator dw the output's [width] e are counted as the op's output.
+  return rms_norm_backward_scratch(s, rows, width) - width * s.e;
 }
 
 std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, std::int64_t width) {
-  // s [rows] fp32; bf16: xf and buf [rows, width] x 4 each, wf and dw [width] x 4 each.
-  return rows * 4 + (s.e == 4 ? 0 : rows * width * 8 + width * 8);
+  const std::int64_t r = rms_norm_chunk_rows(rows, width);
+  // dw [width] fp32; bf16: wf [width] x 4, a chunk's xf and buf [r, width] x 4 each. Beside
+  // them, one at a time: the chunk's column sums [width] fp32, then its row dot products
+  // s [r] fp32.
+  const std::int64_t fixed = s.e == 4 ? width * 4 : width * 8 + r * width * 8;
+  return fixed + std::max(width, r) * 4;
 }
 
 }  // namespace longctx::footprint

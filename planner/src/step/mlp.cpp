@@ -52,14 +52,14 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
   const TensorId g_down = grad_piece(sb, l, "grad.full.mlp.down", "grad.mlp.down",
                                      s.h * s.I + footprint::bias_params(s, {ParamRole::BDown}), grad);  // [h * I (+ h)] g
   sb.graph.op(layer_name(l, "mlp.down.bwd"), B, l, {d_out, a.act}, {d_act, g_down}, {.flops = matmul_flops(s.n, s.I, s.h) * 2});
-  const TensorId d_gate = sb.graph.tensor(layer_name(l, "mlp.gate.grad"), s.n * s.I * s.e, tr);  // [n, I] e
-  const TensorId d_up = sb.graph.tensor(layer_name(l, "mlp.up.grad"), s.n * s.I * s.e, tr);      // [n, I] e
-  sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), B, l, {d_act, a.gate, a.up}, {d_gate, d_up},
+  // SwiGLU's backward writes d_gate and d_up into gate's and up's buffers: no new tensor, and
+  // gate and up live until the projection's backward has read the gradients in them.
+  sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), B, l, {d_act, a.gate, a.up}, {},
               {.workspace = swiglu_backward_workspace(s), .flops = 8.0 * double(s.n * s.I)});
   const TensorId g_gate_up =
       grad_piece(sb, l, "grad.full.mlp.gate_up", "grad.mlp.gate_up",
                  2 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp}), grad);  // [2 * h * I (+ 2I)] g
-  sb.graph.op(layer_name(l, "mlp.gate_up.bwd"), B, l, {d_gate, d_up, a.xn2}, {d_xn2, g_gate_up},
+  sb.graph.op(layer_name(l, "mlp.gate_up.bwd"), B, l, {a.gate, a.up, a.xn2}, {d_xn2, g_gate_up},
               {.flops = matmul_flops(s.n, s.h, s.I) * 4});
   return d_xn2;
 }

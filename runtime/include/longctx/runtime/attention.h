@@ -3,8 +3,9 @@
 //
 // attention(): q [b,S,H,d], k and v [b,S,K,d] -> out [b,S,H,d]. Saves q, k, v, out and the
 //   log-sum-exp [b,H,S] fp32 (planner: attn.flash.out, attn.flash.lse). The CPU flash kernel
-//   needs as many k/v heads as q heads, so k and v are expanded to H heads as scratch inside
-//   forward and backward (planner: the GQA expansion workspace); CUDA does the same.
+//   takes the K heads of k and v as they are and returns dk, dv over them; on CUDA k and v
+//   are expanded to H heads as scratch inside forward and backward and the kernel's dk, dv
+//   over H heads are summed over each group (planner: the GQA expansion workspace).
 //
 // head_chunked_attention(): Untied Ulysses. Runs attention in stages of `chunk` query heads
 //   per rank: each stage projects, normalizes and rotates only the heads its ranks receive
@@ -49,7 +50,8 @@ class FlashLayoutError : public std::logic_error {
 void check_flash_backward_inputs(const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k,
                                  const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse);
 
-// q, k, v: [b,H,S,d] (any strides, head dimension dense); equal head counts. Causal, scale
+// q, k, v: [b,H,S,d] (any strides, head dimension dense); on CUDA equal head counts, on the
+// CPU k and v may have fewer heads (a divisor of q's: grouped-query attention). Causal, scale
 // 1/sqrt(d). CUDA: d not a multiple of 8 is zero-padded to one for the kernel (a padded
 // copy of q, k, v, and of out and dout in backward: scratch the planner does not count).
 FlashOut flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);

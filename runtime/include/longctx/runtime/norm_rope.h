@@ -14,13 +14,17 @@ struct NormOut {
   torch::Tensor y;     // like x
   torch::Tensor rstd;  // [..., 1] fp32
 };
-NormOut rms_norm_forward(const torch::Tensor& x, const torch::Tensor& w, double eps);
+// The rows of x (all but its last dim, flattened) go a chunk at a time: chunk_rows of them, or
+// when 0 row_chunk(rows, width * 4) (row_chunk.h), so the fp32 scratch of bf16 is one chunk's
+// (planner: footprint/norm.h).
+NormOut rms_norm_forward(const torch::Tensor& x, const torch::Tensor& w, double eps, std::int64_t chunk_rows = 0);
 struct NormGrads {
   torch::Tensor dx;  // like x
   torch::Tensor dw;  // like w, fp32
 };
+// Chunked as the forward; dw accumulates over the chunks in fp32.
 NormGrads rms_norm_backward(const torch::Tensor& dy, const torch::Tensor& x, const torch::Tensor& w,
-                            const torch::Tensor& rstd);
+                            const torch::Tensor& rstd, std::int64_t chunk_rows = 0);
 
 // cos and sin of position p times inv_freq_i = theta^(-2i/d), [S, d/2], in the model dtype,
 // for positions first_position .. first_position + seq - 1 (a Ulysses rank's shard).

@@ -19,12 +19,13 @@ double attention_flops(const StepShapes& s, std::int64_t heads);
 // replicated to u when u > K), after it [b*S, kvr, d].
 std::int64_t kv_sp_elems(const StepShapes& s);
 
-// GQA inside the attention op (runtime/src/attention.cpp, expand_kv and reduce_kv): LibTorch's
-// flash kernels (CPU, and the FlashAttention-2 that at::scaled_dot_product_attention runs on
-// CUDA) take as many kv heads as query heads, so k and v are expanded to the query heads,
-// k_expanded, v_expanded [b*S, q_heads, d] e bytes each: a copy, except that one kv head
-// expands as a view with stride 0 (and none is needed when q_heads == kv_heads). In backward
-// the kernel's dk and dv are over the query heads too and are summed back over each group.
+// GQA inside the attention op (runtime/src/attention.cpp, kv_for_kernel, expand_kv and
+// reduce_kv). LibTorch's CPU flash kernel takes grouped k and v as they are and returns dk, dv
+// over the kv heads: nothing (0). On CUDA k and v are expanded to the query heads for the
+// kernel, k_expanded, v_expanded [b*S, q_heads, d] e bytes each: a copy, except that one kv
+// head expands as a view with stride 0 (and none is needed when q_heads == kv_heads). In
+// backward the CUDA kernel's dk and dv are over the query heads too and are summed back over
+// each group.
 std::int64_t kv_expansion(const StepShapes& s, std::int64_t q_heads, std::int64_t kv_heads);
 
 // FlashAttention-2's dq accumulator on CUDA, dq_accum [b*S, q_heads, d] fp32; the CPU kernel
@@ -53,7 +54,8 @@ std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads);
 // rank's hl query heads beside the kernel's forward scratch.
 std::int64_t flash_op_forward_workspace(const StepShapes& s);
 
-// attn.flash.bwd (runtime/src/attention.cpp, AttentionFn::backward). Under GQA the kernel
+// attn.flash.bwd (runtime/src/attention.cpp, AttentionFn::backward). CPU: the kernel's
+// scratch alone (its dk, dv are the op's outputs). CUDA, under GQA the kernel
 // writes dk_e and dv_e [b*S, hl, d] e over the query heads, beside the expanded k and v and
 // its own scratch; once it returns the expanded k and v are freed and dk, then dv, are summed
 // over their groups into the op's outputs dk_sp, dv_sp [b*S, kvr, d] e (one at a time beside

@@ -48,7 +48,8 @@ std::int64_t untied_forward_workspace(const StepShapes& s, std::int64_t c);
 // RoPE; with qk norm also its projection and rstd) and v, or instead their expanded copies
 // where expanding copies (kv_expansion), and the accumulated gradients dk_acc, dv_acc
 // [b*S, kvs, d] e. A stage recomputes q (its projection too with qk norm), then the kernel
-// allocates dq, and dk and dv over the stage's heads [b*S, c, d] e each, and a contiguous
+// allocates dq, and dk and dv over the stage's heads [b*S, c, d] e each (the CPU kernel, which
+// takes grouped k and v: over its kv heads [b*S, kvs, d] e, added as they are), and a contiguous
 // copy of the stage's slice of the output gradient when the stage does not span every head,
 // beside its block buffers. After it q is freed, dk and dv are reduced over the group (one
 // [b*S, kvs, d] sum) into the accumulators; then dq is pushed back one destination's slice

@@ -8,9 +8,14 @@
 
 namespace longctx::footprint {
 
-// Plain MLP backward of silu(gate) * up (runtime/src/layers.cpp, SwiGluFn::backward): one
-// scratch [n, I] e (silu(gate), then 1 + gate - silu(gate), then sigmoid(gate)) beside the
-// gradients d_gate, d_up [n, I] e it returns.
+// Rows of the chunks SwiGLU's backward takes over `rows` rows (runtime/src/layers.cpp,
+// swiglu_backward_in_place): row_chunk (row_chunk.h) of rows of I elements of e bytes.
+std::int64_t swiglu_chunk_rows(const StepShapes& s, std::int64_t rows);
+
+// Plain MLP backward of silu(gate) * up (runtime/src/layers.cpp, SwiGluFn::backward): the
+// gradients are written into gate's and up's buffers (d_gate into up's, d_up into gate's),
+// which then live until the gate/up projection's backward has read them; beside them one
+// chunk's scratch [r, I] e (silu(gate), then 1 + gate - silu(gate), then sigmoid(gate)).
 std::int64_t swiglu_backward_workspace(const StepShapes& s);
 
 // Tiled MLP forward (runtime/src/layers.cpp, TiledMlpFn::forward), per tile: gate [t, I] e,
@@ -18,9 +23,10 @@ std::int64_t swiglu_backward_workspace(const StepShapes& s);
 // rows of the output [n, h] are written into the output directly.
 std::int64_t tiled_mlp_forward_workspace(const StepShapes& s, std::int64_t tiles);
 
-// Tiled MLP backward (runtime/src/layers.cpp, TiledMlpFn::backward), per tile: gate, up and
-// silu(gate) recomputed, their product a, the product's gradient da, and the gradients of
-// gate and up, one of which reuses a's buffer: 5 x [t, I] e.
+// Tiled MLP backward (runtime/src/layers.cpp, TiledMlpFn::backward), per tile: gate and up
+// recomputed [t, I] e each, their product a [t, I] e, whose buffer then receives the
+// product's gradient da, and SwiGLU's in-place backward over gate and up with one chunk's
+// scratch [r, I] e (r = swiglu_chunk_rows over the tile's t rows): 3 x [t, I] e + [r, I] e.
 std::int64_t tiled_mlp_backward_workspace(const StepShapes& s, std::int64_t tiles);
 
 }  // namespace longctx::footprint

@@ -7,19 +7,29 @@
 
 namespace longctx::footprint {
 
-// Forward over `rows` rows of `width` (runtime/src/layers.cpp, rms_norm_forward). bf16: the
-// norm is reduced from an fp32 copy of the input, x_fp32 [rows, width] x 4, freed before the
-// output [rows, width] e is made, so rows*width*(4 - e) beyond it. fp32: nothing.
+// Rows of the chunks a norm over `rows` rows of `width` takes at a time (runtime/src/layers.cpp,
+// rms_norm_forward and rms_norm_backward): row_chunk (row_chunk.h) of rows of width fp32
+// elements, so the fp32 scratch is bounded by a constant number of bytes; r below.
+std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width);
+
+// Forward over `rows` rows of `width` (runtime/src/layers.cpp, rms_norm_forward): the outputs
+// y [rows, width] e and rstd [rows] fp32 are made first, then filled a chunk at a time. bf16:
+// the chunk's norm is reduced from an fp32 copy x_fp32 [r, width] x 4, freed before the
+// chunk's rstd is rounded to bf16 [r] e to scale it: r*width*4 beyond the outputs. fp32:
+// nothing.
 std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
-// Backward (runtime/src/layers.cpp, rms_norm_backward): the rows' dot products s [rows] fp32;
-// in bf16 also an fp32 copy of the input xf [rows, width] x 4 and the fp32 buffer that becomes
-// the input gradient before its cast buf [rows, width] x 4, and the weight's fp32 copy and its
-// gradient wf, dw [width] x 4 each. fp32: the gradient is computed in its own output buffer.
+// Backward (runtime/src/layers.cpp, rms_norm_backward), beyond the input gradient [rows, width]
+// e: the weight's gradient accumulated over the chunks in fp32 dw [width] x 4, and per chunk
+// its column sums [width] fp32 and then its rows' dot products s [r] fp32; in bf16 also the
+// weight's fp32 copy wf [width] x 4, and per chunk an fp32 copy of the chunk of the input
+// xf [r, width] x 4 and the fp32 buffer that becomes its rows of the input gradient
+// buf [r, width] x 4. fp32: each chunk is computed in its rows of the input gradient.
+// Here the weight's gradient is an output ([width] e, cast from dw at the end).
 std::int64_t rms_norm_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
 // The same backward where the weight's gradient stays fp32 (head-chunked attention adds it
-// into an fp32 accumulator, q_or_k_backward): both fp32 [width] buffers are scratch.
+// into an fp32 accumulator, q_or_k_backward): dw is scratch too.
 std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
 // Elementwise work of the norm: 4 flops an element forward, 8 backward.
