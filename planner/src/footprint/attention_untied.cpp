@@ -38,8 +38,14 @@ std::int64_t untied_group_forward(const StepShapes& s, std::int64_t c) {
 
 std::int64_t untied_forward_workspace(const StepShapes& s, std::int64_t c) {
   // q [b*S, c, d] and o [b*S, c, d] e, lse [b, c, S] fp32, and the kernel's block buffers.
-  const std::int64_t kernel = 2 * untied_stage_unit(s, c) + (s.b * s.S) * c * 4 + flash_forward_scratch(s);
-  return untied_group_forward(s, c) + std::max(untied_qk_projection_peak(s, c), kernel);
+  const std::int64_t Uc = untied_stage_unit(s, c), lse = (s.b * s.S) * c * 4;
+  const std::int64_t kernel = 2 * Uc + lse + flash_forward_scratch(s);
+  // Sending the stage's output back (u > 1; runtime/src/attention.cpp, to_rank_slices): q is
+  // freed, and beside o and lse stand o's copy laid out one slice per destination and what
+  // the all-to-all receives, [n, u*c, d] each. Larger than the kernel's moment when the
+  // block buffers are smaller than one stage's output.
+  const std::int64_t out_exchange = Uc + lse + other_sides(s, 2 * Uc);
+  return untied_group_forward(s, c) + std::max({untied_qk_projection_peak(s, c), kernel, out_exchange});
 }
 
 std::int64_t untied_backward_workspace(const StepShapes& s, std::int64_t c) {
