@@ -73,11 +73,10 @@ TensorId backward_layers(StepBuild& sb, TensorId d_x) {
     const int last = sb.graph.last_op();
     if (layer_params >= 0) sb.graph.add_input(last, layer_params);
     // Reentrant checkpointing backpropagates from the recomputed output with the gradient
-    // it was handed: both stay referenced until the layer's backward returns.
-    if (recompute_out >= 0) {
-      sb.graph.add_input(last, recompute_out);
-      sb.graph.add_input(last, d_out);
-    }
+    // it was handed: the gradient stays referenced until the layer's backward returns; the
+    // output's bytes are released once the recompute has made it
+    // (runtime/src/checkpointed_layer.cpp, recompute_backward), so it dies with its producer.
+    if (recompute_out >= 0) sb.graph.add_input(last, d_out);
     if (!prefetch_params(sb) && l > 0) next_params = gather_group(sb, l - 1, B, l - 1);
   }
   return d_x;

@@ -1,5 +1,6 @@
 // The checkpointed layer executor: a reentrant checkpoint around another layer executor.
 #include "longctx/runtime/layer_executors.h"
+#include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
 
@@ -37,6 +38,10 @@ class CheckpointedLayer final : public LayerExecutor {
     {
       torch::AutoGradMode grad_on(true);
       Tensor out = inner_->run(x);
+      // The backward starts from the recomputed output's place in the graph, not from its
+      // values (a residual add saves nothing): its bytes go before the backward starts,
+      // unless something else holds its storage.
+      if (out.storage().use_count() == 1) resize_storage(out, 0);
       torch::autograd::backward({out}, {grad_out});
     }
     return x.grad();
