@@ -47,6 +47,12 @@ bool CachingAllocatorModel::grow_reserved(std::int64_t bytes) {
   return true;
 }
 
+void CachingAllocatorModel::book_failed(std::int64_t bytes) {
+  ++failures_;
+  reserved_ += bytes;
+  peak_reserved_ = std::max(peak_reserved_, reserved_);
+}
+
 void CachingAllocatorModel::insert_free(std::int64_t address) {
   const Block& b = blocks_.at(address);
   if (b.mapped) pool(b.small).insert({b.size, address});
@@ -118,11 +124,7 @@ std::int64_t CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
   const std::int64_t seg = segment_size(size);
   if (!grow_reserved(seg) && !(release_oversize(size) && grow_reserved(seg))) {
     release_cached();
-    if (!grow_reserved(seg)) {
-      ++failures_;
-      reserved_ += seg;
-      peak_reserved_ = std::max(peak_reserved_, reserved_);
-    }
+    if (!grow_reserved(seg)) book_failed(seg);
   }
   const std::int64_t address = next_address_;
   next_address_ += seg;
@@ -145,9 +147,7 @@ std::int64_t CachingAllocatorModel::map_expandable(std::int64_t size, bool small
       const std::int64_t bytes = std::min(round_up(size - before, page), it->second.size);
       if (!grow_reserved(bytes)) {
         if (attempt == 0) break;  // release, then look again
-        ++failures_;
-        reserved_ += bytes;
-        peak_reserved_ = std::max(peak_reserved_, reserved_);
+        book_failed(bytes);
       }
       const std::int64_t address = it->first;
       const Block range = it->second;

@@ -35,11 +35,7 @@ Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobVal
 // op's live bytes are affine too, and the first op to reach the budget decides. Below a full
 // chunk (models under 1024 hidden) they are concave in the length: the bound is then short of
 // the true answer, never past it. Returns 0 if none fits.
-OpTotals totals_of(const Plan& p) {
-  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
-                      p.cluster.hardware.threads};
-  return simulate_totals(build_step(in), in.backend);
-}
+OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_inputs(p)), p.cluster.hardware.backend); }
 
 // Whether the totals fit the plan's budgets, device memory as allocated: a necessary
 // condition (reserved memory is never less), cheap enough for the bounds.
@@ -53,10 +49,8 @@ bool fits(const Plan& p, const OpTotals& t) {
 // Whether the plan fits as the device sees it: as allocated, then on CUDA as the caching
 // allocator reserves it (memory_model.h, device_fits). What every answer is confirmed with.
 bool fits_reserved(const Plan& p) {
-  const StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
-                      p.cluster.hardware.threads};
-  const StepGraph g = build_step(in);
-  const OpTotals t = simulate_totals(g, in.backend);
+  const StepGraph g = build_step(step_inputs(p));
+  const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
   if (!fits(p, t)) return false;
   return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end()));
 }
@@ -177,10 +171,9 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
     return b;
   }
   // The step up to the last layer's backward is a lower bound: over budget there, out.
-  const StepInputs head_in{probe.model, probe.cluster.shape, probe.cluster.hardware.backend, probe.train, probe.parallel,
-                           /*prefix_only=*/true, probe.cluster.hardware.threads};
   // Floors only rise (rungs in order, then the answer): remember it as out of reach.
-  if (!fits(probe, simulate_totals(build_step(head_in), head_in.backend))) return Bound{0, "", true};
+  if (!fits(probe, simulate_totals(build_step(step_inputs(probe, /*prefix_only=*/true)), probe.cluster.hardware.backend)))
+    return Bound{0, "", true};
   const OpTotals t = totals_of(probe);
   if (!fits(probe, t)) return Bound{0, "", true};
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe

@@ -6,8 +6,24 @@
 namespace longctx {
 namespace {
 
-StepInputs step_inputs(const Plan& p) {
-  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false, p.cluster.hardware.threads};
+// The device as the allocator holds it: reserved bytes (the replay on CUDA; what is allocated
+// on the CPU virtual device, whose counting allocator caches nothing), the op where they
+// peak (-1: at the allocated peak), and whether they fit the budget with the context.
+struct ReservedFigure {
+  std::int64_t peak_reserved = 0;
+  int peak_op = -1;
+  bool fits = false;
+};
+
+ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
+  ReservedFigure f{allocated_peak, -1, true};
+  if (p.cluster.hardware.backend == Backend::Cuda) {
+    const ReservedReplay r = replay_reserved(g, allocator_settings(p));
+    // Never under allocated: the replay's blocks include the simulation's rounded requests.
+    f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0};
+  }
+  f.fits = f.fits && f.peak_reserved + plan_context_bytes(p) <= p.cluster.device_budget_bytes;
+  return f;
 }
 
 Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
@@ -17,21 +33,13 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
   pr.peak_host_bytes = sim.peak_host_bytes_per_rank * p.cluster.shape.gpus_per_node;
   for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
   pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
-  bool reserved_fits = true;
-  if (p.cluster.hardware.backend == Backend::Cuda) {
-    const ReservedReplay r = replay_reserved(g, allocator_settings(p));
-    // Never under allocated: the replay's blocks include the simulation's rounded requests.
-    pr.peak_reserved_bytes = std::max(r.peak_reserved, pr.peak_device_bytes);
-    pr.reserved_peak_at = r.peak_op >= 0 ? format(g.op(r.peak_op).name) : "";
-    reserved_fits = r.failed_requests == 0;
-  } else {
-    pr.peak_reserved_bytes = pr.peak_device_bytes;  // the counting allocator caches nothing
-    pr.reserved_peak_at = pr.peak_at;
-  }
+  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes);
+  pr.peak_reserved_bytes = reserved.peak_reserved;
+  pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
   pr.peak_nvidia_smi_bytes = pr.peak_reserved_bytes + context;
   pr.breakdown["allocator"] = pr.peak_reserved_bytes - pr.peak_device_bytes;
   pr.breakdown["context"] = context;
-  const bool device_ok = reserved_fits && pr.peak_nvidia_smi_bytes <= p.cluster.device_budget_bytes;
+  const bool device_ok = reserved.fits;
   const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
   pr.feasible = device_ok && host_ok;
   pr.binding = !device_ok ? device_binding(p) : !host_ok ? "host memory" : "";
@@ -59,12 +67,15 @@ AllocatorSettings allocator_settings(const Plan& p) {
   return s;
 }
 
+StepInputs step_inputs(const Plan& p, bool prefix_only) {
+  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, prefix_only,
+          p.cluster.hardware.threads};
+}
+
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
-  const std::int64_t context = plan_context_bytes(p);
-  if (allocated_peak + context > p.cluster.device_budget_bytes) return false;
-  if (p.cluster.hardware.backend != Backend::Cuda) return true;
-  const ReservedReplay r = replay_reserved(g, allocator_settings(p));
-  return r.failed_requests == 0 && std::max(r.peak_reserved, allocated_peak) + context <= p.cluster.device_budget_bytes;
+  // Over budget as allocated is over as reserved: no replay needed.
+  if (allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes) return false;
+  return reserved_figure(p, g, allocated_peak).fits;
 }
 
 Evaluation evaluate(const Plan& inputs) {

@@ -18,18 +18,18 @@ using torch::autograd::variable_list;
 // ---- RMSNorm -----------------------------------------------------------------------------
 
 namespace {
-// Rows of one chunk of a norm over `rows` rows of `width` (row_chunk.h: the planner sizes the
-// norm's scratch with the same function), or the caller's `chunk_rows` when it gives one.
-std::int64_t norm_chunk(std::int64_t rows, std::int64_t width, std::int64_t chunk_rows) {
+// Rows of one chunk over `rows` rows of `row_bytes` scratch each (row_chunk.h: the planner
+// sizes the scratch with the same function), or the caller's `chunk_rows` when it gives one.
+std::int64_t rows_per_chunk(std::int64_t rows, std::int64_t row_bytes, std::int64_t chunk_rows) {
   if (rows < 1) return 1;
-  return chunk_rows > 0 ? std::min(chunk_rows, rows) : row_chunk(rows, width * 4);
+  return chunk_rows > 0 ? std::min(chunk_rows, rows) : row_chunk(rows, row_bytes);
 }
 }  // namespace
 
 NormOut rms_norm_forward(const Tensor& x, const Tensor& w, double eps, std::int64_t chunk_rows) {
   const auto h = x.size(-1);
   const auto rows = x.numel() / h;
-  const auto chunk = norm_chunk(rows, h, chunk_rows);
+  const auto chunk = rows_per_chunk(rows, h * 4, chunk_rows);  // fp32 rows
   Tensor x2 = x.reshape({rows, h});
   auto rstd_shape = x.sizes().vec();
   rstd_shape.back() = 1;
@@ -63,7 +63,7 @@ NormGrads rms_norm_backward(const Tensor& dy, const Tensor& x, const Tensor& w, 
   // LibTorch would upcast its bf16 input into a hidden temporary.
   const auto h = x.size(-1);
   const auto rows = x.numel() / h;
-  const auto chunk = norm_chunk(rows, h, chunk_rows);
+  const auto chunk = rows_per_chunk(rows, h * 4, chunk_rows);  // fp32 rows
   const bool fp32 = x.scalar_type() == torch::kFloat;
   Tensor x2 = x.reshape({rows, h}), dy2 = dy.reshape({rows, h}), r2 = rstd.reshape({rows, 1});
   Tensor dx = at::empty(x.sizes(), x.options());
@@ -252,7 +252,7 @@ std::pair<Tensor, Tensor> swiglu_backward_in_place(const Tensor& da, const Tenso
   const auto I = g.size(-1);
   const auto n = g.numel() / I;
   Tensor g2 = g.view({n, I}), u2 = u.view({n, I}), da2 = da.reshape({n, I});
-  const auto chunk = n < 1 ? 1 : chunk_rows > 0 ? std::min(chunk_rows, n) : row_chunk(n, I * g.element_size());
+  const auto chunk = rows_per_chunk(n, I * g.element_size(), chunk_rows);
   Tensor sc = at::empty({chunk, I}, g.options());  // [chunk, I] e
   for (std::int64_t b = 0; b < n; b += chunk) {
     const auto len = std::min(chunk, n - b);

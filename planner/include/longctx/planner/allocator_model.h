@@ -126,6 +126,7 @@ class CachingAllocatorModel {
   // Rule 7-8: a free mapped block of at least `size`, or -1.
   std::int64_t map_expandable(std::int64_t size, bool small);
   bool grow_reserved(std::int64_t bytes);  // false if over capacity
+  void book_failed(std::int64_t bytes);    // a request that failed, reserved anyway
   void insert_free(std::int64_t address);
   // Merges the free block at `address` with its neighbours of the same segment and mapping.
   std::int64_t merge(std::int64_t address);

@@ -26,6 +26,9 @@ Evaluation evaluate(const Plan& inputs);
 // Just the numbers, for the search's inner loop.
 Prediction predict(const Plan& inputs);
 
+// The step builder's inputs for a plan (`prefix_only`: up to the last layer's backward).
+StepInputs step_inputs(const Plan& p, bool prefix_only = false);
+
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);
 // Device memory outside the caching allocator for the plan's world (hardware.h).
