@@ -44,7 +44,7 @@ Ids::Ids(std::initializer_list<int> ids) {
 }
 
 void Ids::push_back(int id) {
-  if (size_ == 12) throw std::logic_error("an op with more than 12 tensors");
+  if (size_ == kCapacity) throw std::logic_error("an op with more tensors than Ids holds");
   ids_[size_++] = id;
 }
 

@@ -141,6 +141,9 @@ bool LlamaStep::streams_gradients() const { return host_grads_ && !shards_; }
 void LlamaStep::on_backward(std::int64_t group) {
   if (shards_) {
     shards_->finish_grads(static_cast<int>(group));
+    // A tied head's table was gathered again for the loss; the loss's backward is over, so
+    // its memory goes now (the embedding's own backward reads only the token ids).
+    if (group == m_.layers + 1 && m_.tie_embeddings && shards_->gathers()) shards_->release_all(shards_->embed_group());
     return;
   }
   // One parameter at a time: summed over the ranks in place (every rank's gradient is its

@@ -2,6 +2,7 @@
 
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/param_home.h"
 
 namespace longctx::runtime {
 
@@ -94,6 +95,11 @@ void ShardedParams::release(int gi) {
   g.released.push_back(buffer);
 }
 
+void ShardedParams::release_all(int gi) {
+  for (const auto& set : groups_[static_cast<std::size_t>(gi)].sets)
+    if (!set.empty()) park(set.front());
+}
+
 void ShardedParams::restore(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   if (g.released.empty()) return;
@@ -147,6 +153,10 @@ Tensor ShardedParams::flatten_grads(Group& g) {
       }
       off += n;
     }
+    // The gathered buffer's memory goes now: autograd's graph keeps the leaves (its
+    // AccumulateGrad nodes hold them) until the whole backward ends, and with them the
+    // buffer, one full group per layer already done.
+    if (sharding_ == Sharding::Zero3 && !set.empty()) park(set.front());
   }
   return flat;
 }

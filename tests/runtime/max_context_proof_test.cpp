@@ -13,14 +13,11 @@
 namespace longctx::runtime {
 namespace {
 
-// Every technique one rank can run (zero1 and zero2 shard over ranks; ulysses needs several)
-// but parameter offload, a known gap of the validation grid on one rank (docs/validation.md:
-// the planner holds a streamed layer's weight-gradient pieces through its backward, up to
-// 1.8% above the runtime), which would let the next length still run.
+// Every technique one rank can run (zero1 and zero2 shard over ranks; ulysses needs several).
 TechniqueSet one_rank_techniques() {
   TechniqueSet s;
-  for (Technique t : {Technique::Zero3, Technique::OffloadOptimizer, Technique::Untied, Technique::Checkpoint,
-                      Technique::OffloadCheckpoints, Technique::TiledMlp, Technique::TiledLoss})
+  for (Technique t : {Technique::Zero3, Technique::OffloadOptimizer, Technique::OffloadParams, Technique::Untied,
+                      Technique::Checkpoint, Technique::OffloadCheckpoints, Technique::TiledMlp, Technique::TiledLoss})
     s.set(static_cast<std::size_t>(t));
   return s;
 }

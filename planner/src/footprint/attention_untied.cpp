@@ -41,10 +41,11 @@ std::int64_t untied_forward_workspace(const StepShapes& s, std::int64_t c) {
   const std::int64_t Uc = untied_stage_unit(s, c), lse = (s.b * s.S) * c * 4;
   const std::int64_t kernel = 2 * Uc + lse + flash_forward_scratch(s);
   // Sending the stage's output back (u > 1; runtime/src/attention.cpp, to_rank_slices): q is
-  // freed, and beside o and lse stand o's copy laid out one slice per destination and what
-  // the all-to-all receives, [n, u*c, d] each. Larger than the kernel's moment when the
-  // block buffers are smaller than one stage's output.
-  const std::int64_t out_exchange = Uc + lse + other_sides(s, 2 * Uc);
+  // freed, and beside o and lse stand what the all-to-all receives, [n, u*c, d], and with
+  // b > 1 o's copy laid out one slice per destination (ulysses.cpp, to_ranks; with one
+  // sample the kernel's output, laid out [b, S, c, d], is already that). Larger than the
+  // kernel's moment when the block buffers are smaller than one stage's output.
+  const std::int64_t out_exchange = Uc + lse + other_sides(s, (s.b > 1 ? 2 : 1) * Uc);
   return untied_group_forward(s, c) + std::max({untied_qk_projection_peak(s, c), kernel, out_exchange});
 }
 

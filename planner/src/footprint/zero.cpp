@@ -66,6 +66,13 @@ std::int64_t shard_elems(const StepShapes& s, int group) { return ceil_div(group
 
 std::int64_t gathered_params_bytes(const StepShapes& s, int group) { return group_params(s, group) * s.e; }
 
+std::int64_t param_copy_bytes(const StepShapes& s, const ParamSpec& p) {
+  return present(s, p.presence) ? dim_of(s, p.dims[0]) * dim_of(s, p.dims[1]) * s.e : 0;
+}
+
+// Across ranks the shards are what live on the host: a gather, not a copy per parameter.
+bool fetches_param_copies(const StepShapes& s, bool offload_params) { return offload_params && s.world == 1; }
+
 std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed) {
   // On one rank there is nothing to gather: the copy from the host is the full buffer.
   return streamed && s.world > 1 ? shard_elems(s, group) * s.e : 0;

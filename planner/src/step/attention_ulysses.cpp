@@ -119,8 +119,9 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
   // wq, wk, wv's gradient (and their biases') [h * (H + 2K) * d (+ (H + 2K) * d)] g
   const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});
   const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", elems, grad);
-  sb.graph.op(layer_name(l, "attn.qkv.bwd"), B, l, {dq_r, dk_r, dv, a.xn1}, {d_xn1, g_qkv},
-              {.flops = 2 * matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d)});
+  const int o = sb.graph.op(layer_name(l, "attn.qkv.bwd"), B, l, {dq_r, dk_r, dv, a.xn1}, {d_xn1, g_qkv},
+                            {.flops = 2 * matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d)});
+  frees_param_copies(sb, l, o, {ParamRole::Wq, ParamRole::Wk, ParamRole::Wv});  // ProjectFn saves the weights only
 }
 
 }  // namespace longctx::step

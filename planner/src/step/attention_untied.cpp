@@ -48,6 +48,8 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
                             {.workspace = untied_backward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 10), .repeats = static_cast<int>(untied_stages(s, c))});
   if (s.u > 1) sb.graph.set_comm(o, CommKind::AllToAll, untied_backward_sent_bytes(s), static_cast<int>(s.u));
+  // HeadChunkedAttentionFn saves the projections' weights and the q and k norms.
+  frees_param_copies(sb, l, o, {ParamRole::Wq, ParamRole::Wk, ParamRole::Wv, ParamRole::QNorm, ParamRole::KNorm});
 }
 
 }  // namespace longctx::step

@@ -26,17 +26,27 @@ TensorId embedding_forward(StepBuild& sb) {
 // weight, which autograd then adds to the head's. The untiled loss's head gradient comes out
 // of a transpose, which autograd does not add into: the sum is a new [V, h] buffer that
 // replaces the old one. The tiled loss's is a plain buffer of its own, which autograd adds
-// the dense gradient into in place: no new buffer.
+// the dense gradient into in place: no new buffer. Where zero3 gathers the table for each use,
+// the lookup and the head hold leaves of two gathers, each with its own gradient, and the
+// reduce-scatter's send buffer is where they meet (ShardedParams::flatten_grads): no sum
+// before it.
 void embedding_backward(StepBuild& sb, TensorId d_x) {
   const StepShapes& s = sb.shapes;
   const Phase B = Phase::Backward;
   const int eg_group = embed_group(s);
   const TensorId tied_grad = sb.outer.tied_grad;
-  const TensorId embed_full = s.tied ? -1 : gather_group(sb, eg_group, B, -1);
+  // The lookup's backward reads the token ids and the incoming gradient, never the table: zero3
+  // does not gather it again (LlamaStep::forward releases it after the lookup for good).
   const TensorId grad = tied_grad >= 0 ? tied_grad : new_group_grad(sb, eg_group);
-  Ids reads = {d_x, sb.outer.tokens};
-  if (embed_full >= 0) reads.push_back(embed_full);
+  const Ids reads = {d_x, sb.outer.tokens};
   const double flops = double(s.n * s.h);
+  if (tied_grad >= 0 && gathers_group(sb, eg_group)) {
+    // grad.dense [V, h] g, a piece of the group's gradient beside the head's
+    const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, group_params(s, eg_group) * s.g, Category::Grads);
+    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = flops});
+    finish_group_grad(sb, eg_group, {tied_grad, dense}, B);
+    return;
+  }
   if (tied_grad >= 0) {
     const std::int64_t dense_bytes = group_params(s, eg_group) * s.g;
     // grad.dense [V, h] g

@@ -7,8 +7,28 @@ namespace longctx::step {
 
 // ---- zero.cpp: model states, ZeRO gathers and gradient reduction -------------------------
 void model_states(StepBuild& sb);
+// zero3: whether a group's parameters are gathered into a buffer of their own for each use
+// (across ranks, or from the host); one rank otherwise uses its shard in place.
+bool gathers_group(const StepBuild& sb, int group);
 // zero3: gathers a group's parameters among the ops of `at_layer`; -1 when nothing is gathered.
 TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer);
+// zero3: a layer's parameters gathered ahead of their use (runtime/src/sharded_params.cpp,
+// ShardedParams::prefetch): the full buffer, and the staged shard a streamed layer is sent
+// from, which the collective reads until the gather is awaited (-1 where there is none).
+struct Prefetched {
+  TensorId full = -1, staging = -1;
+};
+Prefetched prefetch_group(StepBuild& sb, int group, Phase phase, int at_layer);
+// The layer's use begins: ShardedParams::gather or restore waits for the prefetched gather,
+// and its staged shard goes.
+void await_group(StepBuild& sb, int group, const Prefetched& p, Phase phase, int at_layer);
+// One rank, streamed layers: op is the last backward node that saved the device copies of
+// `roles` (footprint/zero.h, param_copy_bytes), which go after it. No-op where the layer's
+// parameters are one gathered buffer or live on the device.
+void frees_param_copies(StepBuild& sb, int layer, int op, std::initializer_list<ParamRole> roles);
+// Every device copy of the layer's parameters read by op: the end of a forward (the
+// executor parks them all there, StreamedLayer::forward).
+void reads_all_param_copies(StepBuild& sb, int layer, int op);
 // Whether a layer's parameters are gathered while the layer before it runs.
 bool prefetch_params(const StepBuild& sb);
 // The embedding's or the head's whole gradient buffer.
@@ -16,8 +36,10 @@ TensorId new_group_grad(StepBuild& sb, int group);
 // One piece of a layer's gradient, allocated by the op that computes it; appended to `pieces`.
 TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const char* name, std::int64_t elems,
                     Ids& pieces);
-// A finished group gradient: reduce-scattered into its shard under zero2/zero3.
-void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase);
+// A finished group gradient: reduce-scattered into its shard under zero2/zero3. `gathered`:
+// zero3 buffers of the group that autograd holds until the summing into the send buffer is
+// done (ShardedParams::flatten_grads releases them there).
+void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase, Ids gathered = {});
 
 // ---- offload.cpp: checkpoint offload and prefetch, gradients to the host ------------------
 bool streamed(const StepBuild& sb, int group);

@@ -51,8 +51,9 @@ TensorId layer_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out
   const TensorId d_oloc = sb.graph.tensor(layer_name(l, "attn.out.grad"), s.n * s.H * s.d * s.e, tr);  // [n, H*d] e
   const TensorId g_o = grad_piece(sb, l, "grad.full.attn.o", "grad.attn.o",
                                   s.H * s.d * s.h + footprint::bias_params(s, {ParamRole::Bo}), grad);  // [h * H*d (+ h)] g
-  sb.graph.op(layer_name(l, "attn.o_proj.bwd"), Phase::Backward, l, {d_mid, a.o_loc}, {d_oloc, g_o},
-              {.flops = matmul_flops(s.n, s.H * s.d, s.h) * 2});
+  const int o_proj = sb.graph.op(layer_name(l, "attn.o_proj.bwd"), Phase::Backward, l, {d_mid, a.o_loc}, {d_oloc, g_o},
+                                 {.flops = matmul_flops(s.n, s.H * s.d, s.h) * 2});
+  frees_param_copies(sb, l, o_proj, {ParamRole::Wo});  // at::linear's node saves the weight, not the bias
   const TensorId d_xn1 = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, tr);  // [n, h] e
   if (sb.parallel.head_chunk > 0) {
     untied_attention_backward(sb, l, a, d_oloc, d_xn1, grad);

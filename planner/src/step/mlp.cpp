@@ -43,15 +43,19 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
     // gate, up, down's gradients [3 * h * I (+ 2I + h biases)] g
     const std::int64_t elems = 3 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp, ParamRole::BDown});
     const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", elems, grad);
-    sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
-                {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
-                 .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs});
+    const int o = sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
+                              {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
+                               .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs});
+    // TiledMlpFn saves the three weights and the gate's and up's biases.
+    frees_param_copies(sb, l, o, {ParamRole::Gate, ParamRole::Up, ParamRole::Down, ParamRole::BGate, ParamRole::BUp});
     return d_xn2;
   }
   const TensorId d_act = sb.graph.tensor(layer_name(l, "mlp.act.grad"), s.n * s.I * s.e, tr);  // [n, I] e
   const TensorId g_down = grad_piece(sb, l, "grad.full.mlp.down", "grad.mlp.down",
                                      s.h * s.I + footprint::bias_params(s, {ParamRole::BDown}), grad);  // [h * I (+ h)] g
-  sb.graph.op(layer_name(l, "mlp.down.bwd"), B, l, {d_out, a.act}, {d_act, g_down}, {.flops = matmul_flops(s.n, s.I, s.h) * 2});
+  const int down = sb.graph.op(layer_name(l, "mlp.down.bwd"), B, l, {d_out, a.act}, {d_act, g_down},
+                               {.flops = matmul_flops(s.n, s.I, s.h) * 2});
+  frees_param_copies(sb, l, down, {ParamRole::Down});  // at::linear's node saves the weight, not the bias
   // SwiGLU's backward writes d_gate and d_up into gate's and up's buffers: no new tensor, and
   // gate and up live until the projection's backward has read the gradients in them.
   sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), B, l, {d_act, a.gate, a.up}, {},
@@ -59,8 +63,9 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
   const TensorId g_gate_up =
       grad_piece(sb, l, "grad.full.mlp.gate_up", "grad.mlp.gate_up",
                  2 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp}), grad);  // [2 * h * I (+ 2I)] g
-  sb.graph.op(layer_name(l, "mlp.gate_up.bwd"), B, l, {a.gate, a.up, a.xn2}, {d_xn2, g_gate_up},
-              {.flops = matmul_flops(s.n, s.h, s.I) * 4});
+  const int gate_up = sb.graph.op(layer_name(l, "mlp.gate_up.bwd"), B, l, {a.gate, a.up, a.xn2}, {d_xn2, g_gate_up},
+                                  {.flops = matmul_flops(s.n, s.h, s.I) * 4});
+  frees_param_copies(sb, l, gate_up, {ParamRole::Gate, ParamRole::Up});  // ProjectFn saves the weights only
   return d_xn2;
 }
 

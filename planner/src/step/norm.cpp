@@ -27,13 +27,14 @@ void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, 
 }
 
 // The backward of a layer's norm: the input gradient d_in [n, h] e and the weight's [h] g.
-TensorId layer_norm_backward(StepBuild& sb, int l, const char* op, const char* d_in_name, const char* grad_name,
-                             const char* full_grad_name, Ids reads, Ids& grad) {
+TensorId layer_norm_backward(StepBuild& sb, int l, ParamRole weight, const char* op, const char* d_in_name,
+                             const char* grad_name, const char* full_grad_name, Ids reads, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const TensorId d_in = sb.graph.tensor(layer_name(l, d_in_name), s.n * s.h * s.e, Category::Transient);  // [n, h] e
   const TensorId g_w = grad_piece(sb, l, full_grad_name, grad_name, s.h, grad);                           // [h] g
-  sb.graph.op(layer_name(l, op), Phase::Backward, l, reads, {d_in, g_w},
-              {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h)});
+  const int o = sb.graph.op(layer_name(l, op), Phase::Backward, l, reads, {d_in, g_w},
+                            {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h)});
+  frees_param_copies(sb, l, o, {weight});  // RmsNormFn saves its weight
   return d_in;
 }
 
@@ -74,12 +75,12 @@ void qk_norm_forward(StepBuild& sb, int l, LayerActs& a, TensorId& q, TensorId& 
 }
 
 TensorId mlp_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_xn2, TensorId d_out, Ids& grad) {
-  return layer_norm_backward(sb, l, "mlp_norm.bwd", "mid.grad", "grad.mlp_norm", "grad.full.mlp_norm",
+  return layer_norm_backward(sb, l, ParamRole::MlpNorm, "mlp_norm.bwd", "mid.grad", "grad.mlp_norm", "grad.full.mlp_norm",
                              {d_xn2, a.mid, a.rstd2, d_out}, grad);
 }
 
 TensorId attn_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_xn1, TensorId d_mid, Ids& grad) {
-  return layer_norm_backward(sb, l, "attn_norm.bwd", "in.grad", "grad.attn_norm", "grad.full.attn_norm",
+  return layer_norm_backward(sb, l, ParamRole::AttnNorm, "attn_norm.bwd", "in.grad", "grad.attn_norm", "grad.full.attn_norm",
                              {d_xn1, a.in, a.rstd1, d_mid}, grad);
 }
 
@@ -99,8 +100,10 @@ void qk_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId& dq, Te
   const TensorId dq_pre = sb.graph.tensor(layer_name(l, "attn.q_pre.grad"), s.n * s.H * s.d * s.e, Category::Transient);
   const TensorId dk_pre = sb.graph.tensor(layer_name(l, "attn.k_pre.grad"), s.n * s.K * s.d * s.e, Category::Transient);
   const TensorId g_qk = grad_piece(sb, l, "grad.full.attn.qk_norm", "grad.attn.qk_norm", 2 * s.d, grad);
-  sb.graph.op(layer_name(l, "attn.qk_norm.bwd"), Phase::Backward, l, {dq, dk, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k},
-              {dq_pre, dk_pre, g_qk}, {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d)});
+  const int o = sb.graph.op(layer_name(l, "attn.qk_norm.bwd"), Phase::Backward, l,
+                            {dq, dk, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_pre, dk_pre, g_qk},
+                            {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d)});
+  frees_param_copies(sb, l, o, {ParamRole::QNorm, ParamRole::KNorm});
   dq = dq_pre;
   dk = dk_pre;
 }

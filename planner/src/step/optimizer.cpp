@@ -32,8 +32,7 @@ void adamw_step(StepBuild& sb, int group) {
   o.inputs = sb.grads[static_cast<std::size_t>(group)];
   o.flops = adamw_flops(elems);
   o.memory_bytes = adamw_memory_bytes(s, elems);
-  // A flat shard is updated at once (zero1 too: its shard copied out of the all-reduced
-  // gradients); whole parameters (no ZeRO, or one rank) one at a time, as the runtime's
+  // A flat shard is updated at once (zero1 too: its grad.shard); whole parameters (no ZeRO, or one rank) one at a time, as the runtime's
   // AdamW does.
   const bool whole = !sb.shard_optim || s.world == 1;
   if (sb.parallel.offload_optimizer) {
@@ -54,17 +53,30 @@ void optimizer_step(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   const Sharding sharding = sb.parallel.sharding;
   const bool offload = sb.parallel.offload_optimizer;
-  // An offloaded optimizer's gradients are on the host already: each went as backward
-  // finished it (grad.to_host, stream_whole_grad or finish_group_grad).
-  for (int gi = 0; gi < param_groups(s); ++gi) {
-    const bool reduce = sharding == Sharding::Zero1 || (sharding == Sharding::None && s.world > 1);
-    if (reduce && !offload) all_reduce_grad(sb, gi, Phase::Optimizer);
-    adamw_step(sb, gi);
-    if (sharding == Sharding::Zero1 || sharding == Sharding::Zero2) {
+  const int groups = param_groups(s);
+  // As the runtime runs it (runtime/src/runner.cpp, run_plan): every group's gradient reduced
+  // first, then every group updated, then every updated shard gathered. An offloaded
+  // optimizer's gradients are on the host already: each went as backward finished it
+  // (grad.to_host, stream_whole_grad or finish_group_grad).
+  const bool reduce = sharding == Sharding::Zero1 || (sharding == Sharding::None && s.world > 1);
+  if (reduce && !offload)
+    for (int gi = 0; gi < groups; ++gi) {
+      all_reduce_grad(sb, gi, Phase::Optimizer);
+      if (sharding != Sharding::Zero1 || s.world == 1) continue;
+      // zero1 across ranks: the rank's slice of the all-reduced gradient copied out,
+      // grad.shard [shard_elems] g, and the whole gradient freed
+      // (runtime/src/sharded_params.cpp, ShardedParams::prepare_step).
+      const TensorId shard = sb.graph.tensor(sb.group_name(gi, "grad.shard"), grad_shard_bytes(s, gi), Category::Grads);
+      sb.graph.op(sb.group_name(gi, "grad.shard_copy"), Phase::Optimizer, -1, sb.grads[static_cast<std::size_t>(gi)],
+                  {shard});
+      sb.grads[static_cast<std::size_t>(gi)] = {shard};
+    }
+  for (int gi = 0; gi < groups; ++gi) adamw_step(sb, gi);
+  if (sharding == Sharding::Zero1 || sharding == Sharding::Zero2)
+    for (int gi = 0; gi < groups; ++gi) {
       const int g = sb.graph.op(sb.group_name(gi, "params.all_gather"), Phase::Optimizer, -1, {}, {});
       sb.graph.set_comm(g, CommKind::AllGather, gather_received_bytes(s, gi), static_cast<int>(s.world));
     }
-  }
 }
 
 }  // namespace longctx::step

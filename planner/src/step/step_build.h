@@ -2,10 +2,12 @@
 // The state the step's emitters share while they write one rank's step graph: the shapes,
 // the graph, and the tensors one technique produces and another reads (parameters,
 // gradients, the activations a layer's backward reads). Shapes: footprint/step_shapes.h.
+#include <array>
 #include <vector>
 
 #include "graph_writer.h"
 #include "longctx/planner/footprint/step_shapes.h"
+#include "longctx/planner/param_layout.h"
 #include "longctx/planner/step_builder.h"
 
 namespace longctx::step {
@@ -72,6 +74,9 @@ struct StepBuild {
   std::vector<TensorId> grad_host;  // offloaded optimizer, per group: its persistent fp32 host gradient
   std::vector<LayerActs> acts;    // per layer
   std::vector<TensorId> checkpoint_host;  // per layer: the offloaded checkpoint, or -1
+  // One rank, streamed layers: per layer, the device copy of each parameter (kParamTable's
+  // rows; -1 where absent or where the layer is one gathered buffer), from its latest fetch.
+  std::vector<std::array<TensorId, kParamTable.size()>> param_copies;
   OuterActs outer;
 
   // A group's tensor name ("layer.3.", "embed.", "head.").

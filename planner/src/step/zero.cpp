@@ -30,16 +30,86 @@ void model_states(StepBuild& sb) {
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
 
-TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
-  const StepShapes& s = sb.shapes;
+bool gathers_group(const StepBuild& sb, int group) {
   // On one rank the shard is the whole group: used in place, unless it lives on the host.
-  if (!sb.zero3 || (s.world == 1 && !streamed(sb, group))) return -1;
+  return sb.zero3 && (sb.shapes.world > 1 || streamed(sb, group));
+}
+
+namespace {
+// One rank: a streamed layer's parameters copied from the host one by one, each its own
+// tensor (FetchedLayer, and StreamedLayer's refill when the backward begins).
+void fetch_param_copies(StepBuild& sb, int layer, Phase phase, int at_layer) {
+  const StepShapes& s = sb.shapes;
+  if (sb.param_copies.empty()) sb.param_copies.resize(static_cast<std::size_t>(s.layers));
+  auto& copies = sb.param_copies[static_cast<std::size_t>(layer)];
+  copies.fill(-1);
+  Ids outputs;
+  std::int64_t bytes = 0;
+  for (std::size_t i = 0; i < kParamTable.size(); ++i) {
+    const ParamSpec& p = kParamTable[i];
+    if (p.group != ParamGroupKind::Layer || param_copy_bytes(s, p) == 0) continue;
+    // params.<name> [the parameter's dims] e
+    copies[i] = sb.graph.tensor(Name{layer, p.copy_name}, param_copy_bytes(s, p), Category::Params);
+    outputs.push_back(copies[i]);
+    bytes += param_copy_bytes(s, p);
+  }
+  const int o = sb.graph.op(sb.group_name(layer, "fetch"), phase, at_layer, {sb.params[static_cast<std::size_t>(layer)]},
+                            outputs);
+  sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+}
+
+// The all-gather of a group's parameters. The staged shard of a streamed group (across ranks)
+// is the op's workspace when the gather completes within it, and an output of its own when
+// it is prefetched: the collective reads it until it is awaited.
+Prefetched emit_gather(StepBuild& sb, int group, Phase phase, int at_layer, bool prefetched) {
+  const StepShapes& s = sb.shapes;
+  if (!gathers_group(sb, group)) return {};
+  if (group < s.layers && fetches_param_copies(s, sb.parallel.offload_params)) {
+    fetch_param_copies(sb, group, phase, at_layer);
+    return {};
+  }
+  const std::int64_t staging_bytes = gather_staging_bytes(s, group, streamed(sb, group));
+  Prefetched p;
+  Ids outputs;
+  if (prefetched && staging_bytes > 0) {
+    // params.staging [shard_elems] e
+    p.staging = sb.graph.tensor(sb.group_name(group, "params.staging"), staging_bytes, Category::Params);
+    outputs.push_back(p.staging);
+  }
   // params.full [group_params] e
-  const TensorId full = sb.graph.tensor(sb.group_name(group, "params.full"), gathered_params_bytes(s, group), Category::Params);
+  p.full = sb.graph.tensor(sb.group_name(group, "params.full"), gathered_params_bytes(s, group), Category::Params);
+  outputs.push_back(p.full);
   const int o = sb.graph.op(sb.group_name(group, "gather"), phase, at_layer, {sb.params[static_cast<std::size_t>(group)]},
-                            {full}, {.workspace = gather_staging_bytes(s, group, streamed(sb, group))});
+                            outputs, {.workspace = p.staging >= 0 ? 0 : staging_bytes});
   sb.graph.set_comm(o, CommKind::AllGather, gather_received_bytes(s, group), static_cast<int>(s.world));
-  return full;
+  return p;
+}
+}  // namespace
+
+TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
+  return emit_gather(sb, group, phase, at_layer, false).full;
+}
+
+Prefetched prefetch_group(StepBuild& sb, int group, Phase phase, int at_layer) {
+  return emit_gather(sb, group, phase, at_layer, true);
+}
+
+void frees_param_copies(StepBuild& sb, int layer, int op, std::initializer_list<ParamRole> roles) {
+  if (sb.param_copies.empty()) return;
+  const auto& copies = sb.param_copies[static_cast<std::size_t>(layer)];
+  for (ParamRole r : roles)
+    if (const TensorId t = copies[static_cast<std::size_t>(r)]; t >= 0) sb.graph.add_input(op, t);
+}
+
+void reads_all_param_copies(StepBuild& sb, int layer, int op) {
+  if (sb.param_copies.empty()) return;
+  for (const TensorId t : sb.param_copies[static_cast<std::size_t>(layer)])
+    if (t >= 0) sb.graph.add_input(op, t);
+}
+
+void await_group(StepBuild& sb, int group, const Prefetched& p, Phase phase, int at_layer) {
+  if (p.staging < 0) return;
+  sb.graph.op(sb.group_name(group, "gather.wait"), phase, at_layer, {p.staging}, {});
 }
 
 // One rank has nothing to exchange: it copies a streamed layer from the host when the layer starts.
@@ -60,7 +130,7 @@ TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const ch
   return t;
 }
 
-void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
+void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase, Ids gathered) {
   const StepShapes& s = sb.shapes;
   if (!sb.shard_grads) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;
@@ -70,7 +140,9 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
   // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer and
   // freed before the shard exists (reduce_scatter_workspace_bytes).
   const TensorId shard = sb.graph.tensor(sb.group_name(group, "grad.shard"), grad_shard_bytes(s, group), Category::Grads);
-  const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), pieces, {shard},
+  Ids reads = pieces;
+  for (TensorId t : gathered) reads.push_back(t);
+  const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), reads, {shard},
                             {.workspace = reduce_scatter_workspace_bytes(s, group)});
   sb.graph.set_comm(o, CommKind::ReduceScatter, reduce_scatter_sent_bytes(s, group), static_cast<int>(s.world));
   sb.grads[static_cast<std::size_t>(group)] = {shard};

@@ -34,6 +34,9 @@ enum class ParamPresence { Always, QkNorm, Untied, QkvBias, OBias, MlpBias };
 struct ParamSpec {
   ParamRole role;
   ParamGroupKind group;
+  // The planner's name of a device copy of the parameter alone ("layer.3.params.wq"): a
+  // streamed layer's parameters come to the device one copy each (footprint/zero.h).
+  const char* copy_name;
   std::string_view hf_name;  // Hugging Face's name; "{}" stands for the layer's index
   std::array<ParamDim, 2> dims;
   ParamPresence presence = ParamPresence::Always;
@@ -41,34 +44,43 @@ struct ParamSpec {
 
 // THE table: a layer's parameters in order, then the embedding, then the head's.
 inline constexpr std::array<ParamSpec, 21> kParamTable = {{
-    {ParamRole::AttnNorm, ParamGroupKind::Layer, "model.layers.{}.input_layernorm.weight", {ParamDim::Hidden}},
-    {ParamRole::Wq, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_proj.weight", {ParamDim::QDim, ParamDim::Hidden}},
-    {ParamRole::Bq, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_proj.bias", {ParamDim::QDim}, ParamPresence::QkvBias},
-    {ParamRole::Wk, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
-    {ParamRole::Bk, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
-    {ParamRole::Wv, ParamGroupKind::Layer, "model.layers.{}.self_attn.v_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
-    {ParamRole::Bv, ParamGroupKind::Layer, "model.layers.{}.self_attn.v_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
-    {ParamRole::Wo, ParamGroupKind::Layer, "model.layers.{}.self_attn.o_proj.weight", {ParamDim::Hidden, ParamDim::QDim}},
-    {ParamRole::Bo, ParamGroupKind::Layer, "model.layers.{}.self_attn.o_proj.bias", {ParamDim::Hidden}, ParamPresence::OBias},
-    {ParamRole::QNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.q_norm.weight", {ParamDim::HeadDim},
+    {ParamRole::AttnNorm, ParamGroupKind::Layer, "params.attn_norm", "model.layers.{}.input_layernorm.weight", {ParamDim::Hidden}},
+    {ParamRole::Wq, ParamGroupKind::Layer, "params.wq", "model.layers.{}.self_attn.q_proj.weight", {ParamDim::QDim, ParamDim::Hidden}},
+    {ParamRole::Bq, ParamGroupKind::Layer, "params.bq", "model.layers.{}.self_attn.q_proj.bias", {ParamDim::QDim}, ParamPresence::QkvBias},
+    {ParamRole::Wk, ParamGroupKind::Layer, "params.wk", "model.layers.{}.self_attn.k_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Bk, ParamGroupKind::Layer, "params.bk", "model.layers.{}.self_attn.k_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
+    {ParamRole::Wv, ParamGroupKind::Layer, "params.wv", "model.layers.{}.self_attn.v_proj.weight", {ParamDim::KvDim, ParamDim::Hidden}},
+    {ParamRole::Bv, ParamGroupKind::Layer, "params.bv", "model.layers.{}.self_attn.v_proj.bias", {ParamDim::KvDim}, ParamPresence::QkvBias},
+    {ParamRole::Wo, ParamGroupKind::Layer, "params.wo", "model.layers.{}.self_attn.o_proj.weight", {ParamDim::Hidden, ParamDim::QDim}},
+    {ParamRole::Bo, ParamGroupKind::Layer, "params.bo", "model.layers.{}.self_attn.o_proj.bias", {ParamDim::Hidden}, ParamPresence::OBias},
+    {ParamRole::QNorm, ParamGroupKind::Layer, "params.q_norm", "model.layers.{}.self_attn.q_norm.weight", {ParamDim::HeadDim},
      ParamPresence::QkNorm},
-    {ParamRole::KNorm, ParamGroupKind::Layer, "model.layers.{}.self_attn.k_norm.weight", {ParamDim::HeadDim},
+    {ParamRole::KNorm, ParamGroupKind::Layer, "params.k_norm", "model.layers.{}.self_attn.k_norm.weight", {ParamDim::HeadDim},
      ParamPresence::QkNorm},
-    {ParamRole::MlpNorm, ParamGroupKind::Layer, "model.layers.{}.post_attention_layernorm.weight", {ParamDim::Hidden}},
-    {ParamRole::Gate, ParamGroupKind::Layer, "model.layers.{}.mlp.gate_proj.weight",
+    {ParamRole::MlpNorm, ParamGroupKind::Layer, "params.mlp_norm", "model.layers.{}.post_attention_layernorm.weight", {ParamDim::Hidden}},
+    {ParamRole::Gate, ParamGroupKind::Layer, "params.w_gate", "model.layers.{}.mlp.gate_proj.weight",
      {ParamDim::Intermediate, ParamDim::Hidden}},
-    {ParamRole::BGate, ParamGroupKind::Layer, "model.layers.{}.mlp.gate_proj.bias", {ParamDim::Intermediate},
+    {ParamRole::BGate, ParamGroupKind::Layer, "params.b_gate", "model.layers.{}.mlp.gate_proj.bias", {ParamDim::Intermediate},
      ParamPresence::MlpBias},
-    {ParamRole::Up, ParamGroupKind::Layer, "model.layers.{}.mlp.up_proj.weight", {ParamDim::Intermediate, ParamDim::Hidden}},
-    {ParamRole::BUp, ParamGroupKind::Layer, "model.layers.{}.mlp.up_proj.bias", {ParamDim::Intermediate}, ParamPresence::MlpBias},
-    {ParamRole::Down, ParamGroupKind::Layer, "model.layers.{}.mlp.down_proj.weight",
+    {ParamRole::Up, ParamGroupKind::Layer, "params.w_up", "model.layers.{}.mlp.up_proj.weight", {ParamDim::Intermediate, ParamDim::Hidden}},
+    {ParamRole::BUp, ParamGroupKind::Layer, "params.b_up", "model.layers.{}.mlp.up_proj.bias", {ParamDim::Intermediate}, ParamPresence::MlpBias},
+    {ParamRole::Down, ParamGroupKind::Layer, "params.w_down", "model.layers.{}.mlp.down_proj.weight",
      {ParamDim::Hidden, ParamDim::Intermediate}},
-    {ParamRole::BDown, ParamGroupKind::Layer, "model.layers.{}.mlp.down_proj.bias", {ParamDim::Hidden}, ParamPresence::MlpBias},
-    {ParamRole::Embed, ParamGroupKind::Embedding, "model.embed_tokens.weight", {ParamDim::Vocab, ParamDim::Hidden}},
-    {ParamRole::FinalNorm, ParamGroupKind::Head, "model.norm.weight", {ParamDim::Hidden}},
-    {ParamRole::Output, ParamGroupKind::Head, "lm_head.weight", {ParamDim::Vocab, ParamDim::Hidden},
+    {ParamRole::BDown, ParamGroupKind::Layer, "params.b_down", "model.layers.{}.mlp.down_proj.bias", {ParamDim::Hidden}, ParamPresence::MlpBias},
+    {ParamRole::Embed, ParamGroupKind::Embedding, "params.embed", "model.embed_tokens.weight", {ParamDim::Vocab, ParamDim::Hidden}},
+    {ParamRole::FinalNorm, ParamGroupKind::Head, "params.final_norm", "model.norm.weight", {ParamDim::Hidden}},
+    {ParamRole::Output, ParamGroupKind::Head, "params.output", "lm_head.weight", {ParamDim::Vocab, ParamDim::Hidden},
      ParamPresence::Untied},
 }};
+
+// Row i of the table is the role whose value is i: a role indexes the table and anything
+// kept per row.
+constexpr bool rows_follow_roles() {
+  for (std::size_t i = 0; i < kParamTable.size(); ++i)
+    if (static_cast<std::size_t>(kParamTable[i].role) != i) return false;
+  return true;
+}
+static_assert(rows_follow_roles(), "kParamTable's rows are in ParamRole's order");
 
 // Whether the parameter is a projection's bias (drawn near 0, where a norm's 1-D weight is
 // drawn near 1).

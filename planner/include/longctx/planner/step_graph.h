@@ -34,9 +34,13 @@ struct Name {
 };
 std::string format(const Name& n);
 
-// Up to 12 tensor indices, stored inline (no allocation per op).
+// Up to kCapacity tensor indices, stored inline (no allocation per op). The widest op: the
+// last of a streamed layer's forward, which reads its own inputs and the layer's device
+// copies, one per parameter (up to 18).
 class Ids {
  public:
+  static constexpr int kCapacity = 24;
+
   Ids() = default;
   Ids(std::initializer_list<int> ids);
   void push_back(int id);
@@ -45,7 +49,7 @@ class Ids {
   int size() const { return size_; }
 
  private:
-  int ids_[12] = {};
+  int ids_[kCapacity] = {};
   int size_ = 0;
 };
 

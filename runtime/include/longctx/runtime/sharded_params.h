@@ -50,6 +50,10 @@ class ShardedParams {
   // buffer's memory after forward, and gathers into it again when the backward begins.
   void release(int g);
   void restore(int g);
+  // zero3: every buffer gathered for group g since its last finish_grads(g) gives its memory
+  // back, their leaves and gradients kept. For a group whose uses have all run backward
+  // before its gradient is finished (the tied embedding after the loss).
+  void release_all(int g);
   // zero3: starts gathering group g beside compute (into its released buffer, if it has
   // one); the next gather(g) or restore(g) waits for it instead of gathering. The step
   // prefetches layer l+1 while layer l runs forward and l-1 while l runs backward.

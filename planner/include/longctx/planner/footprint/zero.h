@@ -58,6 +58,14 @@ std::int64_t shard_elems(const StepShapes& s, int group);
 // and there are ranks to gather from, a staging buffer of one shard [shard_elems] e that
 // brings it to the device first (ShardedParams::staged_shard).
 std::int64_t gathered_params_bytes(const StepShapes& s, int group);
+
+// One rank, streamed layers (runtime/src/layer_executors.cpp, FetchedLayer): the layer's
+// parameters come to the device as one copy per parameter, [its dims] e, in the table's
+// order; 0 bytes for a parameter the model does not have. Autograd frees each copy once the
+// last backward node that saved it has run; the copies no node saves (the biases of the
+// untiled projections) go as soon as they are refilled.
+std::int64_t param_copy_bytes(const StepShapes& s, const ParamSpec& p);
+bool fetches_param_copies(const StepShapes& s, bool offload_params);
 std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed);
 
 // Bytes a rank receives in the all-gather of a group's parameters (every other rank's shard);
