@@ -32,19 +32,17 @@ void forward_layers(StepBuild& sb, TensorId x) {
   sb.acts.resize(static_cast<std::size_t>(layers));
   sb.checkpoint_host.assign(static_cast<std::size_t>(layers), -1);
   const Phase F = Phase::Forward;
-  // Across ranks layer 0 is prefetched too, then layer l + 1 before layer l awaits its own.
-  Prefetched next_params = prefetch_group(sb, 0, F, 0);
+  TensorId next_params = gather_group(sb, 0, F, 0);
   for (int l = 0; l < layers; ++l) {
-    const Prefetched layer_params = next_params;
-    if (l + 1 < layers) next_params = prefetch_params(sb) ? prefetch_group(sb, l + 1, F, l) : Prefetched{};
-    await_group(sb, l, layer_params, F, l);
+    const TensorId layer_params = next_params;
+    if (l + 1 < layers) next_params = prefetch_params(sb) ? gather_group(sb, l + 1, F, l) : -1;
     const LayerActs a = layer_forward(sb, l, x, F, false);
-    if (layer_params.full >= 0) sb.graph.add_input(a.last_forward_op, layer_params.full);
+    if (layer_params >= 0) sb.graph.add_input(a.last_forward_op, layer_params);
     reads_all_param_copies(sb, l, a.last_forward_op);
     if (sb.parallel.checkpoint.checkpoints_layer(l) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, a);
     sb.acts[static_cast<std::size_t>(l)] = a;
     x = a.out;
-    if (!prefetch_params(sb) && l + 1 < layers) next_params = prefetch_group(sb, l + 1, F, l + 1);
+    if (!prefetch_params(sb) && l + 1 < layers) next_params = gather_group(sb, l + 1, F, l + 1);
   }
   sb.outer.final_x = x;
 }
@@ -56,17 +54,14 @@ void forward_layers(StepBuild& sb, TensorId x) {
 TensorId backward_layers(StepBuild& sb, TensorId d_x) {
   const Phase B = Phase::Backward;
   const int last_layer = static_cast<int>(sb.shapes.layers) - 1;
-  Prefetched next_params = prefetch_group(sb, last_layer, B, last_layer);
+  TensorId next_params = gather_group(sb, last_layer, B, last_layer);
   TensorId next_ckpt = prefetch_checkpoint(sb, last_layer, last_layer);
   for (int l = last_layer; l >= 0; --l) {
     if (sb.in.prefix_only && l < last_layer) return -1;
-    const TensorId layer_params = next_params.full;
+    const TensorId layer_params = next_params;
     const TensorId ckpt = next_ckpt;
-    // The layer's own gather is awaited before the one below it starts (GatheredLayer's
-    // on_backward: restore, then prefetch).
-    await_group(sb, l, next_params, B, l);
     if (l > 0) {
-      next_params = prefetch_params(sb) ? prefetch_group(sb, l - 1, B, l) : Prefetched{};
+      next_params = prefetch_params(sb) ? gather_group(sb, l - 1, B, l) : -1;
       next_ckpt = prefetch_checkpoint(sb, l - 1, l);
     }
     LayerActs a = sb.acts[static_cast<std::size_t>(l)];
@@ -85,7 +80,7 @@ TensorId backward_layers(StepBuild& sb, TensorId d_x) {
     // output's bytes are released once the recompute has made it
     // (runtime/src/checkpointed_layer.cpp, recompute_backward), so it dies with its producer.
     if (recompute_out >= 0) sb.graph.add_input(last, d_out);
-    if (!prefetch_params(sb) && l > 0) next_params = prefetch_group(sb, l - 1, B, l - 1);
+    if (!prefetch_params(sb) && l > 0) next_params = gather_group(sb, l - 1, B, l - 1);
   }
   return d_x;
 }

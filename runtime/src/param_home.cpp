@@ -15,13 +15,6 @@ Tensor ParamHome::fetch(const Tensor& leaf) const {
   return device_.is_cuda() ? leaf.to(device_, /*non_blocking=*/true) : leaf.clone();
 }
 
-Tensor ParamHome::stage(const Tensor& stored) const {
-  if (!offload_) return stored;
-  Tensor staging = at::empty(stored.sizes(), stored.options().device(device_).pinned_memory(false));
-  staging.copy_(stored, /*non_blocking=*/true);
-  return staging;
-}
-
 void park(const Tensor& t) { resize_storage(t, 0); }
 
 Tensor unpark(const Tensor& t, std::size_t bytes) {

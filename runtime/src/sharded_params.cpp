@@ -51,7 +51,15 @@ ShardedParams::ShardedParams(LlamaWeights& w, Sharding sharding, bool offload_pa
   }
 }
 
-Tensor ShardedParams::staged_shard(int gi) const { return home_of(gi).stage(shards_[static_cast<std::size_t>(gi)].detach()); }
+Tensor ShardedParams::shard_in_slot(Tensor& full, int gi) const {
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  if (!home_of(gi).on_host()) return shard.detach();
+  // From the host straight into this rank's slot: the all-gather then runs in place
+  // (Communicator::all_gather), with no staging buffer on the device.
+  Tensor slot = full.narrow(0, comm_.rank() * shard.numel(), shard.numel());
+  slot.copy_(shard.detach(), /*non_blocking=*/true);
+  return slot;
+}
 
 std::size_t ShardedParams::full_bytes(int gi) const {
   const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
@@ -81,9 +89,9 @@ std::vector<Tensor> ShardedParams::gather(int gi) {
     f.pending.complete();
     return leaves_of(g, f.full, for_backward);
   }
-  Tensor src = staged_shard(gi);
-  Tensor full = at::empty({comm_.world() * g.shard}, src.options());
-  comm_.all_gather(full, src);
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  Tensor full = at::empty({comm_.world() * g.shard}, shard.options().device(device_));
+  comm_.all_gather(full, shard_in_slot(full, gi));
   return leaves_of(g, full, for_backward);
 }
 
@@ -113,7 +121,7 @@ void ShardedParams::restore(int gi) {
   }
   Tensor full = unpark(g.released.back(), full_bytes(gi));
   g.released.pop_back();
-  comm_.all_gather(full, staged_shard(gi));
+  comm_.all_gather(full, shard_in_slot(full, gi));
 }
 
 void ShardedParams::prefetch(int gi) {
@@ -121,10 +129,11 @@ void ShardedParams::prefetch(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   torch::NoGradGuard no_grad;
   Inflight f;
-  f.source = staged_shard(gi);
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
   f.into_released = !g.released.empty();
   f.full = f.into_released ? unpark(g.released.back(), full_bytes(gi))
-                           : at::empty({comm_.world() * g.shard}, f.source.options());
+                           : at::empty({comm_.world() * g.shard}, shard.options().device(device_));
+  f.source = shard_in_slot(f.full, gi);
   f.pending = comm_.all_gather_async(f.full, f.source);
   inflight_[gi] = std::move(f);
 }

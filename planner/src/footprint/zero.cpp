@@ -73,11 +73,6 @@ std::int64_t param_copy_bytes(const StepShapes& s, const ParamSpec& p) {
 // Across ranks the shards are what live on the host: a gather, not a copy per parameter.
 bool fetches_param_copies(const StepShapes& s, bool offload_params) { return offload_params && s.world == 1; }
 
-std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed) {
-  // On one rank there is nothing to gather: the copy from the host is the full buffer.
-  return streamed && s.world > 1 ? shard_elems(s, group) * s.e : 0;
-}
-
 double gather_received_bytes(const StepShapes& s, int group) {
   return double(shard_elems(s, group) * s.e) * double(s.world - 1);
 }

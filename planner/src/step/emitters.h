@@ -12,16 +12,6 @@ void model_states(StepBuild& sb);
 bool gathers_group(const StepBuild& sb, int group);
 // zero3: gathers a group's parameters among the ops of `at_layer`; -1 when nothing is gathered.
 TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer);
-// zero3: a layer's parameters gathered ahead of their use (runtime/src/sharded_params.cpp,
-// ShardedParams::prefetch): the full buffer, and the staged shard a streamed layer is sent
-// from, which the collective reads until the gather is awaited (-1 where there is none).
-struct Prefetched {
-  TensorId full = -1, staging = -1;
-};
-Prefetched prefetch_group(StepBuild& sb, int group, Phase phase, int at_layer);
-// The layer's use begins: ShardedParams::gather or restore waits for the prefetched gather,
-// and its staged shard goes.
-void await_group(StepBuild& sb, int group, const Prefetched& p, Phase phase, int at_layer);
 // One rank, streamed layers: op is the last backward node that saved the device copies of
 // `roles` (footprint/zero.h, param_copy_bytes), which go after it. No-op where the layer's
 // parameters are one gathered buffer or live on the device.

@@ -58,40 +58,26 @@ void fetch_param_copies(StepBuild& sb, int layer, Phase phase, int at_layer) {
   sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
 }
 
-// The all-gather of a group's parameters. The staged shard of a streamed group (across ranks)
-// is the op's workspace when the gather completes within it, and an output of its own when
-// it is prefetched: the collective reads it until it is awaited.
-Prefetched emit_gather(StepBuild& sb, int group, Phase phase, int at_layer, bool prefetched) {
+// The all-gather of a group's parameters into params.full [group_params] e; a shard that lives
+// on the host is copied into its slot of it first (ShardedParams::shard_in_slot).
+TensorId emit_gather(StepBuild& sb, int group, Phase phase, int at_layer) {
   const StepShapes& s = sb.shapes;
-  if (!gathers_group(sb, group)) return {};
+  if (!gathers_group(sb, group)) return -1;
   if (group < s.layers && fetches_param_copies(s, sb.parallel.offload_params)) {
     fetch_param_copies(sb, group, phase, at_layer);
-    return {};
+    return -1;
   }
-  const std::int64_t staging_bytes = gather_staging_bytes(s, group, streamed(sb, group));
-  Prefetched p;
-  Ids outputs;
-  if (prefetched && staging_bytes > 0) {
-    // params.staging [shard_elems] e
-    p.staging = sb.graph.tensor(sb.group_name(group, "params.staging"), staging_bytes, Category::Params);
-    outputs.push_back(p.staging);
-  }
-  // params.full [group_params] e
-  p.full = sb.graph.tensor(sb.group_name(group, "params.full"), gathered_params_bytes(s, group), Category::Params);
-  outputs.push_back(p.full);
+  const TensorId full =
+      sb.graph.tensor(sb.group_name(group, "params.full"), gathered_params_bytes(s, group), Category::Params);
   const int o = sb.graph.op(sb.group_name(group, "gather"), phase, at_layer, {sb.params[static_cast<std::size_t>(group)]},
-                            outputs, {.workspace = p.staging >= 0 ? 0 : staging_bytes});
+                            {full});
   sb.graph.set_comm(o, CommKind::AllGather, gather_received_bytes(s, group), static_cast<int>(s.world));
-  return p;
+  return full;
 }
 }  // namespace
 
 TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
-  return emit_gather(sb, group, phase, at_layer, false).full;
-}
-
-Prefetched prefetch_group(StepBuild& sb, int group, Phase phase, int at_layer) {
-  return emit_gather(sb, group, phase, at_layer, true);
+  return emit_gather(sb, group, phase, at_layer);
 }
 
 void frees_param_copies(StepBuild& sb, int layer, int op, std::initializer_list<ParamRole> roles) {
@@ -107,10 +93,6 @@ void reads_all_param_copies(StepBuild& sb, int layer, int op) {
     if (t >= 0) sb.graph.add_input(op, t);
 }
 
-void await_group(StepBuild& sb, int group, const Prefetched& p, Phase phase, int at_layer) {
-  if (p.staging < 0) return;
-  sb.graph.op(sb.group_name(group, "gather.wait"), phase, at_layer, {p.staging}, {});
-}
 
 // One rank has nothing to exchange: it copies a streamed layer from the host when the layer starts.
 bool prefetch_params(const StepBuild& sb) { return sb.shapes.world > 1; }

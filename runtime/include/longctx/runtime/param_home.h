@@ -6,7 +6,7 @@
 //              here) and each use of the layer fetches device copies (the streamed layer
 //              executor);
 //   zero3      each group's shard lives in the host pool (ShardedParams) and each gather
-//              stages it to the device first.
+//              copies it into its slot of the gathered buffer first.
 // Device copies that autograd saves for the backward are parked after forward (their
 // memory handed back, the tensors kept) and refilled when the backward begins: park() and
 // unpark() below, used by both.
@@ -30,9 +30,6 @@ class ParamHome {
   // A device copy of host-resident `leaf` for one use, inside autograd: its gradient flows
   // back to the leaf. On CUDA the copy is asynchronous on the current stream.
   torch::Tensor fetch(const torch::Tensor& leaf) const;
-  // A device copy of `stored` outside autograd, in a staging buffer of its size; `stored`
-  // itself when the parameters live on the device.
-  torch::Tensor stage(const torch::Tensor& stored) const;
 
  private:
   bool offload_, pinned_;

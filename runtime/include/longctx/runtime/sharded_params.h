@@ -89,12 +89,14 @@ class ShardedParams {
   torch::Tensor flatten_grads(Group& g);
   // zero1, offloaded optimizer: finish_grads' work (prepare_step's, one group, at once).
   void zero1_grads_to_host(int g);
-  torch::Tensor staged_shard(int g) const;  // the shard where the gather reads it (ParamHome::stage)
+  // The shard where the gather reads it: the device shard itself, or a host shard copied
+  // into this rank's slot of `full` (the gather then runs in place).
+  torch::Tensor shard_in_slot(torch::Tensor& full, int g) const;
   std::size_t full_bytes(int g) const;       // a gathered buffer's
   std::vector<torch::Tensor> leaves_of(Group& g, const torch::Tensor& full, bool for_backward);
 
   struct Inflight {
-    torch::Tensor full, source;  // source: the shard or its staging copy, alive until done
+    torch::Tensor full, source;  // source: the shard, or full's slot holding it, alive until done
     Communicator::Pending pending;
     bool into_released = false;
   };

@@ -23,8 +23,8 @@ std::int64_t host_grad_bytes(std::int64_t elems);
 // Parameter streaming (offload-params, zero3 only) streams the layers' parameter shards from
 // the host (runtime/src/layer_executors.cpp, streamed_layer and gathered_layer, with ParamHome::fetch
 // and ShardedParams::gather);
-// the embedding and the head stay on the device. The staging buffer each gather needs is
-// zero.h's gather_staging_bytes.
+// the embedding and the head stay on the device; zero.h says what a gather or a fetch of a
+// streamed layer allocates.
 bool streamed_group(const StepShapes& s, bool offload_params, int group);
 
 }  // namespace longctx::footprint

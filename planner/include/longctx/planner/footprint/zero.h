@@ -54,9 +54,8 @@ inline std::int64_t group_params(const StepShapes& s, int group) {
 std::int64_t shard_elems(const StepShapes& s, int group);
 
 // zero3 gather (runtime/src/sharded_params.cpp, ShardedParams::gather): the full buffer
-// params.full [group_params] e, and when the shard lives on the host (parameter streaming)
-// and there are ranks to gather from, a staging buffer of one shard [shard_elems] e that
-// brings it to the device first (ShardedParams::staged_shard).
+// params.full [group_params] e. A shard that lives on the host (parameter streaming) is
+// copied into its own slot of it and gathered in place: no staging buffer.
 std::int64_t gathered_params_bytes(const StepShapes& s, int group);
 
 // One rank, streamed layers (runtime/src/layer_executors.cpp, FetchedLayer): the layer's
@@ -66,7 +65,6 @@ std::int64_t gathered_params_bytes(const StepShapes& s, int group);
 // untiled projections) go as soon as they are refilled.
 std::int64_t param_copy_bytes(const StepShapes& s, const ParamSpec& p);
 bool fetches_param_copies(const StepShapes& s, bool offload_params);
-std::int64_t gather_staging_bytes(const StepShapes& s, int group, bool streamed);
 
 // Bytes a rank receives in the all-gather of a group's parameters (every other rank's shard);
 // the all-gather of the updated shards after the optimizer step under zero1/zero2
