@@ -49,10 +49,7 @@ std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, co
   for (const auto& m : top.reaching) {
     Plan at = base;
     at.train.seq = top.tokens;
-    Knobs k;
-    for (const Knob& row : knob_table())
-      if (!row.rule.fine) fix(k, row.id, knob_value(m.coarse, row.id));
-    auto found = best_plan(at, allowed, k);
+    auto found = best_plan(at, allowed, coarse_knobs(m.coarse));
     if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
   }
   return fastest;

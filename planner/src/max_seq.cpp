@@ -171,7 +171,14 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
                                   std::int64_t steps) {
   auto fits_at = [&](std::int64_t k) {
     const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
-    return valid(at) && fits_reserved(at);
+    if (!valid(at)) return false;
+    if (fits_reserved(at)) return true;
+    // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
+    // segments a later large request cannot use): the configuration's own search over its
+    // fine knobs decides.
+    Plan base = m.coarse;
+    base.train.seq = at.train.seq;
+    return best_plan(base, a, coarse_knobs(m.coarse)).ok();
   };
   if (fits_at(0)) return seq;
   std::int64_t bad = 0, good = -1;
@@ -234,6 +241,13 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
 }
 
 }  // namespace
+
+Knobs coarse_knobs(const Plan& coarse) {
+  Knobs k;
+  for (const Knob& row : knob_table())
+    if (!row.rule.fine) fix(k, row.id, knob_value(coarse, row.id));
+  return k;
+}
 
 MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor) {
   MaxSeq best;

@@ -41,6 +41,9 @@ using BoundCache = std::map<BoundKey, Bound>;
 // length known to fit with fewer techniques (configurations short of it are dropped early).
 MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0);
 
+// The coarse knobs of a plan fixed, its fine ones (tiles, head chunk) left to the search.
+Knobs coarse_knobs(const Plan& coarse);
+
 // Without tiles, the answer refined from the grid to the padding step (see max_seq.cpp).
 void refine_to_padding(MaxSeq& top, const TechniqueSet& a);
 

@@ -90,23 +90,37 @@ FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const K
           knob_candidates(KnobId::loss_tiles, shape, allowed, fixed)};
 }
 
+// Whether a plan fits with its device memory counted as allocated (plus the context): a
+// necessary condition, monotone in the tiles, where the reserved figure is not (on CUDA the
+// caching allocator's replay can reserve more with finer tiles: smaller cached segments that
+// a later large request cannot use).
+bool fits_as_allocated(const Plan& p) {
+  return p.prediction.peak_device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
+         p.prediction.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
+}
+
 // Staircase over (mlp tiles, loss tiles) at one chunk: for each MLP tile count, the fewest
-// loss tiles that fit (binary search: fitting is monotone in tiles); that count can only
-// fall as MLP tiles rise, and more tiles are never faster.
+// loss tiles that fit as allocated (binary search: that is monotone in tiles), then from
+// there the first count that fits as reserved too. The allocated step can only fall as MLP
+// tiles rise, and more tiles are never faster.
 void staircase(const Plan& c, KnobValue chunk, const FineOptions& o, Evaluator& ev, std::optional<Plan>& best) {
-  int hi = static_cast<int>(o.losses.size()) - 1;
+  const int last = static_cast<int>(o.losses.size()) - 1;
+  int hi = last;
   for (KnobValue mlp : o.mlps) {
-    if (!ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(hi)])).prediction.feasible) continue;
-    int lo = 0;  // losses[lo - 1] does not fit (or lo == 0); losses[hi] fits
+    if (!fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(hi)])))) continue;
+    int lo = 0;  // losses[lo - 1] does not fit as allocated (or lo == 0); losses[hi] does
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(mid)])).prediction.feasible) hi = mid;
+      if (fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(mid)])))) hi = mid;
       else lo = mid + 1;
     }
-    Plan p = with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(hi)]);
-    p.prediction = predict(p);
-    if (!best || faster(p, *best)) best = p;
-    if (hi == 0) break;  // more MLP tiles only slow it down
+    for (int j = hi; j <= last; ++j) {
+      const Plan p = ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(j)]));
+      if (!p.prediction.feasible) continue;
+      if (!best || faster(p, *best)) best = p;
+      if (j == 0) return;  // the fewest tiles of all fit: more MLP tiles only slow it down
+      break;
+    }
   }
 }
 
@@ -115,11 +129,11 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
                  std::optional<Plan>& best) {
   const Plan& c = cand.coarse;
   const FineOptions o = fine_options(cand.fastest, allowed, fixed);
-  // Bound 1: the most memory-saving fine knobs must fit: the most tiles, with the smallest
-  // chunk or with none (chunking is monotone only among chunked plans).
-  bool any_fits = ev.run(with_fine(c, o.chunks.back(), o.mlps.back(), o.losses.back())).prediction.feasible;
+  // Bound 1: the most memory-saving fine knobs must fit as allocated: the most tiles, with the
+  // smallest chunk or with none (chunking is monotone only among chunked plans).
+  bool any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.back(), o.mlps.back(), o.losses.back())));
   if (!any_fits && o.chunks.back() != o.chunks.front())
-    any_fits = ev.run(with_fine(c, o.chunks.front(), o.mlps.back(), o.losses.back())).prediction.feasible;
+    any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.front(), o.mlps.back(), o.losses.back())));
   if (!any_fits) return;
   // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
   // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
