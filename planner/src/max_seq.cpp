@@ -174,11 +174,15 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
     if (!valid(at)) return false;
     if (fits_reserved(at)) return true;
     // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
-    // segments a later large request cannot use): the configuration's own search over its
-    // fine knobs decides.
-    Plan base = m.coarse;
-    base.train.seq = at.train.seq;
-    return best_plan(base, a, coarse_knobs(m.coarse)).ok();
+    // segments a later large request cannot use): coarser MLP tiles, finest first, each
+    // with the finest loss tiles, until one fits (what the search's staircase then finds).
+    const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
+    for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
+      if (*it == at.parallel.mlp_tiles) continue;
+      const Plan coarser = with_fine(at, at.parallel.head_chunk, *it, at.parallel.loss_tiles);
+      if (valid(coarser) && fits_reserved(coarser)) return true;
+    }
+    return false;
   };
   if (fits_at(0)) return seq;
   std::int64_t bad = 0, good = -1;
