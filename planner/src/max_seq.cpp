@@ -44,8 +44,7 @@ OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_input
 bool fits(const Plan& p, const OpTotals& t) {
   const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
   const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
-  return dev + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
-         host * p.cluster.shape.gpus_per_node <= p.cluster.host_budget_bytes_per_node;
+  return fits_as_allocated(p, dev, host * p.cluster.shape.gpus_per_node);
 }
 
 // Whether the plan fits as the device sees it: as allocated, then on CUDA as the caching

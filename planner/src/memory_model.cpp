@@ -72,6 +72,11 @@ StepInputs step_inputs(const Plan& p, bool prefix_only) {
           p.cluster.hardware.threads};
 }
 
+bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {
+  return device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
+         host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
   // Over budget as allocated is over as reserved: no replay needed.
   if (allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes) return false;

@@ -90,13 +90,9 @@ FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const K
           knob_candidates(KnobId::loss_tiles, shape, allowed, fixed)};
 }
 
-// Whether a plan fits with its device memory counted as allocated (plus the context): a
-// necessary condition, monotone in the tiles, where the reserved figure is not (on CUDA the
-// caching allocator's replay can reserve more with finer tiles: smaller cached segments that
-// a later large request cannot use).
+// An evaluated plan's fit as allocated (memory_model.h): what the search prunes on.
 bool fits_as_allocated(const Plan& p) {
-  return p.prediction.peak_device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
-         p.prediction.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
+  return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
 }
 
 // Staircase over (mlp tiles, loss tiles) at one chunk: for each MLP tile count, the fewest

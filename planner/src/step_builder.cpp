@@ -31,18 +31,17 @@ void forward_layers(StepBuild& sb, TensorId x) {
   const int layers = static_cast<int>(sb.shapes.layers);
   sb.acts.resize(static_cast<std::size_t>(layers));
   sb.checkpoint_host.assign(static_cast<std::size_t>(layers), -1);
-  const Phase F = Phase::Forward;
-  TensorId next_params = gather_group(sb, 0, F, 0);
+  TensorId next_params = gather_group(sb, 0, Phase::Forward, 0);
   for (int l = 0; l < layers; ++l) {
     const TensorId layer_params = next_params;
-    if (l + 1 < layers) next_params = prefetch_params(sb) ? gather_group(sb, l + 1, F, l) : -1;
-    const LayerActs a = layer_forward(sb, l, x, F, false);
+    if (l + 1 < layers) next_params = prefetch_params(sb) ? gather_group(sb, l + 1, Phase::Forward, l) : -1;
+    const LayerActs a = layer_forward(sb, l, x, Phase::Forward, false);
     if (layer_params >= 0) sb.graph.add_input(a.last_forward_op, layer_params);
     reads_all_param_copies(sb, l, a.last_forward_op);
     if (sb.parallel.checkpoint.checkpoints_layer(l) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, a);
     sb.acts[static_cast<std::size_t>(l)] = a;
     x = a.out;
-    if (!prefetch_params(sb) && l + 1 < layers) next_params = gather_group(sb, l + 1, F, l + 1);
+    if (!prefetch_params(sb) && l + 1 < layers) next_params = gather_group(sb, l + 1, Phase::Forward, l + 1);
   }
   sb.outer.final_x = x;
 }

@@ -61,6 +61,11 @@ Tensor ShardedParams::shard_in_slot(Tensor& full, int gi) const {
   return slot;
 }
 
+Tensor ShardedParams::empty_full(int gi) const {
+  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
+  return at::empty({comm_.world() * shard.numel()}, shard.options().device(device_));
+}
+
 std::size_t ShardedParams::full_bytes(int gi) const {
   const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
   return static_cast<std::size_t>(comm_.world() * shard.numel()) * shard.element_size();
@@ -89,8 +94,7 @@ std::vector<Tensor> ShardedParams::gather(int gi) {
     f.pending.complete();
     return leaves_of(g, f.full, for_backward);
   }
-  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
-  Tensor full = at::empty({comm_.world() * g.shard}, shard.options().device(device_));
+  Tensor full = empty_full(gi);
   comm_.all_gather(full, shard_in_slot(full, gi));
   return leaves_of(g, full, for_backward);
 }
@@ -129,10 +133,8 @@ void ShardedParams::prefetch(int gi) {
   Group& g = groups_[static_cast<std::size_t>(gi)];
   torch::NoGradGuard no_grad;
   Inflight f;
-  const Tensor& shard = shards_[static_cast<std::size_t>(gi)];
   f.into_released = !g.released.empty();
-  f.full = f.into_released ? unpark(g.released.back(), full_bytes(gi))
-                           : at::empty({comm_.world() * g.shard}, shard.options().device(device_));
+  f.full = f.into_released ? unpark(g.released.back(), full_bytes(gi)) : empty_full(gi);
   f.source = shard_in_slot(f.full, gi);
   f.pending = comm_.all_gather_async(f.full, f.source);
   inflight_[gi] = std::move(f);

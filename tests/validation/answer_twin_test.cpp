@@ -28,13 +28,7 @@ struct Answer {
 Plan answer_of(const Answer& a) {
   const std::string cmd =
       fmt::format("{} max-context --model {} --gpus {} --no-ladder --json 2>/dev/null", LONGCTX_BINARY, a.model, a.gpus);
-  std::string out;
-  std::FILE* p = ::popen(cmd.c_str(), "r");
-  char buf[4096];
-  while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
-  const int rc = ::pclose(p);
-  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) throw std::runtime_error(fmt::format("`{}` failed ({})", cmd, rc));
-  auto plan = plan_from_json(nlohmann::json::parse(out).at("plan"));
+  auto plan = plan_from_json(nlohmann::json::parse(output_of(cmd)).at("plan"));
   if (!plan) throw std::runtime_error(plan.error().what());
   return *plan;
 }

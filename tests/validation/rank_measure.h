@@ -55,18 +55,22 @@ inline std::vector<RankMeasure> run_in_process(const Plan& plan) {
   return {m};
 }
 
-// Several ranks: `longctx run --nproc N`, one process per rank (the meter counts a process).
-inline std::vector<RankMeasure> run_ranks(const std::string& plan_file, std::int64_t world) {
-  const std::string cmd = fmt::format("{} run --plan {} --nproc {} --steps 2 --threads 1 --json 2>{}.stderr",
-                                      LONGCTX_BINARY, plan_file, world, plan_file);
+// What `cmd` prints on stdout; throws, naming `cmd`, unless it exits 0.
+inline std::string output_of(const std::string& cmd, const std::string& see = "") {
   std::string out;
   std::FILE* p = ::popen(cmd.c_str(), "r");
   char buf[4096];
   while (std::size_t n = std::fread(buf, 1, sizeof buf, p)) out.append(buf, n);
   const int rc = ::pclose(p);
-  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0)
-    throw std::runtime_error(fmt::format("`{}` failed ({}); see {}.stderr", cmd, rc, plan_file));
-  const auto j = nlohmann::json::parse(out);
+  if (!WIFEXITED(rc) || WEXITSTATUS(rc) != 0) throw std::runtime_error(fmt::format("`{}` failed ({}){}", cmd, rc, see));
+  return out;
+}
+
+// Several ranks: `longctx run --nproc N`, one process per rank (the meter counts a process).
+inline std::vector<RankMeasure> run_ranks(const std::string& plan_file, std::int64_t world) {
+  const std::string cmd = fmt::format("{} run --plan {} --nproc {} --steps 2 --threads 1 --json 2>{}.stderr",
+                                      LONGCTX_BINARY, plan_file, world, plan_file);
+  const auto j = nlohmann::json::parse(output_of(cmd, fmt::format("; see {}.stderr", plan_file)));
   std::vector<RankMeasure> ranks;
   for (const auto& r : j.at("ranks")) {
     const auto& m = r.at("measured");

@@ -26,10 +26,8 @@ TensorId new_group_grad(StepBuild& sb, int group);
 // One piece of a layer's gradient, allocated by the op that computes it; appended to `pieces`.
 TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const char* name, std::int64_t elems,
                     Ids& pieces);
-// A finished group gradient: reduce-scattered into its shard under zero2/zero3. `gathered`:
-// zero3 buffers of the group that autograd holds until the summing into the send buffer is
-// done (ShardedParams::flatten_grads releases them there).
-void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase, Ids gathered = {});
+// A finished group gradient: reduce-scattered into its shard under zero2/zero3.
+void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase);
 
 // ---- offload.cpp: checkpoint offload and prefetch, gradients to the host ------------------
 bool streamed(const StepBuild& sb, int group);

@@ -88,14 +88,13 @@ TensorId loss_backward(StepBuild& sb) {
     sb.graph.op(step_name("loss.logits.bwd"), Phase::Backward, -1, head_reads, grads_out, {.flops = flops});
   }
   const TensorId d_x = final_norm_backward(sb, d_xf);
-  // zero3: the head's gathered buffer holds the final norm's weight, which its backward
-  // reads, and the leaves autograd keeps until the head's gradient is summed; a tied table
-  // gathered for the output projection goes once the head's gradient is finished
-  // (LlamaStep::on_backward).
-  Ids gathered;
-  if (o.head_full >= 0) gathered.push_back(o.head_full);
-  finish_group_grad(sb, head_group(s), {head_grad}, Phase::Backward, gathered);
-  if (o.tied_full >= 0) sb.graph.add_input(sb.graph.last_op(), o.tied_full);
+  finish_group_grad(sb, head_group(s), {head_grad}, Phase::Backward);
+  // zero3, as a layer's gathered parameters: the head's buffer (which holds the final norm's
+  // weight its backward reads) and a tied table gathered for the output projection live
+  // until the head's gradient is finished (ShardedParams::flatten_grads,
+  // LlamaStep::on_backward).
+  for (const TensorId full : {o.head_full, o.tied_full})
+    if (full >= 0) sb.graph.add_input(sb.graph.last_op(), full);
   return d_x;
 }
 

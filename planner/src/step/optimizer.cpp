@@ -32,8 +32,8 @@ void adamw_step(StepBuild& sb, int group) {
   o.inputs = sb.grads[static_cast<std::size_t>(group)];
   o.flops = adamw_flops(elems);
   o.memory_bytes = adamw_memory_bytes(s, elems);
-  // A flat shard is updated at once (zero1 too: its grad.shard); whole parameters (no ZeRO, or one rank) one at a time, as the runtime's
-  // AdamW does.
+  // A flat shard is updated at once (zero1 too: its grad.shard); whole parameters (no ZeRO,
+  // or one rank) one at a time, as the runtime's AdamW does.
   const bool whole = !sb.shard_optim || s.world == 1;
   if (sb.parallel.offload_optimizer) {
     // On the host; the update is copied straight into the device parameters.

@@ -47,20 +47,22 @@ void fetch_param_copies(StepBuild& sb, int layer, Phase phase, int at_layer) {
   std::int64_t bytes = 0;
   for (std::size_t i = 0; i < kParamTable.size(); ++i) {
     const ParamSpec& p = kParamTable[i];
-    if (p.group != ParamGroupKind::Layer || param_copy_bytes(s, p) == 0) continue;
+    const std::int64_t copy = param_copy_bytes(s, p);
+    if (p.group != ParamGroupKind::Layer || copy == 0) continue;
     // params.<name> [the parameter's dims] e
-    copies[i] = sb.graph.tensor(Name{layer, p.copy_name}, param_copy_bytes(s, p), Category::Params);
+    copies[i] = sb.graph.tensor(Name{layer, p.copy_name}, copy, Category::Params);
     outputs.push_back(copies[i]);
-    bytes += param_copy_bytes(s, p);
+    bytes += copy;
   }
   const int o = sb.graph.op(sb.group_name(layer, "fetch"), phase, at_layer, {sb.params[static_cast<std::size_t>(layer)]},
                             outputs);
   sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
 }
+}  // namespace
 
 // The all-gather of a group's parameters into params.full [group_params] e; a shard that lives
 // on the host is copied into its slot of it first (ShardedParams::shard_in_slot).
-TensorId emit_gather(StepBuild& sb, int group, Phase phase, int at_layer) {
+TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
   const StepShapes& s = sb.shapes;
   if (!gathers_group(sb, group)) return -1;
   if (group < s.layers && fetches_param_copies(s, sb.parallel.offload_params)) {
@@ -73,11 +75,6 @@ TensorId emit_gather(StepBuild& sb, int group, Phase phase, int at_layer) {
                             {full});
   sb.graph.set_comm(o, CommKind::AllGather, gather_received_bytes(s, group), static_cast<int>(s.world));
   return full;
-}
-}  // namespace
-
-TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
-  return emit_gather(sb, group, phase, at_layer);
 }
 
 void frees_param_copies(StepBuild& sb, int layer, int op, std::initializer_list<ParamRole> roles) {
@@ -92,7 +89,6 @@ void reads_all_param_copies(StepBuild& sb, int layer, int op) {
   for (const TensorId t : sb.param_copies[static_cast<std::size_t>(layer)])
     if (t >= 0) sb.graph.add_input(op, t);
 }
-
 
 // One rank has nothing to exchange: it copies a streamed layer from the host when the layer starts.
 bool prefetch_params(const StepBuild& sb) { return sb.shapes.world > 1; }
@@ -112,7 +108,7 @@ TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const ch
   return t;
 }
 
-void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase, Ids gathered) {
+void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
   const StepShapes& s = sb.shapes;
   if (!sb.shard_grads) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;
@@ -122,9 +118,7 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase, Ids ga
   // grad.shard [shard_elems] g; the pieces are first summed into one flat send buffer and
   // freed before the shard exists (reduce_scatter_workspace_bytes).
   const TensorId shard = sb.graph.tensor(sb.group_name(group, "grad.shard"), grad_shard_bytes(s, group), Category::Grads);
-  Ids reads = pieces;
-  for (TensorId t : gathered) reads.push_back(t);
-  const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), reads, {shard},
+  const int o = sb.graph.op(sb.group_name(group, "grad.reduce_scatter"), phase, sb.layer_of_group(group), pieces, {shard},
                             {.workspace = reduce_scatter_workspace_bytes(s, group)});
   sb.graph.set_comm(o, CommKind::ReduceScatter, reduce_scatter_sent_bytes(s, group), static_cast<int>(s.world));
   sb.grads[static_cast<std::size_t>(group)] = {shard};

@@ -35,6 +35,10 @@ const char* device_binding(const Plan& p);
 std::int64_t plan_context_bytes(const Plan& p);
 // The allocator the plan's device runs: its capacity is the budget less the context.
 AllocatorSettings allocator_settings(const Plan& p);
+// Whether `device_bytes` allocated (plus the context) and `host_bytes_per_node` fit the plan's
+// budgets: necessary for a fit, and monotone in the tiles, where the reserved figure is not
+// (on CUDA finer tiles can leave smaller cached segments a later large request cannot use).
+bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
 // on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak);

@@ -93,6 +93,7 @@ class ShardedParams {
   // into this rank's slot of `full` (the gather then runs in place).
   torch::Tensor shard_in_slot(torch::Tensor& full, int g) const;
   std::size_t full_bytes(int g) const;       // a gathered buffer's
+  torch::Tensor empty_full(int g) const;     // a new gathered buffer, on the device
   std::vector<torch::Tensor> leaves_of(Group& g, const torch::Tensor& full, bool for_backward);
 
   struct Inflight {
