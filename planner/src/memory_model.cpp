@@ -63,7 +63,10 @@ std::int64_t plan_context_bytes(const Plan& p) {
 AllocatorSettings allocator_settings(const Plan& p) {
   AllocatorSettings s;
   s.expandable_segments = p.cluster.expandable_segments;
-  s.capacity = std::max<std::int64_t>(0, p.cluster.device_budget_bytes - plan_context_bytes(p));
+  // What the context leaves of the budget; none when it takes it all (or the budget is out of
+  // its bounds, which predict() does not check: no subtraction that could overflow).
+  const std::int64_t budget = p.cluster.device_budget_bytes, context = plan_context_bytes(p);
+  s.capacity = budget > context ? budget - context : 0;
   return s;
 }
 

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <limits>
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/limits.h"
@@ -164,6 +165,18 @@ TEST(Limits, LargeBudgetsAnswer) {
     EXPECT_TRUE(r->plan.prediction.feasible);
     prev = r->max_tokens;
   }
+}
+
+// predict() takes any budget (plan files and the CLI bound it before): one far below zero on a
+// GPU, whose context the allocator's capacity is taken from, does not fit and does not wrap
+// (the evaluate fuzzer's reproducer, fuzz/corpus/evaluate/budget-below-int64-context).
+TEST(Limits, ABudgetFarBelowZeroDoesNotFit) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 1024);
+  p.cluster.hardware = load_hardware("h100-80gb").value();
+  p.cluster.device_budget_bytes = std::numeric_limits<std::int64_t>::min() + 73;
+  const Prediction pr = predict(p);
+  EXPECT_FALSE(pr.feasible);
+  EXPECT_GE(pr.peak_reserved_bytes, pr.peak_device_bytes);
 }
 
 }  // namespace
