@@ -27,6 +27,15 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
   app.add_option("--grad-dtype", o.grad_dtype,
                  "Gradients: fp32 or bf16 (default: fp32 on GPUs; on --gpu cpu the --dtype, as the runtime's autograd "
                  "keeps them)");
+  app.add_option("--stack", o.stack,
+                 "The code the step runs on: longctx (its own runtime) or hf (transformers' modeling code with "
+                 "torch AdamW, one GPU)")
+      ->capture_default_str();
+  app.add_option("--attention", o.attention, "--stack hf: transformers' attn_implementation, sdpa (default) or eager");
+  app.add_option("--hf-checkpointing", o.hf_checkpointing,
+                 "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
+  app.add_flag("--hf-no-attention-mask", o.hf_no_attention_mask,
+               "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)");
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 

@@ -131,6 +131,11 @@ int run(const RunArgs& a) {
   if (!seed) return fail(seed.error());
   auto plan = read_plan_file(a.plan_path);
   if (!plan) return fail(plan.error());
+  if (plan->train.stack.kind != StackKind::Longctx)
+    return fail(Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does "
+                                                            "not execute; train it with that stack (longctx export) and "
+                                                            "hold the run to the plan with longctx compare, or re-plan "
+                                                            "with --stack longctx", to_string(plan->train.stack.kind))));
   runtime::RunOptions o;
   o.steps = a.steps;
   o.device = a.device;

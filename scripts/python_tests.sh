@@ -8,4 +8,6 @@ python=$(bash "$root/scripts/python_env.sh" | tail -n 1)
 torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$torch_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$root"
-exec "$python" -m pytest -q -p no:cacheprovider tests/python "$@"
+# Arguments name the test folders (default tests/python; the `stacks` label passes tests/stacks).
+[ $# -gt 0 ] || set -- tests/python
+exec "$python" -m pytest -q -p no:cacheprovider "$@"

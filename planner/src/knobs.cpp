@@ -234,6 +234,11 @@ std::vector<std::string> technique_names(const TechniqueSet& s) {
 
 TechniqueSet all_techniques() { return TechniqueSet().set(); }
 
+TechniqueSet stack_techniques(const StackSpec& stack) {
+  if (stack.kind == StackKind::Longctx) return all_techniques();
+  return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+}
+
 bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::size_t>(t)); }
 
 Result<TechniqueSet> parse_techniques(const std::string& text) {

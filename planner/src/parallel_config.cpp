@@ -77,6 +77,47 @@ std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses) {
   return m.kv_heads >= ulysses ? m.kv_heads / ulysses : 1;
 }
 
+namespace {
+
+// What a stack other than longctx's own runtime can express (stack.h). The hf stack is one
+// process training a transformers model with torch.optim's AdamW: no sharding, sequence
+// parallelism, tiling or offload of longctx's, every layer checkpointed or none
+// (`gradient_checkpointing_enable` wraps each decoder layer), and autograd's gradients in the
+// parameters' dtype.
+Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
+  if (t.stack.kind == StackKind::Longctx) return true;
+  const auto refuse = [](const char* field, const std::string& what) {
+    return Error::bad_input(field, fmt::format("--stack hf {}; use --stack longctx for it", what));
+  };
+  if (c.world() != 1) return refuse("--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
+  if (p.sharding != Sharding::None) return refuse("--sharding", "runs without ZeRO sharding: give none");
+  if (p.ulysses != 1) return refuse("--ulysses", "has no sequence parallelism of its own: give 1");
+  if (p.head_chunk != 0) return refuse("--head-chunk", "has no head-chunked attention: give 0");
+  if (p.mlp_tiles != 1) return refuse("--mlp-tiles", "has no tiled MLP: give 1");
+  if (p.loss_tiles != 1) return refuse("--loss-tiles", "computes the loss over the full logits: give 1");
+  if (p.offload_checkpoints) return refuse("--offload-checkpoints", "does not offload checkpoints: leave it out");
+  if (p.offload_optimizer || p.offload_params)
+    return refuse(p.offload_optimizer ? "--offload-optimizer" : "--offload-params", "keeps its model states on the GPU");
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
+    return refuse("--checkpoint", "checkpoints every decoder layer or none: give full or none");
+  if (t.grad_dtype != t.dtype)
+    return refuse("--grad-dtype", fmt::format("keeps gradients in the parameters' dtype ({}): leave --grad-dtype out or "
+                                              "give {}", to_string(t.dtype), to_string(t.dtype)));
+  // Eager attention materializes [b, H, S, S] scores a few times over, and a batch without an
+  // attention_mask may get a [b, 1, S, S] mask: bound them as validate() bounds the rest.
+  if (t.stack.attention == HfAttention::Eager || !t.stack.attention_mask) {
+    const double scores = double(t.micro_batch) * double(m.heads) * double(t.seq) * double(t.seq) * 4.0 * 8.0;
+    if (scores > double(limits::kMaxStepBytes))
+      return Error::bad_input("--seq", fmt::format("{} tokens would need on the order of {:.3g} bytes for the attention's "
+                                                   "[S, S] scores or mask, beyond longctx's bound of {:.3g}; use --attention "
+                                                   "sdpa with an attention_mask, or shorten --seq", t.seq, scores,
+                                                   double(limits::kMaxStepBytes)));
+  }
+  return true;
+}
+
+}  // namespace
+
 Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t,
                       const ParallelConfig& p) {
   using namespace limits;
@@ -174,7 +215,7 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
                                                  tokens, device ? device_bytes : host_bytes, device ? "device" : "host",
                                                  double(device ? kMaxStepBytes : kMaxBytes)));
   }
-  return true;
+  return validate_stack(m, c, t, p);
 }
 
 }  // namespace longctx

@@ -56,6 +56,13 @@ nlohmann::json plan_to_json(const Plan& p) {
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
   nlohmann::json train = {{"seq", p.train.seq}, {"dtype", to_string(p.train.dtype)}, {"grad_dtype", to_string(p.train.grad_dtype)}};
   knobs_to_json(p, "train", train);
+  // The stack, written only when it is not longctx's own runtime: plan files that predate it
+  // read as longctx's.
+  if (p.train.stack.kind != StackKind::Longctx)
+    train["stack"] = {{"name", to_string(p.train.stack.kind)},
+                      {"attention", to_string(p.train.stack.attention)},
+                      {"checkpointing", to_string(p.train.stack.checkpointing)},
+                      {"attention_mask", p.train.stack.attention_mask}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
   train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
@@ -132,6 +139,16 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(p.train.grad_dtype, parse_dtype(gdtype, "train.grad_dtype"));
   LONGCTX_TRY(auto train_knobs, knobs_from_json(train, "train", p));
   (void)train_knobs;
+  if (train.contains("stack")) {
+    LONGCTX_TRY(auto stack, get_object(train, "train", "stack"));
+    LONGCTX_TRY(auto kind, get_string(stack, "train.stack", "name"));
+    LONGCTX_TRY(p.train.stack.kind, parse_stack_kind(kind, "train.stack.name"));
+    LONGCTX_TRY(auto attention, get_string(stack, "train.stack", "attention"));
+    LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(attention, "train.stack.attention"));
+    LONGCTX_TRY(auto checkpointing, get_string(stack, "train.stack", "checkpointing"));
+    LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(checkpointing, "train.stack.checkpointing"));
+    LONGCTX_TRY(p.train.stack.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
+  }
 
   LONGCTX_TRY(auto par, get_object(j, "", "parallel"));
   LONGCTX_TRY(auto parallel_knobs, knobs_from_json(par, "parallel", p));

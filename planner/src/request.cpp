@@ -57,18 +57,42 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   if (!o.dtype.empty()) {
     LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
   }
+  LONGCTX_TRY(p.train.stack.kind, parse_stack_kind(o.stack, "--stack"));
+  const bool hf = p.train.stack.kind == StackKind::HF;
+  if (!hf && !(o.attention.empty() && o.hf_checkpointing.empty() && !o.hf_no_attention_mask))
+    return Error::bad_input(!o.attention.empty() ? "--attention" : !o.hf_checkpointing.empty() ? "--hf-checkpointing"
+                                                                                                 : "--hf-no-attention-mask",
+                            "describes how transformers runs the step; it needs --stack hf");
+  p.train.stack.attention_mask = !o.hf_no_attention_mask;
+  if (!o.attention.empty()) {
+    LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
+  }
+  if (!o.hf_checkpointing.empty()) {
+    LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(o.hf_checkpointing, "--hf-checkpointing"));
+  }
   if (!o.grad_dtype.empty()) {
     LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
   } else {
-    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu ? p.train.dtype : DType::FP32;
+    // Autograd's gradients are in the parameters' dtype: the CPU runtime's and transformers'.
+    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu || hf ? p.train.dtype : DType::FP32;
   }
   return p;
 }
 
+namespace {
+
+// The techniques the request allows that its stack can express.
+Result<TechniqueSet> allowed_techniques(const ClusterRequest& r, const Plan& base) {
+  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.techniques));
+  return techniques & stack_techniques(base.train.stack);
+}
+
+}  // namespace
+
 Result<PlanAnswer> answer_plan(const PlanRequest& r) {
   LONGCTX_TRY(Plan base, resolve_cluster(r.cluster));
   LONGCTX_TRY(base.train.seq, parse_tokens(r.seq, "--seq"));
-  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.cluster.techniques));
+  LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r.cluster, base));
   PlanAnswer a;
   if (r.no_search) {
     a.found.best = with_knobs(base, r.knobs);
@@ -84,7 +108,7 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
 
 Result<MaxContextResult> answer_max_context(const ClusterRequest& r, bool with_ladder) {
   LONGCTX_TRY(const Plan base, resolve_cluster(r));
-  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.techniques));
+  LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r, base));
   return max_context(base, techniques, with_ladder);
 }
 

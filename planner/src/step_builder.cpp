@@ -5,6 +5,7 @@
 #include "longctx/planner/step_builder.h"
 
 #include "step/emitters.h"
+#include "step/hf_step.h"
 #include "longctx/planner/footprint/zero.h"
 
 namespace longctx {
@@ -92,6 +93,10 @@ StepGraph build_step(const StepInputs& in) {
   // About 40 tensors and 30 ops a layer: reserve once instead of regrowing.
   const auto layers = static_cast<std::size_t>(in.model.layers);
   sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
+  if (in.train.stack.kind == StackKind::HF) {
+    step::hf::build_step(sb);
+    return sb.graph.finish();
+  }
   step::model_states(sb);
   step::rope_tables(sb);
   step::forward_layers(sb, step::embedding_forward(sb));

@@ -58,6 +58,15 @@ struct OuterActs {
   TensorId tied_grad = -1;  // tied: the embedding's gradient, first produced by the loss
 };
 
+// The hf stack's tensors that every layer reads (planner/src/step/hf_model.cpp).
+struct HfModelActs {
+  TensorId positions = -1;  // cache_position [S] int64, until the model's forward returns
+  TensorId cos = -1;        // RoPE tables [b, S, d] e each, saved by every layer's rotation
+  TensorId sin = -1;
+  TensorId mask = -1;       // eager attention's causal mask [b, 1, S, S] e
+  std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
+};
+
 struct StepBuild {
   explicit StepBuild(const StepInputs& inputs);
 
@@ -78,6 +87,7 @@ struct StepBuild {
   // rows; -1 where absent or where the layer is one gathered buffer), from its latest fetch.
   std::vector<std::array<TensorId, kParamTable.size()>> param_copies;
   OuterActs outer;
+  HfModelActs hf_model;
 
   // A group's tensor name ("layer.3.", "embed.", "head.").
   Name group_name(int group, const char* base) const;

@@ -6,6 +6,7 @@
 
 #include "longctx/planner/model_config.h"
 #include "longctx/planner/result.h"
+#include "longctx/planner/stack.h"
 
 namespace longctx {
 
@@ -43,6 +44,8 @@ struct TrainConfig {
   DType dtype = DType::BF16;     // parameters and activations as computed
   DType grad_dtype = DType::FP32;
   // fp32 master weights and AdamW moments always; with dtype FP32 the parameters are the master.
+  // Under the hf stack neither: torch.optim's AdamW keeps its moments in the parameters' dtype.
+  StackSpec stack;  // the code the step runs on (stack.h)
 };
 
 struct ParallelConfig {

@@ -27,7 +27,11 @@ struct ClusterRequest {
   bool expandable_segments = false;           // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string techniques = "all";             // what the search may use
   std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
-  std::string grad_dtype;  // default: fp32, or on the CPU virtual device the parameters' dtype
+  std::string grad_dtype;  // default: fp32, or on the CPU virtual device (and under --stack hf) the parameters' dtype
+  std::string stack = "longctx";     // the code the step runs on (stack.h): longctx | hf
+  std::string attention;             // --stack hf: sdpa (default) | eager
+  std::string hf_checkpointing;      // --stack hf: non-reentrant (default) | reentrant
+  bool hf_no_attention_mask = false;  // --stack hf: the batch has no attention_mask
 };
 
 // The model the request names: its config text when given, else the preset or config.json.

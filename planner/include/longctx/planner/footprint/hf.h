@@ -1,0 +1,79 @@
+#pragma once
+// The hf stack (stack.h): what Hugging Face transformers' Llama-family modeling code
+// (transformers 4.57, models/llama/modeling_llama.py and the Qwen2/Qwen3/Mistral copies of
+// it) and torch.optim.AdamW allocate beyond their ops' outputs, op by op as autograd runs
+// them. Shapes: step_shapes.h; every figure is per rank, e bytes an element of the model's
+// dtype. The ops that use them: planner/src/step/hf_layer.cpp and hf_model.cpp.
+#include <cstdint>
+
+#include "longctx/planner/footprint/step_shapes.h"
+
+namespace longctx::footprint::hf {
+
+// ---- LlamaRotaryEmbedding.forward, once per model forward -------------------------------
+// cos and sin [b, S, d] e each: `emb.cos() * attention_scaling`, cast to the model's dtype.
+std::int64_t rope_table_bytes(const StepShapes& s);
+// Beside them while they are made: position_ids as float [b, 1, S] fp32, freqs = inv_freq @
+// positions [b, S, d/2] fp32, emb = cat(freqs, freqs) [b, S, d] fp32, and cos() before its
+// scaling [b, S, d] fp32; in bf16 the fp32 cos and sin both, before `.to(x.dtype)`.
+std::int64_t rope_tables_workspace(const StepShapes& s);
+
+// ---- LlamaRMSNorm over `rows` rows of `width` --------------------------------------------
+// forward: `hidden_states.pow(2)` [rows, width] fp32, freed once `.mean(-1)` has reduced it.
+std::int64_t norm_square_bytes(std::int64_t rows, std::int64_t width);
+// backward of `weight * x_normed` (MulBackward0): grad * x_normed [rows, width] e before its
+// sum over the rows gives the weight's gradient.
+std::int64_t norm_weight_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
+// backward of `x * rsqrt(variance + eps)`: grad * x [rows, width] fp32 before its row sums.
+std::int64_t norm_scale_backward_workspace(std::int64_t rows, std::int64_t width);
+// backward of `rsqrt`: -0.5 * grad * rstd^3 through two [rows] fp32 temporaries.
+std::int64_t norm_rsqrt_backward_workspace(std::int64_t rows);
+// backward of `pow(2)` (PowBackward0: grad * 2 * x^1): x^1, 2 * x^1 and their product with the
+// gradient, [rows, width] fp32 each; the product is then added into the gradient that
+// `x * rstd`'s backward produced (autograd's in-place accumulation) and freed.
+std::int64_t norm_pow_backward_workspace(std::int64_t rows, std::int64_t width);
+
+// ---- apply_rotary_pos_emb on q or k of `heads` heads ------------------------------------
+// (q * cos) + (rotate_half(q) * sin): the two products [n, heads*d] e beside the sum
+// (rotate_half's cat is freed before the second product is complete: at most two at once
+// beside the output, or beside the cat and the first product). Backward alike: the sine
+// path's gradient and the two slice gradients of rotate_half, at most two beside the output.
+std::int64_t rope_workspace(const StepShapes& s, std::int64_t heads);
+
+// ---- eager_attention_forward --------------------------------------------------------------
+// The [b, H, S, S] scores in the model's dtype, and the softmax's fp32 output.
+std::int64_t eager_scores_bytes(const StepShapes& s);
+std::int64_t eager_probs_bytes(const StepShapes& s);
+// The causal mask create_causal_mask builds for eager attention (masking_utils.py,
+// eager_mask): [b, 1, S, S] e of 0 and the dtype's minimum, from a [S, S] bool comparison.
+std::int64_t eager_mask_bytes(const StepShapes& s);
+std::int64_t eager_mask_workspace(const StepShapes& s);
+// The boolean mask sdpa gets without a cache: [b, 1, S, S] bool, built from two [S, S] bool
+// comparisons combined (causal, and the packed-sequence check) beside it.
+std::int64_t boolean_mask_bytes(const StepShapes& s);
+std::int64_t boolean_mask_workspace(const StepShapes& s);
+
+// ---- ForCausalLMLoss (loss/loss_utils.py) -----------------------------------------------
+// The labels padded by one ignore index and shifted: [b, S+1] int64, held by nll_loss.
+std::int64_t shifted_labels_bytes(const StepShapes& s);
+
+// ---- torch.utils.checkpoint ---------------------------------------------------------------
+// preserve_rng_state: each checkpointed layer keeps torch.get_rng_state(), the CPU
+// generator's state [5056] uint8, until its backward; on the CPU virtual device that is the
+// device. (The CUDA generator's state is a CPU tensor too: no device bytes.)
+std::int64_t checkpoint_rng_state_bytes(const StepShapes& s);
+
+// ---- torch.optim.AdamW -------------------------------------------------------------------
+// State per parameter tensor: exp_avg and exp_avg_sq in the parameter's dtype, and `step`, a
+// scalar fp32 tensor (on the CPU, whatever the parameters' device).
+std::int64_t adamw_state_bytes(const StepShapes& s, int group);
+// Scratch of one group's update on the CPU, where torch.optim picks no foreach kernels
+// (_single_tensor_adamw): a parameter at a time, `exp_avg_sq.sqrt()` and its quotient by the
+// bias correction [elems] e each, the group's largest parameter's.
+std::int64_t adamw_single_tensor_workspace(const StepShapes& s, int group);
+// Scratch of the whole update on CUDA (foreach, _multi_tensor_adamw): `torch._foreach_sqrt`
+// of every parameter's exp_avg_sq at once, divided and added to in place: all the model's
+// parameter elements, e bytes each.
+std::int64_t adamw_foreach_workspace(const StepShapes& s);
+
+}  // namespace longctx::footprint::hf

@@ -1,0 +1,60 @@
+#include "longctx/planner/footprint/hf.h"
+
+#include <algorithm>
+
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::footprint::hf {
+
+std::int64_t rope_table_bytes(const StepShapes& s) { return s.b * s.S * s.d * s.e; }
+
+std::int64_t rope_tables_workspace(const StepShapes& s) {
+  const std::int64_t positions = s.b * s.S * 4, freqs = s.b * s.S * (s.d / 2) * 4, table32 = s.b * s.S * s.d * 4;
+  // emb, and one unscaled cos (fp32) or both fp32 tables before the cast (bf16)
+  return positions + freqs + table32 + (s.e == 4 ? table32 : 2 * table32);
+}
+
+std::int64_t norm_square_bytes(std::int64_t rows, std::int64_t width) { return rows * width * 4; }
+
+std::int64_t norm_weight_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width) {
+  return rows * width * s.e;
+}
+
+std::int64_t norm_scale_backward_workspace(std::int64_t rows, std::int64_t width) { return rows * width * 4; }
+
+std::int64_t norm_rsqrt_backward_workspace(std::int64_t rows) { return 2 * rows * 4; }
+
+std::int64_t norm_pow_backward_workspace(std::int64_t rows, std::int64_t width) { return 3 * rows * width * 4; }
+
+std::int64_t rope_workspace(const StepShapes& s, std::int64_t heads) { return 2 * s.n * heads * s.d * s.e; }
+
+std::int64_t eager_scores_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * s.e; }
+std::int64_t eager_probs_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * 4; }
+std::int64_t eager_mask_bytes(const StepShapes& s) { return s.b * s.S * s.S * s.e; }
+std::int64_t eager_mask_workspace(const StepShapes& s) { return s.S * s.S; }  // the [S, S] bool comparison
+
+std::int64_t boolean_mask_bytes(const StepShapes& s) { return s.b * s.S * s.S; }
+std::int64_t boolean_mask_workspace(const StepShapes& s) { return 2 * s.b * s.S * s.S; }
+
+std::int64_t shifted_labels_bytes(const StepShapes& s) { return s.b * (s.S + 1) * 8; }
+
+std::int64_t checkpoint_rng_state_bytes(const StepShapes& s) { return s.cpu ? 5056 : 0; }
+
+std::int64_t adamw_state_bytes(const StepShapes& s, int group) {
+  const ParamSizes sizes = param_sizes(s, group);
+  return 2 * group_params(s, group) * s.e + 4 * std::int64_t(sizes.size());
+}
+
+std::int64_t adamw_single_tensor_workspace(const StepShapes& s, int group) {
+  const ParamSizes sizes = param_sizes(s, group);
+  const std::int64_t largest = sizes.size() > 0 ? *std::max_element(sizes.begin(), sizes.end()) : 0;
+  return 2 * largest * s.e;
+}
+
+std::int64_t adamw_foreach_workspace(const StepShapes& s) {
+  std::int64_t all = 0;
+  for (int g = 0; g < param_groups(s); ++g) all += group_params(s, g);
+  return all * s.e;
+}
+
+}  // namespace longctx::footprint::hf

@@ -1,0 +1,47 @@
+#include "longctx/planner/stack.h"
+
+#include <fmt/format.h>
+
+namespace longctx {
+
+std::string to_string(StackKind k) { return k == StackKind::HF ? "hf" : "longctx"; }
+std::string to_string(HfAttention a) { return a == HfAttention::Eager ? "eager" : "sdpa"; }
+std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
+
+namespace {
+
+template <typename E, std::size_t N>
+Result<E> parse_word(const std::string& text, const std::string& field, const E (&values)[N], const char* words) {
+  for (E v : values)
+    if (text == to_string(v)) return v;
+  return Error::bad_input(field, fmt::format("'{}' is not one of {}", text, words));
+}
+
+}  // namespace
+
+Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field) {
+  if (text == "arctic")
+    return Error::bad_input(field, "the arctic stack (ArcticTraining) is not modelled yet; give longctx or hf");
+  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF};
+  return parse_word(text, field, kAll, "longctx, hf");
+}
+
+Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field) {
+  if (text == "flash_attention_2")
+    return Error::bad_input(field, "flash_attention_2 runs on CUDA only and is not modelled yet; give sdpa or eager");
+  static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager};
+  return parse_word(text, field, kAll, "sdpa, eager");
+}
+
+Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field) {
+  static constexpr HfCheckpointing kAll[] = {HfCheckpointing::NonReentrant, HfCheckpointing::Reentrant};
+  return parse_word(text, field, kAll, "non-reentrant, reentrant");
+}
+
+std::string describe(const StackSpec& s) {
+  if (s.kind == StackKind::Longctx) return "longctx";
+  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {})", to_string(s.attention),
+                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed");
+}
+
+}  // namespace longctx

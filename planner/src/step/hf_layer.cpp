@@ -1,0 +1,434 @@
+// The hf stack's decoder layer (stack.h): transformers' LlamaDecoderLayer (4.57,
+// models/llama/modeling_llama.py; Qwen2's and Qwen3's are copies of it, with q/k/v biases or
+// per-head q and k norms) as autograd runs it, op by op: what each op allocates and what it
+// saves for backward, forward then backward. Footprints: footprint/hf.h.
+//
+// Shapes below: n = b*S tokens; "q unit" [n, H*d] e, "kv unit" [n, K*d] e.
+#include "hf_step.h"
+
+#include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/hf.h"
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::step::hf {
+
+using namespace footprint;
+using namespace footprint::hf;
+
+namespace {
+
+// A layer's projection: matmul flops of [n, in] x [in, out].
+double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { return matmul_flops(s.n, in, out); }
+
+}  // namespace
+
+// ---- LlamaRMSNorm ----------------------------------------------------------------------------
+// forward (LlamaRMSNorm.forward):
+//   x32 = x.to(float32)                 bf16 only: [rows, width] fp32, saved (pow, mul)
+//   variance = x32.pow(2).mean(-1)      the square [rows, width] fp32 freed by mean; variance
+//                                       [rows] fp32 held until the function returns
+//   rstd = rsqrt(variance + eps)        [rows] fp32, saved
+//   xr = x32 * rstd                     [rows, width] fp32, saved by the weight's mul (fp32)
+//   xr = xr.to(input_dtype)             bf16 only: [rows, width] e, saved; the fp32 one freed
+//   y = weight * xr                     [rows, width] e
+NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t rw = ns.rows * ns.width;
+  NormActs a;
+  a.x = x;
+  a.x32 = x;
+  if (s.e != 4) {
+    a.x32 = sb.graph.tensor(Name{ns.scope, ns.names.x32, rc}, rw * 4, kAct);
+    sb.graph.op(Name{ns.scope, ns.names.to_fp32, rc}, phase, ns.layer, {x}, {a.x32});
+  }
+  const TensorId variance = sb.graph.tensor(Name{ns.scope, ns.names.variance, rc}, ns.rows * 4, kTr);
+  a.rstd = sb.graph.tensor(Name{ns.scope, ns.names.rstd, rc}, ns.rows * 4, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.stats, rc}, phase, ns.layer, {a.x32}, {variance, a.rstd},
+              {.workspace = norm_square_bytes(ns.rows, ns.width), .flops = 3.0 * double(rw)});
+  a.xr = sb.graph.tensor(Name{ns.scope, ns.names.normed32, rc}, rw * 4, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.scale, rc}, phase, ns.layer, {a.x32, a.rstd}, {a.xr}, {.flops = double(rw)});
+  if (s.e != 4) {
+    const TensorId cast = sb.graph.tensor(Name{ns.scope, ns.names.normed, rc}, rw * s.e, kAct);
+    sb.graph.op(Name{ns.scope, ns.names.to_dtype, rc}, phase, ns.layer, {a.xr}, {cast});
+    a.xr = cast;
+  }
+  a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * s.e, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr, variance}, {a.y}, {.flops = double(rw)});
+  return a;
+}
+
+// backward, node by node as the engine runs them; `residual` is the gradient the residual
+// stream already holds for x (or -1): autograd adds the norm's gradient into one of the two
+// in place and frees the other, here at the node whose output meets it.
+//   MulBackward0 (weight * xr)   d_xr [rows, width] e and the weight's [width] e (beside
+//                                grad * xr before its sum); grad and xr freed
+//   ToCopyBackward0              bf16 only: d_xr to fp32 [rows, width] fp32
+//   MulBackward0 (x32 * rstd)    d_x32 [rows, width] fp32 and d_rstd [rows] fp32 (beside
+//                                d_xr * x32 before its row sums)
+//   RsqrtBackward0, MeanBackward1  d_variance [rows] fp32, then d_square expanded [rows, width] fp32
+//   PowBackward0                 its product (workspace, pow_backward) added into d_x32
+//   ToCopyBackward0              bf16 only: d_x32 to the input's dtype [rows, width] e
+TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                       Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t rw = ns.rows * ns.width;
+  TensorId d_xr = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad, false}, rw * s.e, kTr);
+  const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
+  grads.push_back(g_w);
+  sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, {grad, a.xr}, {d_xr, g_w},
+              {.workspace = norm_weight_backward_workspace(s, ns.rows, ns.width), .flops = 2.0 * double(rw)});
+  if (s.e != 4) {
+    const TensorId up = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad32, false}, rw * 4, kTr);
+    sb.graph.op(Name{ns.scope, ns.names.to_dtype_bwd, false}, kB, ns.layer, {d_xr}, {up});
+    d_xr = up;
+  }
+  const TensorId d_x32 = sb.graph.tensor(Name{ns.scope, ns.names.x32_grad, false}, rw * 4, kTr);
+  const TensorId d_rstd = sb.graph.tensor(Name{ns.scope, ns.names.rstd_grad, false}, ns.rows * 4, kTr);
+  Ids scale_reads = {d_xr, a.x32, a.rstd};
+  if (s.e == 4 && residual >= 0) scale_reads.push_back(residual);  // fp32: the residual meets d_x32 here
+  sb.graph.op(Name{ns.scope, ns.names.scale_bwd, false}, kB, ns.layer, scale_reads, {d_x32, d_rstd},
+              {.workspace = norm_scale_backward_workspace(ns.rows, ns.width), .flops = 3.0 * double(rw)});
+  const TensorId d_var = sb.graph.tensor(Name{ns.scope, ns.names.variance_grad, false}, ns.rows * 4, kTr);
+  sb.graph.op(Name{ns.scope, ns.names.rsqrt_bwd, false}, kB, ns.layer, {d_rstd, a.rstd}, {d_var},
+              {.workspace = norm_rsqrt_backward_workspace(ns.rows)});
+  const TensorId d_sq = sb.graph.tensor(Name{ns.scope, ns.names.square_grad, false}, rw * 4, kTr);
+  sb.graph.op(Name{ns.scope, ns.names.mean_bwd, false}, kB, ns.layer, {d_var}, {d_sq});
+  sb.graph.op(Name{ns.scope, ns.names.pow_bwd, false}, kB, ns.layer, {d_sq, a.x32, d_x32},
+              {}, {.workspace = norm_pow_backward_workspace(ns.rows, ns.width), .flops = 3.0 * double(rw)});
+  if (s.e == 4) return d_x32;
+  const TensorId d_x = sb.graph.tensor(Name{ns.scope, ns.names.in_grad, false}, rw * s.e, kTr);
+  Ids cast_reads = {d_x32};
+  if (residual >= 0) cast_reads.push_back(residual);  // bf16: the residual meets the cast gradient
+  sb.graph.op(Name{ns.scope, ns.names.to_fp32_bwd, false}, kB, ns.layer, cast_reads, {d_x});
+  return d_x;
+}
+
+namespace {
+
+NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp) {
+  return {l, l, s.n, s.h,
+          mlp ? LONGCTX_HF_NORM_NAMES("mlp_norm", "grad.mlp_norm", "mid.grad")
+              : LONGCTX_HF_NORM_NAMES("attn_norm", "grad.attn_norm", "in.grad")};
+}
+
+// Qwen3's per-head norm of q or k: rows n*heads of width d; its weight [d].
+NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
+  return {l, l, s.n * (q ? s.H : s.K), s.d,
+          q ? LONGCTX_HF_NORM_NAMES("attn.q_norm", "grad.attn.q_norm", "attn.q.grad")
+            : LONGCTX_HF_NORM_NAMES("attn.k_norm", "grad.attn.k_norm", "attn.k.grad")};
+}
+
+// A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e.
+TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
+                 std::int64_t out, Phase phase, bool rc, Category category = kAct) {
+  const StepShapes& s = sb.shapes;
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, category);
+  sb.graph.op(layer_name(l, name, rc), phase, l, {x}, {y}, {.flops = proj_flops(s, in, out)});
+  return y;
+}
+
+// A projection's backward (MmBackward0 of at::linear, AddmmBackward0 with a bias): its
+// weight's gradient [out, in] (+ bias [out]) e, kept by AccumulateGrad, and, unless
+// `input_grad` is false (the caller adds it into a gradient it already holds: `into`), the
+// input's gradient [n, in] e.
+TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
+                          TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
+                          TensorId into = -1) {
+  const StepShapes& s = sb.shapes;
+  const TensorId g_w = sb.graph.tensor(layer_name(l, grad_name), (in * out + (bias ? out : 0)) * s.e, Category::Grads);
+  grads.push_back(g_w);
+  Ids reads = {d_y, x};
+  if (into >= 0) {
+    reads.push_back(into);
+    // The input's gradient [n, in] e, added into `into` in place and freed.
+    sb.graph.op(layer_name(l, name), kB, l, reads, {g_w}, {.workspace = s.n * in * s.e, .flops = 2 * proj_flops(s, in, out)});
+    return into;
+  }
+  const TensorId d_x = sb.graph.tensor(layer_name(l, in_grad_name), s.n * in * s.e, kTr);
+  sb.graph.op(layer_name(l, name), kB, l, reads, {d_x, g_w}, {.flops = 2 * proj_flops(s, in, out)});
+  return d_x;
+}
+
+// apply_rotary_pos_emb for q or k of `heads` heads: (x * cos) + (rotate_half(x) * sin).
+TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
+              bool rc) {
+  const StepShapes& s = sb.shapes;
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * heads * s.d * s.e, kAct);
+  sb.graph.op(layer_name(l, name, rc), phase, l, reads, {y}, {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
+  return y;
+}
+
+TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
+  const StepShapes& s = sb.shapes;
+  const HfModelActs& m = sb.hf_model;
+  const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
+  sb.graph.op(layer_name(l, name), kB, l, {grad, m.cos, m.sin}, {d_x},
+              {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
+  return d_x;
+}
+
+// A gradient of q, k or v reshaped from [b, heads, S, d] to the projection's [n, heads*d]:
+// a copy where the kernel's gradient is laid out head-major (ViewBackward0's reshape).
+TensorId head_major_copy(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
+  const StepShapes& s = sb.shapes;
+  const TensorId c = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
+  sb.graph.op(layer_name(l, name), kB, l, {grad}, {c});
+  return c;
+}
+
+}  // namespace
+
+// ---- LlamaAttention ----------------------------------------------------------------------
+void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
+  const StepShapes& s = sb.shapes;
+  const HfModelActs& m = sb.hf_model;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  TensorId q = project(sb, l, "attn.q_proj", "attn.q", a.norm1.y, s.h, qw, phase, rc);
+  if (s.qk_norm) {  // Qwen3Attention: q_norm(q_proj(x).view(b, S, H, d)), then k's
+    a.q_norm = norm_forward(sb, head_norm_spec(s, l, true), q, phase, rc);
+    q = a.q_norm.y;
+  }
+  TensorId k = project(sb, l, "attn.k_proj", "attn.k", a.norm1.y, s.h, kw, phase, rc);
+  if (s.qk_norm) {
+    a.k_norm = norm_forward(sb, head_norm_spec(s, l, false), k, phase, rc);
+    k = a.k_norm.y;
+  }
+  TensorId v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
+  a.q = rope(sb, l, "attn.rope_q", "attn.q_rotated", {q, m.cos, m.sin}, s.H, phase, rc);
+  // q's projection lives until apply_rotary_pos_emb returns, after k's rotation.
+  a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
+  a.v = v;
+  if (cache) {
+    // use_cache (no checkpointing): DynamicLayer.update concatenates k and v onto the empty
+    // cache, copies [b, K, S, d] e each that replace them (the cache holds them until the
+    // model's output is dropped, after the loss).
+    const TensorId kc = sb.graph.tensor(layer_name(l, "attn.cache.k", rc), s.n * kw * s.e, kAct);
+    const TensorId vc = sb.graph.tensor(layer_name(l, "attn.cache.v", rc), s.n * kw * s.e, kAct);
+    sb.graph.op(layer_name(l, "attn.cache_update", rc), phase, l, {a.k, v}, {kc, vc});
+    a.k = kc;
+    a.v = vc;
+    sb.hf_model.cache.push_back(kc);
+    sb.hf_model.cache.push_back(vc);
+  }
+  a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, S, H, d] e
+  const double flops = attention_flops(s, s.H);
+  if (sb.in.train.stack.attention == HfAttention::Sdpa) {
+    // sdpa_attention_forward: without a mask, scaled_dot_product_attention(q, k, v,
+    // is_causal=True, enable_gqa=True): the flash kernel takes grouped k, v as they are. With
+    // the model's boolean mask (no cache: model_inputs) use_gqa_in_sdpa is false, repeat_kv
+    // copies k and v to the query heads [n, H*d] e each, and sdpa turns the mask into an
+    // additive one [b, 1, S, S] e (convert_boolean_attn_mask), which its backward saves. The
+    // output is laid out [b, S, H, d]: `.transpose(1, 2).contiguous()` copies nothing.
+    Ids reads = {a.q, a.k, a.v};
+    if (m.mask >= 0) {
+      if (s.H != s.K) {
+        a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * qw * s.e, kAct);
+        sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
+        a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * qw * s.e, kAct);
+        sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
+        reads = {a.q, a.k_rep, a.v_rep};
+      }
+      a.mask = sb.graph.tensor(layer_name(l, "attn.mask.additive", rc), eager_mask_bytes(s), kAct);
+      sb.graph.op(layer_name(l, "attn.mask.convert", rc), phase, l, {m.mask}, {a.mask});
+      reads.push_back(a.mask);
+    }
+    a.lse = sb.graph.tensor(layer_name(l, "attn.lse", rc), s.b * s.H * s.S * 4, kAct);  // [b, H, S] fp32
+    // LlamaAttention.forward's key_states and value_states hold the unrepeated k, v until it returns.
+    if (a.k_rep >= 0) {
+      reads.push_back(a.k);
+      reads.push_back(a.v);
+    }
+    sb.graph.op(layer_name(l, "attn.sdpa", rc), phase, l, reads, {a.o, a.lse},
+                {.workspace = flash_forward_scratch(s), .flops = flops, .kind = OpKind::Attention});
+    return;
+  }
+  // eager_attention_forward: repeat_kv copies k and v to the query heads (none for one group),
+  // scores = q @ k^T * scaling + mask [b, H, S, S] e, softmax in fp32 (saved), cast back in
+  // bf16 (saved by the matmul), @ v, and the output made contiguous [b, S, H, d] e.
+  a.k_rep = a.k;
+  a.v_rep = a.v;
+  if (s.H != s.K) {
+    a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * qw * s.e, kAct);
+    sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
+    a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * qw * s.e, kAct);
+    sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
+  }
+  const TensorId sc = sb.graph.tensor(layer_name(l, "attn.scores", rc), eager_scores_bytes(s), kTr);
+  sb.graph.op(layer_name(l, "attn.qk", rc), phase, l, {a.q, a.k_rep}, {sc}, {.flops = flops});
+  const TensorId scaled = sb.graph.tensor(layer_name(l, "attn.scores.scaled", rc), eager_scores_bytes(s), kTr);
+  sb.graph.op(layer_name(l, "attn.scale", rc), phase, l, {sc}, {scaled});
+  const TensorId masked = sb.graph.tensor(layer_name(l, "attn.scores.masked", rc), eager_scores_bytes(s), kTr);
+  sb.graph.op(layer_name(l, "attn.mask", rc), phase, l, {scaled, m.mask}, {masked});
+  a.probs32 = sb.graph.tensor(layer_name(l, "attn.probs.fp32", rc), eager_probs_bytes(s), kAct);
+  // softmax(dtype=float32) of bf16 scores upcasts them first: [b, H, S, S] fp32 beside them.
+  sb.graph.op(layer_name(l, "attn.softmax", rc), phase, l, {masked}, {a.probs32},
+              {.workspace = s.e == 4 ? 0 : eager_probs_bytes(s)});
+  a.probs = a.probs32;
+  if (s.e != 4) {
+    a.probs = sb.graph.tensor(layer_name(l, "attn.probs", rc), eager_scores_bytes(s), kAct);
+    sb.graph.op(layer_name(l, "attn.probs.to_dtype", rc), phase, l, {a.probs32}, {a.probs});
+  }
+  const TensorId pv = sb.graph.tensor(layer_name(l, "attn.pv", rc), s.n * qw * s.e, kTr);  // [b, H, S, d] e
+  sb.graph.op(layer_name(l, "attn.pv", rc), phase, l, {a.probs, a.v_rep}, {pv}, {.flops = flops});
+  // eager_attention_forward's locals hold the repeated k, v until it returns.
+  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {pv, a.k_rep, a.v_rep}, {a.o});
+}
+
+TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  TensorId dq, dk, dv;
+  const double flops = attention_flops(s, s.H);
+  bool k_copy = false;
+  if (sb.in.train.stack.attention == HfAttention::Sdpa) {
+    const bool repeated = a.k_rep >= 0;
+    dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * qw * s.e, kTr);
+    dk = sb.graph.tensor(layer_name(l, repeated ? "attn.k_repeated.grad" : "attn.k_rotated.grad"),
+                         s.n * (repeated ? qw : kw) * s.e, kTr);
+    dv = sb.graph.tensor(layer_name(l, repeated ? "attn.v_repeated.grad" : "attn.v.grad"), s.n * (repeated ? qw : kw) * s.e, kTr);
+    Ids reads = {d_o, a.q, repeated ? a.k_rep : a.k, repeated ? a.v_rep : a.v, a.o, a.lse};
+    if (a.mask >= 0) reads.push_back(a.mask);
+    sb.graph.op(layer_name(l, "attn.sdpa.bwd"), kB, l, reads, {dq, dk, dv},
+                {.workspace = flash_backward_scratch(s, s.H), .flops = 2.5 * flops, .kind = OpKind::Attention});
+    if (repeated) {  // repeat_kv's ExpandBackward0: v's gradient summed over each group, then k's
+      const TensorId dv_sum = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * kw * s.e, kTr);
+      sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {dv}, {dv_sum});
+      const TensorId dk_sum = sb.graph.tensor(layer_name(l, "attn.k_rotated.grad"), s.n * kw * s.e, kTr);
+      sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {dk}, {dk_sum});
+      dv = dv_sum;
+      dk = dk_sum;
+    }
+    // The summed k gradient is laid out head-major, as eager's is.
+    k_copy = a.mask >= 0;
+  } else {
+    // BmmBackward0 of probs @ v: d_v_rep [b, H, S, d] e and d_probs [b, H, S, S] e.
+    const TensorId d_vrep = sb.graph.tensor(layer_name(l, "attn.v_repeated.grad"), s.n * qw * s.e, kTr);
+    TensorId d_probs = sb.graph.tensor(layer_name(l, "attn.probs.grad"), eager_scores_bytes(s), kTr);
+    sb.graph.op(layer_name(l, "attn.pv.bwd"), kB, l, {d_o, a.probs, a.v_rep}, {d_vrep, d_probs}, {.flops = 2 * flops});
+    if (s.e != 4) {
+      const TensorId up = sb.graph.tensor(layer_name(l, "attn.probs.grad.fp32"), eager_probs_bytes(s), kTr);
+      sb.graph.op(layer_name(l, "attn.probs.to_dtype.bwd"), kB, l, {d_probs}, {up});
+      d_probs = up;
+    }
+    // SoftmaxBackward0 [b, H, S, S] fp32, cast back to the scores' dtype in bf16.
+    TensorId d_masked = sb.graph.tensor(layer_name(l, "attn.scores.masked.grad.fp32"), eager_probs_bytes(s), kTr);
+    sb.graph.op(layer_name(l, "attn.softmax.bwd"), kB, l, {d_probs, a.probs32}, {d_masked});
+    if (s.e != 4) {
+      const TensorId cast = sb.graph.tensor(layer_name(l, "attn.scores.masked.grad"), eager_scores_bytes(s), kTr);
+      sb.graph.op(layer_name(l, "attn.softmax.upcast.bwd"), kB, l, {d_masked}, {cast});
+      d_masked = cast;
+    }
+    // The mask's add passes the gradient on; the scaling's mul makes a new one.
+    const TensorId d_sc = sb.graph.tensor(layer_name(l, "attn.scores.grad"), eager_scores_bytes(s), kTr);
+    sb.graph.op(layer_name(l, "attn.scale.bwd"), kB, l, {d_masked}, {d_sc});
+    dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * qw * s.e, kTr);
+    TensorId d_krep = sb.graph.tensor(layer_name(l, "attn.k_repeated.grad"), s.n * qw * s.e, kTr);
+    sb.graph.op(layer_name(l, "attn.qk.bwd"), kB, l, {d_sc, a.q, a.k_rep}, {dq, d_krep}, {.flops = 2 * flops});
+    dv = d_vrep;
+    dk = d_krep;
+    if (s.H != s.K) {  // repeat_kv's ExpandBackward0: sums over each group [n, K*d] e
+      dv = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * kw * s.e, kTr);
+      sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {d_vrep}, {dv});
+      dk = sb.graph.tensor(layer_name(l, "attn.k_rotated.grad"), s.n * kw * s.e, kTr);
+      sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {d_krep}, {dk});
+    }
+    k_copy = true;
+  }
+  // The engine runs k's rotation first (created last), then q's; then the projections.
+  TensorId dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
+  TensorId dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
+  if (k_copy) dk_pre = head_major_copy(sb, l, "attn.k.view.bwd", "attn.k.grad.contiguous", dk_pre, s.K);
+  if (s.qk_norm) {
+    dk_pre = norm_backward(sb, head_norm_spec(s, l, false), a.k_norm, dk_pre, -1, grads);
+    dq_pre = norm_backward(sb, head_norm_spec(s, l, true), a.q_norm, dq_pre, -1, grads);
+  }
+  const TensorId x = a.norm1.y;
+  const TensorId d_xk = project_backward(sb, l, "attn.k_proj.bwd", "grad.attn.k", "attn_norm.out.grad.k", dk_pre, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  dv = head_major_copy(sb, l, "attn.v.view.bwd", "attn.v.grad.contiguous", dv, s.K);
+  const TensorId d_xv = project_backward(sb, l, "attn.v_proj.bwd", "grad.attn.v", "attn_norm.out.grad.v", dv, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  // The first two input gradients meet in a new buffer; the third is added into it in place.
+  const TensorId d_x = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(layer_name(l, "attn.proj.grad_sum"), kB, l, {d_xk, d_xv}, {d_x});
+  dq_pre = head_major_copy(sb, l, "attn.q.view.bwd", "attn.q.grad.contiguous", dq_pre, s.H);
+  project_backward(sb, l, "attn.q_proj.bwd", "grad.attn.q", "", dq_pre, x, s.h, qw, s.qkv_bias, grads, d_x);
+  return d_x;
+}
+
+// ---- LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)) ---------------------------------
+void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t ni = s.n * s.I;
+  const TensorId x = a.norm2.y;
+  a.gate = project(sb, l, "mlp.gate_proj", "mlp.gate", x, s.h, s.I, phase, rc);
+  a.act = sb.graph.tensor(layer_name(l, "mlp.silu", rc), ni * s.e, kAct);
+  sb.graph.op(layer_name(l, "mlp.silu", rc), phase, l, {a.gate}, {a.act}, {.flops = 4.0 * double(ni)});
+  a.up = project(sb, l, "mlp.up_proj", "mlp.up", x, s.h, s.I, phase, rc);
+  a.prod = sb.graph.tensor(layer_name(l, "mlp.prod", rc), ni * s.e, kAct);
+  sb.graph.op(layer_name(l, "mlp.mul", rc), phase, l, {a.act, a.up}, {a.prod}, {.flops = double(ni)});
+  // A non-reentrant recompute stops once the last saved tensor is packed: down_proj saves its
+  // input before it runs, so neither it nor the residual add is recomputed.
+  if (!whole) return;
+  a.down = project(sb, l, "mlp.down_proj", "mlp.down", a.prod, s.I, s.h, phase, rc, kTr);
+  sb.graph.add_input(sb.graph.last_op(), x);  // the layer's hidden_states, until the MLP returns
+}
+
+TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t ni = s.n * s.I;
+  const TensorId d_prod = project_backward(sb, l, "mlp.down_proj.bwd", "grad.mlp.down", "mlp.prod.grad", d_out, a.prod,
+                                           s.I, s.h, s.mlp_bias, grads);
+  const TensorId d_act = sb.graph.tensor(layer_name(l, "mlp.silu.grad"), ni * s.e, kTr);
+  const TensorId d_up = sb.graph.tensor(layer_name(l, "mlp.up.grad"), ni * s.e, kTr);
+  sb.graph.op(layer_name(l, "mlp.mul.bwd"), kB, l, {d_prod, a.act, a.up}, {d_act, d_up}, {.flops = 2.0 * double(ni)});
+  const TensorId x = a.norm2.y;
+  const TensorId d_xu = project_backward(sb, l, "mlp.up_proj.bwd", "grad.mlp.up", "mlp_norm.out.grad.up", d_up, x, s.h,
+                                         s.I, s.mlp_bias, grads);
+  const TensorId d_gate = sb.graph.tensor(layer_name(l, "mlp.gate.grad"), ni * s.e, kTr);
+  sb.graph.op(layer_name(l, "mlp.silu.bwd"), kB, l, {d_act, a.gate}, {d_gate}, {.flops = 8.0 * double(ni)});
+  const TensorId d_xg = project_backward(sb, l, "mlp.gate_proj.bwd", "grad.mlp.gate", "mlp_norm.out.grad.gate", d_gate,
+                                         x, s.h, s.I, s.mlp_bias, grads);
+  const TensorId d_x = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(layer_name(l, "mlp.proj.grad_sum"), kB, l, {d_xu, d_xg}, {d_x});
+  return d_x;
+}
+
+// ---- LlamaDecoderLayer -------------------------------------------------------------------
+HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass) {
+  const StepShapes& s = sb.shapes;
+  HfLayerActs a;
+  a.in = x;
+  a.norm1 = norm_forward(sb, layer_norm_spec(s, l, false), x, phase, rc);
+  attention_forward(sb, l, a, phase, rc, pass == LayerPass::Plain);
+  const TensorId o = project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, s.H * s.d, s.h, phase, rc, kTr);
+  // Python's locals outlive their last use: the decoder layer's hidden_states holds the norm's
+  // output, and LlamaAttention.forward's query_states, key_states and value_states hold q, k
+  // and v, until the attention returns (what a forward without a graph, checkpointed, keeps
+  // longer).
+  for (const TensorId t : {a.norm1.y, a.q, a.k, a.v}) sb.graph.add_input(sb.graph.last_op(), t);
+  a.mid = sb.graph.tensor(layer_name(l, "mid", rc), s.n * s.h * s.e, kAct);
+  sb.graph.op(layer_name(l, "attn.residual", rc), phase, l, {x, o}, {a.mid});
+  a.norm2 = norm_forward(sb, layer_norm_spec(s, l, true), a.mid, phase, rc);
+  mlp_forward(sb, l, a, phase, rc, pass != LayerPass::RecomputeUntilSaved);
+  if (pass == LayerPass::RecomputeUntilSaved) {
+    a.last_forward_op = sb.graph.last_op();
+    return a;
+  }
+  const Name out = l + 1 < s.layers ? layer_name(l + 1, "in", rc) : step_name("loss.final_norm.in", rc);
+  a.out = sb.graph.tensor(out, s.n * s.h * s.e, kAct);
+  a.last_forward_op = sb.graph.op(layer_name(l, "mlp.residual", rc), phase, l, {a.mid, a.down}, {a.out});
+  return a;
+}
+
+TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const TensorId d_xn2 = mlp_backward(sb, l, a, d_out, grads);
+  const TensorId d_mid = norm_backward(sb, layer_norm_spec(s, l, true), a.norm2, d_xn2, d_out, grads);
+  const TensorId d_o = project_backward(sb, l, "attn.o_proj.bwd", "grad.attn.o", "attn.out.grad", d_mid, a.o, s.H * s.d,
+                                        s.h, s.o_bias, grads);
+  const TensorId d_xn1 = attention_backward(sb, l, a, d_o, grads);
+  return norm_backward(sb, layer_norm_spec(s, l, false), a.norm1, d_xn1, d_mid, grads);
+}
+
+}  // namespace longctx::step::hf

@@ -1,0 +1,248 @@
+// The hf stack's step around its decoder layers (hf_layer.cpp), as a training loop of
+// `model(input_ids=..., labels=...).loss.backward(); optimizer.step();
+// optimizer.zero_grad(set_to_none=True)` runs it (the Trainer's training_step does the same:
+// the model's output, with its logits and cache, is dropped before backward):
+// LlamaModel.forward (embedding, cache_position, the causal mask, LlamaRotaryEmbedding, the
+// layers, the final norm), LlamaForCausalLM's lm_head and ForCausalLMLoss
+// (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py,
+// _single_tensor_adamw on the CPU, _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
+#include "hf_step.h"
+
+#include "longctx/planner/footprint/hf.h"
+#include "longctx/planner/footprint/optimizer.h"
+#include "longctx/planner/footprint/zero.h"
+
+namespace longctx::step::hf {
+
+using namespace footprint;
+using namespace footprint::hf;
+
+namespace {
+
+NormSpec final_norm_spec(const StepShapes& s) {
+  return {Name::kNone, -1, s.n, s.h, LONGCTX_HF_NORM_NAMES("loss.final_norm", "head.grad.final_norm", "loss.final_norm.in.grad")};
+}
+
+// Parameters in the model's dtype and torch AdamW's state beside them, per group.
+void model_states(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  sb.params.resize(static_cast<std::size_t>(param_groups(s)));
+  for (int g = 0; g < param_groups(s); ++g) {
+    sb.params[static_cast<std::size_t>(g)] =
+        sb.graph.persistent(sb.group_name(g, "params"), group_params(s, g) * s.e, Category::Params, Place::Device);
+    // exp_avg, exp_avg_sq [group_params] e and a scalar fp32 `step` per parameter tensor
+    sb.graph.persistent(sb.group_name(g, "optim.state"), adamw_state_bytes(s, g), Category::Optimizer, Place::Device);
+  }
+  sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
+}
+
+bool checkpointed(const StepBuild& sb) { return sb.parallel.checkpoint.any(); }
+
+// LlamaModel.forward up to the first layer: the embedding, cache_position = arange(S)
+// [S] int64 (position_ids is a view of it), eager's causal mask, and the RoPE tables.
+TensorId model_inputs(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  HfModelActs& m = sb.hf_model;
+  o.tokens = sb.graph.tensor(step_name("batch.tokens"), s.n * 8, kAct);   // [n] int64
+  o.targets = sb.graph.tensor(step_name("batch.targets"), s.n * 8, kAct);  // [n] int64
+  Ids batch = {o.tokens, o.targets};
+  const bool attention_mask = sb.in.train.stack.attention_mask;
+  if (attention_mask) batch.push_back(sb.graph.tensor(step_name("batch.attention_mask"), s.n * 8, kAct));  // [n] int64
+  sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
+  const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
+  sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {o.tokens}, {x0});
+  m.positions = sb.graph.tensor(step_name("model.cache_position"), s.S * 8, kAct);
+  sb.graph.op(step_name("model.cache_position"), Phase::Forward, -1, {}, {m.positions});
+  // create_causal_mask (masking_utils.py): eager attention always gets an additive mask
+  // [b, 1, S, S] e. sdpa gets none when the batch's attention_mask has no padding, or while
+  // the model keeps a cache (use_cache, the config's default): is_causal does the masking.
+  // Checkpointing turns the cache off (check_model_inputs), and with neither a cache nor an
+  // attention_mask _preprocess_mask_arguments looks for packed sequences in position_ids,
+  // whose find_packed_sequence_indices always returns a mask function: the causal skip is
+  // then not allowed and a boolean mask [b, 1, S, S] is built.
+  const bool eager = sb.in.train.stack.attention == HfAttention::Eager;
+  if (eager || (checkpointed(sb) && !attention_mask)) {
+    m.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? eager_mask_bytes(s) : boolean_mask_bytes(s), kAct);
+    sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {m.positions}, {m.mask},
+                {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
+  }
+  m.cos = sb.graph.tensor(step_name("model.rope.cos"), rope_table_bytes(s), kAct);
+  m.sin = sb.graph.tensor(step_name("model.rope.sin"), rope_table_bytes(s), kAct);
+  sb.graph.op(step_name("model.rotary_emb"), Phase::Forward, -1, {m.positions}, {m.cos, m.sin},
+              {.workspace = rope_tables_workspace(s)});
+  return x0;
+}
+
+bool reentrant(const StepBuild& sb) { return sb.in.train.stack.checkpointing == HfCheckpointing::Reentrant; }
+
+struct Layers {
+  std::vector<HfLayerActs> acts;
+  std::vector<TensorId> rng;  // checkpointed: torch.get_rng_state() kept per layer
+};
+
+TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
+  const StepShapes& s = sb.shapes;
+  const int count = static_cast<int>(s.layers);
+  layers.acts.resize(static_cast<std::size_t>(count));
+  layers.rng.assign(static_cast<std::size_t>(count), -1);
+  for (int l = 0; l < count; ++l) {
+    if (checkpointed(sb)) {
+      const TensorId rng = sb.graph.tensor(layer_name(l, "checkpoint.rng_state"), checkpoint_rng_state_bytes(s), kAct);
+      sb.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
+      layers.rng[static_cast<std::size_t>(l)] = rng;
+    }
+    // A checkpointed layer runs without saving anything: its tensors die with their last
+    // reader in forward, as the graph writes them when nothing in backward reads them.
+    const HfLayerActs a = layer_forward(sb, l, x, Phase::Forward, false, checkpointed(sb) ? LayerPass::Checkpointed : LayerPass::Plain);
+    layers.acts[static_cast<std::size_t>(l)] = a;
+    x = a.out;
+  }
+  return x;
+}
+
+// The final norm, lm_head and ForCausalLMLoss: logits [n, V] e (`.float()` copies them to
+// fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
+// The model's output, which holds the logits and the cache, is dropped after the loss.
+NormActs loss_forward(StepBuild& sb, TensorId final_x) {
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  const HfModelActs& m = sb.hf_model;
+  const Phase L = Phase::Loss;
+  o.final_x = final_x;
+  const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
+  o.xf = f.y;
+  // LlamaModel.forward returns here: its cache_position and causal mask go.
+  sb.graph.add_input(sb.graph.last_op(), m.positions);
+  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
+  TensorId logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
+  sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
+  if (s.e != 4) {
+    const TensorId up = sb.graph.tensor(step_name("loss.logits.fp32"), s.n * s.V * 4, kTr);
+    sb.graph.op(step_name("loss.logits.float"), L, -1, {logits}, {up});
+    logits = up;
+  }
+  const TensorId labels = sb.graph.tensor(step_name("loss.shift_labels"), shifted_labels_bytes(s), kAct);
+  sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
+  o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, kAct);
+  sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
+  sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, labels}, {});
+  // The model's output is dropped: its cache lets go of each layer's k/v copies (those no
+  // backward saved go now).
+  for (std::size_t i = 0; i + 1 < m.cache.size(); i += 2)
+    sb.graph.op(layer_name(static_cast<int>(i / 2), "attn.cache.drop"), L, -1, {m.cache[i], m.cache[i + 1]}, {});
+  o.targets = labels;  // what nll's backward reads
+  return f;
+}
+
+// NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e),
+// lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and d_xf.
+TensorId loss_backward(StepBuild& sb, const NormActs& f) {
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  const Phase B = Phase::Backward;
+  const TensorId d_logp = sb.graph.tensor(step_name("loss.nll.grad"), s.n * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.nll.bwd"), B, -1, {o.targets}, {d_logp});
+  TensorId d_logits = sb.graph.tensor(step_name("loss.logits.grad.fp32"), s.n * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.log_softmax.bwd"), B, -1, {d_logp, o.logp}, {d_logits}, {.flops = 3.0 * double(s.n * s.V)});
+  if (s.e != 4) {
+    const TensorId cast = sb.graph.tensor(step_name("loss.logits.grad"), s.n * s.V * s.e, kTr);
+    sb.graph.op(step_name("loss.logits.float.bwd"), B, -1, {d_logits}, {cast});
+    d_logits = cast;
+  }
+  const int out_group = s.tied ? embed_group(s) : head_group(s);
+  const TensorId g_out = sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"},
+                                         s.V * s.h * s.e, Category::Grads);
+  sb.grads[static_cast<std::size_t>(out_group)].push_back(g_out);
+  if (s.tied) o.tied_grad = g_out;
+  const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(step_name("loss.lm_head.bwd"), B, -1, {d_logits, o.xf}, {g_out, d_xf}, {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
+  return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
+}
+
+void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
+  const StepShapes& s = sb.shapes;
+  for (int l = static_cast<int>(s.layers) - 1; l >= 0; --l) {
+    const std::size_t li = static_cast<std::size_t>(l);
+    HfLayerActs a = layers.acts[li];
+    const TensorId d_out = d_x;
+    if (checkpointed(sb)) {
+      // The recompute begins where the layer's backward first needs a saved tensor (after
+      // d_out arrived): reentrant runs the whole layer and keeps its output and d_out until
+      // its inner backward returns; non-reentrant stops once the last tensor is saved.
+      const TensorId in = a.in;
+      a = layer_forward(sb, l, in, Phase::Backward, true,
+                        reentrant(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved);
+      sb.graph.add_input(sb.graph.last_op(), d_out);
+    }
+    d_x = layer_backward(sb, l, a, d_x, sb.grads[li]);
+    if (checkpointed(sb)) {
+      // The checkpoint's node (reentrant) or frame (non-reentrant) holds its RNG state and the
+      // function's keyword arguments (the mask, position_ids) until its backward is done.
+      const int last = sb.graph.last_op();
+      sb.graph.add_input(last, layers.rng[li]);
+      for (const TensorId t : {sb.hf_model.mask, sb.hf_model.positions})
+        if (t >= 0) sb.graph.add_input(last, t);
+      if (reentrant(sb)) {
+        sb.graph.add_input(last, a.out);
+        sb.graph.add_input(last, d_out);
+      }
+    }
+  }
+  // EmbeddingBackward0: the dense [V, h] e gradient, kept as the table's .grad, or (tied)
+  // added in place into the one lm_head's backward left there.
+  const StepShapes& sh = sb.shapes;
+  const Phase B = Phase::Backward;
+  const Ids reads = {d_x, sb.outer.tokens};
+  if (sb.outer.tied_grad >= 0) {
+    const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, sh.V * sh.h * sh.e, kTr);
+    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = double(sh.n * sh.h)});
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, B, -1, {sb.outer.tied_grad, dense}, {});
+    return;
+  }
+  const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, sh.V * sh.h * sh.e, Category::Grads);
+  sb.grads[static_cast<std::size_t>(embed_group(sh))].push_back(g);
+  sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {g}, {.flops = double(sh.n * sh.h)});
+}
+
+// torch.optim.AdamW's step, then zero_grad(set_to_none=True), which frees every gradient.
+void optimizer_step(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  const int groups = param_groups(s);
+  auto step_op = [&](Name name, Ids inputs, std::int64_t elems, std::int64_t workspace) {
+    OpSpec o;
+    o.name = name;
+    o.kind = OpKind::Optimizer;
+    o.phase = Phase::Optimizer;
+    o.inputs = inputs;
+    o.flops = adamw_flops(elems);
+    o.memory_bytes = adamw_memory_bytes(s, elems);
+    o.workspace_bytes = workspace;
+    sb.graph.raw_op(std::move(o));
+  };
+  if (s.cpu) {
+    for (int g = 0; g < groups; ++g)
+      step_op(sb.group_name(g, "optim.step"), sb.grads[static_cast<std::size_t>(g)], group_params(s, g),
+              adamw_single_tensor_workspace(s, g));
+  } else {
+    std::int64_t all = 0;
+    for (int g = 0; g < groups; ++g) all += group_params(s, g);
+    step_op(step_name("optim.step"), {}, all, adamw_foreach_workspace(s));
+  }
+  for (int g = 0; g < groups; ++g)
+    sb.graph.op(sb.group_name(g, "optim.zero_grad"), Phase::Optimizer, -1, sb.grads[static_cast<std::size_t>(g)], {});
+}
+
+}  // namespace
+
+void build_step(StepBuild& sb) {
+  model_states(sb);
+  Layers layers;
+  const TensorId final_x = forward_layers(sb, model_inputs(sb), layers);
+  const NormActs f = loss_forward(sb, final_x);
+  const TensorId d_x = loss_backward(sb, f);
+  backward_layers(sb, d_x, layers);
+  if (!sb.in.prefix_only) optimizer_step(sb);
+}
+
+}  // namespace longctx::step::hf

@@ -1,0 +1,82 @@
+#pragma once
+// The hf stack's step (stack.h): transformers' decoder layer (hf_layer.cpp) and the model
+// around it, the loss and torch.optim's AdamW (hf_model.cpp), written into the same step
+// graph longctx's own ops are (step_build.h), with the model states of zero.cpp.
+#include "step_build.h"
+
+namespace longctx::step::hf {
+
+inline constexpr Category kAct = Category::Activations;
+inline constexpr Category kTr = Category::Transient;
+inline constexpr Phase kB = Phase::Backward;
+
+// The names of one LlamaRMSNorm call's tensors and ops (string literals: Name keeps the
+// pointer), all but two from its prefix: LONGCTX_HF_NORM_NAMES below.
+struct NormNames {
+  const char *x32, *to_fp32, *variance, *rstd, *stats, *normed32, *scale, *normed, *to_dtype, *out, *weight;
+  const char *normed_grad, *weight_bwd, *normed_grad32, *to_dtype_bwd, *x32_grad, *rstd_grad, *scale_bwd,
+      *variance_grad, *rsqrt_bwd, *square_grad, *mean_bwd, *pow_bwd, *to_fp32_bwd;
+  const char* weight_grad;  // the weight's gradient, a piece of its group's
+  const char* in_grad;      // the input's gradient, as the next op upstream knows it
+};
+#define LONGCTX_HF_NORM_NAMES(P, WEIGHT_GRAD, IN_GRAD)                                                            \
+  NormNames {                                                                                                     \
+    P ".in.fp32", P ".to_fp32", P ".variance", P ".rstd", P ".stats", P ".normed.fp32", P ".scale", P ".normed",   \
+        P ".to_dtype", P ".out", P ".weight", P ".normed.grad", P ".weight.bwd", P ".normed.grad.fp32",           \
+        P ".to_dtype.bwd", P ".in.grad.fp32", P ".rstd.grad", P ".scale.bwd", P ".variance.grad", P ".rsqrt.bwd", \
+        P ".square.grad", P ".mean.bwd", P ".pow.bwd", P ".to_fp32.bwd", WEIGHT_GRAD, IN_GRAD                     \
+  }
+
+// One LlamaRMSNorm call: its rows and width, and its names.
+struct NormSpec {
+  int scope = Name::kNone;  // the layer, or Name::kNone for the final norm
+  int layer = -1;
+  std::int64_t rows = 0, width = 0;
+  NormNames names;
+};
+
+// What a norm's backward reads.
+struct NormActs {
+  TensorId x = -1;     // input [rows, width] e
+  TensorId x32 = -1;   // input in fp32 (x itself in fp32)
+  TensorId rstd = -1;  // [rows] fp32
+  TensorId xr = -1;    // normalized input before the weight, [rows, width] e (fp32 in fp32)
+  TensorId y = -1;     // output [rows, width] e
+};
+
+struct HfLayerActs {
+  TensorId in = -1;
+  NormActs norm1, q_norm, k_norm, norm2;
+  TensorId q = -1, k = -1, v = -1;   // after RoPE (k, v: the cache's copies when it is kept)
+  TensorId k_rep = -1, v_rep = -1;   // eager, or sdpa with a mask: repeated to the query heads
+  TensorId mask = -1;                // sdpa with a mask: the additive mask its backward saves
+  TensorId probs32 = -1, probs = -1;  // eager: softmax output fp32, and cast (bf16)
+  TensorId o = -1;                   // attention output [n, H*d] e
+  TensorId lse = -1;                 // sdpa: [b, H, S] fp32
+  TensorId mid = -1;
+  TensorId gate = -1, act = -1, up = -1, prod = -1;  // [n, I] e each
+  TensorId down = -1;
+  TensorId out = -1;
+  int last_forward_op = -1;
+};
+
+// How a layer's forward runs: plainly (use_cache keeps k/v copies), without a graph as a
+// checkpointed layer's first pass does, or as a recompute (reentrant: the whole layer;
+// non-reentrant: until its last saved tensor, torch.utils.checkpoint's early stop).
+enum class LayerPass { Plain, Checkpointed, RecomputeWhole, RecomputeUntilSaved };
+
+NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                       Ids& grads);
+void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache);
+TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads);
+void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole);
+TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
+HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass);
+// Returns the layer input's gradient; appends the layer's weight gradients to `grads`.
+TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
+
+// The whole step (hf_model.cpp).
+void build_step(StepBuild& sb);
+
+}  // namespace longctx::step::hf

@@ -1,0 +1,121 @@
+"""`--stack hf` held to Hugging Face transformers itself: tiny models of odd shapes trained on
+the CPU for two steps, the second under the PyTorch profiler (profile_memory=True, one
+thread, fp32, torch AdamW), each attention implementation and checkpointing mode. The peak
+and every phase (forward with the loss, backward, optimizer) must be within 1% of the
+prediction, with `compare` adding back what existed before profiling began.
+
+The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
+than hidden/heads, tied embeddings, Qwen3's q/k norms, Qwen2's biases, Mistral); one more
+case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else today's date), so every CI
+run holds a shape nobody tuned against."""
+import datetime
+import os
+import random
+
+import pytest
+
+import longctx
+
+torch = pytest.importorskip("torch")
+transformers = pytest.importorskip("transformers")
+
+TOLERANCE = 0.01
+
+
+def make_config(arch, attention, **shape):
+    kw = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
+              vocab_size=512, attn_implementation=attention)
+    kw.update(shape)
+    configs = {"llama": transformers.LlamaConfig, "qwen2": transformers.Qwen2Config,
+               "qwen3": transformers.Qwen3Config, "mistral": transformers.MistralConfig}
+    return configs[arch](**kw)
+
+
+def profile_second_step(config, seq, checkpointing, mask, trace_path):
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config.max_position_embeddings = max(seq, 64)
+    model = transformers.AutoModelForCausalLM.from_config(config).float()
+    if checkpointing != "none":
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
+    model.train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    ids = torch.randint(0, config.vocab_size, (1, seq))
+    # The Trainer's tokenized batches carry an attention_mask; a bare loop often passes none.
+    inputs = {"input_ids": ids, "labels": ids}
+    if mask:
+        inputs["attention_mask"] = torch.ones_like(ids)
+
+    def step():
+        model(**inputs).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    step()  # AdamW's state exists from here on, as in any step but the first
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    prof.export_chrome_trace(str(trace_path))
+
+
+def check(tmp_path, config, seq, checkpointing, mask=True):
+    trace = tmp_path / "profile.json"
+    profile_second_step(config, seq, checkpointing, mask, trace)
+    knobs = {} if checkpointing == "none" else {"checkpoint": "full"}
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf",
+                        attention=config._attn_implementation,
+                        hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
+                        **knobs)
+    c = longctx.compare(plan, trace)
+    rows = {p["phase"]: p for p in c["phases"]}
+    assert set(rows) == {"forward", "backward", "optimizer"}, c["phases"]
+    report = ", ".join(f"{p}: {r['predicted_bytes']} vs {r['measured_bytes']}" for p, r in rows.items())
+    assert abs(c["error"]) <= TOLERANCE, f"peak {c['predicted_peak_bytes']} vs {c['measured_peak_bytes']} ({report})"
+    for phase, r in rows.items():
+        error = (r["predicted_bytes"] - r["measured_bytes"]) / r["measured_bytes"]
+        assert abs(error) <= TOLERANCE, f"{phase} off by {error:+.2%} ({report})"
+
+
+CASES = [
+    # arch, attention, checkpointing, attention_mask passed, seq, shape beyond the defaults
+    ("llama", "sdpa", "none", True, 256, {}),
+    ("llama", "sdpa", "none", False, 256, {}),
+    ("llama", "sdpa", "non-reentrant", True, 256, {}),
+    ("llama", "sdpa", "non-reentrant", False, 256, {}),
+    ("llama", "sdpa", "reentrant", False, 192, {}),
+    ("llama", "eager", "none", True, 128, {}),
+    ("llama", "eager", "non-reentrant", False, 160, {}),
+    ("llama", "eager", "reentrant", True, 128, {"num_key_value_heads": 4}),
+    ("llama", "sdpa", "reentrant", True, 200, {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3,
+                                                "head_dim": 20, "intermediate_size": 200, "num_hidden_layers": 3}),
+    ("qwen3", "sdpa", "none", True, 256, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen3", "eager", "reentrant", False, 96, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen2", "sdpa", "non-reentrant", True, 256, {}),
+    ("mistral", "sdpa", "none", False, 128, {}),
+]
+
+
+@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,shape", CASES,
+                         ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}" for a, att, c, m, s, _ in CASES])
+def test_hf_stack_matches_transformers(tmp_path, arch, attention, checkpointing, mask, seq, shape):
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask)
+
+
+def drawn_case(seed):
+    rng = random.Random(seed)
+    arch = rng.choice(["llama", "qwen2", "qwen3", "mistral"])
+    kv = rng.choice([1, 2, 3])
+    heads = kv * rng.choice([1, 2, 3])
+    shape = {"num_key_value_heads": kv, "num_attention_heads": heads, "hidden_size": 8 * rng.randint(4, 16),
+             "head_dim": 4 * rng.randint(2, 8), "intermediate_size": 8 * rng.randint(8, 32),
+             "num_hidden_layers": rng.randint(1, 3), "vocab_size": 64 * rng.randint(2, 10)}
+    if arch in ("llama", "qwen3"):
+        shape["tie_word_embeddings"] = rng.random() < 0.5
+    return (arch, rng.choice(["sdpa", "eager"]), rng.choice(["none", "non-reentrant", "reentrant"]), rng.random() < 0.5,
+            32 * rng.randint(2, 8), shape)
+
+
+def test_hf_stack_on_a_drawn_shape(tmp_path):
+    seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
+    arch, attention, checkpointing, mask, seq, shape = drawn_case(seed)
+    print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} {shape}")
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask)

@@ -1,0 +1,123 @@
+// The hf stack's contract beyond what tests/stacks holds against transformers: a plan file
+// keeps its stack, the stack refuses what it cannot express naming the option, the search
+// only turns knobs it has, and the graph keeps what transformers' modules keep where
+// longctx's own runtime keeps less.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/request.h"
+#include "longctx/planner/step_builder.h"
+
+namespace longctx {
+namespace {
+
+PlanRequest hf_request(const std::string& seq) {
+  PlanRequest r;
+  r.cluster.model = "tiny-gqa";
+  r.cluster.gpus = 1;
+  r.cluster.gpu = "cpu";
+  r.cluster.stack = "hf";
+  r.cluster.hf_no_attention_mask = false;
+  r.seq = seq;
+  return r;
+}
+
+TEST(HfStack, APlanFileKeepsItsStack) {
+  PlanRequest r = hf_request("512");
+  r.cluster.attention = "eager";
+  r.cluster.hf_checkpointing = "reentrant";
+  r.knobs.checkpoint = CheckpointPolicy::full();
+  r.no_search = true;
+  const Plan p = answer_plan(r).value().recorded;
+  const Plan back = plan_from_json(plan_to_json(p)).value();
+  EXPECT_EQ(back.train.stack, p.train.stack);
+  EXPECT_EQ(back.train.stack.attention, HfAttention::Eager);
+  EXPECT_EQ(back.train.stack.checkpointing, HfCheckpointing::Reentrant);
+  // A plan file without the key is longctx's.
+  nlohmann::json j = plan_to_json(p);
+  j["train"].erase("stack");
+  EXPECT_EQ(plan_from_json(j).value().train.stack.kind, StackKind::Longctx);
+  j["train"]["stack"] = {{"name", "hf"}, {"attention", "flash"}, {"checkpointing", "reentrant"}};
+  const auto bad = plan_from_json(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "train.stack.attention");
+}
+
+TEST(HfStack, RefusesWhatItCannotExpressNamingTheOption) {
+  const std::pair<const char*, void (*)(PlanRequest&)> cases[] = {
+      {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::Zero3; r.knobs.offload_params = true; }},
+      {"--mlp-tiles", [](PlanRequest& r) { r.knobs.mlp_tiles = 2; }},
+      {"--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},
+      {"--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::every_k(2); }},
+      {"--gpus", [](PlanRequest& r) { r.cluster.gpus = 2; }},
+      {"--grad-dtype", [](PlanRequest& r) { r.cluster.grad_dtype = "bf16"; }},
+  };
+  for (const auto& [field, edit] : cases) {
+    PlanRequest r = hf_request("512");
+    r.no_search = true;
+    edit(r);
+    const auto a = answer_plan(r);
+    ASSERT_FALSE(a.ok()) << field;
+    EXPECT_EQ(a.error().field, field);
+    EXPECT_NE(a.error().message.find("--stack hf"), std::string::npos) << a.error().message;
+  }
+  PlanRequest r = hf_request("512");
+  r.cluster.stack = "longctx";
+  r.cluster.attention = "eager";
+  const auto a = answer_plan(r);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().field, "--attention");
+}
+
+TEST(HfStack, TheSearchTurnsOnlyCheckpointing) {
+  // A budget between the peaks with and without checkpointing: the search must checkpoint.
+  auto peak = [](bool checkpoint) {
+    PlanRequest fixed = hf_request("4K");
+    fixed.no_search = true;
+    if (checkpoint) fixed.knobs.checkpoint = CheckpointPolicy::full();
+    return answer_plan(fixed).value().recorded.prediction.peak_device_bytes;
+  };
+  const std::int64_t with = peak(true), without = peak(false);
+  ASSERT_LT(with, without);
+  PlanRequest r = hf_request("4K");
+  r.cluster.budget = std::to_string((with + without) / 2);
+  const auto a = answer_plan(r);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const Plan& p = a.value().recorded;
+  EXPECT_EQ(p.train.stack.kind, StackKind::HF);
+  EXPECT_TRUE(p.parallel.checkpoint.any());
+  EXPECT_EQ(p.parallel.sharding, Sharding::None);
+  EXPECT_EQ(p.parallel.mlp_tiles, 1);
+  EXPECT_EQ(p.parallel.loss_tiles, 1);
+  EXPECT_EQ(p.train.grad_dtype, p.train.dtype);
+}
+
+// transformers' SwiGLU saves gate, silu(gate), up and their product; its RMSNorm the
+// normalized input besides the output: more than longctx's runtime, and the hf graph says so.
+TEST(HfStack, KeepsWhatTransformersModulesKeep) {
+  PlanRequest r = hf_request("1K");
+  r.no_search = true;
+  Plan p = answer_plan(r).value().recorded;
+  const StepGraph hf = build_step(step_inputs(p));
+  p.train.stack = {};
+  const StepGraph own = build_step(step_inputs(p));
+  auto saved = [](const StepGraph& g, const std::string& prefix) {
+    int count = 0;
+    for (const auto& t : g.tensors())
+      if (t.category == Category::Activations && format(t.name).rfind(prefix, 0) == 0) ++count;
+    return count;
+  };
+  EXPECT_EQ(saved(hf, "layer.0.mlp."), 4);
+  EXPECT_EQ(saved(own, "layer.0.mlp."), 3);
+  EXPECT_GT(evaluate(p).sim.peak_device_bytes, 0);
+  PlanRequest r2 = hf_request("1K");
+  r2.no_search = true;
+  EXPECT_GT(answer_plan(r2).value().evaluation.sim.peak_device_bytes, evaluate(p).sim.peak_device_bytes);
+}
+
+}  // namespace
+}  // namespace longctx
