@@ -4,7 +4,7 @@ thread, fp32, torch AdamW), each attention implementation and checkpointing mode
 and every phase (forward with the loss, backward, optimizer) must be within 1% of the
 prediction, with `compare` adding back what existed before profiling began.
 
-The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
+bf16 cases hold the casts (RMSNorm's fp32 copies, the loss's upcast). The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
 than hidden/heads, tied embeddings, Qwen3's q/k norms, Qwen2's biases, Mistral); one more
 case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else today's date), so every CI
 run holds a shape nobody tuned against."""
@@ -31,16 +31,16 @@ def make_config(arch, attention, **shape):
     return configs[arch](**kw)
 
 
-def profile_second_step(config, seq, checkpointing, mask, trace_path):
+def profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace_path):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config.max_position_embeddings = max(seq, 64)
-    model = transformers.AutoModelForCausalLM.from_config(config).float()
+    model = transformers.AutoModelForCausalLM.from_config(config).to(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
     if checkpointing != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
-    ids = torch.randint(0, config.vocab_size, (1, seq))
+    ids = torch.randint(0, config.vocab_size, (batch, seq))
     # The Trainer's tokenized batches carry an attention_mask; a bare loop often passes none.
     inputs = {"input_ids": ids, "labels": ids}
     if mask:
@@ -57,11 +57,11 @@ def profile_second_step(config, seq, checkpointing, mask, trace_path):
     prof.export_chrome_trace(str(trace_path))
 
 
-def check(tmp_path, config, seq, checkpointing, mask=True):
+def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32"):
     trace = tmp_path / "profile.json"
-    profile_second_step(config, seq, checkpointing, mask, trace)
-    knobs = {} if checkpointing == "none" else {"checkpoint": "full"}
-    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf",
+    profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace)
+    knobs = {"micro_batch": batch} if checkpointing == "none" else {"micro_batch": batch, "checkpoint": "full"}
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf", dtype=dtype,
                         attention=config._attn_implementation,
                         hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
                         **knobs)
@@ -76,28 +76,43 @@ def check(tmp_path, config, seq, checkpointing, mask=True):
 
 
 CASES = [
-    # arch, attention, checkpointing, attention_mask passed, seq, shape beyond the defaults
-    ("llama", "sdpa", "none", True, 256, {}),
-    ("llama", "sdpa", "none", False, 256, {}),
-    ("llama", "sdpa", "non-reentrant", True, 256, {}),
-    ("llama", "sdpa", "non-reentrant", False, 256, {}),
-    ("llama", "sdpa", "reentrant", False, 192, {}),
-    ("llama", "eager", "none", True, 128, {}),
-    ("llama", "eager", "non-reentrant", False, 160, {}),
-    ("llama", "eager", "reentrant", True, 128, {"num_key_value_heads": 4}),
-    ("llama", "sdpa", "reentrant", True, 200, {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3,
-                                                "head_dim": 20, "intermediate_size": 200, "num_hidden_layers": 3}),
-    ("qwen3", "sdpa", "none", True, 256, {"head_dim": 24, "tie_word_embeddings": True}),
-    ("qwen3", "eager", "reentrant", False, 96, {"head_dim": 24, "tie_word_embeddings": True}),
-    ("qwen2", "sdpa", "non-reentrant", True, 256, {}),
-    ("mistral", "sdpa", "none", False, 128, {}),
+    # arch, attention, checkpointing, attention_mask passed, seq, micro-batch, shape beyond the defaults
+    ("llama", "sdpa", "none", True, 256, 1, {}),
+    ("llama", "sdpa", "none", False, 128, 2, {}),
+    ("llama", "sdpa", "non-reentrant", True, 256, 1, {}),
+    ("llama", "sdpa", "non-reentrant", False, 256, 1, {}),
+    ("llama", "sdpa", "reentrant", False, 192, 1, {}),
+    ("llama", "eager", "none", True, 128, 1, {}),
+    ("llama", "eager", "non-reentrant", False, 160, 1, {}),
+    ("llama", "eager", "reentrant", True, 128, 1, {"num_key_value_heads": 4}),
+    ("llama", "sdpa", "reentrant", True, 200, 1, {"hidden_size": 96, "num_attention_heads": 6, "num_key_value_heads": 3,
+                                                   "head_dim": 20, "intermediate_size": 200, "num_hidden_layers": 3}),
+    ("qwen3", "sdpa", "none", True, 256, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen3", "eager", "reentrant", False, 96, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen3", "eager", "reentrant", True, 64, 3, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen2", "sdpa", "non-reentrant", True, 256, 1, {}),
+    ("mistral", "sdpa", "none", False, 128, 1, {}),
 ]
 
 
-@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,shape", CASES,
-                         ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}" for a, att, c, m, s, _ in CASES])
-def test_hf_stack_matches_transformers(tmp_path, arch, attention, checkpointing, mask, seq, shape):
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask)
+@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,batch,shape", CASES,
+                         ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}x{b}" for a, att, c, m, s, b, _ in CASES])
+def test_hf_stack_matches_transformers(tmp_path, arch, attention, checkpointing, mask, seq, batch, shape):
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch)
+
+
+# bf16 weights, as a pure-bf16 run keeps them (torch AdamW's moments in bf16 too).
+BF16_CASES = [
+    ("llama", "sdpa", "none", True, 256, 1, {}),
+    ("llama", "eager", "non-reentrant", False, 128, 1, {}),
+    ("qwen3", "sdpa", "reentrant", True, 128, 2, {"head_dim": 24, "tie_word_embeddings": True}),
+]
+
+
+@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,batch,shape", BF16_CASES,
+                         ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}x{b}-bf16" for a, att, c, m, s, b, _ in BF16_CASES])
+def test_hf_stack_matches_transformers_in_bf16(tmp_path, arch, attention, checkpointing, mask, seq, batch, shape):
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, "bf16")
 
 
 def drawn_case(seed):
@@ -111,11 +126,11 @@ def drawn_case(seed):
     if arch in ("llama", "qwen3"):
         shape["tie_word_embeddings"] = rng.random() < 0.5
     return (arch, rng.choice(["sdpa", "eager"]), rng.choice(["none", "non-reentrant", "reentrant"]), rng.random() < 0.5,
-            32 * rng.randint(2, 8), shape)
+            32 * rng.randint(2, 8), rng.choice([1, 1, 2, 3]), shape)
 
 
 def test_hf_stack_on_a_drawn_shape(tmp_path):
     seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
-    arch, attention, checkpointing, mask, seq, shape = drawn_case(seed)
-    print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} {shape}")
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask)
+    arch, attention, checkpointing, mask, seq, batch, shape = drawn_case(seed)
+    print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} x {batch} {shape}")
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch)

@@ -6,10 +6,11 @@
 
 namespace longctx::footprint::hf {
 
-std::int64_t rope_table_bytes(const StepShapes& s) { return s.b * s.S * s.d * s.e; }
+// position_ids is cache_position.unsqueeze(0), [1, S]: the tables are one sample's whatever b.
+std::int64_t rope_table_bytes(const StepShapes& s) { return s.S * s.d * s.e; }
 
 std::int64_t rope_tables_workspace(const StepShapes& s) {
-  const std::int64_t positions = s.b * s.S * 4, freqs = s.b * s.S * (s.d / 2) * 4, table32 = s.b * s.S * s.d * 4;
+  const std::int64_t positions = s.S * 4, freqs = s.S * (s.d / 2) * 4, table32 = s.S * s.d * 4;
   // emb, and one unscaled cos (fp32) or both fp32 tables before the cast (bf16)
   return positions + freqs + table32 + (s.e == 4 ? table32 : 2 * table32);
 }

@@ -115,8 +115,9 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x) {
   // LlamaModel.forward returns here: its cache_position and causal mask go.
   sb.graph.add_input(sb.graph.last_op(), m.positions);
   if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
-  TensorId logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
-  sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
+  const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
+  sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {model_logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
+  TensorId logits = model_logits;
   if (s.e != 4) {
     const TensorId up = sb.graph.tensor(step_name("loss.logits.fp32"), s.n * s.V * 4, kTr);
     sb.graph.op(step_name("loss.logits.float"), L, -1, {logits}, {up});
@@ -126,7 +127,8 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x) {
   sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
   o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, kAct);
   sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
-  sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, labels}, {});
+  // The model's output holds its logits until it is dropped, after the loss.
+  sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, labels, model_logits}, {});
   // The model's output is dropped: its cache lets go of each layer's k/v copies (those no
   // backward saved go now).
   for (std::size_t i = 0; i + 1 < m.cache.size(); i += 2)

@@ -11,11 +11,12 @@
 namespace longctx::footprint::hf {
 
 // ---- LlamaRotaryEmbedding.forward, once per model forward -------------------------------
-// cos and sin [b, S, d] e each: `emb.cos() * attention_scaling`, cast to the model's dtype.
+// cos and sin [1, S, d] e each: `emb.cos() * attention_scaling`, cast to the model's dtype
+// (position_ids is cache_position.unsqueeze(0): one row whatever the batch).
 std::int64_t rope_table_bytes(const StepShapes& s);
-// Beside them while they are made: position_ids as float [b, 1, S] fp32, freqs = inv_freq @
-// positions [b, S, d/2] fp32, emb = cat(freqs, freqs) [b, S, d] fp32, and cos() before its
-// scaling [b, S, d] fp32; in bf16 the fp32 cos and sin both, before `.to(x.dtype)`.
+// Beside them while they are made: position_ids as float [1, 1, S] fp32, freqs = inv_freq @
+// positions [1, S, d/2] fp32, emb = cat(freqs, freqs) [1, S, d] fp32, and cos() before its
+// scaling [1, S, d] fp32; in bf16 the fp32 cos and sin both, before `.to(x.dtype)`.
 std::int64_t rope_tables_workspace(const StepShapes& s);
 
 // ---- LlamaRMSNorm over `rows` rows of `width` --------------------------------------------
