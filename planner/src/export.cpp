@@ -116,6 +116,12 @@ Result<Stack> parse_stack(const std::string& text, const std::string& field) {
 }
 
 Result<bool> check_expressible(const Plan& p, Stack stack) {
+  // A plan of the hf stack predicts transformers run alone, in one process: its files are
+  // transformers', and DeepSpeed's or ArcticTraining's would run a step it did not predict.
+  if (p.train.stack.kind == StackKind::HF && stack != Stack::HF)
+    return Error::bad_input("--stack", fmt::format("the plan predicts transformers alone (train.stack hf); export it with "
+                                                   "--stack hf, or re-plan with --stack longctx for --stack {}",
+                                                   stack_name(stack)));
   for (const Refusal& r : refusals()) {
     if (!r.applies(p.parallel)) continue;
     for (Stack s : r.refused_by)
@@ -220,8 +226,20 @@ StackConfig hf_training_arguments(const Plan& p) {
   // Under FSDP the Trainer checkpoints through fsdp_config.activation_checkpointing (and
   // refuses both at once): gradient_checkpointing would add an all-gather in backward.
   j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
-  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", false}};
+  // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
+  // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
+  const bool hf_plan = p.train.stack.kind == StackKind::HF;
+  const bool reentrant = hf_plan && p.train.stack.checkpointing == HfCheckpointing::Reentrant;
+  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  if (hf_plan) {
+    // One process, no DeepSpeed: what the hf stack predicted. The attention implementation
+    // is chosen where the model is loaded, which TrainingArguments has no key for.
+    c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
+                                           to_string(p.train.stack.attention),
+                                           p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
+    return c;
+  }
   if (par.loss_tiles > 1) {
     j["use_liger_kernel"] = true;
     c.approximations.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy "
@@ -254,6 +272,10 @@ StackConfig accelerate_config(const Plan& p) {
   j["rdzv_backend"] = "static";
   j["same_network"] = true;
   j["use_cpu"] = false;
+  if (p.train.stack.kind == StackKind::HF) {
+    j["distributed_type"] = "NO";  // the hf stack is one process
+    return c;
+  }
   if (hf_uses_fsdp2(p)) {
     j["distributed_type"] = "FSDP";
     // accelerate/commands/config/cluster.py's fsdp_config questions; FSDP2's CPU offload moves
@@ -315,7 +337,8 @@ Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
       take(accel);
       out.files[kTrainingArgumentsFile] = dump_json(args.value);
       out.files[kAccelerateConfigFile] = to_yaml(accel.value, header);
-      if (!hf_uses_fsdp2(p)) out.files[kDeepSpeedConfigFile] = dump_json(deepspeed_config(p, stack).value);
+      if (!hf_uses_fsdp2(p) && p.train.stack.kind != StackKind::HF)
+        out.files[kDeepSpeedConfigFile] = dump_json(deepspeed_config(p, stack).value);
       break;
     }
   }

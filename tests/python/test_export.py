@@ -109,7 +109,7 @@ args = json.load(open("training_args.json"))
 try:
     import deepspeed  # noqa: F401
 except ImportError:
-    del args["deepspeed"]
+    args.pop("deepspeed", None)
 built = transformers.TrainingArguments(**args, use_cpu=True, report_to=[])
 ds = built.hf_deepspeed_config.config if built.deepspeed else None
 print(json.dumps({k: getattr(built, k) for k in ("gradient_checkpointing", "gradient_checkpointing_kwargs",
@@ -180,6 +180,29 @@ def test_hf_uses_fsdp2_for_plain_zero3(tmp_path):
     assert not built["gradient_checkpointing"]
     accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
     assert accel.distributed_type == "FSDP" and accel.fsdp_config["fsdp_version"] == 2
+
+
+def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):
+    """A plan of `--stack hf` predicted one process of transformers with the checkpoint
+    implementation it names: its files say exactly that, and no other stack takes it."""
+    pytest.importorskip("transformers")
+    config_args = pytest.importorskip("accelerate.commands.config.config_args")
+    plan = tmp_path / "hf_plan.json"
+    cli("plan", "--model", "llama-3.2-1b", "--gpus", "1", "--seq", "8192", "--no-search", "--budget", "1TiB", "--stack", "hf",
+        "--attention", "eager", "--checkpoint", "full", "--hf-checkpointing", "reentrant", "-o", str(plan))
+    out = tmp_path / "hf"
+    run = export(plan, "hf", out)
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "training_args.json"]
+    assert 'attn_implementation="eager"' in run.stdout + run.stderr
+    args = json.loads((out / "training_args.json").read_text())
+    assert "deepspeed" not in args and args["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    built = construct_training_arguments(out)
+    assert built["gradient_checkpointing"] and built["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
+    accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
+    assert accel.distributed_type == "NO" and accel.num_processes == 1
+    for other in ("deepspeed", "arctic"):
+        refused = cli("export", str(plan), "--stack", other, check=False)
+        assert refused.returncode == 2 and "--stack" in refused.stderr and "train.stack hf" in refused.stderr
 
 
 def test_knobs_a_stack_cannot_run_exit_2_naming_knob_and_stack(tmp_path):
