@@ -34,6 +34,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
   app.add_option("--attention", o.attention, "--stack hf: transformers' attn_implementation, sdpa (default) or eager");
   app.add_option("--hf-checkpointing", o.hf_checkpointing,
                  "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
+  app.add_option("--hf-optimizer", o.hf_optimizer,
+                 "--stack hf: the Trainer's optim, adamw_torch_fused (its default) or adamw_torch");
   app.add_flag("--hf-no-attention-mask", o.hf_no_attention_mask,
                "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)");
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");

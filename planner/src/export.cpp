@@ -229,6 +229,7 @@ StackConfig hf_training_arguments(const Plan& p) {
   // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
   // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
   const bool hf_plan = p.train.stack.kind == StackKind::HF;
+  if (hf_plan) j["optim"] = to_string(p.train.stack.optimizer);
   const bool reentrant = hf_plan && p.train.stack.checkpointing == HfCheckpointing::Reentrant;
   if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);

@@ -62,7 +62,8 @@ nlohmann::json plan_to_json(const Plan& p) {
     train["stack"] = {{"name", to_string(p.train.stack.kind)},
                       {"attention", to_string(p.train.stack.attention)},
                       {"checkpointing", to_string(p.train.stack.checkpointing)},
-                      {"attention_mask", p.train.stack.attention_mask}};
+                      {"attention_mask", p.train.stack.attention_mask},
+                      {"optimizer", to_string(p.train.stack.optimizer)}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
   train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
@@ -148,6 +149,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(auto checkpointing, get_string(stack, "train.stack", "checkpointing"));
     LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(checkpointing, "train.stack.checkpointing"));
     LONGCTX_TRY(p.train.stack.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
+    LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
+    LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
   }
 
   LONGCTX_TRY(auto par, get_object(j, "", "parallel"));

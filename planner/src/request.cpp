@@ -59,10 +59,16 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   }
   LONGCTX_TRY(p.train.stack.kind, parse_stack_kind(o.stack, "--stack"));
   const bool hf = p.train.stack.kind == StackKind::HF;
-  if (!hf && !(o.attention.empty() && o.hf_checkpointing.empty() && !o.hf_no_attention_mask))
-    return Error::bad_input(!o.attention.empty() ? "--attention" : !o.hf_checkpointing.empty() ? "--hf-checkpointing"
-                                                                                                 : "--hf-no-attention-mask",
-                            "describes how transformers runs the step; it needs --stack hf");
+  const char* hf_flag = !o.attention.empty()          ? "--attention"
+                        : !o.hf_checkpointing.empty()   ? "--hf-checkpointing"
+                        : !o.hf_optimizer.empty()       ? "--hf-optimizer"
+                        : o.hf_no_attention_mask        ? "--hf-no-attention-mask"
+                                                        : nullptr;
+  if (!hf && hf_flag != nullptr)
+    return Error::bad_input(hf_flag, "describes how transformers runs the step; it needs --stack hf");
+  if (!o.hf_optimizer.empty()) {
+    LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(o.hf_optimizer, "--hf-optimizer"));
+  }
   p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
     LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));

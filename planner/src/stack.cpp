@@ -7,6 +7,7 @@ namespace longctx {
 std::string to_string(StackKind k) { return k == StackKind::HF ? "hf" : "longctx"; }
 std::string to_string(HfAttention a) { return a == HfAttention::Eager ? "eager" : "sdpa"; }
 std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
+std::string to_string(HfOptimizer o) { return o == HfOptimizer::AdamWTorch ? "adamw_torch" : "adamw_torch_fused"; }
 
 namespace {
 
@@ -38,10 +39,15 @@ Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const st
   return parse_word(text, field, kAll, "non-reentrant, reentrant");
 }
 
+Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field) {
+  static constexpr HfOptimizer kAll[] = {HfOptimizer::AdamWTorchFused, HfOptimizer::AdamWTorch};
+  return parse_word(text, field, kAll, "adamw_torch_fused, adamw_torch");
+}
+
 std::string describe(const StackSpec& s) {
   if (s.kind == StackKind::Longctx) return "longctx";
-  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {})", to_string(s.attention),
-                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed");
+  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {})", to_string(s.attention),
+                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer));
 }
 
 }  // namespace longctx

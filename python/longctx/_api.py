@@ -85,7 +85,8 @@ def _bytes_text(value: Union[int, str, None]) -> str:
 
 def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, dtype, grad_dtype,
              gpus_per_node, expandable_segments: bool = False, stack: str = "longctx", attention: Optional[str] = None,
-             hf_checkpointing: Optional[str] = None, hf_attention_mask: bool = True) -> "_core.ClusterRequest":
+             hf_checkpointing: Optional[str] = None, hf_attention_mask: bool = True,
+             hf_optimizer: Optional[str] = None) -> "_core.ClusterRequest":
     args = _core.ClusterRequest()
     _model_args(model, args)
     if isinstance(gpus, bool) or not isinstance(gpus, int):
@@ -101,7 +102,8 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
     if not isinstance(expandable_segments, bool):
         raise BadInput("expandable_segments", f"{expandable_segments!r} is not True or False")
     args.expandable_segments = expandable_segments
-    for name, value in (("stack", stack), ("attention", attention), ("hf_checkpointing", hf_checkpointing)):
+    for name, value in (("stack", stack), ("attention", attention), ("hf_checkpointing", hf_checkpointing),
+                        ("hf_optimizer", hf_optimizer)):
         if value is not None and not isinstance(value, str):
             raise BadInput(name, f"{value!r} is not a string")
     args.stack = stack
@@ -110,6 +112,7 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
     if not isinstance(hf_attention_mask, bool):
         raise BadInput("hf_attention_mask", f"{hf_attention_mask!r} is not True or False")
     args.hf_no_attention_mask = not hf_attention_mask
+    args.hf_optimizer = hf_optimizer or ""
     return args
 
 
@@ -218,14 +221,15 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
                 dtype: Optional[str] = None, grad_dtype: Optional[str] = None, gpus_per_node: Optional[int] = None,
                 ladder: bool = True, expandable_segments: bool = False, stack: str = "longctx",
                 attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
-                hf_attention_mask: bool = True) -> MaxContext:
+                hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None) -> MaxContext:
     """The longest context `model` trains on `gpus` GPUs with the allowed techniques
     (``longctx max-context``). ``stack="hf"`` predicts transformers' modeling code with torch
     AdamW (``attention``: "sdpa" or "eager"; ``hf_checkpointing``: "non-reentrant" or
     "reentrant"; ``hf_attention_mask``: whether batches carry an attention_mask, as the
-    Trainer's do). Raises BadInput, or NoFit when nothing fits at all."""
+    Trainer's do; ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or
+    "adamw_torch"). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask)
+                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer)
     j = json.loads(_answer(_core.max_context(args, ladder)))
     return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
                       Plan(j["plan"]), list(j.get("ladder", [])), j)
@@ -236,15 +240,15 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
          host_mem: Union[int, str, None] = None, dtype: Optional[str] = None, grad_dtype: Optional[str] = None,
          gpus_per_node: Optional[int] = None, no_search: bool = False, expandable_segments: bool = False,
          stack: str = "longctx", attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
-         hf_attention_mask: bool = True, **knobs: Any) -> Plan:
+         hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None, **knobs: Any) -> Plan:
     """The fastest plan that fits `seq` tokens (``longctx plan``). Keyword knobs are fixed
     (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
     the others searched; with ``no_search=True`` the others are at none/1/0/off.
-    ``stack``, ``attention``, ``hf_checkpointing`` and ``hf_attention_mask`` as for
-    :func:`max_context`.
+    ``stack``, ``attention``, ``hf_checkpointing``, ``hf_attention_mask`` and ``hf_optimizer``
+    as for :func:`max_context`.
     Raises BadInput, or NoFit when no plan fits."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask)
+                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer)
     fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in knobs.items()}
     return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
 

@@ -31,7 +31,7 @@ def make_config(arch, attention, **shape):
     return configs[arch](**kw)
 
 
-def profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace_path):
+def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, trace_path):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config.max_position_embeddings = max(seq, 64)
@@ -39,7 +39,8 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace_pa
     if checkpointing != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
     model.train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
+    # The Trainer's `optim`: adamw_torch_fused (its default) or adamw_torch (torch's defaults).
+    optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=optimizer == "adamw_torch_fused" or None)
     ids = torch.randint(0, config.vocab_size, (batch, seq))
     # The Trainer's tokenized batches carry an attention_mask; a bare loop often passes none.
     inputs = {"input_ids": ids, "labels": ids}
@@ -57,14 +58,14 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace_pa
     prof.export_chrome_trace(str(trace_path))
 
 
-def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32"):
+def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32", optimizer="adamw_torch_fused"):
     trace = tmp_path / "profile.json"
-    profile_second_step(config, seq, batch, checkpointing, mask, dtype, trace)
+    profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, trace)
     knobs = {"micro_batch": batch} if checkpointing == "none" else {"micro_batch": batch, "checkpoint": "full"}
     plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf", dtype=dtype,
                         attention=config._attn_implementation,
                         hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
-                        **knobs)
+                        hf_optimizer=optimizer, **knobs)
     c = longctx.compare(plan, trace)
     rows = {p["phase"]: p for p in c["phases"]}
     assert set(rows) == {"forward", "backward", "optimizer"}, c["phases"]
@@ -98,7 +99,9 @@ CASES = [
 @pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,batch,shape", CASES,
                          ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}x{b}" for a, att, c, m, s, b, _ in CASES])
 def test_hf_stack_matches_transformers(tmp_path, arch, attention, checkpointing, mask, seq, batch, shape):
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch)
+    # Every other case with torch's plain AdamW: both optimizers are held.
+    optimizer = "adamw_torch" if CASES.index((arch, attention, checkpointing, mask, seq, batch, shape)) % 2 else "adamw_torch_fused"
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, optimizer=optimizer)
 
 
 # bf16 weights, as a pure-bf16 run keeps them (torch AdamW's moments in bf16 too).
@@ -133,4 +136,5 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
     seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
     arch, attention, checkpointing, mask, seq, batch, shape = drawn_case(seed)
     print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} x {batch} {shape}")
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch)
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch,
+          optimizer=random.Random(seed).choice(["adamw_torch_fused", "adamw_torch"]))

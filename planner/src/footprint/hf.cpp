@@ -41,9 +41,10 @@ std::int64_t shifted_labels_bytes(const StepShapes& s) { return s.b * (s.S + 1) 
 
 std::int64_t checkpoint_rng_state_bytes(const StepShapes& s) { return s.cpu ? 5056 : 0; }
 
-std::int64_t adamw_state_bytes(const StepShapes& s, int group) {
+std::int64_t adamw_state_bytes(const StepShapes& s, int group, bool fused) {
   const ParamSizes sizes = param_sizes(s, group);
-  return 2 * group_params(s, group) * s.e + 4 * std::int64_t(sizes.size());
+  const bool device_steps = fused || s.cpu;
+  return 2 * group_params(s, group) * s.e + (device_steps ? 4 * std::int64_t(sizes.size()) : 0);
 }
 
 std::int64_t adamw_single_tensor_workspace(const StepShapes& s, int group) {

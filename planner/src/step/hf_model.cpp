@@ -4,8 +4,9 @@
 // the model's output, with its logits and cache, is dropped before backward):
 // LlamaModel.forward (embedding, cache_position, the causal mask, LlamaRotaryEmbedding, the
 // layers, the final norm), LlamaForCausalLM's lm_head and ForCausalLMLoss
-// (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py,
-// _single_tensor_adamw on the CPU, _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
+// (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py:
+// _fused_adamw, the Trainer's default; or _single_tensor_adamw on the CPU and
+// _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
 #include "hf_step.h"
 
 #include "longctx/planner/footprint/hf.h"
@@ -31,7 +32,9 @@ void model_states(StepBuild& sb) {
     sb.params[static_cast<std::size_t>(g)] =
         sb.graph.persistent(sb.group_name(g, "params"), group_params(s, g) * s.e, Category::Params, Place::Device);
     // exp_avg, exp_avg_sq [group_params] e and a scalar fp32 `step` per parameter tensor
-    sb.graph.persistent(sb.group_name(g, "optim.state"), adamw_state_bytes(s, g), Category::Optimizer, Place::Device);
+    sb.graph.persistent(sb.group_name(g, "optim.state"),
+                        adamw_state_bytes(s, g, sb.in.train.stack.optimizer == HfOptimizer::AdamWTorchFused),
+                        Category::Optimizer, Place::Device);
   }
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
@@ -222,14 +225,16 @@ void optimizer_step(StepBuild& sb) {
     o.workspace_bytes = workspace;
     sb.graph.raw_op(std::move(o));
   };
-  if (s.cpu) {
+  const bool fused = sb.in.train.stack.optimizer == HfOptimizer::AdamWTorchFused;
+  if (s.cpu && !fused) {
     for (int g = 0; g < groups; ++g)
       step_op(sb.group_name(g, "optim.step"), sb.grads[static_cast<std::size_t>(g)], group_params(s, g),
               adamw_single_tensor_workspace(s, g));
   } else {
     std::int64_t all = 0;
     for (int g = 0; g < groups; ++g) all += group_params(s, g);
-    step_op(step_name("optim.step"), {}, all, adamw_foreach_workspace(s));
+    // _fused_adamw: one kernel over every parameter, no temporaries; else _multi_tensor_adamw.
+    step_op(step_name("optim.step"), {}, all, fused ? 0 : adamw_foreach_workspace(s));
   }
   for (int g = 0; g < groups; ++g)
     sb.graph.op(sb.group_name(g, "optim.zero_grad"), Phase::Optimizer, -1, sb.grads[static_cast<std::size_t>(g)], {});

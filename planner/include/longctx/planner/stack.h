@@ -23,6 +23,10 @@ enum class HfAttention { Sdpa, Eager };
 // implementations, which hold different tensors while a layer is recomputed.
 enum class HfCheckpointing { NonReentrant, Reentrant };
 
+// The Trainer's `optim`: torch.optim.AdamW fused (its default from torch 2.8: one kernel, no
+// temporaries) or plain (`adamw_torch`: a parameter at a time on the CPU, foreach on CUDA).
+enum class HfOptimizer { AdamWTorchFused, AdamWTorch };
+
 struct StackSpec {
   StackKind kind = StackKind::Longctx;
   HfAttention attention = HfAttention::Sdpa;           // hf only
@@ -31,16 +35,19 @@ struct StackSpec {
   // tokenized batches do. Without one and without a cache (checkpointing), transformers
   // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/src/step/hf_model.cpp).
   bool attention_mask = true;
+  HfOptimizer optimizer = HfOptimizer::AdamWTorchFused;  // hf only
   bool operator==(const StackSpec&) const = default;
 };
 
 std::string to_string(StackKind k);        // "longctx", "hf"
 std::string to_string(HfAttention a);      // "sdpa", "eager"
 std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
+std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"
 // Each error names `field` and lists the words it takes.
 Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field);
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field);
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field);
+Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field);
 
 // "longctx", or "hf (sdpa attention, non-reentrant checkpointing, attention_mask passed)".
 std::string describe(const StackSpec& s);

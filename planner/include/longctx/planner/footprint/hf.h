@@ -66,8 +66,9 @@ std::int64_t checkpoint_rng_state_bytes(const StepShapes& s);
 
 // ---- torch.optim.AdamW -------------------------------------------------------------------
 // State per parameter tensor: exp_avg and exp_avg_sq in the parameter's dtype, and `step`, a
-// scalar fp32 tensor (on the CPU, whatever the parameters' device).
-std::int64_t adamw_state_bytes(const StepShapes& s, int group);
+// scalar fp32 tensor: on the parameter's device when fused, else on the CPU (device bytes
+// only on the CPU virtual device).
+std::int64_t adamw_state_bytes(const StepShapes& s, int group, bool fused);
 // Scratch of one group's update on the CPU, where torch.optim picks no foreach kernels
 // (_single_tensor_adamw): a parameter at a time, `exp_avg_sq.sqrt()` and its quotient by the
 // bias correction [elems] e each, the group's largest parameter's.
