@@ -2,6 +2,7 @@
 
 #include <algorithm>
 
+#include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/zero.h"
 
 namespace longctx::footprint::hf {
@@ -28,6 +29,11 @@ std::int64_t norm_rsqrt_backward_workspace(std::int64_t rows) { return 2 * rows 
 std::int64_t norm_pow_backward_workspace(std::int64_t rows, std::int64_t width) { return 3 * rows * width * 4; }
 
 std::int64_t rope_workspace(const StepShapes& s, std::int64_t heads) { return 2 * s.n * heads * s.d * s.e; }
+
+std::int64_t sdpa_backward_workspace(const StepShapes& s) {
+  const std::int64_t expanded = !s.cpu && s.H != s.K ? 2 * s.n * s.H * s.d * s.e : 0;
+  return flash_backward_scratch(s, s.H) + expanded;
+}
 
 std::int64_t eager_scores_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * s.e; }
 std::int64_t eager_probs_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * 4; }

@@ -289,7 +289,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     Ids reads = {d_o, a.q, repeated ? a.k_rep : a.k, repeated ? a.v_rep : a.v, a.o, a.lse};
     if (a.mask >= 0) reads.push_back(a.mask);
     sb.graph.op(layer_name(l, "attn.sdpa.bwd"), kB, l, reads, {dq, dk, dv},
-                {.workspace = flash_backward_scratch(s, s.H), .flops = 2.5 * flops, .kind = OpKind::Attention});
+                {.workspace = sdpa_backward_workspace(s), .flops = 2.5 * flops, .kind = OpKind::Attention});
     if (repeated) {  // repeat_kv's ExpandBackward0: v's gradient summed over each group, then k's
       const TensorId dv_sum = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * kw * s.e, kTr);
       sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {dv}, {dv_sum});

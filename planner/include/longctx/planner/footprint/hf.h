@@ -41,6 +41,13 @@ std::int64_t norm_pow_backward_workspace(std::int64_t rows, std::int64_t width);
 // path's gradient and the two slice gradients of rotate_half, at most two beside the output.
 std::int64_t rope_workspace(const StepShapes& s, std::int64_t heads);
 
+// ---- sdpa ---------------------------------------------------------------------------------
+// Backward scratch of scaled_dot_product_attention's flash kernel: the CPU kernel's block
+// buffers (attention.h, flash_backward_scratch); on CUDA its dq accumulator and row sums,
+// and under GQA the gradients of k and v over the query heads before their sum over each
+// group, dk_expanded and dv_expanded [b, S, H, d] e (flash_attn/flash_api.cpp, mha_bwd).
+std::int64_t sdpa_backward_workspace(const StepShapes& s);
+
 // ---- eager_attention_forward --------------------------------------------------------------
 // The [b, H, S, S] scores in the model's dtype, and the softmax's fp32 output.
 std::int64_t eager_scores_bytes(const StepShapes& s);
