@@ -5,7 +5,7 @@ steps (the second by default: see ``step``) it measures the peak of allocated me
 loss), backward, and the optimizer step — and at the end of that step reports them beside the
 plan's predicted peaks for the same phases::
 
-    plan = longctx.plan(model.config, gpus=1, seq=4096, gpu="cpu")
+    plan = longctx.plan(model.config, gpus=1, seq=4096, gpu="cpu", stack="hf")
     trainer = Trainer(model=model, args=args, train_dataset=data,
                       callbacks=[longctx.hf.MemoryReportCallback(plan)])
 
@@ -15,9 +15,10 @@ counts only what is allocated while it profiles (c10's ProfiledCPUMemoryReporter
 tensors alive before the step starts — parameters, buffers, gradients, optimizer states —
 are added as a measured baseline, each storage once.
 
-The plan predicts longctx's own runtime. Where Hugging Face's modules keep more (its SwiGLU
-and RMSNorm save more activations, eager attention keeps the softmax), the measured figure
-is above the prediction: the report shows both, it does not hide the difference.
+Plan with ``stack="hf"``: the plan then predicts transformers' own step with the Trainer's
+default optimizer (docs/stacks.md). A plan of longctx's own runtime predicts less than
+Hugging Face's modules keep (its SwiGLU and RMSNorm save more activations, eager attention
+keeps the softmax): the report shows both, it does not hide the difference.
 """
 from __future__ import annotations
 

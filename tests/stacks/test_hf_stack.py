@@ -138,3 +138,47 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
     print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} x {batch} {shape}")
     check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch,
           optimizer=random.Random(seed).choice(["adamw_torch_fused", "adamw_torch"]))
+
+
+class TokenizedBatches(torch.utils.data.Dataset):
+    """What a tokenized dataset hands the Trainer: ids, an all-ones attention_mask, labels."""
+
+    def __init__(self, vocab, seq, n):
+        g = torch.Generator().manual_seed(0)
+        self.ids = torch.randint(0, vocab, (n, seq), generator=g)
+
+    def __len__(self):
+        return len(self.ids)
+
+    def __getitem__(self, i):
+        return {"input_ids": self.ids[i], "attention_mask": torch.ones_like(self.ids[i]), "labels": self.ids[i]}
+
+
+@pytest.mark.parametrize("checkpointing", ["none", "non-reentrant", "reentrant"])
+def test_the_trainers_step_is_the_one_predicted(tmp_path, checkpointing):
+    """transformers.Trainer with its defaults (adamw_torch_fused from torch 2.8), measured by
+    longctx's own callback (longctx.hf.MemoryReportCallback): the step the hf stack models
+    is the Trainer's, phase by phase."""
+    from longctx.hf import MemoryReportCallback
+
+    seq = 256
+    torch.manual_seed(0)
+    torch.set_num_threads(1)
+    config = make_config("llama", "sdpa", max_position_embeddings=seq)
+    model = transformers.LlamaForCausalLM(config)
+    knobs = {} if checkpointing == "none" else {"checkpoint": "full"}
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf",
+                        hf_checkpointing=None if checkpointing == "none" else checkpointing, **knobs)
+    callback = MemoryReportCallback(plan, report_to=lambda text: None)
+    args = transformers.TrainingArguments(
+        output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=3, report_to=[], use_cpu=True,
+        save_strategy="no", logging_strategy="no", dataloader_num_workers=0, gradient_checkpointing=checkpointing != "none",
+        gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"} if checkpointing != "none" else None)
+    # The optimizer the plan predicts is the one the Trainer picks.
+    assert transformers.training_args.OptimizerNames(args.optim).value == plan.data["train"]["stack"]["optimizer"]
+    transformers.Trainer(model=model, args=args, train_dataset=TokenizedBatches(config.vocab_size, seq, 4),
+                         callbacks=[callback]).train()
+    rows = {r.phase: r for r in callback.rows}
+    assert set(rows) == {"forward", "backward", "optimizer"}
+    for phase, r in rows.items():
+        assert abs(r.error) <= TOLERANCE, f"{phase}: {r.predicted_bytes} predicted, {r.measured_bytes} measured"
