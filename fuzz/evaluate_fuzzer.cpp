@@ -98,6 +98,23 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   par.mlp_tiles = small_int(in, 64);
   par.loss_tiles = small_int(in, 64);
 
+  // Now and then the hf stack, mostly with the knobs it accepts (one GPU, no sharding, tiling
+  // or offload, gradients in the parameters' dtype) so that its graph gets built.
+  if (in.remaining_bytes() > 0 && in.ConsumeIntegral<std::uint8_t>() < 64) {
+    auto& st = p.train.stack;
+    st.kind = longctx::StackKind::HF;
+    st.attention = in.ConsumeBool() ? longctx::HfAttention::Eager : longctx::HfAttention::Sdpa;
+    st.checkpointing = in.ConsumeBool() ? longctx::HfCheckpointing::Reentrant : longctx::HfCheckpointing::NonReentrant;
+    st.attention_mask = in.ConsumeBool();
+    st.optimizer = in.ConsumeBool() ? longctx::HfOptimizer::AdamWTorch : longctx::HfOptimizer::AdamWTorchFused;
+    if (in.ConsumeBool()) {
+      p.cluster.shape = {1, 1};
+      p.train.grad_dtype = p.train.dtype;
+      par = longctx::ParallelConfig{};
+      if (in.ConsumeBool()) par.checkpoint = longctx::CheckpointPolicy::full();
+    }
+  }
+
   if (!longctx::validate(p.model, p.cluster.shape, p.train, p.parallel)) return 0;
 
   const longctx::Prediction pr = longctx::predict(p);
@@ -112,6 +129,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     const auto back = longctx::plan_from_json(longctx::plan_to_json(p));
     if (!back) fail("plan_from_json refused a plan validate() accepted:", back.error().what());
     if (!(back->parallel == p.parallel)) fail("parallel knobs changed in the plan file");
+    if (!(back->train.stack == p.train.stack)) fail("the stack changed in the plan file");
   }
   return 0;
 }
