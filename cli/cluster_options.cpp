@@ -31,7 +31,7 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "The code the step runs on: longctx (its own runtime) or hf (transformers' modeling code with "
                  "torch AdamW, one GPU)")
       ->capture_default_str();
-  app.add_option("--attention", o.attention, "--stack hf: transformers' attn_implementation, sdpa (default) or eager");
+  app.add_option("--attention", o.attention, "--stack hf: transformers' attn_implementation, sdpa (default), eager or flash_attention_2 (GPUs)");
   app.add_option("--hf-checkpointing", o.hf_checkpointing,
                  "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
   app.add_option("--hf-optimizer", o.hf_optimizer,

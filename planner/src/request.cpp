@@ -72,6 +72,8 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
     LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
+    if (p.train.stack.attention == HfAttention::FlashAttention2 && p.cluster.hardware.backend != Backend::Cuda)
+      return Error::bad_input("--attention", "flash_attention_2 runs on CUDA GPUs only; give sdpa or eager with --gpu cpu");
   }
   if (!o.hf_checkpointing.empty()) {
     LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(o.hf_checkpointing, "--hf-checkpointing"));

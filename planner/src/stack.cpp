@@ -5,7 +5,14 @@
 namespace longctx {
 
 std::string to_string(StackKind k) { return k == StackKind::HF ? "hf" : "longctx"; }
-std::string to_string(HfAttention a) { return a == HfAttention::Eager ? "eager" : "sdpa"; }
+std::string to_string(HfAttention a) {
+  switch (a) {
+    case HfAttention::Eager: return "eager";
+    case HfAttention::FlashAttention2: return "flash_attention_2";
+    case HfAttention::Sdpa: break;
+  }
+  return "sdpa";
+}
 std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
 std::string to_string(HfOptimizer o) { return o == HfOptimizer::AdamWTorch ? "adamw_torch" : "adamw_torch_fused"; }
 
@@ -28,10 +35,8 @@ Result<StackKind> parse_stack_kind(const std::string& text, const std::string& f
 }
 
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field) {
-  if (text == "flash_attention_2")
-    return Error::bad_input(field, "flash_attention_2 runs on CUDA only and is not modelled yet; give sdpa or eager");
-  static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager};
-  return parse_word(text, field, kAll, "sdpa, eager");
+  static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager, HfAttention::FlashAttention2};
+  return parse_word(text, field, kAll, "sdpa, eager, flash_attention_2");
 }
 
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field) {

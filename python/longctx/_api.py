@@ -224,7 +224,7 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
                 hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None) -> MaxContext:
     """The longest context `model` trains on `gpus` GPUs with the allowed techniques
     (``longctx max-context``). ``stack="hf"`` predicts transformers' modeling code with torch
-    AdamW (``attention``: "sdpa" or "eager"; ``hf_checkpointing``: "non-reentrant" or
+    AdamW (``attention``: "sdpa", "eager" or, on GPUs, "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or
     "reentrant"; ``hf_attention_mask``: whether batches carry an attention_mask, as the
     Trainer's do; ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or
     "adamw_torch"). Raises BadInput, or NoFit when nothing fits at all."""

@@ -65,6 +65,14 @@ TEST(HfStack, RefusesWhatItCannotExpressNamingTheOption) {
     EXPECT_EQ(a.error().field, field);
     EXPECT_NE(a.error().message.find("--stack hf"), std::string::npos) << a.error().message;
   }
+  PlanRequest fa2 = hf_request("512");
+  fa2.cluster.attention = "flash_attention_2";  // the flash-attn package: CUDA only
+  const auto cpu = answer_plan(fa2);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.error().field, "--attention");
+  fa2.cluster.gpu = "h100-80gb";
+  fa2.no_search = true;
+  EXPECT_TRUE(answer_plan(fa2).ok());
   PlanRequest r = hf_request("512");
   r.cluster.stack = "longctx";
   r.cluster.attention = "eager";

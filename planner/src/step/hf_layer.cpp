@@ -212,7 +212,9 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
   }
   a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, S, H, d] e
   const double flops = attention_flops(s, s.H);
-  if (sb.in.train.stack.attention == HfAttention::Sdpa) {
+  if (sb.in.train.stack.attention != HfAttention::Eager) {
+    // flash_attention_2 (integrations/flash_attention.py, flash_attn_func on the [b, S, H, d]
+    // views; no mask without padding) allocates as sdpa's flash kernel does without one.
     // sdpa_attention_forward: without a mask, scaled_dot_product_attention(q, k, v,
     // is_causal=True, enable_gqa=True): the flash kernel takes grouped k, v as they are. With
     // the model's boolean mask (no cache: model_inputs) use_gqa_in_sdpa is false, repeat_kv
@@ -280,7 +282,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
   TensorId dq, dk, dv;
   const double flops = attention_flops(s, s.H);
   bool k_copy = false;
-  if (sb.in.train.stack.attention == HfAttention::Sdpa) {
+  if (sb.in.train.stack.attention != HfAttention::Eager) {
     const bool repeated = a.k_rep >= 0;
     dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * qw * s.e, kTr);
     dk = sb.graph.tensor(layer_name(l, repeated ? "attn.k_repeated.grad" : "attn.k_rotated.grad"),

@@ -64,8 +64,10 @@ TensorId model_inputs(StepBuild& sb) {
   // attention_mask _preprocess_mask_arguments looks for packed sequences in position_ids,
   // whose find_packed_sequence_indices always returns a mask function: the causal skip is
   // then not allowed and a boolean mask [b, 1, S, S] is built.
+  // flash_attention_2 gets none (flash_attention_mask: no padding, no mask).
   const bool eager = sb.in.train.stack.attention == HfAttention::Eager;
-  if (eager || (checkpointed(sb) && !attention_mask)) {
+  const bool sdpa = sb.in.train.stack.attention == HfAttention::Sdpa;
+  if (eager || (sdpa && checkpointed(sb) && !attention_mask)) {
     m.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? eager_mask_bytes(s) : boolean_mask_bytes(s), kAct);
     sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {m.positions}, {m.mask},
                 {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});

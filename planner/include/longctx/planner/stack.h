@@ -15,9 +15,10 @@ namespace longctx {
 enum class StackKind { Longctx, HF };
 
 // transformers' `attn_implementation`: "sdpa" (torch's scaled_dot_product_attention, grouped
-// k/v passed as they are) or "eager" (k/v repeated to the query heads, the [b, H, S, S]
-// scores and softmax materialized).
-enum class HfAttention { Sdpa, Eager };
+// k/v passed as they are), "eager" (k/v repeated to the query heads, the [b, H, S, S]
+// scores and softmax materialized), or "flash_attention_2" (the flash-attn package, CUDA
+// only: grouped k/v, never a mask).
+enum class HfAttention { Sdpa, Eager, FlashAttention2 };
 
 // `gradient_checkpointing_kwargs={"use_reentrant": ...}`: torch.utils.checkpoint's two
 // implementations, which hold different tensors while a layer is recomputed.
