@@ -95,6 +95,7 @@ nlohmann::json comparison_json(const Comparison& c) {
                       {"measured_peak_bytes", c.measured},
                       {"error", c.error},
                       {"trace_source", c.trace_source},
+                      {"stack", to_string(c.evaluation.plan.train.stack.kind)},
                       {"predicted_peak_phase", c.predicted_peak_phase},
                       {"predicted_peak_op", c.evaluation.plan.prediction.peak_at},
                       {"measured_peak_phase", c.measured_peak_phase},
