@@ -300,7 +300,9 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
       dv = dv_sum;
       dk = dk_sum;
     }
-    // The summed k gradient is laid out head-major, as eager's is.
+    // k's gradient reaches its projection head-major [b, K, S, d], and ViewBackward0's reshape
+    // copies it, when the kernel ran with a mask (as under eager); without one it arrives in
+    // the projection's layout (both as the profiler shows them, tests/stacks).
     k_copy = a.mask >= 0;
   } else {
     // BmmBackward0 of probs @ v: d_v_rep [b, H, S, d] e and d_probs [b, H, S, S] e.
