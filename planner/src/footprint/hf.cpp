@@ -37,7 +37,7 @@ std::int64_t sdpa_backward_workspace(const StepShapes& s) {
 
 std::int64_t eager_scores_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * s.e; }
 std::int64_t eager_probs_bytes(const StepShapes& s) { return s.b * s.H * s.S * s.S * 4; }
-std::int64_t eager_mask_bytes(const StepShapes& s) { return s.b * s.S * s.S * s.e; }
+std::int64_t additive_mask_bytes(const StepShapes& s) { return s.b * s.S * s.S * s.e; }
 std::int64_t eager_mask_workspace(const StepShapes& s) { return s.S * s.S; }  // the [S, S] bool comparison
 
 std::int64_t boolean_mask_bytes(const StepShapes& s) { return s.b * s.S * s.S; }

@@ -176,6 +176,27 @@ TensorId head_major_copy(StepBuild& sb, int l, const char* name, const char* out
   return c;
 }
 
+// repeat_kv (modeling_llama.py): k and v copied to the query heads, [n, H*d] e each, into
+// a.k_rep and a.v_rep.
+void repeat_kv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * s.H * s.d * s.e, kAct);
+  sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
+  a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * s.H * s.d * s.e, kAct);
+  sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
+}
+
+// Its ExpandBackward0s: v's gradient summed over each group, then k's, [n, K*d] e each.
+void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
+  const StepShapes& s = sb.shapes;
+  const TensorId dv_sum = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * s.K * s.d * s.e, kTr);
+  sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {dv}, {dv_sum});
+  const TensorId dk_sum = sb.graph.tensor(layer_name(l, "attn.k_rotated.grad"), s.n * s.K * s.d * s.e, kTr);
+  sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {dk}, {dk_sum});
+  dv = dv_sum;
+  dk = dk_sum;
+}
+
 }  // namespace
 
 // ---- LlamaAttention ----------------------------------------------------------------------
@@ -224,13 +245,10 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
     Ids reads = {a.q, a.k, a.v};
     if (m.mask >= 0) {
       if (s.H != s.K) {
-        a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * qw * s.e, kAct);
-        sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
-        a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * qw * s.e, kAct);
-        sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
+        repeat_kv(sb, l, a, phase, rc);
         reads = {a.q, a.k_rep, a.v_rep};
       }
-      a.mask = sb.graph.tensor(layer_name(l, "attn.mask.additive", rc), eager_mask_bytes(s), kAct);
+      a.mask = sb.graph.tensor(layer_name(l, "attn.mask.additive", rc), additive_mask_bytes(s), kAct);
       sb.graph.op(layer_name(l, "attn.mask.convert", rc), phase, l, {m.mask}, {a.mask});
       reads.push_back(a.mask);
     }
@@ -249,12 +267,7 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
   // bf16 (saved by the matmul), @ v, and the output made contiguous [b, S, H, d] e.
   a.k_rep = a.k;
   a.v_rep = a.v;
-  if (s.H != s.K) {
-    a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * qw * s.e, kAct);
-    sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
-    a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * qw * s.e, kAct);
-    sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
-  }
+  if (s.H != s.K) repeat_kv(sb, l, a, phase, rc);
   const TensorId sc = sb.graph.tensor(layer_name(l, "attn.scores", rc), eager_scores_bytes(s), kTr);
   sb.graph.op(layer_name(l, "attn.qk", rc), phase, l, {a.q, a.k_rep}, {sc}, {.flops = flops});
   const TensorId scaled = sb.graph.tensor(layer_name(l, "attn.scores.scaled", rc), eager_scores_bytes(s), kTr);
@@ -292,14 +305,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     if (a.mask >= 0) reads.push_back(a.mask);
     sb.graph.op(layer_name(l, "attn.sdpa.bwd"), kB, l, reads, {dq, dk, dv},
                 {.workspace = sdpa_backward_workspace(s), .flops = 2.5 * flops, .kind = OpKind::Attention});
-    if (repeated) {  // repeat_kv's ExpandBackward0: v's gradient summed over each group, then k's
-      const TensorId dv_sum = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * kw * s.e, kTr);
-      sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {dv}, {dv_sum});
-      const TensorId dk_sum = sb.graph.tensor(layer_name(l, "attn.k_rotated.grad"), s.n * kw * s.e, kTr);
-      sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {dk}, {dk_sum});
-      dv = dv_sum;
-      dk = dk_sum;
-    }
+    if (repeated) repeat_kv_backward(sb, l, dk, dv);
     // k's gradient reaches its projection head-major [b, K, S, d], and ViewBackward0's reshape
     // copies it, when the kernel ran with a mask (as under eager); without one it arrives in
     // the projection's layout (both as the profiler shows them, tests/stacks).
@@ -330,12 +336,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     sb.graph.op(layer_name(l, "attn.qk.bwd"), kB, l, {d_sc, a.q, a.k_rep}, {dq, d_krep}, {.flops = 2 * flops});
     dv = d_vrep;
     dk = d_krep;
-    if (s.H != s.K) {  // repeat_kv's ExpandBackward0: sums over each group [n, K*d] e
-      dv = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * kw * s.e, kTr);
-      sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {d_vrep}, {dv});
-      dk = sb.graph.tensor(layer_name(l, "attn.k_rotated.grad"), s.n * kw * s.e, kTr);
-      sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {d_krep}, {dk});
-    }
+    if (s.H != s.K) repeat_kv_backward(sb, l, dk, dv);
     k_copy = true;
   }
   // The engine runs k's rotation first (created last), then q's; then the projections.

@@ -68,7 +68,7 @@ TensorId model_inputs(StepBuild& sb) {
   const bool eager = sb.in.train.stack.attention == HfAttention::Eager;
   const bool sdpa = sb.in.train.stack.attention == HfAttention::Sdpa;
   if (eager || (sdpa && checkpointed(sb) && !attention_mask)) {
-    m.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? eager_mask_bytes(s) : boolean_mask_bytes(s), kAct);
+    m.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? additive_mask_bytes(s) : boolean_mask_bytes(s), kAct);
     sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {m.positions}, {m.mask},
                 {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
   }
@@ -112,7 +112,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
 NormActs loss_forward(StepBuild& sb, TensorId final_x) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
-  const HfModelActs& m = sb.hf_model;
+  HfModelActs& m = sb.hf_model;
   const Phase L = Phase::Loss;
   o.final_x = final_x;
   const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
@@ -138,7 +138,7 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x) {
   // backward saved go now).
   for (std::size_t i = 0; i + 1 < m.cache.size(); i += 2)
     sb.graph.op(layer_name(static_cast<int>(i / 2), "attn.cache.drop"), L, -1, {m.cache[i], m.cache[i + 1]}, {});
-  o.targets = labels;  // what nll's backward reads
+  m.labels = labels;
   return f;
 }
 
@@ -149,7 +149,7 @@ TensorId loss_backward(StepBuild& sb, const NormActs& f) {
   OuterActs& o = sb.outer;
   const Phase B = Phase::Backward;
   const TensorId d_logp = sb.graph.tensor(step_name("loss.nll.grad"), s.n * s.V * 4, kTr);
-  sb.graph.op(step_name("loss.nll.bwd"), B, -1, {o.targets}, {d_logp});
+  sb.graph.op(step_name("loss.nll.bwd"), B, -1, {sb.hf_model.labels}, {d_logp});
   TensorId d_logits = sb.graph.tensor(step_name("loss.logits.grad.fp32"), s.n * s.V * 4, kTr);
   sb.graph.op(step_name("loss.log_softmax.bwd"), B, -1, {d_logp, o.logp}, {d_logits}, {.flops = 3.0 * double(s.n * s.V)});
   if (s.e != 4) {
@@ -198,18 +198,16 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
   }
   // EmbeddingBackward0: the dense [V, h] e gradient, kept as the table's .grad, or (tied)
   // added in place into the one lm_head's backward left there.
-  const StepShapes& sh = sb.shapes;
-  const Phase B = Phase::Backward;
   const Ids reads = {d_x, sb.outer.tokens};
   if (sb.outer.tied_grad >= 0) {
-    const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, sh.V * sh.h * sh.e, kTr);
-    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = double(sh.n * sh.h)});
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, B, -1, {sb.outer.tied_grad, dense}, {});
+    const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
+    sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, {.flops = double(s.n * s.h)});
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
     return;
   }
-  const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, sh.V * sh.h * sh.e, Category::Grads);
-  sb.grads[static_cast<std::size_t>(embed_group(sh))].push_back(g);
-  sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {g}, {.flops = double(sh.n * sh.h)});
+  const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+  sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(g);
+  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, {.flops = double(s.n * s.h)});
 }
 
 // torch.optim.AdamW's step, then zero_grad(set_to_none=True), which frees every gradient.

@@ -63,7 +63,8 @@ struct HfModelActs {
   TensorId positions = -1;  // cache_position [S] int64, until the model's forward returns
   TensorId cos = -1;        // RoPE tables [b, S, d] e each, saved by every layer's rotation
   TensorId sin = -1;
-  TensorId mask = -1;       // eager attention's causal mask [b, 1, S, S] e
+  TensorId mask = -1;       // the model's causal mask (model_inputs), if it makes one
+  TensorId labels = -1;     // ForCausalLMLoss's shifted labels [b, S+1] int64, until nll's backward
   std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
 };
 

@@ -52,9 +52,10 @@ std::int64_t sdpa_backward_workspace(const StepShapes& s);
 // The [b, H, S, S] scores in the model's dtype, and the softmax's fp32 output.
 std::int64_t eager_scores_bytes(const StepShapes& s);
 std::int64_t eager_probs_bytes(const StepShapes& s);
-// The causal mask create_causal_mask builds for eager attention (masking_utils.py,
-// eager_mask): [b, 1, S, S] e of 0 and the dtype's minimum, from a [S, S] bool comparison.
-std::int64_t eager_mask_bytes(const StepShapes& s);
+// An additive causal mask [b, 1, S, S] e of 0 and the dtype's minimum: the one
+// create_causal_mask builds for eager attention (masking_utils.py, eager_mask, from a [S, S]
+// bool comparison), and sdpa's conversion of a boolean mask (convert_boolean_attn_mask).
+std::int64_t additive_mask_bytes(const StepShapes& s);
 std::int64_t eager_mask_workspace(const StepShapes& s);
 // The boolean mask sdpa gets without a cache: [b, 1, S, S] bool, built from two [S, S] bool
 // comparisons combined (causal, and the packed-sequence check) beside it.
