@@ -64,6 +64,30 @@ TEST(ReservedReplay, CachedSegmentsThatFitNothingAreFragmentation) {
   EXPECT_EQ(simulate(g, Backend::Cuda).peak_device_bytes, 34 * MiB);
 }
 
+// Two 30 MiB requests one after the other: on one stream the second reuses the first's freed
+// block; on two streams each keeps its own segment, and the device reserves both.
+TEST(ReservedReplay, EachStreamKeepsItsOwnPool) {
+  auto step = [](int second_stream) {
+    StepGraph g;
+    const int a = g.add_tensor({{Name::kNone, "a"}, 30 * MiB, Category::Transient});
+    const int b = g.add_tensor({{Name::kNone, "b"}, 30 * MiB, Category::Transient});
+    OpSpec op0{{Name::kNone, "op0"}};
+    op0.outputs = {a};
+    g.add_op(op0);
+    OpSpec op1{{Name::kNone, "op1"}};
+    op1.outputs = {b};
+    op1.stream = second_stream;
+    g.add_op(op1);
+    g.finalize();
+    return g;
+  };
+  const ReservedReplay one = replay_reserved(step(0), {});
+  const ReservedReplay two = replay_reserved(step(1), {});
+  EXPECT_EQ(one.peak_reserved, 30 * MiB);
+  EXPECT_EQ(two.peak_reserved, 60 * MiB);
+  EXPECT_EQ(two.allocated_at_peak, 30 * MiB);
+}
+
 TEST(ReservedReplay, ACapacityReleasesTheCacheInsteadOfFailing) {
   const StepGraph g = fragmenting_step();
   // 40 MiB: at op2, 32 + 14 > 40; the free 12 MiB segment is released and 20 + 14 fit.

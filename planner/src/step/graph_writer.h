@@ -35,6 +35,8 @@ class GraphWriter {
   // Makes an op a collective or a copy: `bytes` sent (or copied) by each of `group` ranks.
   // An op with no flops is then bound by the exchange.
   void set_comm(int op, CommKind kind, double bytes, int group);
+  // Runs an op on side stream `stream` (OpSpec::stream).
+  void set_stream(int op, int stream);
   // One more tensor an op reads, known only after the op was written (a layer's gathered
   // parameters, a recomputed layer's root).
   void add_input(int op, int tensor);
@@ -103,6 +105,8 @@ inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group
 }
 
 inline void GraphWriter::add_input(int op, int tensor) { mutable_op(op).inputs.push_back(tensor); }
+
+inline void GraphWriter::set_stream(int op, int stream) { mutable_op(op).stream = stream; }
 
 // Names: a layer's ("layer.3.attn.q", with ".recompute" when rebuilt in backward), and one
 // outside the layers ("loss.logits").

@@ -89,6 +89,9 @@ class CachingAllocatorModel {
   // expandable segments, every whole page) that holds no block in use.
   void release_cached();
 
+  // The bytes it may reserve from now on (other streams' pools hold the rest of the device).
+  void set_capacity(std::int64_t capacity) { settings_.capacity = capacity; }
+
   std::int64_t allocated() const { return allocated_; }
   std::int64_t reserved() const { return reserved_; }
   std::int64_t peak_allocated() const { return peak_allocated_; }

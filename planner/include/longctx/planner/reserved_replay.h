@@ -7,7 +7,11 @@
 // block, and at its end the workspace and each tensor it reads last, by index. Two steps are
 // replayed, the second over the first one's cache (persistent tensors stay), because the
 // figure users see is the largest over a run and the cache a first step leaves shapes the
-// second. One stream: blocks freed on a side stream are reused as if on the main one.
+// second. Each CUDA stream an op runs on (OpSpec::stream) has its own pools: a tensor's block
+// belongs to the stream of the op that made it and returns there when freed, and the device
+// reserves the sum of every stream's. Each stream may reserve what the others leave of the
+// capacity; a stream that runs short releases its own cache only. (longctx's own runtime
+// writes every op on stream 0: its offload streams' freed blocks are reused as if on it.)
 #include <cstdint>
 
 #include "longctx/planner/allocator_model.h"

@@ -84,6 +84,11 @@ struct OpSpec {
   CommKind comm = CommKind::None;
   double comm_bytes = 0;               // bytes each rank sends (collectives) or copies
   int comm_group = 1;                  // ranks taking part in the collective
+  // The CUDA stream it runs on: 0 the default one. The caching allocator keeps each stream's
+  // freed blocks for that stream's requests (CUDACachingAllocator.cpp: a block's stream is
+  // part of its pool key), so what an op on a side stream allocates (its outputs, its
+  // workspace) is reserved apart from the default stream's (reserved_replay.h).
+  int stream = 0;
   bool host_compute = false;           // runs on the CPU (offloaded optimizer)
 };
 
