@@ -97,6 +97,9 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   if (j.contains("nccl_bytes_per_peer")) {
     LONGCTX_TRY(h.nccl_bytes_per_peer, get_int(j, p, "nccl_bytes_per_peer", 0, limits::kMaxBytes));
   }
+  if (j.contains("multiprocessors")) {
+    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 1, 100000));
+  }
   if (j.contains("threads")) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
@@ -135,6 +138,7 @@ nlohmann::json hardware_to_json(const Hardware& h) {
   if (h.nccl_base_bytes > 0) j["nccl_base_bytes"] = h.nccl_base_bytes;
   if (h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
   if (h.backend == Backend::Cpu) j["threads"] = h.threads;
+  if (h.multiprocessors > 0) j["multiprocessors"] = h.multiprocessors;
   if (h.measured.present) {
     auto& m = j["measured"];
     for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;

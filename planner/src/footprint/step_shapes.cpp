@@ -31,6 +31,7 @@ StepShapes step_shapes(const StepInputs& in) {
   s.master = in.train.dtype != DType::FP32;
   s.cpu = in.backend == Backend::Cpu;
   s.cpu_threads = in.cpu_threads;
+  s.multiprocessors = in.multiprocessors;
   s.layer_params = sum_of_param_sizes(s, 0);
   s.embed_params = sum_of_param_sizes(s, embed_group(s));
   s.head_params = sum_of_param_sizes(s, head_group(s));

@@ -63,6 +63,9 @@ struct Hardware {
   // allocates its block buffers once per thread, so the prediction depends on it; `longctx
   // run` uses this many unless --threads says otherwise.
   std::int64_t threads = 1;
+  // CUDA: the device's streaming multiprocessors (cudaDeviceProp::multiProcessorCount), which
+  // size the per-SM partial buffers of kernels such as Liger's RMSNorm backward; 0: unknown.
+  std::int64_t multiprocessors = 0;
   MeasuredRates measured;  // "measured" in the preset: from `longctx calibrate`
 };
 

@@ -26,6 +26,8 @@ struct StepInputs {
   bool prefix_only = false;
   // CPU backend: intra-op threads (Hardware::threads), for the flash kernel's per-thread buffers.
   std::int64_t cpu_threads = 1;
+  // CUDA: streaming multiprocessors (Hardware::multiprocessors), for per-SM partial buffers.
+  std::int64_t multiprocessors = 0;
 };
 
 // REQUIRES: validate(model, cluster, train, parallel) holds.

@@ -31,6 +31,7 @@ namespace longctx::footprint {
 //   master  fp32 master weights beside the parameters (parameters not fp32)
 //   cpu     LibTorch's CPU kernels (the virtual device) rather than CUDA's
 //   cpu_threads  intra-op threads of the CPU backend (the flash kernel's buffers are per thread)
+//   multiprocessors  CUDA streaming multiprocessors (per-SM partial buffers); 0 if unknown
 //   layer_params, embed_params, head_params  parameter elements of each kind of group: the
 //                sums of zero.h's param_sizes, computed once (the search builds thousands of
 //                graphs and asks for them at every gather and reduction)
@@ -43,6 +44,7 @@ struct StepShapes {
   bool qkv_bias = false, o_bias = false, mlp_bias = false;
   bool cpu = false;
   std::int64_t cpu_threads = 1;
+  std::int64_t multiprocessors = 0;
   std::int64_t layer_params = 0, embed_params = 0, head_params = 0;
 };
 
