@@ -28,10 +28,16 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "Gradients: fp32 or bf16 (default: fp32 on GPUs; on --gpu cpu the --dtype, as the runtime's autograd "
                  "keeps them)");
   app.add_option("--stack", o.stack,
-                 "The code the step runs on: longctx (its own runtime) or hf (transformers' modeling code with "
-                 "torch AdamW, one GPU)")
+                 "The code the step runs on: longctx (its own runtime), hf (transformers' modeling code with "
+                 "torch AdamW, one GPU) or arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "
+                 "TiledMLP, Liger kernels)")
       ->capture_default_str();
-  app.add_option("--attention", o.attention, "--stack hf: transformers' attn_implementation, sdpa (default), eager or flash_attention_2 (GPUs)");
+  app.add_option("--attention", o.attention,
+                 "transformers' attn_implementation: --stack hf sdpa (default), eager or flash_attention_2 (GPUs); "
+                 "--stack arctic flash_attention_2 (default) or flash_attention_3");
+  app.add_option("--arctic-model", o.arctic_model,
+                 "--stack arctic: ArcticTraining's model.type, liger (default: Liger's RMSNorm, RoPE, SwiGLU and fused "
+                 "linear cross-entropy) or huggingface");
   app.add_option("--hf-checkpointing", o.hf_checkpointing,
                  "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
   app.add_option("--hf-optimizer", o.hf_optimizer,

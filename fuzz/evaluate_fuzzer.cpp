@@ -19,6 +19,7 @@
 #include "longctx/planner/limits.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
+#include "longctx/planner/stack_tiles.h"
 
 namespace {
 
@@ -113,6 +114,19 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       par = longctx::ParallelConfig{};
       if (in.ConsumeBool()) par.checkpoint = longctx::CheckpointPolicy::full();
     }
+  }
+
+  // Now and then the arctic stack, with the knobs it decides set as it sets them.
+  else if (in.remaining_bytes() > 0 && in.ConsumeIntegral<std::uint8_t>() < 64) {
+    auto& st = p.train.stack;
+    st = longctx::default_stack(longctx::StackKind::Arctic);
+    st.arctic_model = in.ConsumeBool() ? longctx::ArcticModel::HuggingFace : longctx::ArcticModel::Liger;
+    if (in.ConsumeBool()) st.attention = longctx::HfAttention::FlashAttention3;
+    p.train.dtype = p.train.grad_dtype = longctx::DType::BF16;
+    if (par.checkpoint.kind == longctx::CheckpointPolicy::Kind::EveryK) par.checkpoint = longctx::CheckpointPolicy::full();
+    par.head_chunk = 0;
+    if (par.mlp_tiles > 1) par.mlp_tiles = static_cast<int>(*longctx::stack_tile_count(p.model, p.train, par.ulysses, false));
+    longctx::conform_to_stack(p.model, p.train, par);
   }
 
   if (!longctx::validate(p.model, p.cluster.shape, p.train, p.parallel)) return 0;

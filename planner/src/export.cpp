@@ -122,6 +122,11 @@ Result<bool> check_expressible(const Plan& p, Stack stack) {
     return Error::bad_input("--stack", fmt::format("the plan predicts transformers alone (train.stack hf); export it with "
                                                    "--stack hf, or re-plan with --stack longctx for --stack {}",
                                                    stack_name(stack)));
+  // A plan of the arctic stack predicts ArcticTraining's step: its recipe is the file to run.
+  if (p.train.stack.kind == StackKind::Arctic && stack != Stack::Arctic)
+    return Error::bad_input("--stack", fmt::format("the plan predicts ArcticTraining (train.stack arctic); export it with "
+                                                   "--stack arctic, or re-plan with --stack longctx for --stack {}",
+                                                   stack_name(stack)));
   for (const Refusal& r : refusals()) {
     if (!r.applies(p.parallel)) continue;
     for (Stack s : r.refused_by)
@@ -171,6 +176,8 @@ StackConfig arctic_recipe(const Plan& p) {
   // model/hf_factory.py "huggingface", optimizer/adam_factory.py "cpu_adam" / "fused_adam".
   StackConfig c;
   const ParallelConfig& par = p.parallel;
+  // A plan of the arctic stack predicted this very recipe: its model type and attention.
+  const bool arctic_plan = p.train.stack.kind == StackKind::Arctic;
   json deepspeed = {{"zero_optimization", zero_optimization(par)}, {"data_types", data_types(p.train)}};
   c.value = {
       {"type", "sft"},
@@ -181,15 +188,16 @@ StackConfig arctic_recipe(const Plan& p) {
       {"tiled_mlp_compute", par.mlp_tiles > 1},
       {"deepspeed", deepspeed},
       {"model",
-       {{"type", par.loss_tiles > 1 ? "liger" : "huggingface"},
+       {{"type", arctic_plan ? to_string(p.train.stack.arctic_model) : par.loss_tiles > 1 ? "liger" : "huggingface"},
         {"name_or_path", p.model.name},
         {"dtype", dtype_name(p.train.dtype)},
-        {"attn_implementation", "sdpa"},
+        {"attn_implementation", arctic_plan ? to_string(p.train.stack.attention) : "sdpa"},
         {"disable_activation_checkpoint", !par.checkpoint.any()}}},
       {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
       {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},
   };
   auto& notes = c.approximations;
+  if (arctic_plan) return c;  // what the arctic stack predicted, nothing approximated
   add_checkpoint_notes(p, "ArcticTraining's gradient checkpointing", notes);
   if (par.loss_tiles > 1)
     notes.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy (model.type liger) chunks the "

@@ -8,6 +8,8 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "longctx/planner/stack_tiles.h"
+
 #include "json_fields.h"
 
 namespace longctx {
@@ -122,6 +124,7 @@ std::vector<KnobValue> chunk_options(const Plan& p, bool allowed) {
     ParallelConfig probe;
     probe.ulysses = p.parallel.ulysses;
     probe.head_chunk = static_cast<int>(c);
+    conform_to_stack(p.model, p.train, probe);
     if (validate(p.model, p.cluster.shape, p.train, probe).ok()) out.push_back(c);
   }
   return out;
@@ -137,6 +140,7 @@ std::vector<KnobValue> ulysses_options(const Plan& p, const TechniqueSet& allowe
     probe.ulysses = static_cast<int>(u);
     TrainConfig t = p.train;
     if (t.seq < 1) t.seq = u;  // only the head rules matter here
+    conform_to_stack(p.model, t, probe);
     if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(u);
   }
   return out;
@@ -235,8 +239,16 @@ std::vector<std::string> technique_names(const TechniqueSet& s) {
 TechniqueSet all_techniques() { return TechniqueSet().set(); }
 
 TechniqueSet stack_techniques(const StackSpec& stack) {
-  if (stack.kind == StackKind::Longctx) return all_techniques();
-  return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+  switch (stack.kind) {
+    case StackKind::Longctx: return all_techniques();
+    case StackKind::HF: return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+    case StackKind::Arctic: break;
+  }
+  // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
+  // TiledMLP, and (the liger model) a chunked loss; no ZeRO-1/2 plans, no head chunks.
+  TechniqueSet s = all_techniques();
+  for (Technique t : {Technique::Zero1, Technique::Zero2, Technique::Untied}) s.reset(static_cast<std::size_t>(t));
+  return s;
 }
 
 bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::size_t>(t)); }
@@ -294,6 +306,11 @@ Plan with_knobs(Plan base, const Knobs& fixed) {
   for (const Knob& k : knob_table())
     if (k.rule.needs && knob_value(base, k.id) > k.plain && !fixed_value(fixed, k.rule.needs->knob))
       set_knob(base, k.rule.needs->knob, k.rule.needs->value);
+  // The knobs the stack decides (stack_tiles.h), unless fixed otherwise (validate() says why not).
+  ParallelConfig conformed = base.parallel;
+  conform_to_stack(base.model, base.train, conformed);
+  if (!fixed.sharding) base.parallel.sharding = conformed.sharding;
+  if (!fixed.loss_tiles) base.parallel.loss_tiles = conformed.loss_tiles;
   return base;
 }
 
@@ -311,8 +328,16 @@ std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const Technique
   switch (k.rule.candidates) {
     case Candidates::Ulysses: return ulysses_options(p, allowed);
     case Candidates::HeadChunk: return chunk_options(p, any);
-    case Candidates::Tiles:
+    case Candidates::Tiles: {
+      // A stack that picks its own count offers it (and untiled, where the stack may run so).
+      const bool loss = id == KnobId::loss_tiles;
+      if (const auto own = stack_tile_count(p.model, p.train, p.parallel.ulysses, loss)) {
+        if (loss && stack_always_tiles_loss(p.train)) return {*own};
+        if (any && *own > 1) return {1, *own};
+        return {1};
+      }
       return tile_options(tokens_per_rank(p.train, p.parallel.ulysses), min_tile_tokens(p.model), any);
+    }
     case Candidates::Listed: break;
   }
   std::vector<KnobValue> out;

@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/limits.h"
+#include "longctx/planner/stack_tiles.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/search.h"
 #include "max_seq.h"
@@ -63,6 +64,7 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
     Plan p = with_fine(plan, 0, 1, 1);
     p.parallel.ulysses = static_cast<int>(u);
     p.train.seq = u * min_tile_tokens(base.model);
+    conform_to_stack(p.model, p.train, p.parallel);
     auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
     if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
   }
@@ -78,7 +80,9 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
     TrainConfig one = base.train;
     one.seq = 1;
     one.micro_batch = 1;
-    LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, ParallelConfig{}));
+    ParallelConfig plain;
+    conform_to_stack(base.model, one, plain);
+    LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, plain));
     (void)ok;
   }
   if (base.cluster.device_budget_bytes < 1 || base.cluster.device_budget_bytes > limits::kMaxBytes)

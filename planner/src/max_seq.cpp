@@ -9,6 +9,7 @@
 #include "longctx/planner/limits.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/search.h"
+#include "longctx/planner/stack_tiles.h"
 #include "max_seq.h"
 #include "search_space.h"
 
@@ -25,8 +26,12 @@ Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobVal
   p.train.seq = seq;
   const std::int64_t n = tokens_per_rank(p.train, c.parallel.ulysses), tile = min_tile_tokens(c.model);
   const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
-  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles})
-    if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
+  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) {
+    // A stack that picks its own count (stack_tiles.h) runs that one, the knob's finest.
+    const std::vector<KnobValue> own = knob_candidates(id, p, a, {});
+    if (stack_tile_count(p.model, p.train, p.parallel.ulysses, id == KnobId::loss_tiles)) set_knob(p, id, own.back());
+    else if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
+  }
   set_knob(p, KnobId::head_chunk, chunk >= 0 ? chunk : knob_candidates(KnobId::head_chunk, p, all_techniques(), {}).back());
   return p;
 }
@@ -61,12 +66,20 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
                             std::string& binding, std::int64_t s2 = 0, const OpTotals* known = nullptr) {
   // At least two tiles' worth at both lengths, so both have the same ops (one tile would be
   // untiled).
-  const std::int64_t s1 = 2 * grid;
+  std::int64_t s1 = 2 * grid;
   if (!known) s2 = 4 * grid;
-  const Plan p1 = saving_plan(c, a, s1, chunk);
+  Plan p1 = saving_plan(c, a, s1, chunk);
   if (!valid(p1)) return 0;
-  const OpTotals r1 = totals_of(p1);
+  OpTotals r1 = totals_of(p1);
   const OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
+  // A stack that picks its own tile count (stack_tiles.h) may tile only longer sequences:
+  // then the shorter length is taken at half the longer one, where it tiles too.
+  if (r1.device_during.size() != r2.device_during.size() && s2 >= 8 * grid) {
+    s1 = s2 / 2 / grid * grid;
+    p1 = saving_plan(c, a, s1, chunk);
+    if (!valid(p1)) return 0;
+    r1 = totals_of(p1);
+  }
   if (r1.device_during.size() != r2.device_during.size()) return 0;
   const double dev_budget = double(base.cluster.device_budget_bytes - plan_context_bytes(base));
   const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);

@@ -6,6 +6,8 @@
 
 #include <fmt/format.h>
 
+#include "longctx/planner/stack_tiles.h"
+
 #include "longctx/planner/limits.h"
 
 namespace longctx {
@@ -83,9 +85,40 @@ namespace {
 // process training a transformers model with torch.optim's AdamW: no sharding, sequence
 // parallelism, tiling or offload of longctx's, every layer checkpointed or none
 // (`gradient_checkpointing_enable` wraps each decoder layer), and autograd's gradients in the
-// parameters' dtype.
+// parameters' dtype. The arctic stack is ArcticTraining: DeepSpeed ZeRO-3 always, Ulysses,
+// offloads and checkpoint offload as longctx's knobs say, but tiles only in the counts
+// DeepSpeed's TiledMLP and Liger pick (stack_tiles.h), every layer checkpointed or none, no
+// head-chunked attention, flash attention in bf16, and bf16 gradients.
+Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p) {
+  const auto refuse = [](const char* field, const std::string& what) {
+    return Error::bad_input(field, fmt::format("--stack arctic {}; use --stack longctx for it", what));
+  };
+  if (p.sharding != Sharding::Zero3) return refuse("--sharding", "runs DeepSpeed ZeRO-3: give zero3");
+  if (p.head_chunk != 0) return refuse("--head-chunk", "has no head-chunked attention: give 0");
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
+    return refuse("--checkpoint", "checkpoints every decoder layer or none: give full or none");
+  if (t.dtype != DType::BF16) return refuse("--dtype", "trains in bf16 (flash attention): give bf16");
+  if (t.grad_dtype != t.dtype) return refuse("--grad-dtype", "reduces bf16 gradients: leave --grad-dtype out or give bf16");
+  const std::int64_t shards = *stack_tile_count(m, t, p.ulysses, false);
+  if (p.mlp_tiles != 1 && p.mlp_tiles != shards)
+    return refuse("--mlp-tiles", fmt::format("runs DeepSpeed's TiledMLP in ceil(tokens per rank / hidden) = {} shards: "
+                                             "give {} or 1 (untiled)", shards, shards));
+  const std::int64_t chunks = *stack_tile_count(m, t, p.ulysses, true);
+  if (stack_always_tiles_loss(t) && p.loss_tiles != chunks)
+    return refuse("--loss-tiles", fmt::format("with the liger model computes the loss with Liger's fused linear "
+                                              "cross-entropy in {} chunks here: give {}", chunks, chunks));
+  if (t.stack.arctic_model == ArcticModel::HuggingFace && p.ulysses > 1)
+    return refuse("--ulysses", "with the huggingface model tiles its loss over the sequence (sequence_tiled_compute), "
+                               "which is not modelled: give 1, or --arctic-model liger");
+  if (!stack_always_tiles_loss(t) && p.loss_tiles != 1)
+    return refuse("--loss-tiles", "with the huggingface model computes the loss over the full logits: give 1, or "
+                                  "--arctic-model liger for a chunked loss");
+  return true;
+}
+
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (t.stack.kind == StackKind::Longctx) return true;
+  if (t.stack.kind == StackKind::Arctic) return validate_arctic(m, t, p);
   const auto refuse = [](const char* field, const std::string& what) {
     return Error::bad_input(field, fmt::format("--stack hf {}; use --stack longctx for it", what));
   };

@@ -63,7 +63,8 @@ nlohmann::json plan_to_json(const Plan& p) {
                       {"attention", to_string(p.train.stack.attention)},
                       {"checkpointing", to_string(p.train.stack.checkpointing)},
                       {"attention_mask", p.train.stack.attention_mask},
-                      {"optimizer", to_string(p.train.stack.optimizer)}};
+                      {"optimizer", to_string(p.train.stack.optimizer)},
+                      {"arctic_model", to_string(p.train.stack.arctic_model)}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
   train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
@@ -151,6 +152,11 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(p.train.stack.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
     LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
     LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
+    // Absent in plan files of the hf stack written before the arctic stack: its default.
+    if (stack.contains("arctic_model")) {
+      LONGCTX_TRY(auto model, get_string(stack, "train.stack", "arctic_model"));
+      LONGCTX_TRY(p.train.stack.arctic_model, parse_arctic_model(model, "train.stack.arctic_model"));
+    }
   }
 
   LONGCTX_TRY(auto par, get_object(j, "", "parallel"));

@@ -57,22 +57,40 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   if (!o.dtype.empty()) {
     LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
   }
-  LONGCTX_TRY(p.train.stack.kind, parse_stack_kind(o.stack, "--stack"));
-  const bool hf = p.train.stack.kind == StackKind::HF;
-  const char* hf_flag = !o.attention.empty()          ? "--attention"
-                        : !o.hf_checkpointing.empty()   ? "--hf-checkpointing"
+  LONGCTX_TRY(const StackKind stack, parse_stack_kind(o.stack, "--stack"));
+  p.train.stack = default_stack(stack);
+  const bool hf = stack == StackKind::HF, arctic = stack == StackKind::Arctic;
+  const char* hf_flag = !o.hf_checkpointing.empty()   ? "--hf-checkpointing"
                         : !o.hf_optimizer.empty()       ? "--hf-optimizer"
                         : o.hf_no_attention_mask        ? "--hf-no-attention-mask"
                                                         : nullptr;
   if (!hf && hf_flag != nullptr)
     return Error::bad_input(hf_flag, "describes how transformers runs the step; it needs --stack hf");
+  if (!hf && !arctic && !o.attention.empty())
+    return Error::bad_input("--attention", "is transformers' attn_implementation; it needs --stack hf or --stack arctic");
+  if (!arctic && !o.arctic_model.empty())
+    return Error::bad_input("--arctic-model", "is ArcticTraining's model.type; it needs --stack arctic");
+  if (arctic && p.cluster.hardware.backend != Backend::Cuda)
+    return Error::bad_input("--gpu", "--stack arctic runs DeepSpeed and flash attention on CUDA GPUs; pick a GPU preset "
+                                     "(h100-80gb, h200-141gb, a100-80gb)");
+  if (!o.arctic_model.empty()) {
+    LONGCTX_TRY(p.train.stack.arctic_model, parse_arctic_model(o.arctic_model, "--arctic-model"));
+  }
   if (!o.hf_optimizer.empty()) {
     LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(o.hf_optimizer, "--hf-optimizer"));
   }
   p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
     LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
-    if (p.train.stack.attention == HfAttention::FlashAttention2 && p.cluster.hardware.backend != Backend::Cuda)
+    const HfAttention a = p.train.stack.attention;
+    const bool flash = a == HfAttention::FlashAttention2 || a == HfAttention::FlashAttention3;
+    if (arctic && !flash)
+      return Error::bad_input("--attention", "--stack arctic runs flash attention (its Ulysses needs it): give "
+                                             "flash_attention_2 or flash_attention_3");
+    if (hf && a == HfAttention::FlashAttention3)
+      return Error::bad_input("--attention", "flash_attention_3 is modelled for --stack arctic only; give sdpa, eager or "
+                                             "flash_attention_2");
+    if (a == HfAttention::FlashAttention2 && p.cluster.hardware.backend != Backend::Cuda)
       return Error::bad_input("--attention", "flash_attention_2 runs on CUDA GPUs only; give sdpa or eager with --gpu cpu");
   }
   if (!o.hf_checkpointing.empty()) {
@@ -82,7 +100,8 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
   } else {
     // Autograd's gradients are in the parameters' dtype: the CPU runtime's and transformers'.
-    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu || hf ? p.train.dtype : DType::FP32;
+    // DeepSpeed's ZeRO-3 reduces bf16 gradients (its fp32 copies live beside the optimizer).
+    p.train.grad_dtype = p.cluster.hardware.backend == Backend::Cpu || hf || arctic ? p.train.dtype : DType::FP32;
   }
   return p;
 }

@@ -1,6 +1,7 @@
 #include "search_space.h"
 
 #include "longctx/planner/search.h"
+#include "longctx/planner/stack_tiles.h"
 
 namespace longctx {
 namespace {
@@ -12,8 +13,10 @@ void enumerate(const Plan& p, std::size_t row, const TechniqueSet& allowed, cons
     return;
   }
   const Knob& k = table[row];
-  const std::vector<KnobValue> values =
-      k.rule.fine ? std::vector<KnobValue>{fixed_value(fixed, k.id).value_or(k.plain)} : knob_candidates(k.id, p, allowed, fixed);
+  // A fine row takes its first candidate: its fixed value, the plain one, or the one value a
+  // stack allows (stack_tiles.h).
+  std::vector<KnobValue> values = knob_candidates(k.id, p, allowed, fixed);
+  if (k.rule.fine) values.resize(1);
   for (KnobValue v : values) {
     Plan next = p;
     set_knob(next, k.id, v);
@@ -41,7 +44,8 @@ bool valid(const Plan& p) { return validate(p.model, p.cluster.shape, p.train, p
 std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& fixed) {
   std::vector<Plan> out;
   for (const Plan& c : coarse_choices(base, allowed, fixed)) {
-    const Plan shape = with_fine(c, 0, 1, 1);
+    Plan shape = with_fine(c, 0, 1, 1);
+    conform_to_stack(shape.model, shape.train, shape.parallel);
     if (!valid(shape)) continue;
     const auto chunks = knob_candidates(KnobId::head_chunk, shape, allowed, fixed);
     const auto mlps = knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed);

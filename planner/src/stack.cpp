@@ -4,17 +4,26 @@
 
 namespace longctx {
 
-std::string to_string(StackKind k) { return k == StackKind::HF ? "hf" : "longctx"; }
+std::string to_string(StackKind k) {
+  switch (k) {
+    case StackKind::HF: return "hf";
+    case StackKind::Arctic: return "arctic";
+    case StackKind::Longctx: break;
+  }
+  return "longctx";
+}
 std::string to_string(HfAttention a) {
   switch (a) {
     case HfAttention::Eager: return "eager";
     case HfAttention::FlashAttention2: return "flash_attention_2";
+    case HfAttention::FlashAttention3: return "flash_attention_3";
     case HfAttention::Sdpa: break;
   }
   return "sdpa";
 }
 std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
 std::string to_string(HfOptimizer o) { return o == HfOptimizer::AdamWTorch ? "adamw_torch" : "adamw_torch_fused"; }
+std::string to_string(ArcticModel m) { return m == ArcticModel::HuggingFace ? "huggingface" : "liger"; }
 
 namespace {
 
@@ -28,15 +37,14 @@ Result<E> parse_word(const std::string& text, const std::string& field, const E 
 }  // namespace
 
 Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field) {
-  if (text == "arctic")
-    return Error::bad_input(field, "the arctic stack (ArcticTraining) is not modelled yet; give longctx or hf");
-  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF};
-  return parse_word(text, field, kAll, "longctx, hf");
+  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF, StackKind::Arctic};
+  return parse_word(text, field, kAll, "longctx, hf, arctic");
 }
 
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field) {
-  static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager, HfAttention::FlashAttention2};
-  return parse_word(text, field, kAll, "sdpa, eager, flash_attention_2");
+  static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager, HfAttention::FlashAttention2,
+                                         HfAttention::FlashAttention3};
+  return parse_word(text, field, kAll, "sdpa, eager, flash_attention_2, flash_attention_3");
 }
 
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field) {
@@ -49,8 +57,25 @@ Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::strin
   return parse_word(text, field, kAll, "adamw_torch_fused, adamw_torch");
 }
 
+Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field) {
+  static constexpr ArcticModel kAll[] = {ArcticModel::Liger, ArcticModel::HuggingFace};
+  return parse_word(text, field, kAll, "liger, huggingface");
+}
+
+StackSpec default_stack(StackKind k) {
+  StackSpec s;
+  s.kind = k;
+  if (k == StackKind::Arctic) {
+    s.attention = HfAttention::FlashAttention2;
+    s.checkpointing = HfCheckpointing::Reentrant;
+  }
+  return s;
+}
+
 std::string describe(const StackSpec& s) {
   if (s.kind == StackKind::Longctx) return "longctx";
+  if (s.kind == StackKind::Arctic)
+    return fmt::format("arctic ({} model, {}, DeepSpeed ZeRO-3)", to_string(s.arctic_model), to_string(s.attention));
   return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {})", to_string(s.attention),
                      to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer));
 }

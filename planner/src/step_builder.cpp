@@ -5,6 +5,7 @@
 #include "longctx/planner/step_builder.h"
 
 #include "step/emitters.h"
+#include "step/arctic_step.h"
 #include "step/hf_step.h"
 #include "longctx/planner/footprint/zero.h"
 
@@ -95,6 +96,10 @@ StepGraph build_step(const StepInputs& in) {
   sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
   if (in.train.stack.kind == StackKind::HF) {
     step::hf::build_step(sb);
+    return sb.graph.finish();
+  }
+  if (in.train.stack.kind == StackKind::Arctic) {
+    step::arctic::build_step(sb);
     return sb.graph.finish();
   }
   step::model_states(sb);

@@ -153,7 +153,8 @@ NB_MODULE(_core, m) {
       .def_rw("attention", &longctx::ClusterRequest::attention)
       .def_rw("hf_checkpointing", &longctx::ClusterRequest::hf_checkpointing)
       .def_rw("hf_no_attention_mask", &longctx::ClusterRequest::hf_no_attention_mask)
-      .def_rw("hf_optimizer", &longctx::ClusterRequest::hf_optimizer);
+      .def_rw("hf_optimizer", &longctx::ClusterRequest::hf_optimizer)
+      .def_rw("arctic_model", &longctx::ClusterRequest::arctic_model);
   m.def("max_context", &max_context_answer, nb::arg("cluster"), nb::arg("ladder"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("plan", &plan_answer, nb::arg("cluster"), nb::arg("seq"), nb::arg("knobs"), nb::arg("no_search"),

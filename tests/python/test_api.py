@@ -46,6 +46,17 @@ def test_plan_equals_the_cli_and_fixes_the_knobs_given():
     assert plan.search["evaluated"] == cli["search"]["evaluated"]
 
 
+def test_the_arctic_stack_answers_as_the_cli_does():
+    techniques = "zero3,offload-optimizer,checkpoint,offload-checkpoints,tiled-mlp,tiled-loss,ulysses"
+    answer = longctx.max_context("llama-3.1-8b", gpus=8, techniques=techniques, stack="arctic", ladder=False)
+    cli = cli_json("max-context", "--stack", "arctic", "--techniques", techniques, "--no-ladder")
+    assert answer.max_tokens == cli["max_tokens"] and answer.plan.data["train"]["stack"]["name"] == "arctic"
+    plan = longctx.plan("llama-3.1-8b", gpus=8, seq="16K", stack="arctic", arctic_model="huggingface")
+    assert plan.data["train"]["stack"]["arctic_model"] == "huggingface"
+    with pytest.raises(longctx.BadInput):
+        longctx.plan("llama-3.1-8b", gpus=8, seq="64K", stack="hf", arctic_model="liger")
+
+
 def test_a_plan_round_trips_through_its_json_and_explains_itself():
     plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=1024, no_search=True, techniques="none")
     again = longctx.Plan.from_json(plan.to_json())

@@ -205,6 +205,26 @@ def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):
         assert refused.returncode == 2 and "--stack" in refused.stderr and "train.stack hf" in refused.stderr
 
 
+def test_an_arctic_stack_plan_exports_the_recipe_it_predicted(tmp_path):
+    """A plan of `--stack arctic` predicted ArcticTraining with its model type and attention:
+    its recipe says exactly that, approximates nothing, and no other stack takes it."""
+    plan = tmp_path / "arctic_plan.json"
+    cli("plan", "--model", "llama-3.1-8b", "--gpus", "8", "--seq", "262144", "--no-search", "--stack", "arctic",
+        "--attention", "flash_attention_3", "--ulysses", "8", "--checkpoint", "full", "--offload-checkpoints",
+        "--offload-optimizer", "-o", str(plan))
+    out = tmp_path / "recipe.yaml"
+    run = export(plan, "arctic", out)
+    recipe = yaml.safe_load(out.read_text())
+    assert set(recipe["model"]) <= set(ARCTIC_KEYS["ModelConfig"])
+    assert recipe["model"]["type"] == "liger" and recipe["model"]["attn_implementation"] == "flash_attention_3"
+    assert recipe["sequence_parallel_size"] == 8 and recipe["activation_checkpoint_cpu_offload"] is True
+    assert "approximation" not in run.stderr
+    check_deepspeed_keys(recipe["deepspeed"])
+    for other in ("deepspeed", "hf"):
+        refused = cli("export", str(plan), "--stack", other, check=False)
+        assert refused.returncode == 2 and "train.stack arctic" in refused.stderr
+
+
 def test_knobs_a_stack_cannot_run_exit_2_naming_knob_and_stack(tmp_path):
     plan = make_plan(tmp_path, "--ulysses", "2", "--head-chunk", "4")
     for stack in ("arctic", "hf", "deepspeed"):

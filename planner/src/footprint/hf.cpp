@@ -8,13 +8,18 @@
 namespace longctx::footprint::hf {
 
 // position_ids is cache_position.unsqueeze(0), [1, S]: the tables are one sample's whatever b.
-std::int64_t rope_table_bytes(const StepShapes& s) { return s.S * s.d * s.e; }
-
-std::int64_t rope_tables_workspace(const StepShapes& s) {
-  const std::int64_t positions = s.S * 4, freqs = s.S * (s.d / 2) * 4, table32 = s.S * s.d * 4;
+namespace {
+std::int64_t tables_workspace(const StepShapes& s, std::int64_t rows) {
+  const std::int64_t positions = rows * 4, freqs = rows * (s.d / 2) * 4, table32 = rows * s.d * 4;
   // emb, and one unscaled cos (fp32) or both fp32 tables before the cast (bf16)
   return positions + freqs + table32 + (s.e == 4 ? table32 : 2 * table32);
 }
+}  // namespace
+
+std::int64_t rope_table_bytes(const StepShapes& s) { return s.S * s.d * s.e; }
+std::int64_t rope_tables_workspace(const StepShapes& s) { return tables_workspace(s, s.S); }
+std::int64_t rope_table_bytes_per_token(const StepShapes& s) { return s.n * s.d * s.e; }
+std::int64_t rope_tables_workspace_per_token(const StepShapes& s) { return tables_workspace(s, s.n); }
 
 std::int64_t norm_square_bytes(std::int64_t rows, std::int64_t width) { return rows * width * 4; }
 

@@ -32,6 +32,7 @@ double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { retu
 //   xr = xr.to(input_dtype)             bf16 only: [rows, width] e, saved; the fp32 one freed
 //   y = weight * xr                     [rows, width] e
 NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+  if (liger(sb)) return liger_norm_forward(sb, ns, x, phase, rc);
   const StepShapes& s = sb.shapes;
   const std::int64_t rw = ns.rows * ns.width;
   NormActs a;
@@ -70,6 +71,7 @@ NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase
 //   ToCopyBackward0              bf16 only: d_x32 to the input's dtype [rows, width] e
 TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                        Ids& grads) {
+  if (liger(sb)) return liger_norm_backward(sb, ns, a, grad, residual, grads);
   const StepShapes& s = sb.shapes;
   const std::int64_t rw = ns.rows * ns.width;
   TensorId d_xr = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad, false}, rw * s.e, kTr);
@@ -77,6 +79,7 @@ TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, Ten
   grads.push_back(g_w);
   sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, {grad, a.xr}, {d_xr, g_w},
               {.workspace = norm_weight_backward_workspace(s, ns.rows, ns.width), .flops = 2.0 * double(rw)});
+  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
   if (s.e != 4) {
     const TensorId up = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad32, false}, rw * 4, kTr);
     sb.graph.op(Name{ns.scope, ns.names.to_dtype_bwd, false}, kB, ns.layer, {d_xr}, {up});
@@ -105,67 +108,6 @@ TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, Ten
 
 namespace {
 
-NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp) {
-  return {l, l, s.n, s.h,
-          mlp ? LONGCTX_HF_NORM_NAMES("mlp_norm", "grad.mlp_norm", "mid.grad")
-              : LONGCTX_HF_NORM_NAMES("attn_norm", "grad.attn_norm", "in.grad")};
-}
-
-// Qwen3's per-head norm of q or k: rows n*heads of width d; its weight [d].
-NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
-  return {l, l, s.n * (q ? s.H : s.K), s.d,
-          q ? LONGCTX_HF_NORM_NAMES("attn.q_norm", "grad.attn.q_norm", "attn.q.grad")
-            : LONGCTX_HF_NORM_NAMES("attn.k_norm", "grad.attn.k_norm", "attn.k.grad")};
-}
-
-// A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e.
-TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
-                 std::int64_t out, Phase phase, bool rc, Category category = kAct) {
-  const StepShapes& s = sb.shapes;
-  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, category);
-  sb.graph.op(layer_name(l, name, rc), phase, l, {x}, {y}, {.flops = proj_flops(s, in, out)});
-  return y;
-}
-
-// A projection's backward (MmBackward0 of at::linear, AddmmBackward0 with a bias): its
-// weight's gradient [out, in] (+ bias [out]) e, kept by AccumulateGrad, and, unless
-// `input_grad` is false (the caller adds it into a gradient it already holds: `into`), the
-// input's gradient [n, in] e.
-TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
-                          TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
-                          TensorId into = -1) {
-  const StepShapes& s = sb.shapes;
-  const TensorId g_w = sb.graph.tensor(layer_name(l, grad_name), (in * out + (bias ? out : 0)) * s.e, Category::Grads);
-  grads.push_back(g_w);
-  Ids reads = {d_y, x};
-  if (into >= 0) {
-    reads.push_back(into);
-    // The input's gradient [n, in] e, added into `into` in place and freed.
-    sb.graph.op(layer_name(l, name), kB, l, reads, {g_w}, {.workspace = s.n * in * s.e, .flops = 2 * proj_flops(s, in, out)});
-    return into;
-  }
-  const TensorId d_x = sb.graph.tensor(layer_name(l, in_grad_name), s.n * in * s.e, kTr);
-  sb.graph.op(layer_name(l, name), kB, l, reads, {d_x, g_w}, {.flops = 2 * proj_flops(s, in, out)});
-  return d_x;
-}
-
-// apply_rotary_pos_emb for q or k of `heads` heads: (x * cos) + (rotate_half(x) * sin).
-TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
-              bool rc) {
-  const StepShapes& s = sb.shapes;
-  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * heads * s.d * s.e, kAct);
-  sb.graph.op(layer_name(l, name, rc), phase, l, reads, {y}, {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
-  return y;
-}
-
-TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
-  const StepShapes& s = sb.shapes;
-  const HfModelActs& m = sb.hf_model;
-  const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
-  sb.graph.op(layer_name(l, name), kB, l, {grad, m.cos, m.sin}, {d_x},
-              {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
-  return d_x;
-}
 
 // A gradient of q, k or v reshaped from [b, heads, S, d] to the projection's [n, heads*d]:
 // a copy where the kernel's gradient is laid out head-major (ViewBackward0's reshape).
@@ -198,6 +140,81 @@ void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
 }
 
 }  // namespace
+
+NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp) {
+  return {l, l, s.n, s.h,
+          mlp ? LONGCTX_HF_NORM_NAMES("mlp_norm", "grad.mlp_norm", "mid.grad")
+              : LONGCTX_HF_NORM_NAMES("attn_norm", "grad.attn_norm", "in.grad")};
+}
+
+// Qwen3's per-head norm of q or k: rows n*heads of width d; its weight [d].
+NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
+  return {l, l, s.n * (q ? s.H : s.K), s.d,
+          q ? LONGCTX_HF_NORM_NAMES("attn.q_norm", "grad.attn.q_norm", "attn.q.grad")
+            : LONGCTX_HF_NORM_NAMES("attn.k_norm", "grad.attn.k_norm", "attn.k.grad")};
+}
+
+// A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e.
+TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
+                 std::int64_t out, Phase phase, bool rc, Category category) {
+  const StepShapes& s = sb.shapes;
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, category);
+  sb.graph.op(layer_name(l, name, rc), phase, l, {x}, {y}, {.flops = proj_flops(s, in, out)});
+  return y;
+}
+
+// A projection's backward (MmBackward0 of at::linear, AddmmBackward0 with a bias): its
+// weight's gradient [out, in] (+ bias [out]) e, kept by AccumulateGrad, and, unless
+// `input_grad` is false (the caller adds it into a gradient it already holds: `into`), the
+// input's gradient [n, in] e.
+TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
+                          TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
+                          TensorId into) {
+  const StepShapes& s = sb.shapes;
+  const TensorId g_w = sb.graph.tensor(layer_name(l, grad_name), (in * out + (bias ? out : 0)) * s.e, Category::Grads);
+  grads.push_back(g_w);
+  Ids reads = {d_y, x};
+  if (into >= 0) {
+    reads.push_back(into);
+    // The input's gradient [n, in] e, added into `into` in place and freed.
+    sb.graph.op(layer_name(l, name), kB, l, reads, {g_w}, {.workspace = s.n * in * s.e, .flops = 2 * proj_flops(s, in, out)});
+    if (sb.grad_ready) sb.grad_ready(g_w, in * out + (bias ? out : 0));
+    return into;
+  }
+  const TensorId d_x = sb.graph.tensor(layer_name(l, in_grad_name), s.n * in * s.e, kTr);
+  sb.graph.op(layer_name(l, name), kB, l, reads, {d_x, g_w}, {.flops = 2 * proj_flops(s, in, out)});
+  if (sb.grad_ready) sb.grad_ready(g_w, in * out + (bias ? out : 0));
+  return d_x;
+}
+
+// apply_rotary_pos_emb for q or k of `heads` heads: (x * cos) + (rotate_half(x) * sin).
+TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
+              bool rc) {
+  const StepShapes& s = sb.shapes;
+  if (liger(sb)) {
+    // LigerRopeFunction rotates the projection's output in place (its [b, S, heads, d] layout
+    // needs no copy) and saves only cos and sin.
+    sb.graph.op(layer_name(l, name, rc), phase, l, reads, {}, {.flops = 3.0 * double(s.n * heads * s.d)});
+    return *reads.begin();
+  }
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * heads * s.d * s.e, kAct);
+  sb.graph.op(layer_name(l, name, rc), phase, l, reads, {y}, {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
+  return y;
+}
+
+TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
+  const StepShapes& s = sb.shapes;
+  if (liger(sb)) {  // rope_backward: rotates the gradient in place
+    sb.graph.op(layer_name(l, name), kB, l, {grad, sb.hf_model.cos, sb.hf_model.sin}, {},
+                {.flops = 3.0 * double(s.n * heads * s.d)});
+    return grad;
+  }
+  const HfModelActs& m = sb.hf_model;
+  const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
+  sb.graph.op(layer_name(l, name), kB, l, {grad, m.cos, m.sin}, {d_x},
+              {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
+  return d_x;
+}
 
 // ---- LlamaAttention ----------------------------------------------------------------------
 void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
@@ -363,6 +380,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
 
 // ---- LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)) ---------------------------------
 void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole) {
+  if (liger(sb)) return liger_mlp_forward(sb, l, a, phase, rc);
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId x = a.norm2.y;
@@ -380,6 +398,7 @@ void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, boo
 }
 
 TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+  if (liger(sb)) return liger_mlp_backward(sb, l, a, d_out, grads);
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId d_prod = project_backward(sb, l, "mlp.down_proj.bwd", "grad.mlp.down", "mlp.prod.grad", d_out, a.prod,

@@ -106,67 +106,6 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   return x;
 }
 
-// The final norm, lm_head and ForCausalLMLoss: logits [n, V] e (`.float()` copies them to
-// fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
-// The model's output, which holds the logits and the cache, is dropped after the loss.
-NormActs loss_forward(StepBuild& sb, TensorId final_x) {
-  const StepShapes& s = sb.shapes;
-  OuterActs& o = sb.outer;
-  HfModelActs& m = sb.hf_model;
-  const Phase L = Phase::Loss;
-  o.final_x = final_x;
-  const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
-  o.xf = f.y;
-  // LlamaModel.forward returns here: its cache_position and causal mask go.
-  sb.graph.add_input(sb.graph.last_op(), m.positions);
-  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
-  const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
-  sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {model_logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
-  TensorId logits = model_logits;
-  if (s.e != 4) {
-    const TensorId up = sb.graph.tensor(step_name("loss.logits.fp32"), s.n * s.V * 4, kTr);
-    sb.graph.op(step_name("loss.logits.float"), L, -1, {logits}, {up});
-    logits = up;
-  }
-  const TensorId labels = sb.graph.tensor(step_name("loss.shift_labels"), shifted_labels_bytes(s), kAct);
-  sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
-  o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, kAct);
-  sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
-  // The model's output holds its logits until it is dropped, after the loss.
-  sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, labels, model_logits}, {});
-  // The model's output is dropped: its cache lets go of each layer's k/v copies (those no
-  // backward saved go now).
-  for (std::size_t i = 0; i + 1 < m.cache.size(); i += 2)
-    sb.graph.op(layer_name(static_cast<int>(i / 2), "attn.cache.drop"), L, -1, {m.cache[i], m.cache[i + 1]}, {});
-  m.labels = labels;
-  return f;
-}
-
-// NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e),
-// lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and d_xf.
-TensorId loss_backward(StepBuild& sb, const NormActs& f) {
-  const StepShapes& s = sb.shapes;
-  OuterActs& o = sb.outer;
-  const Phase B = Phase::Backward;
-  const TensorId d_logp = sb.graph.tensor(step_name("loss.nll.grad"), s.n * s.V * 4, kTr);
-  sb.graph.op(step_name("loss.nll.bwd"), B, -1, {sb.hf_model.labels}, {d_logp});
-  TensorId d_logits = sb.graph.tensor(step_name("loss.logits.grad.fp32"), s.n * s.V * 4, kTr);
-  sb.graph.op(step_name("loss.log_softmax.bwd"), B, -1, {d_logp, o.logp}, {d_logits}, {.flops = 3.0 * double(s.n * s.V)});
-  if (s.e != 4) {
-    const TensorId cast = sb.graph.tensor(step_name("loss.logits.grad"), s.n * s.V * s.e, kTr);
-    sb.graph.op(step_name("loss.logits.float.bwd"), B, -1, {d_logits}, {cast});
-    d_logits = cast;
-  }
-  const int out_group = s.tied ? embed_group(s) : head_group(s);
-  const TensorId g_out = sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"},
-                                         s.V * s.h * s.e, Category::Grads);
-  sb.grads[static_cast<std::size_t>(out_group)].push_back(g_out);
-  if (s.tied) o.tied_grad = g_out;
-  const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
-  sb.graph.op(step_name("loss.lm_head.bwd"), B, -1, {d_logits, o.xf}, {g_out, d_xf}, {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
-  return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
-}
-
 void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   for (int l = static_cast<int>(s.layers) - 1; l >= 0; --l) {
@@ -242,12 +181,77 @@ void optimizer_step(StepBuild& sb) {
 
 }  // namespace
 
+// The final norm, lm_head and ForCausalLMLoss: logits [n, V] e (`.float()` copies them to
+// fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
+// The model's output, which holds the logits and the cache, is dropped after the loss.
+NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  HfModelActs& m = sb.hf_model;
+  const Phase L = Phase::Loss;
+  o.final_x = final_x;
+  const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
+  o.xf = f.y;
+  // LlamaModel.forward returns here: its cache_position and causal mask go.
+  sb.graph.add_input(sb.graph.last_op(), m.positions);
+  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
+  for (const TensorId t : m.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
+  const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
+  sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {model_logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
+  if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
+  TensorId logits = model_logits;
+  if (s.e != 4) {
+    const TensorId up = sb.graph.tensor(step_name("loss.logits.fp32"), s.n * s.V * 4, kTr);
+    sb.graph.op(step_name("loss.logits.float"), L, -1, {logits}, {up});
+    logits = up;
+  }
+  const TensorId labels = sb.graph.tensor(step_name("loss.shift_labels"), shifted_labels_bytes(s), kAct);
+  sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
+  o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, kAct);
+  sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
+  // The model's output holds its logits until it is dropped, after the loss.
+  sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, labels, model_logits}, {});
+  // The model's output is dropped: its cache lets go of each layer's k/v copies (those no
+  // backward saved go now).
+  for (std::size_t i = 0; i + 1 < m.cache.size(); i += 2)
+    sb.graph.op(layer_name(static_cast<int>(i / 2), "attn.cache.drop"), L, -1, {m.cache[i], m.cache[i + 1]}, {});
+  m.labels = labels;
+  return f;
+}
+
+// NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e),
+// lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and d_xf.
+TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  const Phase B = Phase::Backward;
+  const TensorId d_logp = sb.graph.tensor(step_name("loss.nll.grad"), s.n * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.nll.bwd"), B, -1, {sb.hf_model.labels}, {d_logp});
+  TensorId d_logits = sb.graph.tensor(step_name("loss.logits.grad.fp32"), s.n * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.log_softmax.bwd"), B, -1, {d_logp, o.logp}, {d_logits}, {.flops = 3.0 * double(s.n * s.V)});
+  if (s.e != 4) {
+    const TensorId cast = sb.graph.tensor(step_name("loss.logits.grad"), s.n * s.V * s.e, kTr);
+    sb.graph.op(step_name("loss.logits.float.bwd"), B, -1, {d_logits}, {cast});
+    d_logits = cast;
+  }
+  const int out_group = s.tied ? embed_group(s) : head_group(s);
+  const TensorId g_out = sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"},
+                                         s.V * s.h * s.e, Category::Grads);
+  sb.grads[static_cast<std::size_t>(out_group)].push_back(g_out);
+  if (s.tied) o.tied_grad = g_out;
+  const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(step_name("loss.lm_head.bwd"), B, -1, {d_logits, o.xf}, {g_out, d_xf}, {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
+  if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
+  if (sb.grad_ready) sb.grad_ready(g_out, s.V * s.h);
+  return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
+}
+
 void build_step(StepBuild& sb) {
   model_states(sb);
   Layers layers;
   const TensorId final_x = forward_layers(sb, model_inputs(sb), layers);
-  const NormActs f = loss_forward(sb, final_x);
-  const TensorId d_x = loss_backward(sb, f);
+  const NormActs f = loss_forward(sb, final_x, -1);
+  const TensorId d_x = loss_backward(sb, f, -1);
   backward_layers(sb, d_x, layers);
   if (!sb.in.prefix_only) optimizer_step(sb);
 }

@@ -6,6 +6,8 @@
 
 namespace longctx::step::hf {
 
+using footprint::StepShapes;
+
 inline constexpr Category kAct = Category::Activations;
 inline constexpr Category kTr = Category::Transient;
 inline constexpr Phase kB = Phase::Backward;
@@ -20,7 +22,7 @@ struct NormNames {
   const char* in_grad;      // the input's gradient, as the next op upstream knows it
 };
 #define LONGCTX_HF_NORM_NAMES(P, WEIGHT_GRAD, IN_GRAD)                                                            \
-  NormNames {                                                                                                     \
+  ::longctx::step::hf::NormNames {                                                                               \
     P ".in.fp32", P ".to_fp32", P ".variance", P ".rstd", P ".stats", P ".normed.fp32", P ".scale", P ".normed",   \
         P ".to_dtype", P ".out", P ".weight", P ".normed.grad", P ".weight.bwd", P ".normed.grad.fp32",           \
         P ".to_dtype.bwd", P ".in.grad.fp32", P ".rstd.grad", P ".scale.bwd", P ".variance.grad", P ".rsqrt.bwd", \
@@ -65,6 +67,22 @@ struct HfLayerActs {
 // non-reentrant: until its last saved tensor, torch.utils.checkpoint's early stop).
 enum class LayerPass { Plain, Checkpointed, RecomputeWhole, RecomputeUntilSaved };
 
+// A decoder layer's two norms (the MLP's when `mlp`), and Qwen3's per-head norm of q or k.
+NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp);
+NormSpec head_norm_spec(const StepShapes& s, int l, bool q);
+// A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e (its `category`).
+TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
+                 std::int64_t out, Phase phase, bool rc, Category category = kAct);
+// A projection's backward: its weight's gradient (appended to `grads`) and, unless `into` is
+// given (the input's gradient is added into it in place), the input's gradient [n, in] e.
+TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
+                          TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
+                          TensorId into = -1);
+// apply_rotary_pos_emb on q or k of `heads` heads ([n, heads*d] e out), and its backward.
+TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
+              bool rc);
+TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads);
+
 NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
 TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                        Ids& grads);
@@ -78,5 +96,18 @@ TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o
 
 // The whole step (hf_model.cpp).
 void build_step(StepBuild& sb);
+// Its final norm, lm_head and ForCausalLMLoss, and their backward (returning the last
+// layer's output gradient). `head_weight`: lm_head's weight gathered for the op (ZeRO-3), or -1.
+NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight);
+TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight);
+
+// Liger-Kernel's versions (liger.cpp), which the functions above run instead when liger(sb):
+// the arctic stack's liger model.
+bool liger(const StepBuild& sb);
+NormActs liger_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId liger_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                             Ids& grads);
+void liger_mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc);
+TensorId liger_mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
 
 }  // namespace longctx::step::hf

@@ -3,6 +3,7 @@
 // the graph, and the tensors one technique produces and another reads (parameters,
 // gradients, the activations a layer's backward reads). Shapes: footprint/step_shapes.h.
 #include <array>
+#include <functional>
 #include <vector>
 
 #include "graph_writer.h"
@@ -66,6 +67,7 @@ struct HfModelActs {
   TensorId mask = -1;       // the model's causal mask (model_inputs), if it makes one
   TensorId labels = -1;     // ForCausalLMLoss's shifted labels [b, S+1] int64, until nll's backward
   std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
+  Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
 };
 
 struct StepBuild {
@@ -89,6 +91,10 @@ struct StepBuild {
   std::vector<std::array<TensorId, kParamTable.size()>> param_copies;
   OuterActs outer;
   HfModelActs hf_model;
+  // The arctic stack: DeepSpeed's hook on each parameter's gradient, called with the gradient
+  // [numel] e just after the op that made it (planner/src/step/arctic_zero.cpp); unset elsewhere.
+  std::function<void(TensorId grad, std::int64_t numel)> grad_ready;
+  std::function<void()> grads_flush;  // and the reduction of what its bucket still holds
 
   // A group's tensor name ("layer.3.", "embed.", "head.").
   Name group_name(int group, const char* base) const;

@@ -28,8 +28,10 @@ struct ClusterRequest {
   std::string techniques = "all";             // what the search may use
   std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
   std::string grad_dtype;  // default: fp32, or on the CPU virtual device (and under --stack hf) the parameters' dtype
-  std::string stack = "longctx";     // the code the step runs on (stack.h): longctx | hf
-  std::string attention;             // --stack hf: sdpa (default) | eager
+  std::string stack = "longctx";     // the code the step runs on (stack.h): longctx | hf | arctic
+  std::string attention;             // --stack hf: sdpa (default) | eager | flash_attention_2;
+                                     // --stack arctic: flash_attention_2 (default) | flash_attention_3
+  std::string arctic_model;          // --stack arctic: liger (default) | huggingface
   std::string hf_checkpointing;      // --stack hf: non-reentrant (default) | reentrant
   bool hf_no_attention_mask = false;  // --stack hf: the batch has no attention_mask
   std::string hf_optimizer;           // --stack hf: adamw_torch_fused (default) | adamw_torch

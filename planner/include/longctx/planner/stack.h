@@ -2,23 +2,31 @@
 // The training stack a plan's step runs on. The same model, shapes and techniques allocate
 // different tensors under different code: longctx's own runtime (the default, which the
 // runtime executes), or Hugging Face transformers' modeling code trained with torch.optim's
-// AdamW (`hf`: docs/stacks.md lists what it keeps, op by op, with the source each figure comes
-// from). A stack is a property of the step like its dtype: the step builder writes that
-// stack's ops (planner/src/step/hf_*.cpp for `hf`), and validate() (parallel_config.h) refuses
-// the knobs a stack cannot express, naming the stack.
+// AdamW (`hf`), or ArcticTraining's: the same modeling code under DeepSpeed ZeRO-3, its
+// Ulysses for HF, TiledMLP and checkpoint offload, with Liger's kernels (`arctic`).
+// docs/stacks.md lists what each keeps, op by op, with the source each figure comes from. A
+// stack is a property of the step like its dtype: the step builder writes that stack's ops
+// (planner/src/step/hf_*.cpp, arctic_*.cpp), and validate() (parallel_config.h) refuses the
+// knobs a stack cannot express, naming the stack.
 #include <string>
 
 #include "longctx/planner/result.h"
 
 namespace longctx {
 
-enum class StackKind { Longctx, HF };
+enum class StackKind { Longctx, HF, Arctic };
 
 // transformers' `attn_implementation`: "sdpa" (torch's scaled_dot_product_attention, grouped
 // k/v passed as they are), "eager" (k/v repeated to the query heads, the [b, H, S, S]
 // scores and softmax materialized), or "flash_attention_2" (the flash-attn package, CUDA
-// only: grouped k/v, never a mask).
-enum class HfAttention { Sdpa, Eager, FlashAttention2 };
+// only: grouped k/v, never a mask), or "flash_attention_3" (flash-attn's Hopper kernels; the
+// arctic stack only).
+enum class HfAttention { Sdpa, Eager, FlashAttention2, FlashAttention3 };
+
+// ArcticTraining's `model.type`: "liger" (Liger-Kernel's RMSNorm, RoPE, SwiGLU and fused
+// linear cross-entropy patched into the transformers model) or "huggingface" (the model as
+// transformers writes it).
+enum class ArcticModel { Liger, HuggingFace };
 
 // `gradient_checkpointing_kwargs={"use_reentrant": ...}`: torch.utils.checkpoint's two
 // implementations, which hold different tensors while a layer is recomputed.
@@ -37,20 +45,29 @@ struct StackSpec {
   // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/src/step/hf_model.cpp).
   bool attention_mask = true;
   HfOptimizer optimizer = HfOptimizer::AdamWTorchFused;  // hf only
+  ArcticModel arctic_model = ArcticModel::Liger;          // arctic only
   bool operator==(const StackSpec&) const = default;
 };
 
-std::string to_string(StackKind k);        // "longctx", "hf"
+std::string to_string(StackKind k);        // "longctx", "hf", "arctic"
 std::string to_string(HfAttention a);      // "sdpa", "eager"
 std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
 std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"
+std::string to_string(ArcticModel m);      // "liger", "huggingface"
 // Each error names `field` and lists the words it takes.
 Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field);
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field);
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field);
 Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field);
+Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field);
 
-// "longctx", or "hf (sdpa attention, non-reentrant checkpointing, attention_mask passed)".
+// The stack's defaults: arctic's attention is flash_attention_2 and its checkpointing
+// transformers' default, reentrant (modeling_utils.py gradient_checkpointing_enable), which
+// ArcticTraining does not change.
+StackSpec default_stack(StackKind k);
+
+// "longctx", "hf (sdpa attention, non-reentrant checkpointing, attention_mask passed)", or
+// "arctic (liger model, flash_attention_2)".
 std::string describe(const StackSpec& s);
 
 }  // namespace longctx

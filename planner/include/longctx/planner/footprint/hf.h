@@ -18,6 +18,10 @@ std::int64_t rope_table_bytes(const StepShapes& s);
 // positions [1, S, d/2] fp32, emb = cat(freqs, freqs) [1, S, d] fp32, and cos() before its
 // scaling [1, S, d] fp32; in bf16 the fp32 cos and sin both, before `.to(x.dtype)`.
 std::int64_t rope_tables_workspace(const StepShapes& s);
+// The same with the batch's own position_ids [b, S/u] (ArcticTraining passes them, per rank
+// under Ulysses): tables [b, S/u, d] e each, over the rank's n tokens.
+std::int64_t rope_table_bytes_per_token(const StepShapes& s);
+std::int64_t rope_tables_workspace_per_token(const StepShapes& s);
 
 // ---- LlamaRMSNorm over `rows` rows of `width` --------------------------------------------
 // forward: `hidden_states.pow(2)` [rows, width] fp32, freed once `.mean(-1)` has reduced it.

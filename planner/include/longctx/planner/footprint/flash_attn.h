@@ -1,0 +1,26 @@
+#pragma once
+// flash-attn's own kernels as transformers calls them (integrations/flash_attention.py, with
+// `attn_implementation` flash_attention_2 or flash_attention_3), on `heads` query heads and
+// `kv_heads` kv heads over the b*S tokens of a full sequence: what the backward allocates
+// beyond dq, dk, dv (which flash_attn_interface.py makes with torch.empty_like). The forward
+// allocates only its outputs, out [b*S, heads, d] e and softmax_lse [b, heads, S] fp32.
+// Shapes: step_shapes.h.
+#include <cstdint>
+
+#include "longctx/planner/footprint/step_shapes.h"
+
+namespace longctx::footprint::flash {
+
+// FlashAttention-2 (csrc/flash_attn/flash_api.cpp, mha_bwd): softmax_d [b, heads, S128] fp32,
+// dq_accum [b, S128, heads, d32] fp32 (S128: S rounded up to 128; d32: d rounded up to 32),
+// and under GQA dk_expanded, dv_expanded [b, S, heads, d] e each, summed into dk and dv over
+// each group when the kernel returns.
+std::int64_t fa2_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+
+// FlashAttention-3 (hopper/flash_api.cpp, mha_bwd, head_dim <= 128, causal: blocks of 64 query
+// rows and 128 keys): softmax_d and softmax_lse_log2 [b, heads, S64] fp32 each, dq_accum
+// [b, heads, S64 * d] fp32, and under GQA dk_accum, dv_accum [b, kv_heads, S128 * d] fp32 each
+// (no copies over the query heads).
+std::int64_t fa3_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+
+}  // namespace longctx::footprint::flash

@@ -1,0 +1,37 @@
+#include "longctx/planner/stack_tiles.h"
+
+#include "longctx/planner/parallel_config.h"
+
+namespace longctx {
+
+std::int64_t arctic_mlp_shards(std::int64_t tokens_per_rank, std::int64_t hidden) {
+  return (tokens_per_rank + hidden - 1) / hidden;
+}
+
+std::int64_t liger_loss_chunks(std::int64_t tokens, std::int64_t hidden, std::int64_t vocab) {
+  const std::int64_t inc = (vocab + hidden - 1) / hidden;
+  const std::int64_t want = (tokens + inc - 1) / inc;
+  std::int64_t chunk = 1;
+  while (chunk < want) chunk *= 2;
+  return (tokens + chunk - 1) / chunk;
+}
+
+std::optional<std::int64_t> stack_tile_count(const ModelConfig& m, const TrainConfig& t, int ulysses, bool loss) {
+  if (t.stack.kind != StackKind::Arctic) return std::nullopt;
+  const std::int64_t n = tokens_per_rank(t, ulysses);
+  if (!loss) return arctic_mlp_shards(n, m.hidden);
+  if (t.stack.arctic_model == ArcticModel::Liger) return liger_loss_chunks(n, m.hidden, m.vocab);
+  return 1;  // the model's own loss over the full logits (ArcticTraining's huggingface model)
+}
+
+bool stack_always_tiles_loss(const TrainConfig& t) {
+  return t.stack.kind == StackKind::Arctic && t.stack.arctic_model == ArcticModel::Liger;
+}
+
+void conform_to_stack(const ModelConfig& m, const TrainConfig& t, ParallelConfig& p) {
+  if (t.stack.kind != StackKind::Arctic) return;
+  p.sharding = Sharding::Zero3;
+  if (stack_always_tiles_loss(t)) p.loss_tiles = static_cast<int>(*stack_tile_count(m, t, p.ulysses, true));
+}
+
+}  // namespace longctx
