@@ -48,8 +48,14 @@ def liger_loss_chunks(tokens, hidden, vocab):
     return -(-tokens // chunk)
 
 
+def arctic(r):
+    """Whether the record ran ArcticTraining: its own stack in longctx (--stack arctic)."""
+    return "arctictraining" in str(r.get("framework", "")).lower()
+
+
 def configuration(r):
-    """longctx's knobs for the record, and the approximations it takes."""
+    """longctx's knobs for the record (the stack's options among them, as CLI flags), and the
+    approximations it takes."""
     p, ac, opt = r.get("parallelism") or {}, r.get("activation_checkpointing") or {}, r.get("optimizer") or {}
     m = r["model_config"]
     ulysses = int(p.get("ulysses_sp_degree") or 1)
@@ -62,21 +68,37 @@ def configuration(r):
         "offload_checkpoints": bool(ac.get("offload_to_cpu")),
         "offload_optimizer": bool(opt.get("offloaded_to_cpu")),
         "offload_params": bool(r.get("param_offload_to_cpu")),
-        "mlp_tiles": 1, "loss_tiles": 1,
+        "mlp_tiles": 1,
     }
     if r.get("tiled_mlp"):
         # DeepSpeed TiledMLP as ArcticTraining calls it: num_shards = ceil(local seqlen / hidden).
         knobs["mlp_tiles"] = max(1, -(-local // m["hidden"]))
     loss = str(r.get("loss") or "").lower()
-    if "liger" in loss or "fused linear" in loss:
+    liger = "liger" in loss or "fused linear" in loss
+    if arctic(r):
+        # ArcticTraining's own step: the loss follows from its model type (Liger's chunks), and
+        # its recipes run with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+        # (projects/sequence-parallelism/README.md).
+        kernel = str(r.get("attention_kernel", "")).lower()
+        knobs["stack"] = "arctic"
+        knobs["attention"] = "flash_attention_3" if "3" in kernel else "flash_attention_2"
+        knobs["arctic_model"] = "liger" if liger else "huggingface"
+        knobs["expandable_segments"] = True
+        return knobs, *_dtype_gpu(r), notes
+    knobs["loss_tiles"] = 1
+    if liger:
         knobs["loss_tiles"] = liger_loss_chunks(local, m["hidden"], m["vocab"])
     elif "chunk" in loss:
         notes.append("chunked loss planned untiled")
     if "gradient_checkpointing" in str(ac.get("granularity", "")) or "HF" in str(ac.get("granularity", "")):
         notes.append("HF checkpointing planned as longctx's per-layer checkpoint")
+    return knobs, *_dtype_gpu(r), notes
+
+
+def _dtype_gpu(r):
     dtype = "bf16" if "bf16" in str(r.get("dtype", "")).lower() else "fp32"
     gpu = "h200-141gb" if "H200" in str(r.get("gpu", "")) else "h100-80gb"
-    return knobs, dtype, gpu, notes
+    return dtype, gpu
 
 
 def published_bytes(r):
@@ -140,7 +162,7 @@ def main():
     a = ap.parse_args()
     with open(a.records) as f:
         records = json.load(f)
-    rows, errors = [], []
+    rows, errors, by_stack = [], [], {}
     for r in records:
         published = published_bytes(r)
         missing = {"layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab"} - set(r["model_config"])
@@ -162,8 +184,9 @@ def main():
         err = (shown - published) / published if published else None
         if err is not None:
             errors.append(err)
+            by_stack.setdefault(knobs.get("stack", "longctx"), []).append(err)
         shown_knobs = [k if v is True else f"{k}={v}" for k, v in knobs.items()
-                       if v is not False and v != "none" and (v is True or v != 1)]
+                       if v is not False and v != "none" and (v is True or v != 1) and k != "expandable_segments"]
         cfg = f"{r['num_gpus']}x {gpu} {dtype} " + " ".join(shown_knobs)
         rows.append((r["id"], cfg + ("; " + "; ".join(notes) if notes else ""), allocated, reserved, smi, published, err))
     fmt = lambda b: "-" if b is None else f"{b / GIB:.2f}"
@@ -176,9 +199,13 @@ def main():
             print(f"| {rid} | {cfg} | {fmt(al)} | {fmt(re_)} | {fmt(smi)} | {fmt(pub)} | {e} |")
         else:
             print(f"{rid:50s} {fmt(al):>8} {fmt(re_):>8} {fmt(smi):>8} {fmt(pub):>8} {e:>8}  {cfg}")
+    def summary(what, errs):
+        return (f"{len(errs)} {what}: median error {100 * statistics.median(errs):+.1f}%, median |error| "
+                f"{100 * statistics.median(map(abs, errs)):.1f}%, worst {100 * max(errs, key=abs):+.1f}%")
     if errors:
-        print(f"\n{len(errors)} records: median error {100 * statistics.median(errors):+.1f}%, median |error| "
-              f"{100 * statistics.median(map(abs, errors)):.1f}%, worst {100 * max(errors, key=abs):+.1f}%")
+        print("\n" + summary("records", errors))
+        for stack, errs in sorted(by_stack.items()):
+            print(summary(f"records planned with --stack {stack}", errs))
 
 
 if __name__ == "__main__":
