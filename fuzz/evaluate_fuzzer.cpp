@@ -125,7 +125,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     p.train.dtype = p.train.grad_dtype = longctx::DType::BF16;
     if (par.checkpoint.kind == longctx::CheckpointPolicy::Kind::EveryK) par.checkpoint = longctx::CheckpointPolicy::full();
     par.head_chunk = 0;
-    if (par.mlp_tiles > 1) par.mlp_tiles = static_cast<int>(*longctx::stack_tile_count(p.model, p.train, par.ulysses, false));
+    if (par.mlp_tiles > 1 && longctx::stack_tiles_defined(p.model, p.train, par.ulysses))
+      par.mlp_tiles = static_cast<int>(*longctx::stack_tile_count(p.model, p.train, par.ulysses, false));
     longctx::conform_to_stack(p.model, p.train, par);
   }
 

@@ -1,5 +1,6 @@
 #include "longctx/planner/stack_tiles.h"
 
+#include "longctx/planner/limits.h"
 #include "longctx/planner/parallel_config.h"
 
 namespace longctx {
@@ -24,6 +25,11 @@ std::optional<std::int64_t> stack_tile_count(const ModelConfig& m, const TrainCo
   return 1;  // the model's own loss over the full logits (ArcticTraining's huggingface model)
 }
 
+bool stack_tiles_defined(const ModelConfig& m, const TrainConfig& t, int ulysses) {
+  return m.hidden >= 1 && m.hidden <= limits::kMaxHidden && m.vocab >= 1 && m.vocab <= limits::kMaxVocab && ulysses >= 1 && ulysses <= limits::kMaxHeads && t.seq >= 1 && t.seq <= limits::kMaxSeq && t.micro_batch >= 1 &&
+         t.micro_batch <= limits::kMaxMicroBatch;
+}
+
 bool stack_always_tiles_loss(const TrainConfig& t) {
   return t.stack.kind == StackKind::Arctic && t.stack.arctic_model == ArcticModel::Liger;
 }
@@ -31,6 +37,7 @@ bool stack_always_tiles_loss(const TrainConfig& t) {
 void conform_to_stack(const ModelConfig& m, const TrainConfig& t, ParallelConfig& p) {
   if (t.stack.kind != StackKind::Arctic) return;
   p.sharding = Sharding::Zero3;
+  if (!stack_tiles_defined(m, t, p.ulysses)) return;
   if (stack_always_tiles_loss(t)) p.loss_tiles = static_cast<int>(*stack_tile_count(m, t, p.ulysses, true));
 }
 

@@ -25,7 +25,11 @@ std::int64_t liger_loss_chunks(std::int64_t tokens, std::int64_t hidden, std::in
 
 // The count the plan's stack runs when the MLP (`loss` false) or the loss (`loss` true) is
 // tiled at all, or nothing where any count may be chosen (longctx's own runtime).
+// REQUIRES: stack_tiles_defined(m, t, ulysses) (validate() checks it first).
 std::optional<std::int64_t> stack_tile_count(const ModelConfig& m, const TrainConfig& t, int ulysses, bool loss);
+// Whether the model's width and vocabulary, the length, the batch and the degree are within
+// the bounds a plan may hold (limits.h), so that the counts exist.
+bool stack_tiles_defined(const ModelConfig& m, const TrainConfig& t, int ulysses);
 
 // Whether the stack computes its loss tiled whatever the plan asks (arctic with Liger: the
 // fused linear cross-entropy replaces the model's loss).
@@ -33,7 +37,8 @@ bool stack_always_tiles_loss(const TrainConfig& t);
 
 // Sets the knobs the plan's stack decides itself: the arctic stack's ZeRO-3, and the loss
 // chunks of one that always tiles its loss (for p's Ulysses degree and t's length). What
-// every probe of a configuration starts from, so that validate() judges the knob probed.
+// every probe of a configuration starts from, so that validate() judges the knob probed. A
+// configuration outside stack_tile_count's requirements is left as it is, for validate().
 void conform_to_stack(const ModelConfig& m, const TrainConfig& t, ParallelConfig& p);
 
 }  // namespace longctx
