@@ -56,9 +56,9 @@ Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::c
   try {
     c10d::TCPStoreOptions so;
     so.port = static_cast<std::uint16_t>(env.master_port);
-    so.isServer = env.rank == 0;
+    so.isServer = env.rank == 0 && !env.store_hosted;
     so.numWorkers = env.world_size;
-    so.waitWorkers = true;
+    so.waitWorkers = so.isServer;
     so.timeout = timeout;
     c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     return tcp;

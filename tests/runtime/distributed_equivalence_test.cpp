@@ -128,7 +128,7 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
   auto ref_loss = testing::ref_loss(plan.model, ref, tokens, targets);
   ref_loss.backward();
 
-  const int port = longctx::testing::free_loopback_port();
+  const longctx::testing::LoopbackStore store(c.world);
   std::vector<double> losses(c.world);
   std::vector<std::vector<torch::Tensor>> grads(c.world);
   std::vector<std::string> errors(c.world);
@@ -138,7 +138,7 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
       try {
         ProcessGroupOptions o;
         o.timeout = std::chrono::seconds(60);
-        auto comm = Communicator::connect(RankEnv{r, c.world, r, "127.0.0.1", port}, u, o);
+        auto comm = Communicator::connect(store.env(r, c.world), u, o);
         if (!comm) throw std::runtime_error(comm.error().what());
         auto& cm = **comm;
         LlamaWeights w = init_weights(plan.model, /*seed=*/7, {});
@@ -219,17 +219,17 @@ namespace {
 // collective fail with an error naming it, instead of hanging; the group timeout bounds
 // the wait when a peer stalls without closing.
 TEST(DeadRank, TheSurvivorsCollectiveFailsWithAClearError) {
-  const int port = longctx::testing::free_loopback_port();
+  const longctx::testing::LoopbackStore store(2);
   std::string error;
   std::thread dead([&] {
     ProcessGroupOptions o;
     o.timeout = std::chrono::seconds(5);
-    auto comm = Communicator::connect(RankEnv{1, 2, 1, "127.0.0.1", port}, 2, o);
+    auto comm = Communicator::connect(store.env(1, 2), 2, o);
     // Leaves at once: the communicator is destroyed without a collective.
   });
   ProcessGroupOptions o;
   o.timeout = std::chrono::seconds(5);
-  auto comm = Communicator::connect(RankEnv{0, 2, 0, "127.0.0.1", port}, 2, o);
+  auto comm = Communicator::connect(store.env(0, 2), 2, o);
   ASSERT_TRUE(comm.ok()) << comm.error().what();
   dead.join();
   try {

@@ -1,26 +1,35 @@
 #pragma once
-// A TCP port on loopback that nothing listens on now, for the c10d store of a test's ranks
-// (threads of one process): the kernel picks it (bind to port 0), and it is released at once.
-// 29500 if the kernel will not say.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
-#include <unistd.h>
+// The c10d store of a test's ranks (threads of one process), hosted by the test itself on a
+// loopback port the kernel picks as the store binds it: no port is chosen first and bound
+// later, so tests running at once cannot take each other's port and mix their ranks.
+#include <chrono>
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+
+#include "longctx/runtime/process_group.h"
 
 namespace longctx::testing {
 
-inline int free_loopback_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof a;
-  int port = 29500;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof a) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len) == 0)
-    port = ntohs(a.sin_port);
-  ::close(fd);
-  return port;
-}
+class LoopbackStore {
+ public:
+  explicit LoopbackStore(int world) {
+    c10d::TCPStoreOptions o;
+    o.port = 0;
+    o.isServer = true;
+    o.numWorkers = world;
+    o.waitWorkers = false;
+    o.timeout = std::chrono::seconds(60);
+    store_ = c10::make_intrusive<c10d::TCPStore>("127.0.0.1", o);
+  }
+  // Rank `rank` of `world`, which connects to this store.
+  runtime::RankEnv env(int rank, int world) const {
+    runtime::RankEnv e{rank, world, rank, "127.0.0.1", static_cast<int>(store_->getPort())};
+    e.store_hosted = true;
+    return e;
+  }
+
+ private:
+  c10::intrusive_ptr<c10d::TCPStore> store_;
+};
 
 }  // namespace longctx::testing

@@ -58,7 +58,7 @@ TEST_P(RingAttention, EqualsPlainCausalAttention) {
   torch::Tensor out = torch::zeros_like(q), dq = torch::zeros_like(q), dk = torch::zeros_like(k), dv = torch::zeros_like(v);
   std::vector<std::string> errors(static_cast<std::size_t>(c.ranks));
   std::mutex put;
-  const int port = longctx::testing::free_loopback_port();
+  const longctx::testing::LoopbackStore store(c.ranks);
   std::vector<std::thread> threads;
   for (int r = 0; r < c.ranks; ++r)
     threads.emplace_back([&, r] {
@@ -68,7 +68,7 @@ TEST_P(RingAttention, EqualsPlainCausalAttention) {
         if (c.ranks > 1) {
           ProcessGroupOptions o;
           o.timeout = std::chrono::seconds(60);
-          auto pg = connect_process_group(RankEnv{r, c.ranks, r, "127.0.0.1", port}, o);
+          auto pg = connect_process_group(store.env(r, c.ranks), o);
           if (!pg) throw std::runtime_error(pg.error().what());
           ring.group = *pg;
         }

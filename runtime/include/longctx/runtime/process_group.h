@@ -25,6 +25,9 @@ struct RankEnv {
   int local_rank = 0;
   std::string master_addr = "127.0.0.1";
   int master_port = 29500;
+  // The store already runs (a test hosting it on a port the kernel picked): rank 0 connects
+  // to it as the others do instead of hosting one.
+  bool store_hosted = false;
 };
 
 // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Unset means a single rank;
