@@ -58,7 +58,9 @@ Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::c
     so.port = static_cast<std::uint16_t>(env.master_port);
     so.isServer = env.rank == 0 && !env.store_hosted;
     so.numWorkers = env.world_size;
-    so.waitWorkers = so.isServer;
+    // A client counts itself in (TCPStore::waitForWorkers) only when it waits too: every rank
+    // waits, so that the hosting rank sees them all.
+    so.waitWorkers = true;
     so.timeout = timeout;
     c10::intrusive_ptr<c10d::Store> tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, so);
     return tcp;
