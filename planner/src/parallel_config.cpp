@@ -93,6 +93,8 @@ Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const P
   const auto refuse = [](const char* field, const std::string& what) {
     return Error::bad_input(field, fmt::format("--stack arctic {}; use --stack longctx for it", what));
   };
+  if (t.stack.attention != HfAttention::FlashAttention2 && t.stack.attention != HfAttention::FlashAttention3)
+    return refuse("--attention", "runs flash attention (its Ulysses needs it): give flash_attention_2 or flash_attention_3");
   if (p.sharding != Sharding::Zero3) return refuse("--sharding", "runs DeepSpeed ZeRO-3: give zero3");
   if (p.head_chunk != 0) return refuse("--head-chunk", "has no head-chunked attention: give 0");
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
@@ -122,6 +124,9 @@ Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainC
   const auto refuse = [](const char* field, const std::string& what) {
     return Error::bad_input(field, fmt::format("--stack hf {}; use --stack longctx for it", what));
   };
+  if (t.stack.attention == HfAttention::FlashAttention3)
+    return refuse("--attention", "models sdpa, eager and flash_attention_2: give one of them (flash_attention_3 is "
+                                 "modelled for --stack arctic)");
   if (c.world() != 1) return refuse("--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
   if (p.sharding != Sharding::None) return refuse("--sharding", "runs without ZeRO sharding: give none");
   if (p.ulysses != 1) return refuse("--ulysses", "has no sequence parallelism of its own: give 1");

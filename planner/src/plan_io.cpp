@@ -56,15 +56,18 @@ nlohmann::json plan_to_json(const Plan& p) {
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
   nlohmann::json train = {{"seq", p.train.seq}, {"dtype", to_string(p.train.dtype)}, {"grad_dtype", to_string(p.train.grad_dtype)}};
   knobs_to_json(p, "train", train);
-  // The stack, written only when it is not longctx's own runtime: plan files that predate it
-  // read as longctx's.
-  if (p.train.stack.kind != StackKind::Longctx)
-    train["stack"] = {{"name", to_string(p.train.stack.kind)},
-                      {"attention", to_string(p.train.stack.attention)},
-                      {"checkpointing", to_string(p.train.stack.checkpointing)},
-                      {"attention_mask", p.train.stack.attention_mask},
-                      {"optimizer", to_string(p.train.stack.optimizer)},
-                      {"arctic_model", to_string(p.train.stack.arctic_model)}};
+  // The stack, written only when it is not longctx's own runtime (plan files that predate it
+  // read as longctx's), with the options that stack has.
+  const StackSpec& st = p.train.stack;
+  if (st.kind == StackKind::HF)
+    train["stack"] = {{"name", to_string(st.kind)},
+                      {"attention", to_string(st.attention)},
+                      {"checkpointing", to_string(st.checkpointing)},
+                      {"attention_mask", st.attention_mask},
+                      {"optimizer", to_string(st.optimizer)}};
+  if (st.kind == StackKind::Arctic)
+    train["stack"] = {{"name", to_string(st.kind)}, {"attention", to_string(st.attention)},
+                      {"arctic_model", to_string(st.arctic_model)}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
   train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
@@ -143,19 +146,24 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   (void)train_knobs;
   if (train.contains("stack")) {
     LONGCTX_TRY(auto stack, get_object(train, "train", "stack"));
-    LONGCTX_TRY(auto kind, get_string(stack, "train.stack", "name"));
-    LONGCTX_TRY(p.train.stack.kind, parse_stack_kind(kind, "train.stack.name"));
-    LONGCTX_TRY(auto attention, get_string(stack, "train.stack", "attention"));
-    LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(attention, "train.stack.attention"));
-    LONGCTX_TRY(auto checkpointing, get_string(stack, "train.stack", "checkpointing"));
-    LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(checkpointing, "train.stack.checkpointing"));
-    LONGCTX_TRY(p.train.stack.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
-    LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
-    LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
-    // Absent in plan files of the hf stack written before the arctic stack: its default.
-    if (stack.contains("arctic_model")) {
+    LONGCTX_TRY(auto kind_text, get_string(stack, "train.stack", "name"));
+    LONGCTX_TRY(const StackKind kind, parse_stack_kind(kind_text, "train.stack.name"));
+    p.train.stack = default_stack(kind);
+    StackSpec& st = p.train.stack;
+    if (kind != StackKind::Longctx) {
+      LONGCTX_TRY(auto attention, get_string(stack, "train.stack", "attention"));
+      LONGCTX_TRY(st.attention, parse_hf_attention(attention, "train.stack.attention"));
+    }
+    if (kind == StackKind::HF) {
+      LONGCTX_TRY(auto checkpointing, get_string(stack, "train.stack", "checkpointing"));
+      LONGCTX_TRY(st.checkpointing, parse_hf_checkpointing(checkpointing, "train.stack.checkpointing"));
+      LONGCTX_TRY(st.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
+      LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
+      LONGCTX_TRY(st.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
+    }
+    if (kind == StackKind::Arctic) {
       LONGCTX_TRY(auto model, get_string(stack, "train.stack", "arctic_model"));
-      LONGCTX_TRY(p.train.stack.arctic_model, parse_arctic_model(model, "train.stack.arctic_model"));
+      LONGCTX_TRY(st.arctic_model, parse_arctic_model(model, "train.stack.arctic_model"));
     }
   }
 

@@ -82,14 +82,8 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
     LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
+    // Which implementations a stack takes is validate()'s to say (parallel_config.cpp).
     const HfAttention a = p.train.stack.attention;
-    const bool flash = a == HfAttention::FlashAttention2 || a == HfAttention::FlashAttention3;
-    if (arctic && !flash)
-      return Error::bad_input("--attention", "--stack arctic runs flash attention (its Ulysses needs it): give "
-                                             "flash_attention_2 or flash_attention_3");
-    if (hf && a == HfAttention::FlashAttention3)
-      return Error::bad_input("--attention", "flash_attention_3 is modelled for --stack arctic only; give sdpa, eager or "
-                                             "flash_attention_2");
     if (a == HfAttention::FlashAttention2 && p.cluster.hardware.backend != Backend::Cuda)
       return Error::bad_input("--attention", "flash_attention_2 runs on CUDA GPUs only; give sdpa or eager with --gpu cpu");
   }

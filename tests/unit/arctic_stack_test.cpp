@@ -109,6 +109,13 @@ TEST(ArcticStack, APlanFileKeepsItsStack) {
   EXPECT_EQ(back.train.stack, p.train.stack);
   EXPECT_EQ(back.train.stack.arctic_model, ArcticModel::HuggingFace);
   EXPECT_EQ(back.train.stack.attention, HfAttention::FlashAttention3);
+  // It holds the arctic stack's options only, and an attention the stack cannot run is refused.
+  nlohmann::json j = plan_to_json(p);
+  EXPECT_FALSE(j["train"]["stack"].contains("optimizer"));
+  j["train"]["stack"]["attention"] = "sdpa";
+  const auto bad = plan_from_json(j);
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().field, "--attention");
 }
 
 // Liger's SwiGLU saves gate and up beside the product down_proj keeps (transformers' MLP four
