@@ -40,7 +40,7 @@ void forward_layers(StepBuild& sb, TensorId x) {
     const LayerActs a = layer_forward(sb, l, x, Phase::Forward, false);
     if (layer_params >= 0) sb.graph.add_input(a.last_forward_op, layer_params);
     reads_all_param_copies(sb, l, a.last_forward_op);
-    if (sb.parallel.checkpoint.checkpoints_layer(l) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, a);
+    if (sb.parallel.checkpoint.checkpoints_layer(l) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, a.in);
     sb.acts[static_cast<std::size_t>(l)] = a;
     x = a.out;
     if (!prefetch_params(sb) && l + 1 < layers) next_params = gather_group(sb, l + 1, Phase::Forward, l + 1);

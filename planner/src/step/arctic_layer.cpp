@@ -62,22 +62,10 @@ void attention_forward(StepBuild& sb, int l, LayerActs& la, Phase phase, bool rc
   const StepShapes& s = sb.shapes;
   hf::HfLayerActs& a = la.hf;
   const HfModelActs& m = sb.hf_model;
-  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  const std::int64_t qw = s.H * s.d;
   // The first pass gathers the projections here; a recompute runs inside its layer's gather.
   const TensorId w = rc ? -1 : gather(sb, l, "attn.params.full", layer_gathered_elems(s, true, false), phase);
-  TensorId q = hf::project(sb, l, "attn.q_proj", "attn.q", a.norm1.y, s.h, qw, phase, rc);
-  if (s.qk_norm) {
-    a.q_norm = hf::norm_forward(sb, hf::head_norm_spec(s, l, true), q, phase, rc);
-    q = a.q_norm.y;
-  }
-  TensorId k = hf::project(sb, l, "attn.k_proj", "attn.k", a.norm1.y, s.h, kw, phase, rc);
-  if (s.qk_norm) {
-    a.k_norm = hf::norm_forward(sb, hf::head_norm_spec(s, l, false), k, phase, rc);
-    k = a.k_norm.y;
-  }
-  a.v = hf::project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
-  a.q = hf::rope(sb, l, "attn.rope_q", "attn.q_rotated", {q, m.cos, m.sin}, s.H, phase, rc);
-  a.k = hf::rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
+  hf::project_qkv(sb, l, a, phase, rc);
   Attention& at = la.attn;
   at.q_sp = a.q;
   at.k_sp = a.k;
@@ -129,21 +117,8 @@ TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId 
     dk = to_heads(sb, l, "attn.a2a_k.bwd", "attn.k_rotated.grad", dk, s.n * kw, kB, false, kTr, replicas);
     dq = to_heads(sb, l, "attn.a2a_q.bwd", "attn.q_rotated.grad", dq, s.n * qw, kB, false, kTr);
   }
-  TensorId dk_pre = hf::rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
-  TensorId dq_pre = hf::rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
-  if (s.qk_norm) {
-    dk_pre = hf::norm_backward(sb, hf::head_norm_spec(s, l, false), a.k_norm, dk_pre, -1, grads);
-    dq_pre = hf::norm_backward(sb, hf::head_norm_spec(s, l, true), a.q_norm, dq_pre, -1, grads);
-  }
-  const TensorId x = a.norm1.y;
-  const TensorId d_xk = hf::project_backward(sb, l, "attn.k_proj.bwd", "grad.attn.k", "attn_norm.out.grad.k", dk_pre, x,
-                                             s.h, kw, s.qkv_bias, grads);
-  const TensorId d_xv = hf::project_backward(sb, l, "attn.v_proj.bwd", "grad.attn.v", "attn_norm.out.grad.v", dv, x, s.h,
-                                             kw, s.qkv_bias, grads);
-  const TensorId d_x = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, kTr);
-  sb.graph.op(layer_name(l, "attn.proj.grad_sum"), kB, l, {d_xk, d_xv}, {d_x});
-  hf::project_backward(sb, l, "attn.q_proj.bwd", "grad.attn.q", "", dq_pre, x, s.h, qw, s.qkv_bias, grads, d_x);
-  return d_x;
+  // Flash attention's gradients are laid out as its inputs were, [b, S, heads, d]: no copies.
+  return hf::project_qkv_backward(sb, l, a, dq, dk, dv, /*k_head_major=*/false, /*qv_head_major=*/false, grads);
 }
 
 // TiledMLP.forward over `shards` row tiles of c rows (torch.chunk): each under no_grad,

@@ -10,6 +10,7 @@
 // ForCausalLMLoss over the full logits, hf_model.cpp), DeepSpeed's backward with its
 // gradient hook, and its optimizer step (arctic_zero.cpp).
 #include "arctic_step.h"
+#include "emitters.h"
 
 #include "longctx/planner/footprint/hf.h"
 #include "longctx/planner/footprint/liger.h"
@@ -27,10 +28,6 @@ namespace {
 
 bool checkpointed(const StepBuild& sb) { return sb.parallel.checkpoint.any(); }
 bool liger_loss(const StepBuild& sb) { return sb.in.train.stack.arctic_model == ArcticModel::Liger; }
-
-hf::NormSpec final_norm_spec(const StepShapes& s) {
-  return {Name::kNone, -1, s.n, s.h, LONGCTX_HF_NORM_NAMES("loss.final_norm", "head.grad.final_norm", "loss.final_norm.in.grad")};
-}
 
 // The batch on the device, the embedding (its table gathered), cache_position = arange(S/u)
 // [S/u] int64, and LlamaRotaryEmbedding's tables from the batch's position_ids. Under
@@ -63,38 +60,25 @@ TensorId model_inputs(StepBuild& sb) {
   return x0;
 }
 
-struct Checkpoint {
-  TensorId device = -1;  // the layer's input held by the checkpoint
-  TensorId host = -1;    // or its copy on the host
-};
-
 struct Layers {
   std::vector<LayerActs> acts;
-  std::vector<Checkpoint> saved;
+  std::vector<TensorId> inputs;  // each layer's input: held by its checkpoint unless offloaded (sb.checkpoint_host)
 };
-
-// CheckpointFunctionWithCPUOffload.forward: the layer's input copied to pageable host memory,
-// synchronously; its device copy is then held by nothing but the model's loop.
-TensorId offload_input(StepBuild& sb, int l, TensorId x) {
-  const StepShapes& s = sb.shapes;
-  const std::int64_t bytes = s.n * s.h * s.e;
-  const TensorId host = sb.graph.tensor(layer_name(l, "in.host"), bytes, Category::Activations, Place::Host);
-  const int o = sb.graph.op(layer_name(l, "checkpoint.offload"), Phase::Forward, l, {x}, {host});
-  sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
-  return host;
-}
 
 TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   const int count = static_cast<int>(s.layers);
   layers.acts.resize(static_cast<std::size_t>(count));
-  layers.saved.assign(static_cast<std::size_t>(count), Checkpoint{});
+  layers.inputs.assign(static_cast<std::size_t>(count), -1);
+  sb.checkpoint_host.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
-    Checkpoint& c = layers.saved[static_cast<std::size_t>(l)];
-    if (checkpointed(sb) && sb.parallel.offload_checkpoints) c.host = offload_input(sb, l, x);
-    else c.device = x;
+    layers.inputs[static_cast<std::size_t>(l)] = x;
+    // CheckpointFunctionWithCPUOffload.forward: the layer's input copied to pageable host
+    // memory, synchronously, before the layer runs; its device copy is then held by nothing
+    // but the model's loop.
+    if (checkpointed(sb) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, x);
     // A checkpointed layer runs under no_grad: its tensors die with their last reader.
-    layers.acts[static_cast<std::size_t>(l)] = layer_forward(sb, l, x, Phase::Forward, false);
+    layers.acts[static_cast<std::size_t>(l)] = arctic::layer_forward(sb, l, x, Phase::Forward, false);
     x = layers.acts[static_cast<std::size_t>(l)].hf.out;
   }
   return x;
@@ -110,7 +94,7 @@ hf::NormActs liger_loss_forward(StepBuild& sb, TensorId final_x, TensorId& grad_
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   const Phase L = Phase::Loss;
-  const hf::NormActs f = hf::norm_forward(sb, final_norm_spec(s), final_x, L, false);
+  const hf::NormActs f = hf::norm_forward(sb, hf::final_norm_spec(s), final_x, L, false);
   // LlamaModel.forward returns: cache_position, position_ids and the embedding output go.
   sb.graph.add_input(sb.graph.last_op(), sb.hf_model.positions);
   for (const TensorId t : sb.hf_model.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
@@ -137,7 +121,7 @@ TensorId liger_loss_backward(StepBuild& sb, const hf::NormActs& f, TensorId grad
   sb.graph.op(step_name("loss.flce.bwd"), kB, -1, {grad_input, grad_weight}, {});
   if (sb.grad_ready) sb.grad_ready(grad_weight, s.V * s.h);
   Ids grads;
-  return hf::norm_backward(sb, final_norm_spec(s), f, grad_input, -1, grads);
+  return hf::norm_backward(sb, hf::final_norm_spec(s), f, grad_input, -1, grads);
 }
 
 void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
@@ -148,20 +132,17 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
     // The layer's parameters gathered for its recompute and its backward.
     const TensorId w = gather(sb, l, "params.full", layer_gathered_elems(s, true, true), kB, true);
     LayerActs a = layers.acts[li];
-    TensorId in = layers.saved[li].device;
+    TensorId in = layers.inputs[li];
     if (checkpointed(sb)) {
-      if (layers.saved[li].host >= 0) {
-        // CheckpointFunctionWithCPUOffload.backward: the input copied back, synchronously.
-        in = sb.graph.tensor(layer_name(l, "in.restored"), s.n * s.h * s.e, kAct);
-        const int o = sb.graph.op(layer_name(l, "checkpoint.restore"), kB, l, {layers.saved[li].host}, {in});
-        sb.graph.set_comm(o, CommKind::HostToDevice, double(s.n * s.h * s.e), 1);
-      }
+      // CheckpointFunctionWithCPUOffload.backward: the input copied back, synchronously, as
+      // the layer's backward starts.
+      if (const TensorId restored = prefetch_checkpoint(sb, l, l); restored >= 0) in = restored;
       // Reentrant: the whole layer recomputed with a graph, then backpropagated from its
       // output with the gradient handed in, both held until the inner backward returns.
-      a = layer_forward(sb, l, in, kB, true);
+      a = arctic::layer_forward(sb, l, in, kB, true);
       sb.graph.add_input(sb.graph.last_op(), d_out);
     }
-    d_x = layer_backward(sb, l, a, d_x);
+    d_x = arctic::layer_backward(sb, l, a, d_x);
     const int last = sb.graph.last_op();
     for (const TensorId t : {w, in, d_out}) if (t >= 0) sb.graph.add_input(last, t);
     if (checkpointed(sb)) sb.graph.add_input(last, a.hf.out);
@@ -179,7 +160,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
 }  // namespace
 
 void build_step(StepBuild& sb) {
-  model_states(sb);
+  arctic::model_states(sb);
   const StepShapes& s = sb.shapes;
   Layers layers;
   const TensorId final_x = forward_layers(sb, model_inputs(sb), layers);
@@ -198,7 +179,7 @@ void build_step(StepBuild& sb) {
   // A prefix build (the search's cheap rejection) stops before the last reductions and the step.
   if (sb.in.prefix_only) return;
   flush_gradients(sb);
-  optimizer_step(sb);
+  arctic::optimizer_step(sb);
 }
 
 }  // namespace longctx::step::arctic

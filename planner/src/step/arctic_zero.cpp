@@ -132,11 +132,15 @@ TensorId gather(StepBuild& sb, int layer, const char* name, std::int64_t numel, 
 }
 
 std::int64_t layer_gathered_elems(const StepShapes& s, bool attention, bool mlp) {
-  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
-  std::int64_t e = 0;
-  if (attention) e += s.h * (qw + 2 * kw) + qw * s.h + (s.qkv_bias ? qw + 2 * kw : 0) + (s.o_bias ? s.h : 0);
-  if (mlp) e += 3 * s.h * s.I + (s.mlp_bias ? 2 * s.I + s.h : 0);
-  return e;
+  // The parameter table's projections: q_proj to o_proj, and gate_proj to down_proj, each
+  // weight with its bias where the model has one.
+  std::int64_t bytes = 0;
+  for (const ParamSpec& p : kParamTable) {
+    const bool of_attention = p.role >= ParamRole::Wq && p.role <= ParamRole::Bo;
+    const bool of_mlp = p.role >= ParamRole::Gate && p.role <= ParamRole::BDown;
+    if ((attention && of_attention) || (mlp && of_mlp)) bytes += param_copy_bytes(s, p);
+  }
+  return bytes / s.e;
 }
 
 void flush_gradients(StepBuild& sb) {

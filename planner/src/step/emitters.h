@@ -31,7 +31,9 @@ void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase);
 
 // ---- offload.cpp: checkpoint offload and prefetch, gradients to the host ------------------
 bool streamed(const StepBuild& sb, int group);
-void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a);
+// Layer `layer`'s input `x` copied to the host (sb.checkpoint_host); prefetch_checkpoint brings
+// it back, among the ops of layer `at_layer`.
+void offload_checkpoint(StepBuild& sb, int layer, TensorId x);
 TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer);
 // An offloaded optimizer's fp32 host gradient of a group, persistent (model states).
 void host_grad_buffer(StepBuild& sb, int group);

@@ -147,6 +147,10 @@ NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp) {
               : LONGCTX_HF_NORM_NAMES("attn_norm", "grad.attn_norm", "in.grad")};
 }
 
+NormSpec final_norm_spec(const StepShapes& s) {
+  return {Name::kNone, -1, s.n, s.h, LONGCTX_HF_NORM_NAMES("loss.final_norm", "head.grad.final_norm", "loss.final_norm.in.grad")};
+}
+
 // Qwen3's per-head norm of q or k: rows n*heads of width d; its weight [d].
 NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
   return {l, l, s.n * (q ? s.H : s.K), s.d,
@@ -217,7 +221,7 @@ TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_n
 }
 
 // ---- LlamaAttention ----------------------------------------------------------------------
-void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
+void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const HfModelActs& m = sb.hf_model;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
@@ -231,18 +235,50 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
     a.k_norm = norm_forward(sb, head_norm_spec(s, l, false), k, phase, rc);
     k = a.k_norm.y;
   }
-  TensorId v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
+  a.v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
   a.q = rope(sb, l, "attn.rope_q", "attn.q_rotated", {q, m.cos, m.sin}, s.H, phase, rc);
   // q's projection lives until apply_rotary_pos_emb returns, after k's rotation.
   a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
-  a.v = v;
+}
+
+TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
+                              bool k_head_major, bool qv_head_major, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  // The engine runs k's rotation first (created last), then q's; then the projections.
+  TensorId dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
+  TensorId dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
+  if (k_head_major) dk_pre = head_major_copy(sb, l, "attn.k.view.bwd", "attn.k.grad.contiguous", dk_pre, s.K);
+  if (s.qk_norm) {
+    dk_pre = norm_backward(sb, head_norm_spec(s, l, false), a.k_norm, dk_pre, -1, grads);
+    dq_pre = norm_backward(sb, head_norm_spec(s, l, true), a.q_norm, dq_pre, -1, grads);
+  }
+  const TensorId x = a.norm1.y;
+  const TensorId d_xk = project_backward(sb, l, "attn.k_proj.bwd", "grad.attn.k", "attn_norm.out.grad.k", dk_pre, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  if (qv_head_major) dv = head_major_copy(sb, l, "attn.v.view.bwd", "attn.v.grad.contiguous", dv, s.K);
+  const TensorId d_xv = project_backward(sb, l, "attn.v_proj.bwd", "grad.attn.v", "attn_norm.out.grad.v", dv, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  // The first two input gradients meet in a new buffer; the third is added into it in place.
+  const TensorId d_x = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(layer_name(l, "attn.proj.grad_sum"), kB, l, {d_xk, d_xv}, {d_x});
+  if (qv_head_major) dq_pre = head_major_copy(sb, l, "attn.q.view.bwd", "attn.q.grad.contiguous", dq_pre, s.H);
+  project_backward(sb, l, "attn.q_proj.bwd", "grad.attn.q", "", dq_pre, x, s.h, qw, s.qkv_bias, grads, d_x);
+  return d_x;
+}
+
+void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
+  const StepShapes& s = sb.shapes;
+  const HfModelActs& m = sb.hf_model;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  project_qkv(sb, l, a, phase, rc);
   if (cache) {
     // use_cache (no checkpointing): DynamicLayer.update concatenates k and v onto the empty
     // cache, copies [b, K, S, d] e each that replace them (the cache holds them until the
     // model's output is dropped, after the loss).
     const TensorId kc = sb.graph.tensor(layer_name(l, "attn.cache.k", rc), s.n * kw * s.e, kAct);
     const TensorId vc = sb.graph.tensor(layer_name(l, "attn.cache.v", rc), s.n * kw * s.e, kAct);
-    sb.graph.op(layer_name(l, "attn.cache_update", rc), phase, l, {a.k, v}, {kc, vc});
+    sb.graph.op(layer_name(l, "attn.cache_update", rc), phase, l, {a.k, a.v}, {kc, vc});
     a.k = kc;
     a.v = vc;
     sb.hf_model.cache.push_back(kc);
@@ -356,26 +392,9 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     if (s.H != s.K) repeat_kv_backward(sb, l, dk, dv);
     k_copy = true;
   }
-  // The engine runs k's rotation first (created last), then q's; then the projections.
-  TensorId dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
-  TensorId dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
-  if (k_copy) dk_pre = head_major_copy(sb, l, "attn.k.view.bwd", "attn.k.grad.contiguous", dk_pre, s.K);
-  if (s.qk_norm) {
-    dk_pre = norm_backward(sb, head_norm_spec(s, l, false), a.k_norm, dk_pre, -1, grads);
-    dq_pre = norm_backward(sb, head_norm_spec(s, l, true), a.q_norm, dq_pre, -1, grads);
-  }
-  const TensorId x = a.norm1.y;
-  const TensorId d_xk = project_backward(sb, l, "attn.k_proj.bwd", "grad.attn.k", "attn_norm.out.grad.k", dk_pre, x, s.h,
-                                         kw, s.qkv_bias, grads);
-  dv = head_major_copy(sb, l, "attn.v.view.bwd", "attn.v.grad.contiguous", dv, s.K);
-  const TensorId d_xv = project_backward(sb, l, "attn.v_proj.bwd", "grad.attn.v", "attn_norm.out.grad.v", dv, x, s.h,
-                                         kw, s.qkv_bias, grads);
-  // The first two input gradients meet in a new buffer; the third is added into it in place.
-  const TensorId d_x = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, kTr);
-  sb.graph.op(layer_name(l, "attn.proj.grad_sum"), kB, l, {d_xk, d_xv}, {d_x});
-  dq_pre = head_major_copy(sb, l, "attn.q.view.bwd", "attn.q.grad.contiguous", dq_pre, s.H);
-  project_backward(sb, l, "attn.q_proj.bwd", "grad.attn.q", "", dq_pre, x, s.h, qw, s.qkv_bias, grads, d_x);
-  return d_x;
+  // sdpa's and eager's gradients of q and v arrive head-major [b, H, S, d] and are copied back
+  // to the projections' layout (ViewBackward0's reshape).
+  return project_qkv_backward(sb, l, a, dq, dk, dv, k_copy, /*qv_head_major=*/true, grads);
 }
 
 // ---- LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)) ---------------------------------

@@ -20,10 +20,6 @@ using namespace footprint::hf;
 
 namespace {
 
-NormSpec final_norm_spec(const StepShapes& s) {
-  return {Name::kNone, -1, s.n, s.h, LONGCTX_HF_NORM_NAMES("loss.final_norm", "head.grad.final_norm", "loss.final_norm.in.grad")};
-}
-
 // Parameters in the model's dtype and torch AdamW's state beside them, per group.
 void model_states(StepBuild& sb) {
   const StepShapes& s = sb.shapes;

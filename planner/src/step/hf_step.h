@@ -67,8 +67,10 @@ struct HfLayerActs {
 // non-reentrant: until its last saved tensor, torch.utils.checkpoint's early stop).
 enum class LayerPass { Plain, Checkpointed, RecomputeWhole, RecomputeUntilSaved };
 
-// A decoder layer's two norms (the MLP's when `mlp`), and Qwen3's per-head norm of q or k.
+// A decoder layer's two norms (the MLP's when `mlp`), the model's final norm, and Qwen3's
+// per-head norm of q or k.
 NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp);
+NormSpec final_norm_spec(const StepShapes& s);
 NormSpec head_norm_spec(const StepShapes& s, int l, bool q);
 // A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e (its `category`).
 TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
@@ -86,6 +88,13 @@ TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_n
 NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
 TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                        Ids& grads);
+// q_proj, k_proj, v_proj (Qwen3's q and k norms) and the rotation of q and k, into a.q, a.k, a.v;
+// and their backward from the attention's dq, dk, dv (each [n, heads*d] e), returning the
+// attention norm's output gradient: gradients laid out head-major are copied back first (k's
+// when `k_head_major`, q's and v's when `qv_head_major`).
+void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc);
+TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
+                              bool k_head_major, bool qv_head_major, Ids& grads);
 void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache);
 TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads);
 void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole);

@@ -13,12 +13,12 @@ bool streamed(const StepBuild& sb, int group) {
   return streamed_group(sb.shapes, sb.parallel.offload_params, group);
 }
 
-void offload_checkpoint(StepBuild& sb, int layer, const LayerActs& a) {
+void offload_checkpoint(StepBuild& sb, int layer, TensorId x) {
   const std::int64_t bytes = checkpoint_bytes(sb.shapes);
   // in.host [n, h] e, on the host
   const TensorId host = sb.graph.tensor(layer_name(layer, "in.host"), bytes, Category::Activations, Place::Host);
   sb.checkpoint_host[static_cast<std::size_t>(layer)] = host;
-  const int o = sb.graph.op(layer_name(layer, "checkpoint.offload"), Phase::Forward, layer, {a.in}, {host});
+  const int o = sb.graph.op(layer_name(layer, "checkpoint.offload"), Phase::Forward, layer, {x}, {host});
   sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
 }
 
