@@ -28,8 +28,8 @@ Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobVal
   const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
   for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) {
     // A stack that picks its own count (stack_tiles.h) runs that one, the knob's finest.
-    const std::vector<KnobValue> own = knob_candidates(id, p, a, {});
-    if (stack_tile_count(p.model, p.train, p.parallel.ulysses, id == KnobId::loss_tiles)) set_knob(p, id, own.back());
+    if (stack_tile_count(p.model, p.train, p.parallel.ulysses, id == KnobId::loss_tiles))
+      set_knob(p, id, knob_candidates(id, p, a, {}).back());
     else if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
   }
   set_knob(p, KnobId::head_chunk, chunk >= 0 ? chunk : knob_candidates(KnobId::head_chunk, p, all_techniques(), {}).back());

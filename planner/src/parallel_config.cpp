@@ -81,6 +81,11 @@ std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses) {
 
 namespace {
 
+// A knob the plan's stack cannot express, refused naming the stack.
+Error refuse(const TrainConfig& t, const char* field, const std::string& what) {
+  return Error::bad_input(field, fmt::format("--stack {} {}; use --stack longctx for it", to_string(t.stack.kind), what));
+}
+
 // What a stack other than longctx's own runtime can express (stack.h). The hf stack is one
 // process training a transformers model with torch.optim's AdamW: no sharding, sequence
 // parallelism, tiling or offload of longctx's, every layer checkpointed or none
@@ -90,57 +95,43 @@ namespace {
 // DeepSpeed's TiledMLP and Liger pick (stack_tiles.h), every layer checkpointed or none, no
 // head-chunked attention, flash attention in bf16, and bf16 gradients.
 Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const ParallelConfig& p) {
-  const auto refuse = [](const char* field, const std::string& what) {
-    return Error::bad_input(field, fmt::format("--stack arctic {}; use --stack longctx for it", what));
-  };
   if (t.stack.attention != HfAttention::FlashAttention2 && t.stack.attention != HfAttention::FlashAttention3)
-    return refuse("--attention", "runs flash attention (its Ulysses needs it): give flash_attention_2 or flash_attention_3");
-  if (p.sharding != Sharding::Zero3) return refuse("--sharding", "runs DeepSpeed ZeRO-3: give zero3");
-  if (p.head_chunk != 0) return refuse("--head-chunk", "has no head-chunked attention: give 0");
-  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
-    return refuse("--checkpoint", "checkpoints every decoder layer or none: give full or none");
-  if (t.dtype != DType::BF16) return refuse("--dtype", "trains in bf16 (flash attention): give bf16");
-  if (t.grad_dtype != t.dtype) return refuse("--grad-dtype", "reduces bf16 gradients: leave --grad-dtype out or give bf16");
+    return refuse(t, "--attention", "runs flash attention (its Ulysses needs it): give flash_attention_2 or flash_attention_3");
+  if (p.sharding != Sharding::Zero3) return refuse(t, "--sharding", "runs DeepSpeed ZeRO-3: give zero3");
+  if (t.dtype != DType::BF16) return refuse(t, "--dtype", "trains in bf16 (flash attention): give bf16");
+  if (t.grad_dtype != t.dtype) return refuse(t, "--grad-dtype", "reduces bf16 gradients: leave --grad-dtype out or give bf16");
   const std::int64_t shards = *stack_tile_count(m, t, p.ulysses, false);
   if (p.mlp_tiles != 1 && p.mlp_tiles != shards)
-    return refuse("--mlp-tiles", fmt::format("runs DeepSpeed's TiledMLP in ceil(tokens per rank / hidden) = {} shards: "
-                                             "give {} or 1 (untiled)", shards, shards));
+    return refuse(t, "--mlp-tiles", fmt::format("runs DeepSpeed's TiledMLP in ceil(tokens per rank / hidden) = {} shards: "
+                                                "give {} or 1 (untiled)", shards, shards));
   const std::int64_t chunks = *stack_tile_count(m, t, p.ulysses, true);
   if (stack_always_tiles_loss(t) && p.loss_tiles != chunks)
-    return refuse("--loss-tiles", fmt::format("with the liger model computes the loss with Liger's fused linear "
-                                              "cross-entropy in {} chunks here: give {}", chunks, chunks));
+    return refuse(t, "--loss-tiles", fmt::format("with the liger model computes the loss with Liger's fused linear "
+                                                 "cross-entropy in {} chunks here: give {}", chunks, chunks));
   if (t.stack.arctic_model == ArcticModel::HuggingFace && p.ulysses > 1)
-    return refuse("--ulysses", "with the huggingface model tiles its loss over the sequence (sequence_tiled_compute), "
-                               "which is not modelled: give 1, or --arctic-model liger");
+    return refuse(t, "--ulysses", "with the huggingface model tiles its loss over the sequence (sequence_tiled_compute), "
+                                  "which is not modelled: give 1, or --arctic-model liger");
   if (!stack_always_tiles_loss(t) && p.loss_tiles != 1)
-    return refuse("--loss-tiles", "with the huggingface model computes the loss over the full logits: give 1, or "
-                                  "--arctic-model liger for a chunked loss");
+    return refuse(t, "--loss-tiles", "with the huggingface model computes the loss over the full logits: give 1, or "
+                                     "--arctic-model liger for a chunked loss");
   return true;
 }
 
-Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
-  if (t.stack.kind == StackKind::Longctx) return true;
-  if (t.stack.kind == StackKind::Arctic) return validate_arctic(m, t, p);
-  const auto refuse = [](const char* field, const std::string& what) {
-    return Error::bad_input(field, fmt::format("--stack hf {}; use --stack longctx for it", what));
-  };
+Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (t.stack.attention == HfAttention::FlashAttention3)
-    return refuse("--attention", "models sdpa, eager and flash_attention_2: give one of them (flash_attention_3 is "
-                                 "modelled for --stack arctic)");
-  if (c.world() != 1) return refuse("--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
-  if (p.sharding != Sharding::None) return refuse("--sharding", "runs without ZeRO sharding: give none");
-  if (p.ulysses != 1) return refuse("--ulysses", "has no sequence parallelism of its own: give 1");
-  if (p.head_chunk != 0) return refuse("--head-chunk", "has no head-chunked attention: give 0");
-  if (p.mlp_tiles != 1) return refuse("--mlp-tiles", "has no tiled MLP: give 1");
-  if (p.loss_tiles != 1) return refuse("--loss-tiles", "computes the loss over the full logits: give 1");
-  if (p.offload_checkpoints) return refuse("--offload-checkpoints", "does not offload checkpoints: leave it out");
+    return refuse(t, "--attention", "models sdpa, eager and flash_attention_2: give one of them (flash_attention_3 is "
+                                    "modelled for --stack arctic)");
+  if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
+  if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs without ZeRO sharding: give none");
+  if (p.ulysses != 1) return refuse(t, "--ulysses", "has no sequence parallelism of its own: give 1");
+  if (p.mlp_tiles != 1) return refuse(t, "--mlp-tiles", "has no tiled MLP: give 1");
+  if (p.loss_tiles != 1) return refuse(t, "--loss-tiles", "computes the loss over the full logits: give 1");
+  if (p.offload_checkpoints) return refuse(t, "--offload-checkpoints", "does not offload checkpoints: leave it out");
   if (p.offload_optimizer || p.offload_params)
-    return refuse(p.offload_optimizer ? "--offload-optimizer" : "--offload-params", "keeps its model states on the GPU");
-  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
-    return refuse("--checkpoint", "checkpoints every decoder layer or none: give full or none");
+    return refuse(t, p.offload_optimizer ? "--offload-optimizer" : "--offload-params", "keeps its model states on the GPU");
   if (t.grad_dtype != t.dtype)
-    return refuse("--grad-dtype", fmt::format("keeps gradients in the parameters' dtype ({}): leave --grad-dtype out or "
-                                              "give {}", to_string(t.dtype), to_string(t.dtype)));
+    return refuse(t, "--grad-dtype", fmt::format("keeps gradients in the parameters' dtype ({}): leave --grad-dtype out "
+                                                 "or give {}", to_string(t.dtype), to_string(t.dtype)));
   // Eager attention materializes [b, H, S, S] scores a few times over, and a batch without an
   // attention_mask may get a [b, 1, S, S] mask: bound them as validate() bounds the rest.
   if (t.stack.attention == HfAttention::Eager || !t.stack.attention_mask) {
@@ -152,6 +143,15 @@ Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainC
                                                    double(limits::kMaxStepBytes)));
   }
   return true;
+}
+
+Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
+  if (t.stack.kind == StackKind::Longctx) return true;
+  // Both wrap each decoder layer whole: no head-chunked attention, every layer checkpointed or none.
+  if (p.head_chunk != 0) return refuse(t, "--head-chunk", "has no head-chunked attention: give 0");
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
+    return refuse(t, "--checkpoint", "checkpoints every decoder layer or none: give full or none");
+  return t.stack.kind == StackKind::Arctic ? validate_arctic(m, t, p) : validate_hf(m, c, t, p);
 }
 
 }  // namespace
