@@ -31,6 +31,7 @@ int run_max_context(const ClusterOptions& o, bool no_ladder) {
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
   fmt::print("plan         {}\n", describe_knobs(p));
   if (!r->rule.empty()) fmt::print("rule         {}\n", r->rule);
+  if (!r->layout.empty()) fmt::print("layout       {}\n", r->layout);
   fmt::print("memory       device peak {} as nvidia-smi shows it (allocated {} at {}, reserved {}), host {} per node\n",
              format_bytes(p.prediction.peak_nvidia_smi_bytes), format_bytes(p.prediction.peak_device_bytes),
              p.prediction.peak_at, format_bytes(p.prediction.peak_reserved_bytes), format_bytes(p.prediction.peak_host_bytes));

@@ -20,12 +20,14 @@ std::string bar(std::int64_t v, std::int64_t max, int width) {
 }  // namespace
 
 std::string render_padding(const Plan& p) {
-  const std::int64_t u = p.parallel.ulysses, pad = padding_tokens(p.train.seq, u);
-  const std::int64_t padded = padded_seq(p.train.seq, u), per_rank = tokens_per_rank(p.train, u);
+  const std::int64_t pad = padding_tokens(p.train.seq, p.parallel);
+  const std::int64_t padded = padded_seq(p.train.seq, p.parallel), per_rank = tokens_per_rank(p.train, p.parallel);
   if (pad == 0) return fmt::format("padding   none: {} tokens per rank\n", per_rank);
-  return fmt::format("padding   {} token{} a sample, to {} (a multiple of ulysses {}): {} tokens per rank; masked "
+  const std::string multiple = p.parallel.ring > 1 ? fmt::format("2 x ring {} x ulysses {}", p.parallel.ring, p.parallel.ulysses)
+                                                   : fmt::format("ulysses {}", p.parallel.ulysses);
+  return fmt::format("padding   {} token{} a sample, to {} (a multiple of {}): {} tokens per rank; masked "
                      "out of the loss, counted in memory and time\n",
-                     pad, pad > 1 ? "s" : "", padded, u, per_rank);
+                     pad, pad > 1 ? "s" : "", padded, multiple, per_rank);
 }
 
 std::string render_plan(const Evaluation& e, int live_rows) {

@@ -67,6 +67,11 @@ grid=(
   "odd-w4-u4-hc1-8k|tiny-odd|4|8K|--ulysses 4 --head-chunk 1"
   "odd-w2-u2-zero3-off-4k|tiny-odd|2|4K|--ulysses 2 --sharding zero3 --offload-params --offload-optimizer"
   "odd-w4-u2-dp2-all-8k|tiny-odd|4|8K|--ulysses 2 --sharding zero3 --checkpoint full --offload-checkpoints --mlp-tiles 4 --loss-tiles 4 --head-chunk 1"
+  # Ring attention: alone, the hybrid with Ulysses, beside data parallelism
+  "gqa-w2-r2-8k|tiny-gqa|2|8K|--ring 2"
+  "odd-w3-r3-ckpt-6k|tiny-odd|3|6K|--ring 3 --checkpoint full"
+  "odd-w4-u2-r2-8k|tiny-odd|4|8K|--ulysses 2 --ring 2"
+  "gqa-w4-r2-dp2-all-8k|tiny-gqa|4|8K|--ring 2 --sharding zero3 --checkpoint full --offload-checkpoints --mlp-tiles 4 --loss-tiles 4"
 )
 
 rows=()

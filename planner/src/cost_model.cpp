@@ -27,7 +27,7 @@ double comm_seconds(const Plan& p, const OpSpec& op, const StepEfficiency& eff) 
 // The totals, the tokens per second and the MFU from the parts.
 void finish(const Plan& p, StepTime& t) {
   t.total_s = t.compute_s + t.exposed_comm_s + t.host_optimizer_s;
-  const std::int64_t dp = p.cluster.shape.world() / p.parallel.ulysses;
+  const std::int64_t dp = p.cluster.shape.world() / sequence_ranks(p.parallel);
   const double tokens = double(p.train.micro_batch) * double(p.train.seq) * double(dp);
   t.tokens_per_s = t.total_s > 0 ? tokens / t.total_s : 0;
   t.mfu = t.total_s > 0 ? t.model_flops / (t.total_s * p.cluster.hardware.peak_flops) : 0;
@@ -89,8 +89,14 @@ StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficie
     s.launches += op.launches;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     if (op.comm == CommKind::None) continue;
-    if (overlappable(op)) s.hidden_comm += comm_seconds(p, op, eff);
-    else s.exposed_comm += comm_seconds(p, op, eff);
+    const double comm = comm_seconds(p, op, eff);
+    if (overlappable(op)) {
+      s.hidden_comm += comm;
+    } else {
+      const double overlapped = op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
+      s.hidden_comm += overlapped;
+      s.exposed_comm += comm - overlapped;
+    }
   }
   for (const auto& [key, s] : segments) {
     const double flops_s = s.matmul_flops / (hw.peak_flops * eff.matmul) + s.attention_flops / (hw.peak_flops * eff.attention);
@@ -118,7 +124,9 @@ StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
     }
     s.compute += measured_op_seconds(p, g, op, m);
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
-    (overlappable(op) ? s.hidden_comm : s.exposed_comm) += comm;
+    const double overlapped = overlappable(op) ? comm : op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
+    s.hidden_comm += overlapped;
+    s.exposed_comm += comm - overlapped;
   }
   for (const auto& [key, s] : segments) {
     t.compute_s += s.compute;

@@ -33,6 +33,10 @@ struct Refusal {
 
 const std::vector<Refusal>& refusals() {
   static const std::vector<Refusal> table = {
+      {"parallel.ring", [](const ParallelConfig& p) { return p.ring > 1; }, {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
+       "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
+       "the tokens the plan predicts in attention",
+       "re-plan with --ring 1"},
       {"parallel.head_chunk", [](const ParallelConfig& p) { return p.head_chunk > 0; },
        {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
        "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more "

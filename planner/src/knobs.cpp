@@ -123,6 +123,7 @@ std::vector<KnobValue> chunk_options(const Plan& p, bool allowed) {
   for (std::int64_t c = p.model.heads / p.parallel.ulysses; c >= 1; --c) {
     ParallelConfig probe;
     probe.ulysses = p.parallel.ulysses;
+    probe.ring = p.parallel.ring;
     probe.head_chunk = static_cast<int>(c);
     conform_to_stack(p.model, p.train, probe);
     if (validate(p.model, p.cluster.shape, p.train, probe).ok()) out.push_back(c);
@@ -142,6 +143,24 @@ std::vector<KnobValue> ulysses_options(const Plan& p, const TechniqueSet& allowe
     if (t.seq < 1) t.seq = u;  // only the head rules matter here
     conform_to_stack(p.model, t, probe);
     if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(u);
+  }
+  return out;
+}
+
+// Ring degrees beside the chosen Ulysses degree: 1 (no ring), and every r > 1 with u*r
+// dividing the GPUs that the stack can run (validate(), the stack's own knobs conformed).
+std::vector<KnobValue> ring_options(const Plan& p, const TechniqueSet& allowed) {
+  std::vector<KnobValue> out = {1};
+  const std::int64_t world = p.cluster.shape.world(), u = p.parallel.ulysses;
+  for (std::int64_t r = 2; u * r <= world; ++r) {
+    if (world % (u * r) != 0 || !technique_allows(allowed, KnobId::ring, r)) continue;
+    ParallelConfig probe;
+    probe.ulysses = static_cast<int>(u);
+    probe.ring = static_cast<int>(r);
+    TrainConfig t = p.train;
+    if (t.seq < 1) t.seq = 2 * u * r;
+    conform_to_stack(p.model, t, probe);
+    if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(r);
   }
   return out;
 }
@@ -247,7 +266,8 @@ TechniqueSet stack_techniques(const StackSpec& stack) {
   // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
   // TiledMLP, and (the liger model) a chunked loss; no ZeRO-1/2 plans, no head chunks.
   TechniqueSet s = all_techniques();
-  for (Technique t : {Technique::Zero1, Technique::Zero2, Technique::Untied}) s.reset(static_cast<std::size_t>(t));
+  for (Technique t : {Technique::Zero1, Technique::Zero2, Technique::Untied, Technique::Ring})
+    s.reset(static_cast<std::size_t>(t));
   return s;
 }
 
@@ -327,6 +347,7 @@ std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const Technique
   const bool any = technique_allows(allowed, id, k.plain + 1);
   switch (k.rule.candidates) {
     case Candidates::Ulysses: return ulysses_options(p, allowed);
+    case Candidates::Ring: return ring_options(p, allowed);
     case Candidates::HeadChunk: return chunk_options(p, any);
     case Candidates::Tiles: {
       // A stack that picks its own count offers it (and untiled, where the stack may run so).
@@ -336,7 +357,7 @@ std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const Technique
         if (any && *own > 1) return {1, *own};
         return {1};
       }
-      return tile_options(tokens_per_rank(p.train, p.parallel.ulysses), min_tile_tokens(p.model), any);
+      return tile_options(tokens_per_rank(p.train, p.parallel), min_tile_tokens(p.model), any);
     }
     case Candidates::Listed: break;
   }
@@ -351,6 +372,9 @@ void knobs_to_json(const Plan& p, const std::string& section, nlohmann::json& ou
   for (const Knob& k : knob_table()) {
     if (section != k.section) continue;
     const KnobValue v = knob_value(p, k.id);
+    // At its plain value a knob newer than plan files is left out: the file, its fingerprint
+    // (traces, training checkpoints) and those of files written before it stay the same.
+    if (k.rule.optional_in_file && v == k.plain) continue;
     switch (k.kind) {
       case KnobKind::Int: out[k.name] = v; break;
       case KnobKind::Switch: out[k.name] = v != 0; break;
@@ -363,6 +387,11 @@ Result<bool> knobs_from_json(const nlohmann::json& in, const std::string& sectio
   using namespace json_fields;
   for (const Knob& k : knob_table()) {
     if (section != k.section) continue;
+    // A knob added after plan files were written: such a file ran without it, at its plain value.
+    if (k.rule.optional_in_file && !in.contains(k.name)) {
+      set_knob(p, k.id, k.plain);
+      continue;
+    }
     KnobValue v = 0;
     switch (k.kind) {
       case KnobKind::Int: {

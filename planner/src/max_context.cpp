@@ -24,6 +24,7 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
       {Technique::OffloadCheckpoints},
       {Technique::TiledMlp, Technique::TiledLoss},
       {Technique::Untied},
+      {Technique::Ring},
       {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
   };
   std::vector<LadderRung> out;
@@ -56,19 +57,64 @@ std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, co
   return fastest;
 }
 
-// A rule that keeps the plan from spreading the tokens over larger sequence-parallel degrees.
+// A rule that keeps the plan from spreading the tokens over larger Ulysses degrees (a ring
+// spreads them without one: the probe runs none).
 std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet& allowed) {
   if (!has(allowed, Technique::Ulysses)) return "";
   for (std::int64_t u = plan.parallel.ulysses + 1; u <= base.cluster.shape.world(); ++u) {
     if (base.cluster.shape.world() % u != 0) continue;
     Plan p = with_fine(plan, 0, 1, 1);
     p.parallel.ulysses = static_cast<int>(u);
+    p.parallel.ring = 1;
     p.train.seq = u * min_tile_tokens(base.model);
     conform_to_stack(p.model, p.train, p.parallel);
     auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
     if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
   }
   return "";
+}
+
+// The largest Ulysses degree validate() allows on this cluster (the heads' rules), or 1.
+std::int64_t largest_ulysses(const Plan& base) {
+  std::int64_t best = 1;
+  for (std::int64_t u = 2; u <= std::min<std::int64_t>(base.cluster.shape.world(), base.model.heads); ++u) {
+    if (base.cluster.shape.world() % u != 0) continue;
+    Plan p = with_fine(base, 0, 1, 1);
+    p.parallel = ParallelConfig{};
+    p.parallel.ulysses = static_cast<int>(u);
+    p.train.seq = u * min_tile_tokens(base.model);
+    conform_to_stack(p.model, p.train, p.parallel);
+    if (validate(p.model, p.cluster.shape, p.train, p.parallel)) best = u;
+  }
+  return best;
+}
+
+// Which sequence layout the plan runs, and where ring attention may be chosen, why: the
+// answer held against the longest length without a ring.
+std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet& allowed, std::int64_t tokens,
+                          BoundCache& cache) {
+  const int u = plan.parallel.ulysses, r = plan.parallel.ring;
+  const std::int64_t world = base.cluster.shape.world();
+  const std::string shape = r > 1 && u > 1 ? fmt::format("hybrid ulysses {} x ring {}", u, r)
+                            : r > 1        ? fmt::format("ring {}", r)
+                            : u > 1        ? fmt::format("ulysses {}", u)
+                                           : std::string("no sequence parallelism");
+  if (!has(allowed, Technique::Ring) || world == 1) return shape;
+  TechniqueSet without = allowed;
+  without.reset(static_cast<std::size_t>(Technique::Ring));
+  std::int64_t floor = 0;
+  const MaxSeq alone = max_seq(base, without, cache, floor);
+  const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
+  if (r > 1 && umax < world)
+    return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses stops at degree {} of the {} "
+                       "GPUs: the heads' rules)",
+                       shape, tokens, alone.tokens, umax, world);
+  if (r > 1)
+    return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
+                       "ring's layout holds less at this length)",
+                       shape, tokens, alone.tokens, world);
+  return fmt::format("{}: a ring reaches no further ({} tokens without one; Ulysses up to degree {})", shape,
+                     alone.tokens, umax);
 }
 
 }  // namespace
@@ -111,6 +157,7 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
   r.plan = *fastest;
   r.rule = ulysses_rule(r.plan, base, allowed);
+  r.layout = layout_reason(r.plan, base, allowed, r.max_tokens, cache);
   return r;
 }
 
@@ -119,6 +166,7 @@ nlohmann::json max_context_json(const MaxContextResult& r) {
                       {"granularity_tokens", r.granularity},
                       {"binding", r.binding},
                       {"rule", r.rule},
+                      {"layout", r.layout},
                       {"plan", plan_to_json(r.plan)}};
   j["ladder"] = nlohmann::json::array();
   for (const auto& rung : r.ladder)

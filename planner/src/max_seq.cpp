@@ -24,7 +24,7 @@ namespace {
 Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobValue chunk) {
   Plan p = with_fine(c, 0, 1, 1);
   p.train.seq = seq;
-  const std::int64_t n = tokens_per_rank(p.train, c.parallel.ulysses), tile = min_tile_tokens(c.model);
+  const std::int64_t n = tokens_per_rank(p.train, c.parallel), tile = min_tile_tokens(c.model);
   const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
   for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) {
     // A stack that picks its own count (stack_tiles.h) runs that one, the knob's finest.
@@ -276,7 +276,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
   const bool untied = technique_allows(a, KnobId::head_chunk, 1);
   for (const Plan& c : max_seq_options(base, a)) {
     for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
-      MaxSeqCandidate m{0, c.parallel.ulysses * tile, "", c, chunk};
+      MaxSeqCandidate m{0, sequence_multiple(c.parallel) * tile, "", c, chunk};
       const BoundKey key = bound_key(c, chunk, a);
       if (auto it = cache.find(key); it == cache.end()) {
         const auto b = first_bound(base, m, a, floor);
@@ -316,7 +316,7 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
   std::int64_t best = top.tokens, granularity = 1;
   std::vector<std::pair<std::int64_t, MaxSeqCandidate>> found;
   for (const MaxSeqCandidate& m : top.reaching) {
-    const std::int64_t u = m.coarse.parallel.ulysses;
+    const std::int64_t u = sequence_multiple(m.coarse.parallel);  // the padding step
     auto fits_at = [&](std::int64_t seq) {
       const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
       return valid(at) && fits(at, totals_of(at));

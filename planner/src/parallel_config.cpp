@@ -61,10 +61,20 @@ Result<DType> parse_dtype(const std::string& text, const std::string& field) {
   return Error::bad_input(field, fmt::format("'{}' is unknown; use bf16 or fp32", text));
 }
 
-std::int64_t padded_seq(std::int64_t seq, std::int64_t ulysses) { return (seq + ulysses - 1) / ulysses * ulysses; }
-std::int64_t padding_tokens(std::int64_t seq, std::int64_t ulysses) { return padded_seq(seq, ulysses) - seq; }
+std::int64_t padded_seq(std::int64_t seq, std::int64_t multiple) { return (seq + multiple - 1) / multiple * multiple; }
+std::int64_t padding_tokens(std::int64_t seq, std::int64_t multiple) { return padded_seq(seq, multiple) - seq; }
 std::int64_t tokens_per_rank(const TrainConfig& t, std::int64_t ulysses) {
   return t.micro_batch * (padded_seq(t.seq, ulysses) / ulysses);
+}
+
+std::int64_t sequence_ranks(const ParallelConfig& p) { return std::int64_t{p.ulysses} * p.ring; }
+std::int64_t sequence_multiple(const ParallelConfig& p) {
+  return p.ring > 1 ? 2 * sequence_ranks(p) : std::int64_t{p.ulysses};
+}
+std::int64_t padded_seq(std::int64_t seq, const ParallelConfig& p) { return padded_seq(seq, sequence_multiple(p)); }
+std::int64_t padding_tokens(std::int64_t seq, const ParallelConfig& p) { return padding_tokens(seq, sequence_multiple(p)); }
+std::int64_t tokens_per_rank(const TrainConfig& t, const ParallelConfig& p) {
+  return t.micro_batch * (padded_seq(t.seq, p) / sequence_ranks(p));
 }
 
 TileSplit tile_split(std::int64_t n, std::int64_t tiles) {
@@ -147,6 +157,7 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (t.stack.kind == StackKind::Longctx) return true;
+  if (p.ring != 1) return refuse(t, "--ring", "has no ring attention modelled: give 1");
   // Both wrap each decoder layer whole: no head-chunked attention, every layer checkpointed or none.
   if (p.head_chunk != 0) return refuse(t, "--head-chunk", "has no head-chunked attention: give 0");
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
@@ -186,6 +197,14 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
                             fmt::format("{} and the {} kv heads divide neither way (rule: kv % u == 0, or "
                                         "u % kv == 0 with kv heads replicated u/kv times)",
                                         u, m.kv_heads));
+  if (p.ring < 1) return Error::bad_input("--ring", "must be at least 1");
+  if (p.ring > kMaxGpus || c.world() % (u * p.ring) != 0)
+    return Error::bad_input("--ring", fmt::format("{} x ulysses {} does not divide the {} GPUs (world = dp x ring x ulysses)",
+                                                  p.ring, u, c.world()));
+  // Ring attention (runtime/src/ring_attention.cpp) stages every head at once: the untied
+  // stages inside each ring step are not built yet.
+  if (p.ring > 1 && p.head_chunk > 0)
+    return Error::bad_input("--head-chunk", "is not combined with ring attention yet: give 0, or --ring 1");
   if (t.seq < 1) return Error::bad_input("--seq", "must be at least 1 token");
   const std::int64_t local_heads = m.heads / u;
   if (p.head_chunk < 0 || p.head_chunk > local_heads)
@@ -219,7 +238,7 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
   if (p.offload_params && p.sharding != Sharding::Zero3)
     return Error::bad_input("--offload-params", "needs --sharding zero3: only parameter shards are offloaded");
   // Tiles may be uneven (tile_split), but each needs a row: at most the tokens per rank.
-  const std::int64_t tokens = tokens_per_rank(t, u);
+  const std::int64_t tokens = tokens_per_rank(t, p);
   // Launch counts are int multiples of the tile count (planner/src/step/mlp.cpp, planner/src/step/loss.cpp).
   for (const auto& [flag, tiles] : {std::pair{"--mlp-tiles", p.mlp_tiles}, std::pair{"--loss-tiles", p.loss_tiles}}) {
     if (tiles > kMaxTiles)

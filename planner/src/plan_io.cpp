@@ -70,8 +70,8 @@ nlohmann::json plan_to_json(const Plan& p) {
                       {"arctic_model", to_string(st.arctic_model)}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
-  train["padded_seq"] = padded_seq(p.train.seq, p.parallel.ulysses);
-  train["padding_tokens"] = padding_tokens(p.train.seq, p.parallel.ulysses);
+  train["padded_seq"] = padded_seq(p.train.seq, p.parallel);
+  train["padding_tokens"] = padding_tokens(p.train.seq, p.parallel);
   nlohmann::json parallel = nlohmann::json::object();
   knobs_to_json(p, "parallel", parallel);
   return {
@@ -176,12 +176,12 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   // The derived padding, where written, must be this longctx's: else the file was edited by
   // hand or written under another padding rule.
   if (train.contains("padded_seq")) {
-    LONGCTX_TRY(auto padded, get_int(train, "train", "padded_seq", 1, limits::kMaxSeq + limits::kMaxHeads));
-    if (padded != padded_seq(p.train.seq, p.parallel.ulysses))
-      return Error::bad_input("train.padded_seq", fmt::format("{} is not seq {} padded to a multiple of ulysses {} ({}); "
+    LONGCTX_TRY(auto padded, get_int(train, "train", "padded_seq", 1, limits::kMaxSeq + 2 * limits::kMaxGpus));
+    if (padded != padded_seq(p.train.seq, p.parallel))
+      return Error::bad_input("train.padded_seq", fmt::format("{} is not seq {} padded to a multiple of {} ({}); "
                                                               "remove it or write the plan again",
-                                                              padded, p.train.seq, p.parallel.ulysses,
-                                                              padded_seq(p.train.seq, p.parallel.ulysses)));
+                                                              padded, p.train.seq, sequence_multiple(p.parallel),
+                                                              padded_seq(p.train.seq, p.parallel)));
   }
 
   if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {

@@ -215,6 +215,8 @@ class MaxContext:
     plan: Plan  #: the fastest plan at max_tokens
     ladder: List[Dict[str, Any]]  #: the maximum as techniques are added one at a time
     raw: Dict[str, Any] = field(repr=False)
+    #: the sequence layout the plan runs (Ulysses, ring, hybrid) and why
+    layout: str = ""
 
 
 def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
@@ -236,7 +238,7 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
                     stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model)
     j = json.loads(_answer(_core.max_context(args, ladder)))
     return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
-                      Plan(j["plan"]), list(j.get("ladder", [])), j)
+                      Plan(j["plan"]), list(j.get("ladder", [])), j, j.get("layout", ""))
 
 
 def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",

@@ -45,22 +45,22 @@ void check_flash_backward_inputs(const Tensor& dout, const Tensor& q, const Tens
                                          c10::str(t->sizes()), t->stride(-1)));
 }
 
-FlashOut flash_forward(const Tensor& q, const Tensor& k, const Tensor& v) {
+FlashOut flash_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
   const auto d = q.size(-1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   if (q.is_cuda()) {
     const auto dp = cuda_head_dim(d);
     auto r = at::_scaled_dot_product_flash_attention(pad_head_dim(q, dp), pad_head_dim(k, dp), pad_head_dim(v, dp),
-                                                     0.0, /*is_causal=*/true, false, scale);
+                                                     0.0, causal, false, scale);
     Tensor out = std::get<0>(r);
     return {dp == d ? out : out.narrow(-1, 0, d), std::get<1>(r)};
   }
-  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, /*is_causal=*/true, {}, scale);
+  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(q, k, v, 0.0, causal, {}, scale);
   return {out, lse};
 }
 
 std::tuple<Tensor, Tensor, Tensor> flash_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
-                                                  const Tensor& v, const Tensor& out, const Tensor& lse) {
+                                                  const Tensor& v, const Tensor& out, const Tensor& lse, bool causal) {
   const auto d = q.size(-1);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
   if (q.is_cuda()) {
@@ -70,11 +70,11 @@ std::tuple<Tensor, Tensor, Tensor> flash_backward(const Tensor& dout, const Tens
     Tensor zero = at::zeros({}, q.options().dtype(torch::kLong));
     auto [dq, dk, dv] = at::_scaled_dot_product_flash_attention_backward(
         pad_head_dim(dout, dp), pad_head_dim(q, dp), pad_head_dim(k, dp), pad_head_dim(v, dp), pad_head_dim(out, dp),
-        lse, Tensor(), Tensor(), q.size(2), k.size(2), 0.0, true, zero, zero, scale);
+        lse, Tensor(), Tensor(), q.size(2), k.size(2), 0.0, causal, zero, zero, scale);
     if (dp == d) return {dq, dk, dv};
     return {dq.narrow(-1, 0, d), dk.narrow(-1, 0, d), dv.narrow(-1, 0, d)};
   }
-  return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, true, {}, scale);
+  return at::_scaled_dot_product_flash_attention_for_cpu_backward(dout, q, k, v, out, lse, 0.0, causal, {}, scale);
 }
 
 Tensor expand_kv(const Tensor& k, std::int64_t group) {
@@ -96,19 +96,19 @@ namespace {
 // keeps as measured, and no GPU has run the grouped call here yet.
 bool kernel_takes_grouped_kv(const Tensor& k) { return !k.is_cuda(); }
 
-// k or v as the kernel receives it: itself where the kernel takes grouped heads, else
-// expanded to the query heads (expand_kv).
+}  // namespace
+
 Tensor kv_for_kernel(const Tensor& k, std::int64_t group) {
   return kernel_takes_grouped_kv(k) ? k : expand_kv(k, group);
 }
 
-// The kernel's dk or dv [b,S,heads,d] -> [b,S,K,d]: summed over each group of the query heads
-// where the kernel took expanded k/v, as it is where it took the K heads themselves.
 Tensor reduce_kv(const Tensor& dk_bshd, std::int64_t kv_heads) {
   if (dk_bshd.size(2) == kv_heads) return dk_bshd.contiguous();
   const auto b = dk_bshd.size(0), S = dk_bshd.size(1), H = dk_bshd.size(2), d = dk_bshd.size(3);
   return dk_bshd.reshape({b, S, kv_heads, H / kv_heads, d}).sum(3);
 }
+
+namespace {
 
 // b,S,H,d <-> b,H,S,d views.
 Tensor bhsd(const Tensor& t) { return t.transpose(1, 2); }

@@ -15,15 +15,20 @@ std::shared_ptr<Communicator> Communicator::single(c10::Device device) {
   return c;
 }
 
-Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, int ulysses,
+Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, int ulysses, int ring,
                                                             const ProcessGroupOptions& options) {
   if (ulysses < 1 || env.world_size % ulysses != 0)
     return Error::bad_input("parallel.ulysses", fmt::format("{} does not divide the world of {} ranks (world = dp x u)",
                                                             ulysses, env.world_size));
+  if (ring < 1 || env.world_size % (ulysses * ring) != 0)
+    return Error::bad_input("parallel.ring", fmt::format("{} x ulysses {} does not divide the world of {} ranks "
+                                                         "(world = dp x r x u)",
+                                                         ring, ulysses, env.world_size));
   std::shared_ptr<Communicator> c(new Communicator());
   c->rank_ = env.rank;
   c->world_ = env.world_size;
   c->sp_size_ = ulysses;
+  c->ring_size_ = ring;
   c->timeout_ = options.timeout;
   c->device_ = options.device;
   c->backend_ = options.backend;
@@ -37,6 +42,13 @@ Result<std::shared_ptr<Communicator>> Communicator::connect(const RankEnv& env, 
     const int group = env.rank / ulysses;
     LONGCTX_TRY(c->sp_group_,
                 make_group(store, fmt::format("ulysses{}", group), env.rank % ulysses, ulysses, env, options));
+  }
+  if (ring == env.world_size) {
+    c->ring_group_ = c->world_group_;
+  } else if (ring > 1) {
+    // Every rank is in exactly one ring: its data-parallel index and Ulysses index name it.
+    LONGCTX_TRY(c->ring_group_, make_group(store, fmt::format("ring{}.{}", c->dp_rank(), c->sp_rank()), c->ring_rank(),
+                                           ring, env, options));
   }
   return c;
 }

@@ -138,6 +138,15 @@ RopeTables RopeTables::make(std::int64_t seq, const std::vector<double>& inv_fre
   return {angle.cos().to(device, dtype), angle.sin().to(device, dtype)};
 }
 
+RopeTables RopeTables::make(const std::vector<std::int64_t>& positions, const std::vector<double>& inv_freq_values,
+                            torch::ScalarType dtype, torch::Device device) {
+  auto f64 = torch::TensorOptions().dtype(torch::kDouble);
+  Tensor inv_freq = torch::tensor(inv_freq_values, f64);                   // [d/2]
+  Tensor pos = torch::tensor(positions, torch::TensorOptions().dtype(torch::kLong)).to(torch::kDouble);
+  Tensor angle = torch::outer(pos, inv_freq);  // [S, d/2]
+  return {angle.cos().to(device, dtype), angle.sin().to(device, dtype)};
+}
+
 Tensor rope_rotate(const Tensor& x, const RopeTables& t, bool inverse) {
   Tensor out = at::empty(x.sizes(), x.options());
   rope_rotate_out(out, x, t, inverse);

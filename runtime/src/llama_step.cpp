@@ -50,8 +50,9 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
       comm_(comm),
       seq_(seq),
       layout_(UlyssesLayout::make(m, comm)),
-      rope_(RopeTables::make(padded_seq(seq, layout_.u) / layout_.u, rope_inverse_frequencies(m), weights.embed.scalar_type(),
-                             device, layout_.rank * (padded_seq(seq, layout_.u) / layout_.u))),
+      ring_(comm ? comm->ring() : RingGroup{}),
+      rope_(RopeTables::make(sequence_shard(seq, p, ring_.rank, layout_.rank).positions(), rope_inverse_frequencies(m),
+                             weights.embed.scalar_type(), device)),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {
   checkpoint_prefetch_.store = checkpoints_.get();
@@ -109,7 +110,8 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
     k = rope(k, rope_);
     auto sp = ulysses_to_sequence(q, k, v, layout_);
     q = k = v = Tensor();
-    Tensor o_sp = attention(sp[0], sp[1], sp[2]);
+    // With a ring, attention over the ring group's tokens (the Ulysses group's, here).
+    Tensor o_sp = ring_.size > 1 ? ring_attention(sp[0], sp[1], sp[2], ring_) : attention(sp[0], sp[1], sp[2]);
     sp.clear();  // without a graph (a checkpointed layer's forward) nothing else holds them
     o = ulysses_to_heads(o_sp, layout_).view({b, S, H * d});
     o_sp = Tensor();

@@ -4,10 +4,14 @@
 #include <limits>
 #include <map>
 #include <mutex>
+#include <optional>
+#include <thread>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
+
+#include "longctx/runtime/attention.h"
 
 namespace longctx::runtime {
 
@@ -30,53 +34,46 @@ Tensor ring_shard(const Tensor& seq_side, std::int64_t rank, std::int64_t ring_s
 
 namespace {
 
-// [b,c,K,d] -> [b,c,K*group,d], each kv head repeated `group` times (scratch: the kernels
-// want as many k/v heads as q heads).
-Tensor expand_heads(const Tensor& t, std::int64_t group) {
-  if (group == 1) return t;
-  const auto b = t.size(0), c = t.size(1), K = t.size(2), d = t.size(3);
-  return t.unsqueeze(3).expand({b, c, K, group, d}).reshape({b, c, K * group, d});
-}
-
-// [b,c,K*group,d] gradient of expanded heads -> [b,c,K,d], summed over each group.
-Tensor reduce_heads(const Tensor& t, std::int64_t group) {
-  if (group == 1) return t;
-  const auto b = t.size(0), c = t.size(1), H = t.size(2), d = t.size(3);
-  return t.reshape({b, c, H / group, group, d}).sum(3);
-}
-
+// b,S,H,d <-> b,H,S,d views.
 Tensor bhsd(const Tensor& t) { return t.transpose(1, 2); }
 
-// One block: q [b,c,H,d] against k, v [b,c,H,d] (expanded), causal on the diagonal.
-// Returns out [b,H,c,d] and lse [b,H,c] fp32.
-std::pair<Tensor, Tensor> block_forward(const Tensor& q, const Tensor& k, const Tensor& v, bool causal) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  if (q.is_cuda()) {
-    // The CUDA flash kernel (aten/src/ATen/native/transformers/cuda/flash_attn/flash_api.cpp,
-    // mha_fwd): bottom-right causal alignment equals top-left for equal lengths.
-    auto r = at::_scaled_dot_product_flash_attention(bhsd(q), bhsd(k), bhsd(v), 0.0, causal, false, scale);
-    return {std::get<0>(r), std::get<1>(r)};
+// [b,H,c] -> [b,c,H,1]: a per-row weight broadcast over the head dimension of [b,c,H,d].
+Tensor per_row(const Tensor& t) { return t.transpose(1, 2).unsqueeze(-1); }
+
+// One block: q [b,c,H,d] against k, v [b,c,K,d] (grouped; the kernel's device decides
+// whether they are expanded, attention.h kv_for_kernel), causal on the diagonal. Merges the
+// block's output into the running output acc [b,c,H,d] fp32 and log-sum-exp lse [b,H,c] fp32
+// (footprint/ring_attention.h, ring_forward_workspace: the kernel's out and lse beside its
+// scratch; then the merged lse, one weight, and the block's output in fp32).
+void attend_block(const Tensor& q, const Tensor& k, const Tensor& v, bool causal, const Tensor& acc, const Tensor& lse) {
+  const auto group = q.size(2) / k.size(2);
+  FlashOut f;
+  {
+    Tensor ke = kv_for_kernel(k, group), ve = kv_for_kernel(v, group);  // CUDA: copies, freed here
+    f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve), causal);
   }
-  auto [out, lse] = at::_scaled_dot_product_flash_attention_for_cpu(bhsd(q), bhsd(k), bhsd(v), 0.0, causal, {}, scale);
-  return {out, lse};
+  Tensor merged = at::logaddexp(lse, f.lse);  // [b,H,c] fp32
+  acc.mul_(per_row(at::sub(lse, merged).exp_()));
+  f.lse.sub_(merged).exp_();  // the block's weight, in place
+  acc.addcmul_(bhsd(f.out).to(torch::kFloat), per_row(f.lse));
+  lse.copy_(merged);
 }
 
-// Its gradients given the whole attention's out [b,c,H,d] and lse [b,H,c]: dq, dk, dv as
-// [b,c,H,d] views.
-std::tuple<Tensor, Tensor, Tensor> block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
-                                                  const Tensor& out, const Tensor& lse, bool causal) {
-  const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
-  Tensor dq, dk, dv;
-  if (q.is_cuda()) {
-    Tensor zero = at::zeros({}, q.options().dtype(torch::kLong));
-    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_backward(
-        bhsd(dout), bhsd(q), bhsd(k), bhsd(v), bhsd(out), lse.contiguous(), Tensor(), Tensor(), q.size(1), k.size(1), 0.0,
-        causal, zero, zero, scale);
-  } else {
-    std::tie(dq, dk, dv) = at::_scaled_dot_product_flash_attention_for_cpu_backward(bhsd(dout), bhsd(q), bhsd(k), bhsd(v),
-                                                                                    bhsd(out), lse, 0.0, causal, {}, scale);
+// Its gradients given the whole attention's out and lse, accumulated into dq [b,c,H,d] and
+// dk, dv [b,c,K,d] fp32, one at a time (footprint/ring_attention.h, ring_backward_workspace).
+void block_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                    const Tensor& lse, bool causal, const Tensor& dq, const Tensor& dk, const Tensor& dv) {
+  const auto group = q.size(2) / k.size(2), kv_heads = k.size(2);
+  Tensor dq_b, dk_b, dv_b;
+  {
+    Tensor ke = kv_for_kernel(k, group), ve = kv_for_kernel(v, group);
+    std::tie(dq_b, dk_b, dv_b) = flash_backward(bhsd(dout), bhsd(q), bhsd(ke), bhsd(ve), bhsd(out), lse, causal);
   }
-  return {bhsd(dq), bhsd(dk), bhsd(dv)};
+  dq.add_(bhsd(dq_b).to(torch::kFloat));
+  dq_b = Tensor();
+  dk.add_(reduce_kv(bhsd(dk_b), kv_heads).to(torch::kFloat));
+  dk_b = Tensor();
+  dv.add_(reduce_kv(bhsd(dv_b), kv_heads).to(torch::kFloat));
 }
 
 // The blocks a rank computes when it holds the k/v of ring rank j: for each of its query
@@ -97,50 +94,83 @@ std::vector<BlockPair> blocks_at(std::int64_t rank, std::int64_t holder, std::in
   return pairs;
 }
 
-// Sends `out` to the next ring rank and receives as many same-shaped tensors from the
-// previous one, all at once (Gloo posts both sides before waiting, so the ring cannot
-// deadlock). Returns the received tensors. REQUIRES: ring.size > 1; every tensor contiguous.
-std::vector<Tensor> pass_on(const RingGroup& ring, std::vector<Tensor> out) {
-  const int next = (ring.rank + 1) % ring.size, prev = (ring.rank + ring.size - 1) % ring.size;
+// A hop in flight: `out` sent to the next ring rank, as many same-shaped tensors being
+// received from the previous one. Gloo posts both sides before anyone waits, so the ring
+// cannot deadlock; NCCL's sends and receives are one coalesced group (ProcessGroupNCCL's
+// startCoalescing/endCoalescing: ncclGroupStart/End), as a ring of blocking sends would
+// deadlock.
+struct Hop {
   std::vector<Tensor> in;
   std::vector<c10::intrusive_ptr<c10d::Work>> works;
+  bool nccl = false;
+};
+
+// REQUIRES: ring.size > 1; every tensor contiguous, alive until the hop is landed.
+Hop start_hop(const RingGroup& ring, const std::vector<Tensor>& out) {
+  const int next = (ring.rank + 1) % ring.size, prev = (ring.rank + ring.size - 1) % ring.size;
+  Hop h;
+  h.nccl = !out.empty() && out[0].is_cuda();
+  if (h.nccl) ring.group->startCoalescing();
   for (std::size_t i = 0; i < out.size(); ++i) {
     std::vector<Tensor> send = {out[i]};
-    works.push_back(ring.group->send(send, next, static_cast<int>(i)));
+    h.works.push_back(ring.group->send(send, next, static_cast<int>(i)));
     std::vector<Tensor> recv = {torch::empty_like(out[i])};
-    works.push_back(ring.group->recv(recv, prev, static_cast<int>(i)));
-    in.push_back(recv[0]);
+    h.works.push_back(ring.group->recv(recv, prev, static_cast<int>(i)));
+    h.in.push_back(recv[0]);
   }
-  for (auto& w : works) w->wait();
-  return in;
+  if (h.nccl) h.works = {ring.group->endCoalescing()};
+  return h;
+}
+
+// Waits for the hop within the ring's timeout (a peer that died throws instead of hanging)
+// and returns what it received. Gloo's worker thread holds a finished work, and with it the
+// sent tensors, until its loop moves on: waiting for that (bounded) makes the sent tensors
+// die where the caller drops them, so every run's bytes are the same (as Communicator::wait).
+std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
+  try {
+    for (auto& w : h.works) {
+      if (h.nccl) {
+        w->wait();
+        continue;
+      }
+      w->wait(ring.timeout);
+      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+      while (w.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    }
+  } catch (const std::exception& e) {
+    throw std::runtime_error(fmt::format("ring attention's hop failed on ring rank {} of {} (a peer rank died or "
+                                         "stalled): {}",
+                                         ring.rank, ring.size, e.what()));
+  }
+  h.works.clear();
+  return std::move(h.in);
 }
 
 class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v, RingGroup ring) {
     const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
-    const auto group = H / k.size(2);
-    // Running output [b,H,n,d] and log-sum-exp [b,H,n], fp32: a partial result merged in
-    // q's dtype would round at every step.
-    Tensor acc = torch::zeros({b, H, n, d}, q.options().dtype(torch::kFloat));
-    Tensor lse = torch::full({b, H, n}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
+    // The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
+    // log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
+    // reads it. A partial result merged in q's dtype would round at every step.
+    Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
+    Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
     Tensor kc = k.contiguous(), vc = v.contiguous();
     for (int t = 0; t < ring.size; ++t) {
+      // The next block travels while this one is attended.
+      std::optional<Hop> next;
+      if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
       const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
-      for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
-        auto [o, l] = block_forward(q.narrow(1, p.q_half * c, c), expand_heads(kc.narrow(1, p.kv_half * c, c), group),
-                                    expand_heads(vc.narrow(1, p.kv_half * c, c), group), p.causal);
-        Tensor acc_q = acc.narrow(2, p.q_half * c, c), lse_q = lse.narrow(2, p.q_half * c, c);
-        Tensor merged = torch::logaddexp(lse_q, l);
-        acc_q.mul_(torch::exp(lse_q - merged).unsqueeze(-1)).add_(o.to(torch::kFloat) * torch::exp(l - merged).unsqueeze(-1));
-        lse_q.copy_(merged);
-      }
-      if (t + 1 < ring.size) {
-        auto in = pass_on(ring, {kc, vc});
+      for (const auto& p : blocks_at(ring.rank, holder, ring.size))
+        attend_block(q.narrow(1, p.q_half * c, c), kc.narrow(1, p.kv_half * c, c), vc.narrow(1, p.kv_half * c, c),
+                     p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
+      if (next) {
+        auto in = land(*next, ring);
         kc = in[0], vc = in[1];
       }
     }
-    Tensor out = bhsd(acc).to(q.scalar_type()).contiguous();  // [b,n,H,d]
+    kc = vc = Tensor();
+    Tensor out = acc.to(q.scalar_type());  // [b,n,H,d]; acc itself in fp32
     acc = Tensor();
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["rank"] = static_cast<std::int64_t>(ring.rank);
@@ -162,35 +192,44 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
       ring.group = ring_of_[ctx];
       ring_of_.erase(ctx);
     }
-    const auto n = q.size(1), c = n / 2, group = q.size(2) / k.size(2);
+    const auto n = q.size(1), c = n / 2;
     Tensor dout = grads[0].contiguous();
     Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
     Tensor kc = k.contiguous(), vc = v.contiguous();
     Tensor dk = torch::zeros(k.sizes(), k.options().dtype(torch::kFloat));
     Tensor dv = torch::zeros(v.sizes(), v.options().dtype(torch::kFloat));
     for (int t = 0; t < ring.size; ++t) {
+      // The next k/v block travels while this one's gradients are computed; the gradient
+      // accumulators follow once they hold this step's sums. After the last step only the
+      // accumulators move, which brings each home to the rank that holds its k/v.
+      std::optional<Hop> next;
+      if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
       const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
       for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
         const auto qs = p.q_half * c, ks = p.kv_half * c;
-        auto [dq_b, dk_b, dv_b] =
-            block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), expand_heads(kc.narrow(1, ks, c), group),
-                           expand_heads(vc.narrow(1, ks, c), group), out.narrow(1, qs, c), lse.narrow(2, qs, c), p.causal);
-        dq.narrow(1, qs, c).add_(dq_b);
-        dk.narrow(1, ks, c).add_(reduce_heads(dk_b, group));
-        dv.narrow(1, ks, c).add_(reduce_heads(dv_b, group));
+        block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kc.narrow(1, ks, c), vc.narrow(1, ks, c),
+                       out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dk.narrow(1, ks, c),
+                       dv.narrow(1, ks, c));
       }
       if (ring.size == 1) break;
-      // The block moves on with its gradient accumulators; after the last step only the
-      // accumulators move, which brings each home to the rank that holds its k/v.
-      if (t + 1 < ring.size) {
-        auto in = pass_on(ring, {kc, vc, dk, dv});
-        kc = in[0], vc = in[1], dk = in[2], dv = in[3];
+      if (next) {
+        auto in = land(*next, ring);
+        kc = in[0], vc = in[1];
       } else {
-        auto in = pass_on(ring, {dk, dv});
-        dk = in[0], dv = in[1];
+        kc = vc = Tensor();
       }
+      Hop grads_hop = start_hop(ring, {dk, dv});
+      auto in = land(grads_hop, ring);
+      dk = in[0], dv = in[1];
     }
-    return {dq.to(q.scalar_type()), dk.to(k.scalar_type()), dv.to(v.scalar_type()), Tensor()};
+    kc = vc = Tensor();
+    // The outputs in the inputs' dtype, one at a time (fp32 runs: the accumulators themselves).
+    Tensor dq_out = dq.to(q.scalar_type());
+    dq = Tensor();
+    Tensor dk_out = dk.to(k.scalar_type());
+    dk = Tensor();
+    Tensor dv_out = dv.to(v.scalar_type());
+    return {dq_out, dk_out, dv_out, Tensor()};
   }
 
  private:

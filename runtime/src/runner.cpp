@@ -55,8 +55,8 @@ struct Batch {
 };
 
 // Synthetic tokens from (seed, step); or consecutive windows of a uint32 token file. The
-// world's batch is dp x micro_batch samples; a rank takes its samples' rows and its S/u
-// columns of them.
+// world's batch is dp x micro_batch samples; a rank takes its samples' rows and its
+// S/(u*r) columns of them (ulysses.h, sequence_shard).
 class BatchSource {
  public:
   BatchSource(const Plan& p, const RunOptions& o, const Communicator& c)
@@ -66,7 +66,7 @@ class BatchSource {
         seed_(o.seed),
         rows_(p.train.micro_batch),
         first_row_(p.train.micro_batch * c.dp_rank()),
-        shard_(sequence_shard(p.train.seq, c.sp_size(), c.sp_rank())) {}
+        shard_(sequence_shard(p.train.seq, p.parallel, c.ring_rank(), c.sp_rank())) {}
   // Reads the token file, if any: BadInput naming --data when it is missing, a folder, a
   // FIFO or a device (read_regular_file never blocks on one), too short, or holds an id
   // outside the vocabulary.
@@ -178,7 +178,7 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     po.backend = o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo;
     po.timeout = std::chrono::seconds(o.comm_timeout_s);
     po.device = device;
-    LONGCTX_TRY(comm, Communicator::connect(env, plan.parallel.ulysses, po));
+    LONGCTX_TRY(comm, Communicator::connect(env, plan.parallel.ulysses, plan.parallel.ring, po));
   }
   if (comm->device() != device)
     return Error{ErrorKind::Internal, "comm", fmt::format("the communicator's tensors live on {}, the run's on {}",

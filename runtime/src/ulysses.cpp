@@ -4,6 +4,7 @@
 
 #include "longctx/planner/parallel_config.h"
 #include "longctx/runtime/loss.h"
+#include "longctx/runtime/ring_attention.h"
 
 namespace longctx::runtime {
 
@@ -24,20 +25,59 @@ UlyssesLayout UlyssesLayout::make(const ModelConfig& m, Communicator* comm) {
   return l;
 }
 
+std::int64_t SequenceShard::cols() const {
+  std::int64_t n = 0;
+  for (const Range& r : ranges) n += r.cols;
+  return n;
+}
+
+std::vector<std::int64_t> SequenceShard::positions() const {
+  std::vector<std::int64_t> out;
+  out.reserve(static_cast<std::size_t>(cols()));
+  for (const Range& r : ranges)
+    for (std::int64_t i = 0; i < r.cols; ++i) out.push_back(r.first + i);
+  return out;
+}
+
 SequenceShard sequence_shard(std::int64_t seq, std::int64_t u, std::int64_t rank) {
+  ParallelConfig p;
+  p.ulysses = static_cast<int>(u);
+  return sequence_shard(seq, p, 0, rank);
+}
+
+SequenceShard sequence_shard(std::int64_t seq, const ParallelConfig& p, std::int64_t ring_rank,
+                             std::int64_t ulysses_rank) {
   SequenceShard s;
-  s.cols = padded_seq(seq, u) / u;
-  s.first = s.cols * rank;
-  s.real = std::clamp<std::int64_t>(seq - s.first, 0, s.cols);
+  s.seq = seq;
+  const std::int64_t padded = padded_seq(seq, p), u = p.ulysses, r = p.ring;
+  const std::int64_t piece = padded / (u * r);
+  if (r == 1) {
+    s.ranges.push_back({ulysses_rank * piece, piece});
+    return s;
+  }
+  // The group's 2c columns: chunk i, then chunk 2r-1-i; this rank's piece of them.
+  const std::int64_t c = padded / (2 * r);
+  const auto [early, late] = ring_chunks(ring_rank, r);
+  const std::int64_t begin = ulysses_rank * piece, end = begin + piece;
+  if (begin < c) s.ranges.push_back({early * c + begin, std::min(end, c) - begin});
+  if (end > c) {
+    const std::int64_t from = std::max(begin, c) - c;
+    s.ranges.push_back({late * c + from, end - c - from});
+  }
   return s;
 }
 
 ShardBatch shard_batch(const Tensor& window, const SequenceShard& shard, torch::Device device) {
   const auto opts = torch::TensorOptions().dtype(torch::kLong).device(device);
   auto take = [&](std::int64_t offset, std::int64_t pad) {
-    Tensor t = torch::empty({window.size(0), shard.cols}, opts);  // [rows, cols] int64
-    if (shard.real > 0) t.narrow(1, 0, shard.real).copy_(window.narrow(1, shard.first + offset, shard.real));
-    if (shard.real < shard.cols) t.narrow(1, shard.real, shard.cols - shard.real).fill_(pad);
+    Tensor t = torch::empty({window.size(0), shard.cols()}, opts);  // [rows, cols] int64
+    std::int64_t at = 0;
+    for (const SequenceShard::Range& r : shard.ranges) {
+      const std::int64_t real = std::clamp<std::int64_t>(shard.seq - r.first, 0, r.cols);
+      if (real > 0) t.narrow(1, at, real).copy_(window.narrow(1, r.first + offset, real));
+      if (real < r.cols) t.narrow(1, at + real, r.cols - real).fill_(pad);
+      at += r.cols;
+    }
     return t;
   };
   return {take(0, 0), take(1, kIgnoreIndex)};

@@ -1,6 +1,7 @@
 // A distributed step computes the single-process step: ranks (threads here, over c10d Gloo
-// on loopback) each run their padded_seq/u tokens of their sample (padding, where u does not
-// divide S, at the end with ignored targets), and the loss and the summed gradients equal
+// on loopback) each run their padded_seq/(u*r) tokens of their sample (padding, where u, or
+// 2*r*u with a ring, does not divide S, at the end with ignored targets; with a ring, each
+// rank's piece of its ring rank's two chunks), and the loss and the summed gradients equal
 // plain autograd over the whole unpadded batch on one process.
 //
 // Tolerances as in technique_equivalence_test: loss within 1e-5 relative, each gradient
@@ -34,6 +35,12 @@ ParallelConfig sp(int u, std::function<void(ParallelConfig&)> f = {}) {
   ParallelConfig p;
   p.ulysses = u;
   if (f) f(p);
+  return p;
+}
+// Ring attention of degree r beside Ulysses u.
+ParallelConfig ring(int r, int u = 1, std::function<void(ParallelConfig&)> f = {}) {
+  ParallelConfig p = sp(u, f);
+  p.ring = r;
   return p;
 }
 
@@ -105,6 +112,22 @@ std::vector<Case> cases() {
          p.head_chunk = 1;
          p.checkpoint = CheckpointPolicy::full();
        }), 61},
+      // Ring attention: alone at 2, 3 and 4 ranks, the hybrid Ulysses 2 x ring 2, beside data
+      // parallelism, with checkpointing, ZeRO-3 and odd head shapes; lengths padded to 2*r*u.
+      {"GqaRing2", "tiny-gqa", 2, ring(2)},
+      {"OddRing3", "tiny-odd", 3, ring(3), 66},
+      {"GqaRing4", "tiny-gqa", 4, ring(4)},
+      {"GqaRing2TimesUlysses2", "tiny-gqa", 4, ring(2, 2)},
+      {"OddRing2TimesUlysses2Padded61", "tiny-odd", 4, ring(2, 2), 61},
+      {"GqaRing3Padded61Checkpointed", "tiny-gqa", 3, ring(3, 1, [](auto& p) {
+         p.checkpoint = CheckpointPolicy::full();
+         p.offload_checkpoints = true;
+       }), 61},
+      {"OddRing2TimesData2Zero3", "tiny-odd", 4, ring(2, 1, [](auto& p) {
+         p.sharding = Sharding::Zero3;
+         p.mlp_tiles = 3;
+         p.loss_tiles = 2;
+       })},
   };
 }
 
@@ -117,7 +140,7 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
   plan.cluster.shape = {1, c.world};
   auto valid = validate(plan.model, plan.cluster.shape, plan.train, plan.parallel);
   ASSERT_TRUE(valid.ok()) << valid.error().what();
-  const int u = c.parallel.ulysses, dp = c.world / u;
+  const int u = c.parallel.ulysses, ring_degree = c.parallel.ring, dp = c.world / (u * ring_degree);
 
   // The whole batch: dp samples.
   auto gen = at::make_generator<at::CPUGeneratorImpl>(11);
@@ -133,12 +156,12 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
   std::vector<std::vector<torch::Tensor>> grads(c.world);
   std::vector<std::string> errors(c.world);
   std::vector<std::thread> threads;
-  for (int r = 0; r < c.world; ++r) {
-    threads.emplace_back([&, r] {
+  for (int rank = 0; rank < c.world; ++rank) {
+    threads.emplace_back([&, rank] {
       try {
         ProcessGroupOptions o;
         o.timeout = std::chrono::seconds(60);
-        auto comm = Communicator::connect(store.env(r, c.world), u, o);
+        auto comm = Communicator::connect(store.env(rank, c.world), u, ring_degree, o);
         if (!comm) throw std::runtime_error(comm.error().what());
         auto& cm = **comm;
         LlamaWeights w = init_weights(plan.model, /*seed=*/7, {});
@@ -156,8 +179,9 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
           step.stream_gradients_to(optimizer.get());
         }
         // This rank's padded columns, as the runner cuts them.
-        auto mine = shard_batch(all.narrow(0, cm.dp_rank() * b, b), sequence_shard(S, u, cm.sp_rank()), torch::kCPU);
-        losses[r] = step.forward_backward(mine.tokens, mine.targets);
+        auto mine = shard_batch(all.narrow(0, cm.dp_rank() * b, b),
+                                sequence_shard(S, c.parallel, cm.ring_rank(), cm.sp_rank()), torch::kCPU);
+        losses[rank] = step.forward_backward(mine.tokens, mine.targets);
         if (!shards) {
           for (auto& p : w.all()) {
             torch::Tensor g = p.grad();
@@ -166,7 +190,7 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
             } else {
               cm.all_reduce_sum(g);
             }
-            grads[r].push_back(g);
+            grads[rank].push_back(g);
           }
           return;
         }
@@ -183,11 +207,11 @@ TEST_P(DistributedEquivalence, LossAndSummedGradientsEqualOneProcess) {
         torch::Tensor all_grads = torch::cat(flat);
         std::int64_t off = 0;
         for (auto& p : ref.all()) {
-          grads[r].push_back(all_grads.narrow(0, off, p.numel()).view(p.sizes()));
+          grads[rank].push_back(all_grads.narrow(0, off, p.numel()).view(p.sizes()));
           off += p.numel();
         }
       } catch (const std::exception& e) {
-        errors[r] = e.what();
+        errors[rank] = e.what();
       }
     });
   }

@@ -148,6 +148,16 @@ std::vector<GpuCase> nccl_cases() {
       {"Ulysses2HeadChunk1", "tiny-gqa", sp([](auto& p) { p.head_chunk = 1; })},
       {"OddUlysses2HeadChunk1", "tiny-odd", sp([](auto& p) { p.head_chunk = 1; })},
       {"DataParallel2", "tiny-gqa", with([](auto& p) { p.ulysses = 1; })},
+      // Ring attention over NCCL's coalesced send/recv (ring_attention.cpp, start_hop).
+      {"Ring2", "tiny-gqa", with([](auto& p) {
+         p.ulysses = 1;
+         p.ring = 2;
+       })},
+      {"OddRing2Checkpointed", "tiny-odd", with([](auto& p) {
+         p.ulysses = 1;
+         p.ring = 2;
+         p.checkpoint = CheckpointPolicy::full();
+       })},
       {"Zero1", "tiny-gqa", with([](auto& p) { p.sharding = Sharding::Zero1; })},
       {"Zero2Ulysses2", "tiny-gqa", sp([](auto& p) { p.sharding = Sharding::Zero2; })},
       {"Zero3Ulysses2", "tiny-gqa", sp([](auto& p) { p.sharding = Sharding::Zero3; })},

@@ -78,8 +78,9 @@ TEST(Search, FixedKnobsOutsideTheAllowedTechniquesAreBadInput) {
   EXPECT_EQ(r.error().field, "--ulysses");
 }
 
-// Any length plans: the layout pads it to a multiple of the Ulysses degree, the padding is
-// in the step's shapes (so its bytes are counted) and in the plan file.
+// Any length plans: the layout pads it to a multiple of the Ulysses degree (of 2 x ring x
+// Ulysses with a ring), the padding is in the step's shapes (so its bytes are counted) and in
+// the plan file.
 TEST(Search, AnyLengthIsPaddedToTheLayout) {
   for (std::int64_t seq : {1001, 1023, 4097}) {
     Plan base = cpu_plan("tiny-odd", 4, seq);
@@ -87,16 +88,17 @@ TEST(Search, AnyLengthIsPaddedToTheLayout) {
     base.cluster.host_budget_bytes_per_node = 64LL << 20;
     auto r = best_plan(base, all_techniques());
     ASSERT_TRUE(r.ok()) << seq << ": " << r.error().what();
-    const std::int64_t u = r->best.parallel.ulysses;
+    const ParallelConfig& q = r->best.parallel;
+    const std::int64_t u = q.ulysses, multiple = q.ring > 1 ? 2 * q.ring * u : u;
     EXPECT_EQ(r->best.train.seq, seq);
-    EXPECT_EQ(padded_seq(seq, u) % u, 0);
-    EXPECT_LT(padded_seq(seq, u) - seq, u);
+    EXPECT_EQ(padded_seq(seq, q) % multiple, 0);
+    EXPECT_LT(padded_seq(seq, q) - seq, multiple);
     const nlohmann::json j = plan_to_json(r->best);
-    EXPECT_EQ(j["train"]["padded_seq"], padded_seq(seq, u));
-    EXPECT_EQ(j["train"]["padding_tokens"], padding_tokens(seq, u));
+    EXPECT_EQ(j["train"]["padded_seq"], padded_seq(seq, q));
+    EXPECT_EQ(j["train"]["padding_tokens"], padding_tokens(seq, q));
     // The padded tokens cost memory: the padded length's peak, not the unpadded one's.
     Plan padded = r->best;
-    padded.train.seq = padded_seq(seq, u);
+    padded.train.seq = padded_seq(seq, q);
     EXPECT_EQ(predict(padded).peak_device_bytes, r->best.prediction.peak_device_bytes);
     auto back = plan_from_json(j);
     ASSERT_TRUE(back.ok()) << back.error().what();

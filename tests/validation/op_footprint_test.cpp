@@ -6,7 +6,10 @@
 // The planner's figure is read from the step graph (build_step) by op name, so it holds
 // whichever function of the planner builds the op. The Ulysses all-to-alls are not here:
 // the meter counts a process and two ranks in one process would share it; the randomized
-// grid (random_grid_test.cpp) holds them across processes.
+// grid (random_grid_test.cpp) holds them across processes. Ring attention is, one rank of
+// the ring at a time, its peers played by a loopback backend that hands each hop's tensors
+// back (LoopbackRing): what a rank allocates depends on the shapes it exchanges, not their
+// values.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -21,6 +24,7 @@
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"
 #include "longctx/runtime/projection.h"
+#include "longctx/runtime/ring_attention.h"
 #include "longctx/runtime/ulysses.h"
 
 namespace longctx::validation {
@@ -82,6 +86,7 @@ Footprint planned(const StepGraph& g, const std::string& first, const std::strin
 template <class Prepare, class F>
 Footprint measure(Prepare&& prepare, F&& f) {
   auto meter = std::make_shared<MemoryMeter>(0, 0, torch::Device(torch::kCPU));
+  if (std::getenv("OPLOG")) meter->set_log(stderr);
   runtime::MeterScope scope(meter);
   prepare();
   const std::int64_t dev = meter->current(Pool::Device), host = meter->current(Pool::Host);
@@ -130,7 +135,7 @@ struct Shapes {
   StepGraph graph() const {
     StepInputs in;
     in.model = m;
-    in.cluster = {1, 1};
+    in.cluster = {1, sequence_ranks(p)};
     in.backend = Backend::Cpu;
     in.train.seq = S;
     in.train.micro_batch = b;
@@ -251,6 +256,56 @@ TEST_P(OpFootprint, AttentionWithAllHeads) {
                "attention " + name());
   expect_equal(measure_backward({o}, {s.randn({s.b, s.S, H, d}, false)}, {q, k, v}),
                planned(g, "layer.0.attn.flash.bwd", ""), "attention backward " + name());
+}
+
+// The ring's peers, played by one process: a rank's send is received back by itself, as a
+// copy into the buffer its receive allocated (the bytes a peer would send). Every hop
+// completes at once. Values are the rank's own, so only memory is meaningful.
+class LoopbackRing : public c10d::Backend {
+ public:
+  LoopbackRing(int rank, int size) : c10d::Backend(rank, size) {}
+  const std::string getBackendName() const override { return "loopback-ring"; }
+  c10::intrusive_ptr<c10d::Work> send(std::vector<Tensor>& tensors, int, int tag) override {
+    in_flight_[tag] = tensors[0];
+    return c10::make_intrusive<Done>();
+  }
+  c10::intrusive_ptr<c10d::Work> recv(std::vector<Tensor>& tensors, int, int tag) override {
+    tensors[0].copy_(in_flight_.at(tag));
+    in_flight_.erase(tag);
+    return c10::make_intrusive<Done>();
+  }
+
+ private:
+  struct Done : c10d::Work {
+    bool isCompleted() override { return true; }
+    bool wait(std::chrono::milliseconds) override { return true; }
+  };
+  std::map<int, Tensor> in_flight_;
+};
+
+TEST_P(OpFootprint, RingAttentionEachRankOfTheRing) {
+  struct Case { int ring; std::int64_t seq, b; bool qk_norm; };
+  // Blocks of 50, 34 (padded 204), 25 and 100 rows: the CPU kernel's 32- and 64-row blocks;
+  // one sample (a query half's output gradient is contiguous) and two (it is not).
+  for (const Case c : {Case{2, 200, 2, false}, Case{3, 200, 2, true}, Case{4, 200, 1, false}, Case{2, 400, 1, false},
+                       Case{3, 401, 2, false}}) {
+    auto s = shapes(GetParam(), c.qk_norm);
+    s.S = c.seq;
+    s.b = c.b;
+    s.p.ring = c.ring;
+    const auto g = s.graph();
+    const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, Sr = padded_seq(s.S, s.p) / c.ring;
+    for (int rank = 0; rank < c.ring; ++rank) {
+      const std::string what = fmt::format("ring {} rank {} seq {} {}", c.ring, rank, c.seq, name());
+      runtime::RingGroup ring{c10::make_intrusive<LoopbackRing>(rank, c.ring), rank, c.ring};
+      Tensor q = s.randn({s.b, Sr, H, d}), k = s.randn({s.b, Sr, K, d}), v = s.randn({s.b, Sr, K, d});
+      Tensor o;
+      expect_equal(measure([&] { o = runtime::ring_attention(q, k, v, ring); }), planned(g, "layer.0.attn.ring", ""),
+                   "ring attention " + what);
+      expect_equal(measure_backward({o}, {s.randn({s.b, Sr, H, d}, false)}, {q, k, v}),
+                   planned(g, "layer.0.attn.ring.bwd", ""), "ring attention backward " + what);
+    }
+  }
 }
 
 TEST_P(OpFootprint, HeadChunkedAttention) {

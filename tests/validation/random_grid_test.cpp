@@ -105,38 +105,68 @@ TEST(ValidationGrid, RandomShapesAndTechniquesArePredictedWithinOnePercent) {
               worst_at.c_str(), 100 * kBound, 100 * worst_held, seconds);
 }
 
+// A fixed plan of the CPU virtual device with `world` ranks (the rest set by `set`), written
+// as `longctx plan` writes it, run as `longctx run` runs it, every rank held to the planner
+// within 1% on every phase. The plan file is kept in /tmp (`name`) when it fails.
+template <class Set>
+void hold_fixed_point(const char* model, std::int64_t world, const std::string& name, Set&& set) {
+  Plan plan;
+  plan.model = load_model(model).value();
+  plan.cluster.shape = {1, world};
+  plan.cluster.hardware = load_hardware("cpu").value();
+  plan.cluster.device_budget_bytes = 1LL << 30;
+  plan.cluster.host_budget_bytes_per_node = 4LL << 30;
+  plan.train.dtype = plan.train.grad_dtype = DType::FP32;
+  set(plan);
+  const std::string config = describe(plan);
+  ASSERT_TRUE(validate(plan.model, plan.cluster.shape, plan.train, plan.parallel).ok()) << config;
+  const Evaluation e = evaluate(plan);
+  const std::string file = fmt::format("/tmp/longctx-validation-{}.plan.json", name);
+  ASSERT_TRUE(write_plan_file(plan, file).ok());
+  const auto ranks = world == 1 ? run_in_process(plan) : run_ranks(file, world);
+  const Comparison c = compare(e, ranks, known_gap(plan));
+  std::printf("%12lld %12lld %+8.3f%%  %-36s %s\n", static_cast<long long>(e.sim.peak_device_bytes),
+              static_cast<long long>(ranks[0].total.device), 100 * error_of(e.sim.peak_device_bytes, ranks[0].total.device),
+              fmt::format("{} {:+.3f}%", c.worst_at, 100 * c.worst).c_str(), config.c_str());
+  std::string all;
+  for (const auto& f : c.failures) all += "\n  " + f;
+  EXPECT_TRUE(c.failures.empty()) << config << ", outside " << 100 * kBound << "%:" << all << "\n  plan kept: " << file;
+  if (c.failures.empty()) std::remove(file.c_str());
+}
+
 // Fixed points beside the random ones: uneven tiles (3 MLP tiles and 5 loss tiles of 7168
 // tokens: 2390 and 1434 rows, the last ones shorter) and a length the Ulysses degree does not
-// divide (padded), on tiny-gqa as `longctx plan` writes it and `longctx run` runs it.
+// divide (padded), on tiny-gqa.
 TEST(ValidationGrid, UnevenTilesAndPaddedLengthsArePredictedWithinOnePercent) {
   torch::set_num_threads(1);
   struct Point { std::int64_t world, ulysses, seq; };
   for (const Point& pt : {Point{1, 1, 7168}, Point{2, 2, 7167}}) {
-    Plan plan;
-    plan.model = load_model("tiny-gqa").value();
-    plan.cluster.shape = {1, pt.world};
-    plan.cluster.hardware = load_hardware("cpu").value();
-    plan.cluster.device_budget_bytes = 1LL << 30;
-    plan.cluster.host_budget_bytes_per_node = 4LL << 30;
-    plan.train.seq = pt.seq;
-    plan.train.dtype = plan.train.grad_dtype = DType::FP32;
-    plan.parallel.ulysses = static_cast<int>(pt.ulysses);
-    plan.parallel.mlp_tiles = 3;
-    plan.parallel.loss_tiles = 5;
-    const std::string config = describe(plan);
-    ASSERT_TRUE(validate(plan.model, plan.cluster.shape, plan.train, plan.parallel).ok()) << config;
-    const Evaluation e = evaluate(plan);
-    const std::string file = fmt::format("/tmp/longctx-validation-uneven-{}-{}.plan.json", pt.world, pt.seq);
-    ASSERT_TRUE(write_plan_file(plan, file).ok());
-    const auto ranks = pt.world == 1 ? run_in_process(plan) : run_ranks(file, pt.world);
-    const Comparison c = compare(e, ranks, known_gap(plan));
-    std::printf("%12lld %12lld %+8.3f%%  %-36s %s\n", static_cast<long long>(e.sim.peak_device_bytes),
-                static_cast<long long>(ranks[0].total.device), 100 * error_of(e.sim.peak_device_bytes, ranks[0].total.device),
-                fmt::format("{} {:+.3f}%", c.worst_at, 100 * c.worst).c_str(), config.c_str());
-    std::string all;
-    for (const auto& f : c.failures) all += "\n  " + f;
-    EXPECT_TRUE(c.failures.empty()) << config << ", outside " << 100 * kBound << "%:" << all << "\n  plan kept: " << file;
-    if (c.failures.empty()) std::remove(file.c_str());
+    hold_fixed_point("tiny-gqa", pt.world, fmt::format("uneven-{}-{}", pt.world, pt.seq), [&](Plan& plan) {
+      plan.train.seq = pt.seq;
+      plan.parallel.ulysses = static_cast<int>(pt.ulysses);
+      plan.parallel.mlp_tiles = 3;
+      plan.parallel.loss_tiles = 5;
+    });
+  }
+}
+
+// Ring attention's layouts (`longctx plan --ring R --ulysses U`, `longctx run --nproc`): ring
+// 2 and 3 alone, and the hybrid Ulysses 2 x ring 2 on 4 ranks; lengths 2*r*u does not divide
+// (padded), GQA with odd head_dim, checkpointing, two samples and bf16.
+TEST(ValidationGrid, RingAndHybridLayoutsArePredictedWithinOnePercent) {
+  torch::set_num_threads(1);
+  struct Point { const char* model; int ring, ulysses; std::int64_t seq; DType dtype; bool checkpoint; };
+  for (const Point& pt : {Point{"tiny-odd", 2, 1, 3001, DType::FP32, false}, Point{"tiny-gqa", 3, 1, 2999, DType::BF16, true},
+                          Point{"tiny-odd", 2, 2, 3001, DType::FP32, true}}) {
+    const std::int64_t world = std::int64_t{pt.ring} * pt.ulysses;
+    hold_fixed_point(pt.model, world, fmt::format("ring-{}-{}-{}", pt.ring, pt.ulysses, pt.seq), [&](Plan& plan) {
+      plan.train.seq = pt.seq;
+      plan.train.micro_batch = 2;
+      plan.train.dtype = plan.train.grad_dtype = pt.dtype;
+      plan.parallel.ring = pt.ring;
+      plan.parallel.ulysses = pt.ulysses;
+      if (pt.checkpoint) plan.parallel.checkpoint = CheckpointPolicy::full();
+    });
   }
 }
 

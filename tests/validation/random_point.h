@@ -77,8 +77,9 @@ inline KnobValue random_knob(Draw& r, const Plan& plan, const Knob& k) {
     if (v != k.plain) beyond.push_back(v);
   switch (k.rule.candidates) {
     case Candidates::Ulysses: return r.pick(values);
+    case Candidates::Ring: return r.chance(50) ? r.pick(values) : k.plain;
     case Candidates::Tiles: {
-      const std::int64_t n = tokens_per_rank(plan.train, plan.parallel.ulysses);
+      const std::int64_t n = tokens_per_rank(plan.train, plan.parallel);
       return r.chance(40) && n >= 2 ? r.in(2, std::min<std::int64_t>(16, n)) : k.plain;  // any count: uneven tiles
     }
     case Candidates::HeadChunk:
@@ -131,14 +132,14 @@ inline std::string describe(const Plan& p) {
   const auto& m = p.model;
   const auto& q = p.parallel;
   const std::int64_t world = p.cluster.shape.world();
-  std::string s = fmt::format("h={} I={} L={} H={} K={} d={} V={}{}{} | world={} u={} dp={} seq={} b={} {} | ckpt={}", m.hidden,
+  std::string s = fmt::format("h={} I={} L={} H={} K={} d={} V={}{}{} | world={} u={} r={} dp={} seq={} b={} {} | ckpt={}", m.hidden,
                               m.intermediate, m.layers, m.heads, m.kv_heads, m.head_dim, m.vocab,
                               m.tie_embeddings ? " tied" : "",
                               std::string(m.qk_norm ? " qk-norm" : "") + (m.qkv_bias ? " attn-bias" : "") + (m.mlp_bias ? " mlp-bias" : ""), world, q.ulysses,
-                              world / q.ulysses, p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
+                              q.ring, world / sequence_ranks(q), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                               to_string(q.checkpoint));
   if (q.offload_checkpoints) s += " offload-ckpt";
-  if (const auto pad = padding_tokens(p.train.seq, q.ulysses); pad > 0) s += fmt::format(" (padded +{})", pad);
+  if (const auto pad = padding_tokens(p.train.seq, q); pad > 0) s += fmt::format(" (padded +{})", pad);
   if (q.mlp_tiles > 1) s += fmt::format(" mlp-tiles={}", q.mlp_tiles);
   if (q.loss_tiles > 1) s += fmt::format(" loss-tiles={}", q.loss_tiles);
   if (q.head_chunk > 0) s += fmt::format(" head-chunk={}", q.head_chunk);

@@ -5,11 +5,12 @@
 namespace longctx::footprint {
 
 std::int64_t rope_tables_bytes(const StepShapes& s) {
-  return 2 * (s.S / s.u) * (s.d / 2) * s.e;  // cos, sin [S/u, d/2] e
+  return 2 * (s.n / s.b) * (s.d / 2) * s.e;  // cos, sin [S/(u*r), d/2] e
 }
 
 double attention_flops(const StepShapes& s, std::int64_t heads) {
-  return 2.0 * double(s.b) * double(s.S) * double(s.S) * double(s.d) * double(heads);
+  // A ring rank does 1/r of its heads' work (causal load balance).
+  return 2.0 * double(s.b) * double(s.S) * double(s.S) * double(s.d) * double(heads) / double(s.r);
 }
 
 std::int64_t kv_sp_elems(const StepShapes& s) { return s.n * s.u * s.kvr * s.d; }

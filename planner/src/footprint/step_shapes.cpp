@@ -9,8 +9,9 @@ StepShapes step_shapes(const StepInputs& in) {
   StepShapes s;
   s.b = in.train.micro_batch;
   s.u = in.parallel.ulysses;
-  s.S = padded_seq(in.train.seq, s.u);
-  s.n = s.b * s.S / s.u;
+  s.r = in.parallel.ring;
+  s.S = padded_seq(in.train.seq, in.parallel);
+  s.n = s.b * s.S / (s.u * s.r);
   s.world = in.cluster.world();
   s.h = m.hidden;
   s.I = m.intermediate;

@@ -1,11 +1,13 @@
 // Attention over all of a rank's heads at once (runtime/src/llama_step.cpp,
 // LlamaStep::layer_forward's unchunked branch): the q, k, v projection, qk norm, RoPE, the
 // Ulysses all-to-alls (runtime/src/ulysses.cpp, ulysses_to_sequence and ulysses_to_heads) and
-// the flash kernel (runtime/src/attention.cpp, AttentionFn). Forward, then backward.
-// Footprints: footprint/attention.h.
+// the flash kernel (runtime/src/attention.cpp, AttentionFn), or with a ring (r > 1) ring
+// attention over the Ulysses group's tokens (runtime/src/ring_attention.cpp). Forward, then
+// backward. Footprints: footprint/attention.h, footprint/ring_attention.h.
 #include "emitters.h"
 #include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/ring_attention.h"
 
 namespace longctx::step {
 
@@ -58,9 +60,18 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
     sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, send), static_cast<int>(s.u));
   }
   a.o_sp = sb.graph.tensor(layer_name(l, "attn.flash.out", rc), s.n * s.H * s.d * s.e, act);  // [b*S, hl, d] e
-  a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, act);          // [b, hl, S] fp32
-  sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
-              {.workspace = flash_op_forward_workspace(s), .flops = attention_flops(s, s.hl), .kind = OpKind::Attention});
+  a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, act);          // [b, hl, S/r] fp32
+  if (s.r > 1) {
+    const int o = sb.graph.op(layer_name(l, "attn.ring", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
+                              {.workspace = ring_forward_workspace(s), .flops = attention_flops(s, s.hl),
+                               .kind = OpKind::Attention, .launches = static_cast<int>(s.r)});
+    // Every k/v hop travels beside the attention of the block before it.
+    sb.graph.set_comm(o, CommKind::SendRecv, ring_forward_sent_bytes(s), static_cast<int>(s.u * s.r),
+                      ring_forward_sent_bytes(s));
+  } else {
+    sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
+                {.workspace = flash_op_forward_workspace(s), .flops = attention_flops(s, s.hl), .kind = OpKind::Attention});
+  }
   if (s.u == 1) {
     a.o_loc = a.o_sp;
     return;
@@ -107,9 +118,19 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
   TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_sp.grad"), s.n * s.H * s.d * s.e, tr);  // [b*S, hl, d] e
   TensorId dk = sb.graph.tensor(layer_name(l, "attn.k_sp.grad"), kv_sp_elems(s) * s.e, tr);   // [b*S, kvr, d] e
   TensorId dv = sb.graph.tensor(layer_name(l, "attn.v_sp.grad"), kv_sp_elems(s) * s.e, tr);   // [b*S, kvr, d] e
-  sb.graph.op(layer_name(l, "attn.flash.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse}, {dq, dk, dv},
-              {.workspace = flash_op_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl),
-               .kind = OpKind::Attention});
+  if (s.r > 1) {
+    const int o = sb.graph.op(layer_name(l, "attn.ring.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse},
+                              {dq, dk, dv},
+                              {.workspace = ring_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl),
+                               .kind = OpKind::Attention, .launches = static_cast<int>(s.r + 1)});
+    // The k/v hops travel beside the blocks' gradients; the accumulators' follow them.
+    sb.graph.set_comm(o, CommKind::SendRecv, ring_backward_sent_bytes(s), static_cast<int>(s.u * s.r),
+                      ring_forward_sent_bytes(s));
+  } else {
+    sb.graph.op(layer_name(l, "attn.flash.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse}, {dq, dk, dv},
+                {.workspace = flash_op_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl),
+                 .kind = OpKind::Attention});
+  }
   if (s.u > 1) exchange_qkv_grads(sb, l, dq, dk, dv);
   // attn.q.grad [n, H*d] e, attn.k.grad [n, K*d] e: before RoPE.
   TensorId dq_r = sb.graph.tensor(layer_name(l, "attn.q.grad"), s.n * s.H * s.d * s.e, tr);

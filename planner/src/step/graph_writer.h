@@ -34,7 +34,8 @@ class GraphWriter {
 
   // Makes an op a collective or a copy: `bytes` sent (or copied) by each of `group` ranks.
   // An op with no flops is then bound by the exchange.
-  void set_comm(int op, CommKind kind, double bytes, int group);
+  // `overlapped` of the bytes travel while the op computes (OpSpec::overlapped_comm_bytes).
+  void set_comm(int op, CommKind kind, double bytes, int group, double overlapped = 0);
   // Runs an op on side stream `stream` (OpSpec::stream).
   void set_stream(int op, int stream);
   // One more tensor an op reads, known only after the op was written (a layer's gathered
@@ -96,10 +97,11 @@ inline int GraphWriter::op(Name name, Phase phase, int layer, Ids inputs, Ids ou
 // StepGraph hands out ops read-only once appended; only the writer amends the ones it wrote.
 inline OpSpec& GraphWriter::mutable_op(int op) { return const_cast<OpSpec&>(graph_.op(op)); }
 
-inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group) {
+inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group, double overlapped) {
   OpSpec& o = mutable_op(op);
   o.comm = kind;
   o.comm_bytes = bytes;
+  o.overlapped_comm_bytes = overlapped;
   o.comm_group = group;
   if (o.flops == 0) o.kind = OpKind::Comm;
 }

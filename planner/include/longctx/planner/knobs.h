@@ -26,9 +26,9 @@ namespace longctx {
 // The words of `--techniques`; each names what a row below allows beyond its plain value.
 enum class Technique {
   Zero1, Zero2, Zero3, OffloadOptimizer, OffloadParams, Ulysses, Untied, Checkpoint,
-  OffloadCheckpoints, TiledMlp, TiledLoss
+  OffloadCheckpoints, TiledMlp, TiledLoss, Ring
 };
-inline constexpr int kTechniques = 11;
+inline constexpr int kTechniques = 12;
 using TechniqueSet = std::bitset<kTechniques>;
 
 // A knob's value as one integer, so the search can hold any knob's candidates alike: the
@@ -37,11 +37,12 @@ using TechniqueSet = std::bitset<kTechniques>;
 using KnobValue = std::int64_t;
 
 // How a row's candidates are found when the knob is not fixed. Listed: the row's `listed`
-// values. Ulysses: every degree that divides the GPUs and passes the head rules. HeadChunk:
+// values. Ulysses: every degree that divides the GPUs and passes the head rules. Ring: every
+// ring degree r that, times the chosen Ulysses degree, divides the GPUs. HeadChunk:
 // 0 and every valid chunk of the local heads, largest (fastest) first. Tiles: 1, the powers
 // of two that leave tiles of the smallest length, and the count that makes the largest tile
 // at most that length (tiles may be uneven: parallel_config.h, tile_split).
-enum class Candidates { Listed, Ulysses, HeadChunk, Tiles };
+enum class Candidates { Listed, Ulysses, Ring, HeadChunk, Tiles };
 
 // Which `--techniques` word a value needs. Plain values need none. `by_value` rows (sharding)
 // need the word of that very value; the others need `technique` for every value above the
@@ -71,6 +72,9 @@ struct KnobRule {
   const char* plain_text = nullptr;   // description at the plain value, instead of "<label> <value>"
   std::int64_t min = 0, max = 0;      // integer knobs: the bounds a plan file may hold (limits.h)
   bool fine = false;                  // searched inside each choice of the others, by search.h's bounds
+  // Newer than plan files: written only away from its plain value, read as plain when absent,
+  // so files (and their fingerprints) of plans without it stay as they were.
+  bool optional_in_file = false;
 };
 
 // clang-format off
@@ -87,6 +91,10 @@ struct KnobRule {
       .label = "ulysses", .help = "Sequence-parallel degree u (divides the GPUs and the query heads)",            \
       .technique = {Technique::Ulysses, "ulysses"}, .candidates = Candidates::Ulysses,                            \
       .min = 1, .max = limits::kMaxHeads}))                                                                        \
+  ROW(ring, int, parallel, (KnobRule{                                                                              \
+      .label = "ring", .help = "Ring-attention (context-parallel) degree r: u x r ranks share a sample",           \
+      .technique = {Technique::Ring, "ring"}, .candidates = Candidates::Ring, .plain_text = "no ring",            \
+      .min = 1, .max = limits::kMaxGpus, .optional_in_file = true}))                                               \
   ROW(checkpoint, CheckpointPolicy, parallel, (KnobRule{                                                           \
       .label = "checkpoint", .help = "none|full|every:K",                                                         \
       .technique = {Technique::Checkpoint, "checkpoint"}, .listed = {0, 2, 1}}))                                   \

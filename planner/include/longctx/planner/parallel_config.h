@@ -50,7 +50,8 @@ struct TrainConfig {
 
 struct ParallelConfig {
   Sharding sharding = Sharding::None;
-  int ulysses = 1;     // sequence-parallel degree u: each rank holds padded_seq/u tokens
+  int ulysses = 1;     // sequence-parallel degree u: each rank holds padded_seq/(u*ring) tokens
+  int ring = 1;        // context-parallel (ring attention) degree r: r groups of u ranks share a sample
   int head_chunk = 0;  // 0: attention over all local heads at once; c >= 1: Untied Ulysses stages of c heads
   CheckpointPolicy checkpoint;
   bool offload_checkpoints = false;
@@ -68,16 +69,29 @@ struct Cluster {
   std::int64_t world() const { return nodes * gpus_per_node; }
 };
 
-// The sequence as the layout runs it: seq rounded up to a multiple of the Ulysses degree, so
-// every rank holds padded_seq/u tokens of each sample (as DeepSpeed's and ArcticTraining's
-// Ulysses pad). The padding sits at the end of each sample; its labels are the ignore index,
-// so it adds memory and time but nothing to the loss or the gradients (causal attention: no
-// real token attends to it).
-std::int64_t padded_seq(std::int64_t seq, std::int64_t ulysses);
+// The sequence as the layout runs it: seq rounded up to a multiple of `multiple`, so every
+// rank holds an equal share of each sample (as DeepSpeed's and ArcticTraining's Ulysses pad).
+// The padding sits at the end of each sample; its labels are the ignore index, so it adds
+// memory and time but nothing to the loss or the gradients (causal attention: no real token
+// attends to it). The int overloads take the Ulysses degree as the multiple (no ring).
+std::int64_t padded_seq(std::int64_t seq, std::int64_t multiple);
 // Padding tokens per sample: padded_seq - seq.
-std::int64_t padding_tokens(std::int64_t seq, std::int64_t ulysses);
+std::int64_t padding_tokens(std::int64_t seq, std::int64_t multiple);
 // Tokens each rank holds: micro_batch * padded_seq / u.
 std::int64_t tokens_per_rank(const TrainConfig& t, std::int64_t ulysses);
+
+// The ranks that share one sample: u * r. Ranks are numbered dp-major, then ring, then
+// Ulysses: rank = (dp_index * r + ring_index) * u + ulysses_index, so a Ulysses group is u
+// consecutive ranks (inside a node) and a ring links the groups.
+std::int64_t sequence_ranks(const ParallelConfig& p);
+// What a sample is padded to a multiple of: u without a ring; with one, 2*r*u, so the
+// sequence cuts into 2r equal chunks (ring rank i holds chunks i and 2r-1-i: causal load
+// balance) and each ring rank's two chunks into u equal Ulysses pieces.
+std::int64_t sequence_multiple(const ParallelConfig& p);
+std::int64_t padded_seq(std::int64_t seq, const ParallelConfig& p);
+std::int64_t padding_tokens(std::int64_t seq, const ParallelConfig& p);
+// Tokens each rank holds: micro_batch * padded_seq / (u * r).
+std::int64_t tokens_per_rank(const TrainConfig& t, const ParallelConfig& p);
 
 // `tiles` row tiles of n rows as torch.chunk cuts them (ArcticTraining's TiledMLP, Liger's
 // chunked loss): `rows` = ceil(n / tiles) each, the last one shorter; `count` tiles run,

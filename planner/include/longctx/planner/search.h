@@ -50,12 +50,15 @@ struct MaxContextResult {
   // A rule that keeps the plan from spreading the sequence further (a larger Ulysses degree
   // the heads forbid), empty if none.
   std::string rule;
+  // The sequence layout the plan runs (Ulysses, ring, hybrid) and, where ring attention was
+  // allowed, why: the longest length without a ring beside the answer.
+  std::string layout;
   Plan plan;                     // the fastest feasible plan at max_tokens
   std::vector<LadderRung> ladder;
 };
 
 // The ladder adds techniques in the order a practitioner does: zero3, +ulysses, +checkpoint,
-// +offload-checkpoints, +tiled-mlp/tiled-loss, +untied (each rung restricted to `allowed`).
+// +offload-checkpoints, +tiled-mlp/tiled-loss, +untied, +ring (each rung restricted to `allowed`).
 Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder = true);
 
 // Every valid configuration the search considers at base.train.seq, unevaluated: the brute

@@ -66,8 +66,10 @@ struct TensorSpec {
   bool persistent = false;   // lives across steps (params, optimizer states, param shards)
 };
 
-// Collectives and copies an op performs, for the cost model.
-enum class CommKind { None, AllToAll, AllGather, ReduceScatter, AllReduce, HostToDevice, DeviceToHost };
+// Collectives and copies an op performs, for the cost model. SendRecv: a ring's hops, each
+// rank sending to the next and receiving from the previous (its comm_group: the consecutive
+// ranks the ring spans, which says whether it stays inside a node).
+enum class CommKind { None, AllToAll, AllGather, ReduceScatter, AllReduce, HostToDevice, DeviceToHost, SendRecv };
 
 struct OpSpec {
   Name name;
@@ -83,6 +85,9 @@ struct OpSpec {
   double memory_bytes = 0;             // bytes over device memory, for ops bound by bandwidth
   CommKind comm = CommKind::None;
   double comm_bytes = 0;               // bytes each rank sends (collectives) or copies
+  // Of comm_bytes, those that travel while the op itself computes (a ring's next k/v block
+  // beside the current one's attention): hidden as far as the op's compute lasts.
+  double overlapped_comm_bytes = 0;
   int comm_group = 1;                  // ranks taking part in the collective
   // The CUDA stream it runs on: 0 the default one. The caching allocator keeps each stream's
   // freed blocks for that stream's requests (CUDACachingAllocator.cpp: a block's stream is

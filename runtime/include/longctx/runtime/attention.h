@@ -51,16 +51,23 @@ void check_flash_backward_inputs(const torch::Tensor& dout, const torch::Tensor&
                                  const torch::Tensor& v, const torch::Tensor& out, const torch::Tensor& lse);
 
 // q, k, v: [b,H,S,d] (any strides, head dimension dense); on CUDA equal head counts, on the
-// CPU k and v may have fewer heads (a divisor of q's: grouped-query attention). Causal, scale
+// CPU k and v may have fewer heads (a divisor of q's: grouped-query attention). Causal unless
+// `causal` is false (ring attention's off-diagonal blocks, q and k of equal length), scale
 // 1/sqrt(d). CUDA: d not a multiple of 8 is zero-padded to one for the kernel (a padded
 // copy of q, k, v, and of out and dout in backward: scratch the planner does not count).
-FlashOut flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
+FlashOut flash_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, bool causal = true);
 std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> flash_backward(
     const torch::Tensor& dout, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
-    const torch::Tensor& out, const torch::Tensor& lse);
+    const torch::Tensor& out, const torch::Tensor& lse, bool causal = true);
 
 // k [b,S,K,d] -> [b,S,K*group,d], each kv head repeated `group` times (contiguous copy).
 torch::Tensor expand_kv(const torch::Tensor& k, std::int64_t group);
+// k or v [b,S,K,d] as the flash kernel of its device takes it: itself on the CPU (LibTorch's
+// CPU kernel reads grouped heads), expand_kv on CUDA.
+torch::Tensor kv_for_kernel(const torch::Tensor& k, std::int64_t group);
+// The kernel's dk or dv [b,S,heads,d] -> [b,S,kv_heads,d]: summed over each group where the
+// kernel took expanded k/v, else itself made contiguous.
+torch::Tensor reduce_kv(const torch::Tensor& dk_bshd, std::int64_t kv_heads);
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v);
 

@@ -2,9 +2,12 @@
 // The collectives one rank of a distributed step takes part in, over c10d: Gloo on CPU,
 // NCCL on CUDA.
 //
-// World = dp x u ranks. Ranks j*u .. j*u+u-1 form Ulysses group j: they hold one sample's
-// sequence between them, S/u tokens each, in rank order. ZeRO shards over the whole world.
-// With one rank nothing is connected and every collective is the identity.
+// World = dp x r x u ranks (parallel_config.h, sequence_ranks): rank = (dp_index * r +
+// ring_index) * u + ulysses_index. Ranks j*u .. j*u+u-1 form Ulysses group j; the r Ulysses
+// groups of one data-parallel index form rings, one per Ulysses index, linking the ranks of
+// that index in ring order. The u*r ranks of a data-parallel index hold one sample's sequence
+// between them. ZeRO shards over the whole world. With one rank nothing is connected and
+// every collective is the identity.
 //
 // Every tensor handed to a collective must live on the communicator's device (the rank's
 // GPU under NCCL, the CPU under Gloo) and be contiguous: anything else throws
@@ -27,6 +30,7 @@
 
 #include "longctx/planner/result.h"
 #include "longctx/runtime/process_group.h"
+#include "longctx/runtime/ring_attention.h"
 
 namespace longctx::runtime {
 
@@ -46,16 +50,25 @@ class Communicator {
  public:
   // One rank: no peers. device: where the tensors handed to it live.
   static std::shared_ptr<Communicator> single(c10::Device device = c10::Device(c10::kCPU));
-  // REQUIRES: ulysses divides env.world_size.
+  // BadInput naming parallel.ulysses or parallel.ring unless ulysses * ring divides
+  // env.world_size.
   static Result<std::shared_ptr<Communicator>> connect(const RankEnv& env, int ulysses,
+                                                       const ProcessGroupOptions& options) {
+    return connect(env, ulysses, 1, options);
+  }
+  static Result<std::shared_ptr<Communicator>> connect(const RankEnv& env, int ulysses, int ring,
                                                        const ProcessGroupOptions& options);
 
   int rank() const { return rank_; }
   int world() const { return world_; }
   int sp_rank() const { return rank_ % sp_size_; }  // in the Ulysses group
   int sp_size() const { return sp_size_; }
-  int dp_rank() const { return rank_ / sp_size_; }
-  int dp_size() const { return world_ / sp_size_; }
+  int ring_rank() const { return (rank_ / sp_size_) % ring_size_; }  // in the ring
+  int ring_size() const { return ring_size_; }
+  int dp_rank() const { return rank_ / (sp_size_ * ring_size_); }
+  int dp_size() const { return world_ / (sp_size_ * ring_size_); }
+  // This rank's ring (its group is null with ring_size 1): ring attention's hops.
+  RingGroup ring() const { return {ring_group_, ring_rank(), ring_size_, timeout_}; }
   c10::Device device() const { return device_; }
 
   // Ulysses group. send [u, ...], contiguous: send[j] goes to group rank j. Returns recv of
@@ -108,11 +121,12 @@ class Communicator {
   // Throws CollectivePlacementError unless t is on device_ and contiguous.
   void check_placement(const torch::Tensor& t, const char* collective, const char* role) const;
 
-  int rank_ = 0, world_ = 1, sp_size_ = 1;
+  int rank_ = 0, world_ = 1, sp_size_ = 1, ring_size_ = 1;
   c10::Device device_{c10::kCPU};
   CommBackend backend_ = CommBackend::Gloo;
   std::chrono::milliseconds timeout_{0};
   c10::intrusive_ptr<c10d::Backend> world_group_, sp_group_;  // sp_group_ may be world_group_
+  c10::intrusive_ptr<c10d::Backend> ring_group_;              // may be world_group_
 };
 
 }  // namespace longctx::runtime

@@ -32,6 +32,7 @@
 #include "longctx/runtime/layer_executor.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/norm_rope.h"
+#include "longctx/runtime/ring_attention.h"
 #include "longctx/runtime/sharded_params.h"
 #include "longctx/runtime/ulysses.h"
 
@@ -43,8 +44,8 @@ class LlamaStep : private BackwardHook {
  public:
   // REQUIRES: weights match m and outlive the step; the configuration passed validate() and
   // runnable(); seq is the longest sequence forward() will see.
-  // seq is the full sequence; tokens passed to forward() are this rank's padded_seq/u of it
-  // (ulysses.h, shard_sequence: padding at the end, its targets kIgnoreIndex).
+  // seq is the full sequence; tokens passed to forward() are this rank's padded_seq/(u*r) of
+  // it (ulysses.h, sequence_shard: padding at the end, its targets kIgnoreIndex).
   // comm: nullptr for one rank.
   LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t seq, LlamaWeights& weights,
             torch::Device device, Communicator* comm = nullptr);
@@ -100,6 +101,7 @@ class LlamaStep : private BackwardHook {
   AdamW* host_grads_ = nullptr;  // stream_gradients_to
   std::int64_t seq_;  // tokens a sample before padding: the loss's mean is over these
   UlyssesLayout layout_;
+  RingGroup ring_;  // size 1: no ring attention
   RopeTables rope_;
   AttentionShape attn_shape_;
   std::unique_ptr<CheckpointStore> checkpoints_;

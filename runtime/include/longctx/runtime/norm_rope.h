@@ -36,6 +36,9 @@ struct RopeTables {
   // longctx::rope_inverse_frequencies).
   static RopeTables make(std::int64_t seq, const std::vector<double>& inv_freq, torch::ScalarType dtype,
                          torch::Device device, std::int64_t first_position = 0);
+  // The same at given positions, in order (a ring's rank holds two chunks of the sample).
+  static RopeTables make(const std::vector<std::int64_t>& positions, const std::vector<double>& inv_freq,
+                         torch::ScalarType dtype, torch::Device device);
 };
 
 // Rotates x [b, S, heads, d] (Hugging Face's rotate_half convention: the first half of d

@@ -11,17 +11,18 @@
 // its late chunk against its early one; at every later step exactly two full c x c blocks.
 //
 // ring_attention(q [b,n,H,d], k [b,n,K,d], v [b,n,K,d]) -> out [b,n,H,d], one autograd node.
-//   Forward, per rank: the running output [b,H,n,d] fp32 and log-sum-exp [b,H,n] fp32; the
+//   Forward, per rank: the running output [b,n,H,d] fp32 and log-sum-exp [2,b,H,c] fp32; the
 //   k/v block being attended and the one arriving ([b,n,K,d] each, two of each in flight);
-//   each block's kernel output and lse (scratch), and, with K < H, the block's k/v expanded to
-//   H heads (scratch). Saves q, k, v, out (q's dtype) and the lse [b,H,n] fp32.
+//   each block's kernel output and lse beside its scratch (on CUDA the block's k/v expanded to
+//   H heads), then their merge. Saves q, k, v, out (q's dtype) and the lse.
 //   Backward: dq [b,n,H,d] fp32 accumulated locally; the k/v blocks travel again, with their
 //   dk/dv accumulators [b,n,K,d] fp32 beside them; after r-1 hops a last hop brings each
 //   accumulator home. Each block's gradients come from the flash backward given the final
 //   out and lse, which is exact: a block's dq, dk, dv depend on the other blocks only through
-//   those two.
+//   those two. Every allocation is the planner's (footprint/ring_attention.h).
 //
 // REQUIRES: every rank of the ring calls it with the same shapes, n even; K divides H.
+#include <chrono>
 #include <cstdint>
 
 #include <c10/util/intrusive_ptr.h>
@@ -34,6 +35,9 @@ namespace longctx::runtime {
 struct RingGroup {
   c10::intrusive_ptr<c10d::Backend> group;  // null with size 1
   int rank = 0, size = 1;
+  // How long a hop waits for its peers on Gloo (0: Gloo's default); NCCL's watchdog enforces
+  // the group's own timeout.
+  std::chrono::milliseconds timeout{0};
 };
 
 // The chunks ring rank i holds of a sequence cut into 2r chunks: {i, 2r-1-i}.

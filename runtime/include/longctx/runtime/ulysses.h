@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "longctx/planner/model_config.h"
+#include "longctx/planner/parallel_config.h"
 #include "longctx/runtime/communicator.h"
 
 namespace longctx::runtime {
@@ -29,13 +30,26 @@ struct UlyssesLayout {
   bool replicated() const { return u > kv_heads; }
 };
 
-// A rank's columns of a sample of `seq` tokens padded to padded_seq(seq, u) (parallel_config.h):
-// columns [first, first + cols) of the padded sample, cols = padded_seq/u, of which the first
-// `real` hold tokens and the rest padding (only the last ranks hold any).
+// A rank's columns of a sample of `seq` tokens padded to padded_seq (parallel_config.h), in
+// the order the rank holds them. Without a ring, one range: columns [j*cols, (j+1)*cols) of
+// Ulysses rank j, cols = padded_seq/u. With a ring of r, the sample is cut into 2r chunks of
+// c tokens and ring rank i's Ulysses group holds chunks i and 2r-1-i, in that order (causal
+// load balance, ring_attention.h); Ulysses rank j holds piece j of those 2c tokens, which
+// may straddle the two chunks (two ranges). Columns at or past `seq` are padding (only the
+// last chunk holds any).
 struct SequenceShard {
-  std::int64_t first = 0, cols = 0, real = 0;
+  struct Range {
+    std::int64_t first = 0, cols = 0;
+  };
+  std::vector<Range> ranges;
+  std::int64_t seq = 0;  // real tokens of a sample
+  std::int64_t cols() const;
+  // Each column's position in the sample, in order: RoPE's angles.
+  std::vector<std::int64_t> positions() const;
 };
 SequenceShard sequence_shard(std::int64_t seq, std::int64_t u, std::int64_t rank);
+SequenceShard sequence_shard(std::int64_t seq, const ParallelConfig& p, std::int64_t ring_rank,
+                             std::int64_t ulysses_rank);
 
 // This shard's tokens and targets [rows, cols] int64 on `device`, from a window [rows, seq + 1]
 // of token ids: targets are the next tokens; a padding column holds token 0 and target

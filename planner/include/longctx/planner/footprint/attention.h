@@ -8,11 +8,12 @@
 
 namespace longctx::footprint {
 
-// RoPE's cos and sin tables for this rank's S/u positions, built once for the run
-// (runtime/src/layers.cpp, RopeTables::make): cos, sin [S/u, d/2] e bytes each.
+// RoPE's cos and sin tables for this rank's S/(u*r) positions, built once for the run
+// (runtime/src/layers.cpp, RopeTables::make): cos, sin [S/(u*r), d/2] e bytes each.
 std::int64_t rope_tables_bytes(const StepShapes& s);
 
-// QK^T and PV over the causal half: 2 matmuls x 2 flops x S^2/2 per head, `heads` heads.
+// QK^T and PV over the causal half: 2 matmuls x 2 flops x S^2/2 per head, `heads` heads; a
+// ring rank's share, 1/r of it.
 double attention_flops(const StepShapes& s, std::int64_t heads);
 
 // Elements of k (or v) around the Ulysses all-to-all: before it [n, u*kvr, d] (kv heads

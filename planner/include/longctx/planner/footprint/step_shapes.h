@@ -9,10 +9,12 @@ namespace longctx::footprint {
 
 // Symbols (as in docs/memory-model.md and every shape comment of the step builder):
 //   b     micro-batch: samples per data-parallel rank
-//   S     sequence: tokens per sample as the layout runs it, before Ulysses splits it: the
-//         user's length padded to a multiple of u (parallel_config.h, padded_seq)
+//   S     sequence: tokens per sample as the layout runs it, before Ulysses and the ring split
+//         it: the user's length padded to a multiple of u, or of 2*r*u with a ring
+//         (parallel_config.h, padded_seq)
 //   u     Ulysses degree (sequence-parallel ranks)
-//   n     = b*S/u, tokens on this rank (padding included)
+//   r     ring (context-parallel) degree: 1 without ring attention
+//   n     = b*S/(u*r), tokens on this rank (padding included)
 //   world ranks of the job (the collectives' group; N in the docs)
 //   h     hidden size
 //   I     intermediate (MLP) size
@@ -36,7 +38,7 @@ namespace longctx::footprint {
 //                sums of zero.h's param_sizes, computed once (the search builds thousands of
 //                graphs and asks for them at every gather and reduction)
 struct StepShapes {
-  std::int64_t b = 0, S = 0, u = 0, n = 0, world = 0;
+  std::int64_t b = 0, S = 0, u = 0, r = 1, n = 0, world = 0;
   std::int64_t h = 0, I = 0, V = 0, H = 0, K = 0, d = 0, hl = 0, kvr = 0;
   std::int64_t e = 0, g = 0;
   std::int64_t layers = 0;

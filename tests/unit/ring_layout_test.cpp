@@ -1,0 +1,115 @@
+// Ring attention as a layout the planner chooses (parallel_config.h, knobs.h): its rules,
+// its plan-file key, the layouts the search weighs, and max-context past the cap the heads
+// put on Ulysses.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include "longctx/planner/knobs.h"
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/request.h"
+#include "longctx/planner/search.h"
+#include "test_plans.h"
+
+namespace longctx {
+namespace {
+
+ClusterRequest cluster(const std::string& model, std::int64_t gpus, const std::string& techniques = "all") {
+  ClusterRequest c;
+  c.model = model;
+  c.gpus = gpus;
+  c.gpu = "h100-80gb";
+  c.techniques = techniques;
+  return c;
+}
+
+TEST(RingLayout, RulesNameTheKnob) {
+  Plan p = testing::cpu_plan("tiny-gqa", 4, 1000);
+  p.parallel.ring = 3;
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring");  // 3 does not divide 4
+  p.parallel.ring = 2;
+  p.parallel.ulysses = 4;
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring");  // 2 x 4 > 4
+  p.parallel.ulysses = 2;
+  EXPECT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
+  p.parallel.head_chunk = 1;
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--head-chunk");
+  p.parallel.head_chunk = 0;
+  p.parallel.ring = 0;
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring");
+  // A stack without ring attention refuses it, naming the stack.
+  Plan hf = testing::cpu_plan("tiny-gqa", 2, 1000);
+  hf.cluster.hardware = load_hardware("h100-80gb").value();
+  hf.train.stack.kind = StackKind::Arctic;
+  hf.parallel.sharding = Sharding::Zero3;
+  hf.parallel.ring = 2;
+  hf.train.dtype = hf.train.grad_dtype = DType::BF16;
+  const auto refused = validate(hf.model, hf.cluster.shape, hf.train, hf.parallel);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "--ring");
+  EXPECT_NE(refused.error().message.find("--stack arctic"), std::string::npos) << refused.error().message;
+}
+
+TEST(RingLayout, PadsToTwoChunksPerRingRankAndEachUlyssesPiece) {
+  ParallelConfig p;
+  p.ulysses = 2;
+  p.ring = 3;
+  EXPECT_EQ(sequence_multiple(p), 12);
+  EXPECT_EQ(padded_seq(1001, p), 1008);
+  TrainConfig t;
+  t.seq = 1001;
+  t.micro_batch = 2;
+  EXPECT_EQ(tokens_per_rank(t, p), 2 * 1008 / 6);
+}
+
+TEST(RingLayout, PlanFileWritesTheRingOnlyAboveOne) {
+  Plan p = testing::cpu_plan("tiny-gqa", 4, 1000);
+  nlohmann::json j = plan_to_json(p);
+  EXPECT_FALSE(j["parallel"].contains("ring"));  // files of plans without a ring read as before
+  p.parallel.ring = 2;
+  p.parallel.ulysses = 2;
+  j = plan_to_json(p);
+  EXPECT_EQ(j["parallel"]["ring"], 2);
+  EXPECT_EQ(j["train"]["padded_seq"], 1000);  // 1000 is a multiple of 2 x 2 x 2
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().what();
+  EXPECT_EQ(back->parallel.ring, 2);
+  j["parallel"]["ring"] = 0;
+  EXPECT_EQ(plan_from_json(j).error().field, "parallel.ring");
+}
+
+TEST(RingLayout, CandidatesAreTheDegreesThatDivideTheGpusBesideUlysses) {
+  Plan p = testing::cpu_plan("tiny-gqa", 8, 4096);
+  p.parallel.ulysses = 2;
+  EXPECT_EQ(knob_candidates(KnobId::ring, p, all_techniques(), {}), (std::vector<KnobValue>{1, 2, 4}));
+  EXPECT_EQ(knob_candidates(KnobId::ring, p, *parse_techniques("ulysses"), {}), (std::vector<KnobValue>{1}));
+  // No head chunks inside a ring's steps (validate() refuses the pair).
+  p.parallel.ring = 2;
+  EXPECT_EQ(knob_candidates(KnobId::head_chunk, p, all_techniques(), {}), (std::vector<KnobValue>{0}));
+}
+
+// The head count caps Ulysses: Llama-3.1-8B's 32 query heads allow no degree above 32 on 64
+// GPUs. max-context then reaches further with a ring, and says which layout it chose.
+TEST(RingLayout, MaxContextPastTheHeadCapChoosesARingAndSaysWhy) {
+  const auto with = answer_max_context(cluster("llama-3.1-8b", 64), /*with_ladder=*/false);
+  ASSERT_TRUE(with.ok()) << with.error().message;
+  const auto without = answer_max_context(cluster("llama-3.1-8b", 64, "zero3,offload-optimizer,offload-params,ulysses,"
+                                                                      "checkpoint,offload-checkpoints,tiled-mlp,tiled-loss"),
+                                          false);
+  ASSERT_TRUE(without.ok()) << without.error().message;
+  EXPECT_GT(with->plan.parallel.ring, 1);
+  EXPECT_GT(with->max_tokens, without->max_tokens);
+  EXPECT_EQ(without->plan.parallel.ring, 1);
+  EXPECT_LE(without->plan.parallel.ulysses, 32);
+  EXPECT_NE(with->layout.find("ring"), std::string::npos) << with->layout;
+  EXPECT_NE(with->layout.find(std::to_string(without->max_tokens)), std::string::npos) << with->layout;
+  // On one node Ulysses reaches every GPU: the layout says a ring adds nothing.
+  const auto node = answer_max_context(cluster("llama-3.1-8b", 8), false);
+  ASSERT_TRUE(node.ok()) << node.error().message;
+  EXPECT_EQ(node->plan.parallel.ring, 1);
+  EXPECT_NE(node->layout.find("no further"), std::string::npos) << node->layout;
+}
+
+}  // namespace
+}  // namespace longctx
