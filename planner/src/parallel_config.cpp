@@ -201,10 +201,6 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
   if (p.ring > kMaxGpus || c.world() % (u * p.ring) != 0)
     return Error::bad_input("--ring", fmt::format("{} x ulysses {} does not divide the {} GPUs (world = dp x ring x ulysses)",
                                                   p.ring, u, c.world()));
-  // Ring attention (runtime/src/ring_attention.cpp) stages every head at once: the untied
-  // stages inside each ring step are not built yet.
-  if (p.ring > 1 && p.head_chunk > 0)
-    return Error::bad_input("--head-chunk", "is not combined with ring attention yet: give 0, or --ring 1");
   if (t.seq < 1) return Error::bad_input("--seq", "must be at least 1 token");
   const std::int64_t local_heads = m.heads / u;
   if (p.head_chunk < 0 || p.head_chunk > local_heads)

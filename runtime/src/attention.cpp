@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include "longctx/runtime/attention.h"
+#include "longctx/runtime/ring_attention.h"
 #include "longctx/runtime/ulysses.h"
 
 namespace longctx::runtime {
@@ -247,9 +248,13 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
   static Tensor forward(AutogradContext* ctx, const Tensor& x, const Tensor& wq, const Tensor& wk, const Tensor& wv,
                         const std::optional<Tensor>& q_norm_opt, const std::optional<Tensor>& k_norm_opt,
                         const AttentionShape* sh, const RopeTables* rope, const UlyssesLayout* L,
-                        std::int64_t chunk) {
+                        std::int64_t chunk, const RingGroup* ring) {
     const Tensor q_norm = q_norm_opt.value_or(Tensor()), k_norm = k_norm_opt.value_or(Tensor());
     const auto b = x.size(0), n = x.size(1), d = sh->head_dim, H = sh->heads, S = n * L->u;
+    // With a ring each stage's attention is ring attention over the Ulysses group's S tokens:
+    // k and v stay grouped (each block expands its own), the log-sum-exp is the ring's
+    // [2, b, chunk, S/2] laid in the stage's slot.
+    const bool ringed = ring->size > 1;
     const double eps = sh->norm_eps;
     Tensor x2 = x.reshape({b * n, x.size(2)});
     Tensor out = at::empty({b, n, H * d}, x.options());
@@ -264,19 +269,27 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       const Stage st = stage_of(s, chunk, *L);
       auto q_first = [&](std::int64_t j) { return j * L->hl + st.qb; };
       auto kv_first = [&](std::int64_t j) { return L->kv_head(j, st.kb); };
+      const std::int64_t repeat = ringed ? 1 : st.repeat;
       if (st.kb != cached_kv) {
         ke = ve = Tensor();  // the previous group's buffers die before this group's are made
         ke = kv_for_kernel(
-            to_seq(*L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, *L, nullptr)), st.repeat);
-        ve = kv_for_kernel(to_seq(*L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, *L)), st.repeat);
+            to_seq(*L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, *L, nullptr)), repeat);
+        ve = kv_for_kernel(to_seq(*L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, *L)), repeat);
         cached_kv = st.kb;
       }
       Tensor q = to_seq(*L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, *L, nullptr));
-      auto f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve));
-      q = Tensor();
-      lse[s].copy_(f.lse);
-      Tensor o = to_rank_slices(*L, bhsd(f.out));
-      f = FlashOut();
+      Tensor o;
+      if (ringed) {
+        RingResult r = ring_forward(q, ke, ve, *ring);
+        q = Tensor();
+        lse[s].view({2, b, chunk, S / 2}).copy_(r.lse);
+        o = to_rank_slices(*L, r.out);
+      } else {
+        auto f = flash_forward(bhsd(q), bhsd(ke), bhsd(ve));
+        q = Tensor();
+        lse[s].copy_(f.lse);
+        o = to_rank_slices(*L, bhsd(f.out));
+      }
       for (std::int64_t j = 0; j < L->u; ++j) out4.narrow(2, q_first(j), st.c).copy_(o[j]);
     }
     ctx->save_for_backward({x, wq, wk, wv, q_norm, k_norm, out, lse});
@@ -284,6 +297,7 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
     ctx->saved_data["rope"] = reinterpret_cast<std::int64_t>(rope);
     ctx->saved_data["layout"] = reinterpret_cast<std::int64_t>(L);
     ctx->saved_data["chunk"] = chunk;
+    ctx->saved_data["ring"] = reinterpret_cast<std::int64_t>(ring);
     return out;
   }
 
@@ -295,7 +309,9 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
     const auto* rope = reinterpret_cast<const RopeTables*>(ctx->saved_data["rope"].toInt());
     const auto& L = *reinterpret_cast<const UlyssesLayout*>(ctx->saved_data["layout"].toInt());
     const auto chunk = ctx->saved_data["chunk"].toInt();
-    const auto b = x.size(0), n = x.size(1), d = sh->head_dim, H = sh->heads;
+    const auto& ring = *reinterpret_cast<const RingGroup*>(ctx->saved_data["ring"].toInt());
+    const bool ringed = ring.size > 1;
+    const auto b = x.size(0), n = x.size(1), d = sh->head_dim, H = sh->heads, S = n * L.u;
     const double eps = sh->norm_eps;
     Tensor x2 = x.reshape({b * n, x.size(2)});
     Tensor dout4 = grads[0].contiguous().view({b, n, H, d});
@@ -335,28 +351,39 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
       if (st.kb != kv_stage.kb) {
         finish_kv();
         kv_stage = st;
+        const std::int64_t repeat = ringed ? 1 : st.repeat;
         Tensor k = to_seq(L, qk_send(x2, wk, k_norm, kv_first, st.kv_count, b, n, d, eps, *rope, L, &k_parts));
-        ke = kv_for_kernel(k, st.repeat);
+        ke = kv_for_kernel(k, repeat);
         dk_acc = at::zeros_like(k);
         k = Tensor();
         Tensor v = to_seq(L, v_send(x2, wv, kv_first, st.kv_count, b, n, d, L));
-        ve = kv_for_kernel(v, st.repeat);
+        ve = kv_for_kernel(v, repeat);
         dv_acc = at::zeros_like(v);
       }
       std::vector<QkParts> q_parts;
       Tensor q = to_seq(L, qk_send(x2, wq, q_norm, q_first, st.c, b, n, d, eps, *rope, L, &q_parts));
       Tensor d_o = stage_heads(L, dout4, st), o = stage_heads(L, out4, st);
-      // This stage's log-sum-exp is a slice the step made, not a kernel's output: checked on
-      // every device, so a CPU run catches a layout the CUDA kernel would misread.
-      check_flash_backward_inputs(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
-      auto [dq_e, dk_e, dv_e] = flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
-      q = d_o = o = Tensor();
-      dk_acc.add_(reduce_kv(bhsd(dk_e), st.kv_count));
-      dk_e = Tensor();
-      dv_acc.add_(reduce_kv(bhsd(dv_e), st.kv_count));
-      dv_e = Tensor();
-      Tensor dq = to_rank_slices(L, bhsd(dq_e));
-      dq_e = Tensor();
+      Tensor dq;
+      if (ringed) {
+        auto [dq_r, dk_r, dv_r] = ring_backward(d_o, q, ke, ve, o, lse[s].view({2, b, chunk, S / 2}), ring);
+        q = d_o = o = Tensor();
+        dk_acc.add_(dk_r);
+        dk_r = Tensor();
+        dv_acc.add_(dv_r);
+        dv_r = Tensor();
+        dq = to_rank_slices(L, dq_r);
+      } else {
+        // This stage's log-sum-exp is a slice the step made, not a kernel's output: checked on
+        // every device, so a CPU run catches a layout the CUDA kernel would misread.
+        check_flash_backward_inputs(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
+        auto [dq_e, dk_e, dv_e] = flash_backward(bhsd(d_o), bhsd(q), bhsd(ke), bhsd(ve), bhsd(o), lse[s]);
+        q = d_o = o = Tensor();
+        dk_acc.add_(reduce_kv(bhsd(dk_e), st.kv_count));
+        dk_e = Tensor();
+        dv_acc.add_(reduce_kv(bhsd(dv_e), st.kv_count));
+        dv_e = Tensor();
+        dq = to_rank_slices(L, bhsd(dq_e));
+      }
       for (std::int64_t j = 0; j < L.u; ++j)
         q_or_k_backward(dq[j], q_parts[static_cast<std::size_t>(j)], x2, wq, q_norm, q_first(j), st.c, d, *rope, dx,
                         dwq, dqn);
@@ -371,18 +398,21 @@ class HeadChunkedAttentionFn : public torch::autograd::Function<HeadChunkedAtten
             Tensor(),
             Tensor(),
             Tensor(),
+            Tensor(),
             Tensor()};
   }
 };
 
 }  // namespace
 
-// REQUIRES: s, rope and layout outlive the backward (the step owns them).
+// REQUIRES: s, rope, layout and ring outlive the backward (the step owns them).
 Tensor head_chunked_attention(const Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                              const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk) {
+                              const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk,
+                              const RingGroup& ring) {
   // Autograd functions take no undefined tensors: models without qk norm pass none.
   auto opt = [](const Tensor& t) { return t.defined() ? std::optional<Tensor>(t) : std::nullopt; };
-  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, opt(w.q_norm), opt(w.k_norm), &s, &rope, &layout, chunk);
+  return HeadChunkedAttentionFn::apply(x, w.wq, w.wk, w.wv, opt(w.q_norm), opt(w.k_norm), &s, &rope, &layout, chunk,
+                                       &ring);
 }
 
 }  // namespace longctx::runtime

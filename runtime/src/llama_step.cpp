@@ -94,7 +94,7 @@ Tensor LlamaStep::layer_body(const LayerWeights& w, const Tensor& x) const {
   if (p_.head_chunk > 0) {
     TORCH_CHECK(!w.bq.defined(), "head-chunked attention has no q/k/v biases (validate() refuses such a plan)");
     o = head_chunked_attention(xn1, {w.wq, w.wk, w.wv, w.q_norm, w.k_norm}, attn_shape_, rope_, layout_,
-                               p_.head_chunk);
+                               p_.head_chunk, ring_);
   } else {
     auto qkv = project(xn1, {w.wq, w.wk, w.wv}, {w.bq, w.bk, w.bv});
     xn1 = Tensor();  // without a graph (a checkpointed layer's forward) nothing else reads it

@@ -146,35 +146,85 @@ std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
   return std::move(h.in);
 }
 
+}  // namespace
+
+RingResult ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, const RingGroup& ring) {
+  const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
+  // The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
+  // log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
+  // reads it. A partial result merged in q's dtype would round at every step.
+  Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
+  Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
+  Tensor kc = k.contiguous(), vc = v.contiguous();
+  for (int t = 0; t < ring.size; ++t) {
+    // The next block travels while this one is attended.
+    std::optional<Hop> next;
+    if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
+    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
+    for (const auto& p : blocks_at(ring.rank, holder, ring.size))
+      attend_block(q.narrow(1, p.q_half * c, c), kc.narrow(1, p.kv_half * c, c), vc.narrow(1, p.kv_half * c, c),
+                   p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
+    if (next) {
+      auto in = land(*next, ring);
+      kc = in[0], vc = in[1];
+    }
+  }
+  kc = vc = Tensor();
+  Tensor out = acc.to(q.scalar_type());  // [b,n,H,d]; acc itself in fp32
+  return {out, lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
+                                                 const Tensor& out, const Tensor& lse, const RingGroup& ring) {
+  const auto n = q.size(1), c = n / 2;
+  Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
+  Tensor kc = k.contiguous(), vc = v.contiguous();
+  Tensor dk = torch::zeros(k.sizes(), k.options().dtype(torch::kFloat));
+  Tensor dv = torch::zeros(v.sizes(), v.options().dtype(torch::kFloat));
+  for (int t = 0; t < ring.size; ++t) {
+    // The next k/v block travels while this one's gradients are computed; the gradient
+    // accumulators follow once they hold this step's sums. After the last step only the
+    // accumulators move, which brings each home to the rank that holds its k/v.
+    std::optional<Hop> next;
+    if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
+    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
+    for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
+      const auto qs = p.q_half * c, ks = p.kv_half * c;
+      block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kc.narrow(1, ks, c), vc.narrow(1, ks, c),
+                     out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dk.narrow(1, ks, c),
+                     dv.narrow(1, ks, c));
+    }
+    if (ring.size == 1) break;
+    if (next) {
+      auto in = land(*next, ring);
+      kc = in[0], vc = in[1];
+    } else {
+      kc = vc = Tensor();
+    }
+    Hop grads_hop = start_hop(ring, {dk, dv});
+    auto in = land(grads_hop, ring);
+    dk = in[0], dv = in[1];
+  }
+  kc = vc = Tensor();
+  // The outputs in the inputs' dtype, one at a time (fp32 runs: the accumulators themselves).
+  Tensor dq_out = dq.to(q.scalar_type());
+  dq = Tensor();
+  Tensor dk_out = dk.to(k.scalar_type());
+  dk = Tensor();
+  Tensor dv_out = dv.to(v.scalar_type());
+  return {dq_out, dk_out, dv_out};
+}
+
+namespace {
+
 class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
  public:
   static Tensor forward(AutogradContext* ctx, const Tensor& q, const Tensor& k, const Tensor& v, RingGroup ring) {
-    const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
-    // The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
-    // log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
-    // reads it. A partial result merged in q's dtype would round at every step.
-    Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
-    Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
-    Tensor kc = k.contiguous(), vc = v.contiguous();
-    for (int t = 0; t < ring.size; ++t) {
-      // The next block travels while this one is attended.
-      std::optional<Hop> next;
-      if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
-      const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
-      for (const auto& p : blocks_at(ring.rank, holder, ring.size))
-        attend_block(q.narrow(1, p.q_half * c, c), kc.narrow(1, p.kv_half * c, c), vc.narrow(1, p.kv_half * c, c),
-                     p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
-      if (next) {
-        auto in = land(*next, ring);
-        kc = in[0], vc = in[1];
-      }
-    }
-    kc = vc = Tensor();
-    Tensor out = acc.to(q.scalar_type());  // [b,n,H,d]; acc itself in fp32
-    acc = Tensor();
+    auto [out, lse] = ring_forward(q, k, v, ring);
     ctx->save_for_backward({q, k, v, out, lse});
     ctx->saved_data["rank"] = static_cast<std::int64_t>(ring.rank);
     ctx->saved_data["size"] = static_cast<std::int64_t>(ring.size);
+    ctx->saved_data["timeout_ms"] = static_cast<std::int64_t>(ring.timeout.count());
     {
       std::lock_guard<std::mutex> lock(ring_mutex_);
       ring_of_[ctx] = ring.group;
@@ -184,52 +234,16 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
 
   static variable_list backward(AutogradContext* ctx, variable_list grads) {
     auto s = ctx->get_saved_variables();
-    const Tensor &q = s[0], &k = s[1], &v = s[2], &out = s[3], &lse = s[4];
     RingGroup ring{nullptr, static_cast<int>(ctx->saved_data["rank"].toInt()),
-                   static_cast<int>(ctx->saved_data["size"].toInt())};
+                   static_cast<int>(ctx->saved_data["size"].toInt()),
+                   std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt())};
     {
       std::lock_guard<std::mutex> lock(ring_mutex_);
       ring.group = ring_of_[ctx];
       ring_of_.erase(ctx);
     }
-    const auto n = q.size(1), c = n / 2;
-    Tensor dout = grads[0].contiguous();
-    Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
-    Tensor kc = k.contiguous(), vc = v.contiguous();
-    Tensor dk = torch::zeros(k.sizes(), k.options().dtype(torch::kFloat));
-    Tensor dv = torch::zeros(v.sizes(), v.options().dtype(torch::kFloat));
-    for (int t = 0; t < ring.size; ++t) {
-      // The next k/v block travels while this one's gradients are computed; the gradient
-      // accumulators follow once they hold this step's sums. After the last step only the
-      // accumulators move, which brings each home to the rank that holds its k/v.
-      std::optional<Hop> next;
-      if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
-      const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
-      for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
-        const auto qs = p.q_half * c, ks = p.kv_half * c;
-        block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kc.narrow(1, ks, c), vc.narrow(1, ks, c),
-                       out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dk.narrow(1, ks, c),
-                       dv.narrow(1, ks, c));
-      }
-      if (ring.size == 1) break;
-      if (next) {
-        auto in = land(*next, ring);
-        kc = in[0], vc = in[1];
-      } else {
-        kc = vc = Tensor();
-      }
-      Hop grads_hop = start_hop(ring, {dk, dv});
-      auto in = land(grads_hop, ring);
-      dk = in[0], dv = in[1];
-    }
-    kc = vc = Tensor();
-    // The outputs in the inputs' dtype, one at a time (fp32 runs: the accumulators themselves).
-    Tensor dq_out = dq.to(q.scalar_type());
-    dq = Tensor();
-    Tensor dk_out = dk.to(k.scalar_type());
-    dk = Tensor();
-    Tensor dv_out = dv.to(v.scalar_type());
-    return {dq_out, dk_out, dv_out, Tensor()};
+    auto [dq, dk, dv] = ring_backward(grads[0].contiguous(), s[0], s[1], s[2], s[3], s[4], ring);
+    return {dq, dk, dv, Tensor()};
   }
 
  private:

@@ -7,6 +7,7 @@
 
 #include "cli_fixture.h"
 #include "longctx/runtime/attention.h"
+#include "longctx/runtime/ring_attention.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/norm_rope.h"
 #include "longctx/runtime/process_group.h"
@@ -118,8 +119,9 @@ TEST(FlashLayout, HeadChunkedStagesWithTwoSamplesMatchWholeAttention) {
   const AttentionShape shape{H, K, d, 1e-6};
   const RopeTables rope_tables = RopeTables::make(S, d, 10000.0, torch::kFloat, torch::kCPU);
   const UlyssesLayout layout = UlyssesLayout::make(m, nullptr);
+  const RingGroup no_ring;  // outlives the backward, as head_chunked_attention requires
 
-  auto chunked = head_chunked_attention(x, {wq, wk, wv, {}, {}}, shape, rope_tables, layout, /*chunk=*/1);
+  auto chunked = head_chunked_attention(x, {wq, wk, wv, {}, {}}, shape, rope_tables, layout, /*chunk=*/1, no_ring);
   auto g = torch::randn_like(chunked);
   auto grads = torch::autograd::grad({chunked}, {x, wq, wk, wv}, {g});
 

@@ -123,6 +123,13 @@ std::vector<Case> cases() {
          p.checkpoint = CheckpointPolicy::full();
          p.offload_checkpoints = true;
        }), 61},
+      // Untied stages inside the ring's steps, alone and in the hybrid.
+      {"OddRing2HeadChunk1", "tiny-odd", 2, ring(2, 1, [](auto& p) { p.head_chunk = 1; })},
+      {"GqaRing3HeadChunk2Padded61", "tiny-gqa", 3, ring(3, 1, [](auto& p) { p.head_chunk = 2; }), 61},
+      {"OddRing2TimesUlysses2HeadChunk2Checkpointed", "tiny-odd", 4, ring(2, 2, [](auto& p) {
+         p.head_chunk = 2;
+         p.checkpoint = CheckpointPolicy::full();
+       })},
       {"OddRing2TimesData2Zero3", "tiny-odd", 4, ring(2, 1, [](auto& p) {
          p.sharding = Sharding::Zero3;
          p.mlp_tiles = 3;

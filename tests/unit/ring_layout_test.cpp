@@ -33,8 +33,8 @@ TEST(RingLayout, RulesNameTheKnob) {
   EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring");  // 2 x 4 > 4
   p.parallel.ulysses = 2;
   EXPECT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
-  p.parallel.head_chunk = 1;
-  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--head-chunk");
+  p.parallel.head_chunk = 1;  // untied stages inside the ring's steps
+  EXPECT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
   p.parallel.head_chunk = 0;
   p.parallel.ring = 0;
   EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring");
@@ -84,9 +84,9 @@ TEST(RingLayout, CandidatesAreTheDegreesThatDivideTheGpusBesideUlysses) {
   p.parallel.ulysses = 2;
   EXPECT_EQ(knob_candidates(KnobId::ring, p, all_techniques(), {}), (std::vector<KnobValue>{1, 2, 4}));
   EXPECT_EQ(knob_candidates(KnobId::ring, p, *parse_techniques("ulysses"), {}), (std::vector<KnobValue>{1}));
-  // No head chunks inside a ring's steps (validate() refuses the pair).
+  // Head chunks inside a ring's steps: those of the Ulysses degree (tiny-gqa: 4 heads, 2 kv).
   p.parallel.ring = 2;
-  EXPECT_EQ(knob_candidates(KnobId::head_chunk, p, all_techniques(), {}), (std::vector<KnobValue>{0}));
+  EXPECT_EQ(knob_candidates(KnobId::head_chunk, p, all_techniques(), {}), (std::vector<KnobValue>{0, 2, 1}));
 }
 
 // The head count caps Ulysses: Llama-3.1-8B's 32 query heads allow no degree above 32 on 64
@@ -104,10 +104,11 @@ TEST(RingLayout, MaxContextPastTheHeadCapChoosesARingAndSaysWhy) {
   EXPECT_LE(without->plan.parallel.ulysses, 32);
   EXPECT_NE(with->layout.find("ring"), std::string::npos) << with->layout;
   EXPECT_NE(with->layout.find(std::to_string(without->max_tokens)), std::string::npos) << with->layout;
-  // On one node Ulysses reaches every GPU: the layout says a ring adds nothing.
-  const auto node = answer_max_context(cluster("llama-3.1-8b", 8), false);
+  // Without head chunks on one node, where Ulysses reaches every GPU, a ring adds nothing and
+  // the layout says so.
+  const auto node = answer_max_context(cluster("llama-3.1-8b", 8, "zero3,ulysses,checkpoint,ring"), false);
   ASSERT_TRUE(node.ok()) << node.error().message;
-  EXPECT_EQ(node->plan.parallel.ring, 1);
+  EXPECT_EQ(node->plan.parallel.ring, 1) << node->layout;
   EXPECT_NE(node->layout.find("no further"), std::string::npos) << node->layout;
 }
 

@@ -76,7 +76,7 @@ TEST_P(AnswerTwin, RunsWithinOnePercentWhereTheSameOpBinds) {
   // The shortest length of the ladder at which the twin's peak is the same op: every rank
   // holds whole tiles of at least 8 rows.
   const std::int64_t per_rank_min = 8LL * std::max(big.parallel.loss_tiles, big.parallel.mlp_tiles);
-  const std::int64_t ranks = big.parallel.ulysses;
+  const std::int64_t ranks = sequence_ranks(big.parallel);  // the ranks that share a sample
   Evaluation at;
   bool found = false;
   for (std::int64_t per_rank = per_rank_min; per_rank <= 64 * per_rank_min && !found; per_rank += per_rank_min / 2) {

@@ -225,7 +225,7 @@ TEST_P(OpFootprint, QkvProjectionRopeAndQkNorm) {
                    planned(g, "layer.0.attn.q_norm", "layer.0.attn.k_norm"), "q/k norm " + tag);
       expect_equal(measure_backward({qn, kn}, {s.randn({s.b, s.S, H, d}, false), s.randn({s.b, s.S, K, d}, false)},
                                     {q, k, qn_w, kn_w}),
-                   planned(g, "layer.0.attn.qk_norm.bwd", ""), "q/k norm backward " + tag);
+                   planned(g, "layer.0.attn.k_norm.bwd", "layer.0.attn.q_norm.bwd"), "q/k norm backward " + tag);
       q = qn.detach().requires_grad_(true);
       k = kn.detach().requires_grad_(true);
     }
@@ -309,26 +309,34 @@ TEST_P(OpFootprint, RingAttentionEachRankOfTheRing) {
 }
 
 TEST_P(OpFootprint, HeadChunkedAttention) {
-  for (bool qk_norm : {false, true}) {
-    for (int chunk : {1, 3, 6}) {  // within a kv group, one whole group, every head
-      auto s = shapes(GetParam(), qk_norm);
-      s.p.head_chunk = chunk;
-      const auto g = s.graph();
-      const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, h = s.m.hidden;
-      const auto tables = runtime::RopeTables::make(s.S, d, 10000.0, s.st(), torch::kCPU);
-      const auto layout = runtime::UlyssesLayout::make(s.m, nullptr);
-      const runtime::AttentionShape shape{H, K, d, 1e-6};
-      runtime::AttentionWeights w{s.randn({H * d, h}), s.randn({K * d, h}), s.randn({K * d, h}),
-                                  qk_norm ? s.norm_weight(d) : Tensor(), qk_norm ? s.norm_weight(d) : Tensor()};
-      Tensor x = s.randn({s.b, s.S, h});
-      const std::string tag = fmt::format("{} chunk {}{}", name(), chunk, qk_norm ? " qk-norm" : "");
-      Tensor o;
-      expect_equal(measure([&] { o = runtime::head_chunked_attention(x, w, shape, tables, layout, chunk); }),
-                   planned(g, "layer.0.attn.untied", ""), "head-chunked attention " + tag);
-      std::vector<Tensor> inputs = {x, w.wq, w.wk, w.wv};
-      if (qk_norm) inputs.insert(inputs.end(), {w.q_norm, w.k_norm});
-      expect_equal(measure_backward({o}, {s.randn({s.b, s.S, H * d}, false)}, inputs),
-                   planned(g, "layer.0.attn.untied.bwd", ""), "head-chunked attention backward " + tag);
+  // Without a ring, and as ring 2's rank 1 and ring 3's rank 0 (the peers played by
+  // LoopbackRing): each stage's attention a ring's.
+  for (int r : {1, 2, 3}) {
+    for (bool qk_norm : {false, true}) {
+      for (int chunk : {1, 3, 6}) {  // within a kv group, one whole group, every head
+        auto s = shapes(GetParam(), qk_norm);
+        s.p.head_chunk = chunk;
+        s.p.ring = r;
+        const auto g = s.graph();
+        const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, h = s.m.hidden;
+        const std::int64_t n = padded_seq(s.S, s.p) / r;  // this rank's tokens of each sample
+        const auto tables = runtime::RopeTables::make(n, d, 10000.0, s.st(), torch::kCPU);
+        const auto layout = runtime::UlyssesLayout::make(s.m, nullptr);
+        const runtime::AttentionShape shape{H, K, d, 1e-6};
+        runtime::RingGroup ring;
+        if (r > 1) ring = {c10::make_intrusive<LoopbackRing>(r - 2, r), r - 2, r};
+        runtime::AttentionWeights w{s.randn({H * d, h}), s.randn({K * d, h}), s.randn({K * d, h}),
+                                    qk_norm ? s.norm_weight(d) : Tensor(), qk_norm ? s.norm_weight(d) : Tensor()};
+        Tensor x = s.randn({s.b, n, h});
+        const std::string tag = fmt::format("{} ring {} chunk {}{}", name(), r, chunk, qk_norm ? " qk-norm" : "");
+        Tensor o;
+        expect_equal(measure([&] { o = runtime::head_chunked_attention(x, w, shape, tables, layout, chunk, ring); }),
+                     planned(g, "layer.0.attn.untied", ""), "head-chunked attention " + tag);
+        std::vector<Tensor> inputs = {x, w.wq, w.wk, w.wv};
+        if (qk_norm) inputs.insert(inputs.end(), {w.q_norm, w.k_norm});
+        expect_equal(measure_backward({o}, {s.randn({s.b, n, H * d}, false)}, inputs),
+                     planned(g, "layer.0.attn.untied.bwd", ""), "head-chunked attention backward " + tag);
+      }
     }
   }
 }

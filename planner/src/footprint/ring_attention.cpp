@@ -8,6 +8,13 @@ namespace longctx::footprint {
 
 std::int64_t ring_chunk(const StepShapes& s) { return s.S / (2 * s.r); }
 
+StepShapes ring_stage_shapes(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads) {
+  StepShapes st = s;
+  st.hl = heads;
+  st.kvr = kv_heads;
+  return st;
+}
+
 StepShapes ring_block_shapes(const StepShapes& s) {
   StepShapes blk = s;
   blk.S = ring_chunk(s);
@@ -40,7 +47,7 @@ std::int64_t ring_forward_workspace(const StepShapes& s) {
   return acc_ws + std::max(block + pairs, end) - end;
 }
 
-std::int64_t ring_backward_workspace(const StepShapes& s) {
+std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout) {
   const StepShapes blk = ring_block_shapes(s);
   const std::int64_t c = blk.S, P = kv_pair(s), rows = local_rows(s);
   const std::int64_t dq32 = rows * s.hl * s.d * 4, A = 2 * rows * s.kvr * s.d * 4;
@@ -53,7 +60,7 @@ std::int64_t ring_backward_workspace(const StepShapes& s) {
   // LibTorch's CPU backward takes the output gradient contiguous (aten's
   // _scaled_dot_product_flash_attention_cpu_backward): a query half of [b, Sr, hl, d] is not
   // once b > 1, and is copied for the kernel's duration.
-  const std::int64_t dout_copy = s.cpu && s.b > 1 ? gq : 0;
+  const std::int64_t dout_copy = s.cpu && (s.b > 1 || head_sliced_dout) ? gq : 0;
   const std::int64_t kernel = G + dout_copy + flash_backward_scratch(blk, s.hl) + kv_expansion(blk, s.hl, s.kvr);
   // Summed into the fp32 accumulators one at a time through fp32 copies (bf16 only); on CUDA
   // a group sum [b, c, kvr, d] e comes first.

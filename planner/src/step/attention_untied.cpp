@@ -18,6 +18,17 @@ int stage_launches(const StepShapes& s, std::int64_t c, int per_stage) {
   return per_stage * static_cast<int>(untied_stages(s, c));
 }
 
+// The staged op's traffic: the all-to-alls alone, or with a ring its hops beside them
+// (`overlapped` of the ring's bytes travel while blocks compute), counted over the u*r
+// ranks the ring spans.
+void set_stage_comm(StepBuild& sb, int op, double all_to_all, double ring, double overlapped) {
+  const StepShapes& s = sb.shapes;
+  if (s.r > 1)
+    sb.graph.set_comm(op, CommKind::SendRecv, all_to_all + ring, static_cast<int>(s.u * s.r), overlapped);
+  else if (s.u > 1)
+    sb.graph.set_comm(op, CommKind::AllToAll, all_to_all, static_cast<int>(s.u));
+}
+
 }  // namespace
 
 void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
@@ -30,7 +41,8 @@ void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, b
   const int o = sb.graph.op(layer_name(l, "attn.untied", rc), phase, l, {a.xn1}, {a.o_loc, a.lse},
                             {.workspace = untied_forward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 4), .repeats = static_cast<int>(untied_stages(s, c))});
-  if (s.u > 1) sb.graph.set_comm(o, CommKind::AllToAll, untied_forward_sent_bytes(s), static_cast<int>(s.u));
+  set_stage_comm(sb, o, untied_forward_sent_bytes(s), untied_ring_forward_sent_bytes(s, c),
+                 untied_ring_forward_sent_bytes(s, c));
 }
 
 void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
@@ -47,7 +59,8 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
                             {d_xn1, g_qkv},
                             {.workspace = untied_backward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 10), .repeats = static_cast<int>(untied_stages(s, c))});
-  if (s.u > 1) sb.graph.set_comm(o, CommKind::AllToAll, untied_backward_sent_bytes(s), static_cast<int>(s.u));
+  set_stage_comm(sb, o, untied_backward_sent_bytes(s), untied_ring_backward_sent_bytes(s, c),
+                 untied_ring_forward_sent_bytes(s, c));
   // HeadChunkedAttentionFn saves the projections' weights and the q and k norms.
   frees_param_copies(sb, l, o, {ParamRole::Wq, ParamRole::Wk, ParamRole::Wv, ParamRole::QNorm, ParamRole::KNorm});
 }

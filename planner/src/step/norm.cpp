@@ -96,14 +96,21 @@ TensorId final_norm_backward(StepBuild& sb, TensorId d_xf) {
 
 void qk_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId& dq, TensorId& dk, Ids& grad) {
   const StepShapes& s = sb.shapes;
-  // attn.q_pre.grad [n, H*d] e, attn.k_pre.grad [n, K*d] e, the norms' weights [2*d] g
-  const TensorId dq_pre = sb.graph.tensor(layer_name(l, "attn.q_pre.grad"), s.n * s.H * s.d * s.e, Category::Transient);
+  // Two ops in autograd's order: k's norm was made after q's in forward, so its backward runs
+  // first, and its inputs (k's gradient, k before the norm, its rstd) are gone before q's
+  // norm backward starts.
+  // attn.k_pre.grad [n, K*d] e, the k norm's weight [d] g
   const TensorId dk_pre = sb.graph.tensor(layer_name(l, "attn.k_pre.grad"), s.n * s.K * s.d * s.e, Category::Transient);
-  const TensorId g_qk = grad_piece(sb, l, "grad.full.attn.qk_norm", "grad.attn.qk_norm", 2 * s.d, grad);
-  const int o = sb.graph.op(layer_name(l, "attn.qk_norm.bwd"), Phase::Backward, l,
-                            {dq, dk, a.q_pre, a.k_pre, a.rstd_q, a.rstd_k}, {dq_pre, dk_pre, g_qk},
-                            {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d)});
-  frees_param_copies(sb, l, o, {ParamRole::QNorm, ParamRole::KNorm});
+  const TensorId g_k = grad_piece(sb, l, "grad.full.attn.k_norm", "grad.attn.k_norm", s.d, grad);
+  const int ok = sb.graph.op(layer_name(l, "attn.k_norm.bwd"), Phase::Backward, l, {dk, a.k_pre, a.rstd_k}, {dk_pre, g_k},
+                             {.workspace = rms_norm_backward_workspace(s, s.n * s.K, s.d)});
+  // attn.q_pre.grad [n, H*d] e, the q norm's weight [d] g
+  const TensorId dq_pre = sb.graph.tensor(layer_name(l, "attn.q_pre.grad"), s.n * s.H * s.d * s.e, Category::Transient);
+  const TensorId g_q = grad_piece(sb, l, "grad.full.attn.q_norm", "grad.attn.q_norm", s.d, grad);
+  const int oq = sb.graph.op(layer_name(l, "attn.q_norm.bwd"), Phase::Backward, l, {dq, a.q_pre, a.rstd_q}, {dq_pre, g_q},
+                             {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d)});
+  frees_param_copies(sb, l, ok, {ParamRole::KNorm});
+  frees_param_copies(sb, l, oq, {ParamRole::QNorm});
   dq = dq_pre;
   dk = dk_pre;
 }

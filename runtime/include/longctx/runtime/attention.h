@@ -81,8 +81,12 @@ struct AttentionShape {
   double norm_eps = 1e-6;
 };
 struct UlyssesLayout;
-// x [b,n,h] (this rank's tokens) -> out [b,n,H*d].
+struct RingGroup;
+// x [b,n,h] (this rank's tokens) -> out [b,n,H*d]. With a ring of several ranks each stage's
+// attention is ring attention over the Ulysses group's tokens (ring_attention.h).
+// REQUIRES: s, rope, layout and ring outlive the backward (they are held by address).
 torch::Tensor head_chunked_attention(const torch::Tensor& x, const AttentionWeights& w, const AttentionShape& s,
-                                     const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk);
+                                     const RopeTables& rope, const UlyssesLayout& layout, std::int64_t chunk,
+                                     const RingGroup& ring);
 
 }  // namespace longctx::runtime

@@ -50,4 +50,18 @@ torch::Tensor ring_shard(const torch::Tensor& seq_side, std::int64_t rank, std::
 torch::Tensor ring_attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                              const RingGroup& ring);
 
+// The same without autograd, for callers that stage heads themselves (head-chunked
+// attention): the output [b,n,H,d] in q's dtype and the log-sum-exp [2,b,H,c] fp32, and back.
+// dout [b,n,H,d] may be any strided view with a dense head dimension (a block's slice of it is
+// copied for the CPU kernel where it is not contiguous). Returns dq, dk, dv in the inputs'
+// dtypes.
+struct RingResult {
+  torch::Tensor out, lse;
+};
+RingResult ring_forward(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const RingGroup& ring);
+std::tuple<torch::Tensor, torch::Tensor, torch::Tensor> ring_backward(const torch::Tensor& dout, const torch::Tensor& q,
+                                                                      const torch::Tensor& k, const torch::Tensor& v,
+                                                                      const torch::Tensor& out, const torch::Tensor& lse,
+                                                                      const RingGroup& ring);
+
 }  // namespace longctx::runtime

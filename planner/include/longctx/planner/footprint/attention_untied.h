@@ -65,5 +65,9 @@ std::int64_t untied_backward_workspace(const StepShapes& s, std::int64_t c);
 // back) and backward (q, k, v and the output and its gradient in, dq, dk, dv back).
 double untied_forward_sent_bytes(const StepShapes& s);
 double untied_backward_sent_bytes(const StepShapes& s);
+// With a ring (r > 1), each stage's ring attention over its c heads: the bytes its hops send
+// (ring_attention.h), every stage's; 0 without a ring.
+double untied_ring_forward_sent_bytes(const StepShapes& s, std::int64_t c);
+double untied_ring_backward_sent_bytes(const StepShapes& s, std::int64_t c);
 
 }  // namespace longctx::footprint

@@ -22,6 +22,10 @@ StepShapes ring_block_shapes(const StepShapes& s);
 // Rows of a block, c = S/(2r).
 std::int64_t ring_chunk(const StepShapes& s);
 
+// s for a ring over `heads` query heads and `kv_heads` kv heads of the rank (a head-chunked
+// stage: its c heads and the kv heads they read).
+StepShapes ring_stage_shapes(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+
 // attn.ring (RingAttentionFn::forward), beyond its outputs o_sp [b, Sr, hl, d] e and the
 // log-sum-exp [2, b, hl, c] fp32 (each query half's contiguous, as the CUDA backward reads
 // it). Live through the op: the running output [b, Sr, hl, d] fp32 (in fp32 runs it is o_sp
@@ -42,7 +46,10 @@ std::int64_t ring_forward_workspace(const StepShapes& s);
 // the CPU, over hl heads on CUDA before their sum) beside its scratch, then each summed
 // into its fp32 accumulator through an fp32 copy (bf16). At the end (bf16) the three
 // outputs are made from the fp32 ones, one at a time.
-std::int64_t ring_backward_workspace(const StepShapes& s);
+// `head_sliced_dout`: the output gradient is a slice of the rank's heads (a head-chunked stage
+// without Ulysses), so a block's slice of it is never contiguous and the CPU kernel copies it
+// whatever b is.
+std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout = false);
 
 // Bytes one rank sends round the ring in forward (k and v, r-1 hops) and in backward (k, v
 // and their fp32 gradient accumulators, r-1 hops, and the accumulators once more).
