@@ -38,6 +38,13 @@ bool overlappable(const OpSpec& op) {
          op.comm == CommKind::HostToDevice || op.comm == CommKind::DeviceToHost;
 }
 
+// Of an op's `comm` seconds, those that may hide behind compute: all of a side-stream
+// transfer's, else the share of its bytes that travel while the op itself computes.
+double hidden_share(const OpSpec& op, double comm) {
+  if (overlappable(op)) return comm;
+  return op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
+}
+
 // With measured rates (`longctx calibrate`): each op on its own roofline at the rates its
 // kind reached on the machine, plus its launches at the measured cost of a small op.
 double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
@@ -89,14 +96,9 @@ StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficie
     s.launches += op.launches;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     if (op.comm == CommKind::None) continue;
-    const double comm = comm_seconds(p, op, eff);
-    if (overlappable(op)) {
-      s.hidden_comm += comm;
-    } else {
-      const double overlapped = op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
-      s.hidden_comm += overlapped;
-      s.exposed_comm += comm - overlapped;
-    }
+    const double comm = comm_seconds(p, op, eff), hidden = hidden_share(op, comm);
+    s.hidden_comm += hidden;
+    s.exposed_comm += comm - hidden;
   }
   for (const auto& [key, s] : segments) {
     const double flops_s = s.matmul_flops / (hw.peak_flops * eff.matmul) + s.attention_flops / (hw.peak_flops * eff.attention);
@@ -124,9 +126,9 @@ StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
     }
     s.compute += measured_op_seconds(p, g, op, m);
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
-    const double overlapped = overlappable(op) ? comm : op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
-    s.hidden_comm += overlapped;
-    s.exposed_comm += comm - overlapped;
+    const double hidden = hidden_share(op, comm);
+    s.hidden_comm += hidden;
+    s.exposed_comm += comm - hidden;
   }
   for (const auto& [key, s] : segments) {
     t.compute_s += s.compute;

@@ -74,19 +74,14 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
   return "";
 }
 
-// The largest Ulysses degree validate() allows on this cluster (the heads' rules), or 1.
+// The largest Ulysses degree the heads' rules allow on this cluster (the search's own
+// candidates, knobs.h), or 1.
 std::int64_t largest_ulysses(const Plan& base) {
-  std::int64_t best = 1;
-  for (std::int64_t u = 2; u <= std::min<std::int64_t>(base.cluster.shape.world(), base.model.heads); ++u) {
-    if (base.cluster.shape.world() % u != 0) continue;
-    Plan p = with_fine(base, 0, 1, 1);
-    p.parallel = ParallelConfig{};
-    p.parallel.ulysses = static_cast<int>(u);
-    p.train.seq = u * min_tile_tokens(base.model);
-    conform_to_stack(p.model, p.train, p.parallel);
-    if (validate(p.model, p.cluster.shape, p.train, p.parallel)) best = u;
-  }
-  return best;
+  Plan p = with_fine(base, 0, 1, 1);
+  p.parallel = ParallelConfig{};
+  p.train.seq = min_tile_tokens(base.model);
+  const auto degrees = knob_candidates(KnobId::ulysses, p, all_techniques(), {});
+  return degrees.empty() ? 1 : *std::max_element(degrees.begin(), degrees.end());
 }
 
 // Which sequence layout the plan runs, and where ring attention may be chosen, why: the

@@ -67,13 +67,7 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
       work->wait();
       return;
     }
-    work->wait(timeout_);
-    // Gloo's worker thread holds the finished work, and with it the collective's tensors,
-    // until its loop moves on; waiting for that (a few microseconds, bounded) makes the
-    // tensors die where the caller drops them, so each phase's bytes are the same every run.
-    // (NCCL's watchdog holds its work until the GPU finishes: not waited on.)
-    const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-    while (work.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+    wait_gloo_and_release(work, timeout_);
   } catch (const std::exception& e) {
     throw CommError(fmt::format("{} failed on rank {} of {} (a peer rank died or stalled; {} s timeout): {}", what,
                                 rank_, world_, timeout_.count() / 1000.0, e.what()));

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <stdexcept>
+#include <thread>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <fmt/format.h>
@@ -9,6 +10,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/Work.hpp>
 
 namespace longctx::runtime {
 namespace {
@@ -110,6 +112,12 @@ Result<c10::intrusive_ptr<c10d::Backend>> connect_process_group(const RankEnv& e
   c10::intrusive_ptr<c10d::Store> store;
   LONGCTX_TRY(store, connect_store(env, options.timeout));
   return make_group(store, "world", env.rank, env.world_size, env, options);
+}
+
+void wait_gloo_and_release(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout) {
+  work->wait(timeout);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
+  while (work.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
 }
 
 }  // namespace longctx::runtime

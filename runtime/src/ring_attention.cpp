@@ -5,13 +5,13 @@
 #include <map>
 #include <mutex>
 #include <optional>
-#include <thread>
 #include <stdexcept>
 
 #include <fmt/format.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 
 #include "longctx/runtime/attention.h"
+#include "longctx/runtime/process_group.h"
 
 namespace longctx::runtime {
 
@@ -123,9 +123,8 @@ Hop start_hop(const RingGroup& ring, const std::vector<Tensor>& out) {
 }
 
 // Waits for the hop within the ring's timeout (a peer that died throws instead of hanging)
-// and returns what it received. Gloo's worker thread holds a finished work, and with it the
-// sent tensors, until its loop moves on: waiting for that (bounded) makes the sent tensors
-// die where the caller drops them, so every run's bytes are the same (as Communicator::wait).
+// and returns what it received; on Gloo until its thread lets go of the sent tensors
+// (process_group.h, wait_gloo_and_release).
 std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
   try {
     for (auto& w : h.works) {
@@ -133,9 +132,7 @@ std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
         w->wait();
         continue;
       }
-      w->wait(ring.timeout);
-      const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(100);
-      while (w.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
+      wait_gloo_and_release(w, ring.timeout);
     }
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("ring attention's hop failed on ring rank {} of {} (a peer rank died or "

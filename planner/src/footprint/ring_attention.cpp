@@ -25,12 +25,16 @@ namespace {
 
 std::int64_t local_rows(const StepShapes& s) { return s.b * (s.S / s.r); }     // b * Sr
 std::int64_t kv_pair(const StepShapes& s) { return 2 * local_rows(s) * s.kvr * s.d * s.e; }  // P
+std::int64_t accumulators(const StepShapes& s) { return 2 * local_rows(s) * s.kvr * s.d * 4; }  // A: dk, dv fp32
+// Beside every block, the next pair arriving (all but the last step) and the pair attended
+// (all but the first, which attends the op's own k and v).
+std::int64_t pairs_beside_a_block(const StepShapes& s) { return (s.r > 2 ? 2 : 1) * kv_pair(s); }
 
 }  // namespace
 
 std::int64_t ring_forward_workspace(const StepShapes& s) {
   const StepShapes blk = ring_block_shapes(s);
-  const std::int64_t c = blk.S, P = kv_pair(s);
+  const std::int64_t c = blk.S;
   const std::int64_t acc = local_rows(s) * s.hl * s.d * 4;        // [b, Sr, hl, d] fp32
   const std::int64_t o_sp = local_rows(s) * s.hl * s.d * s.e;     // the op's output
   const std::int64_t out_b = s.b * c * s.hl * s.d * s.e, lse_b = s.b * s.hl * c * 4;
@@ -38,9 +42,7 @@ std::int64_t ring_forward_workspace(const StepShapes& s) {
   const std::int64_t o_fp32 = s.e == 4 ? 0 : s.b * c * s.hl * s.d * 4;
   const std::int64_t merge = out_b + 2 * lse_b + std::max(lse_b, o_fp32);
   const std::int64_t block = std::max(kernel, merge);
-  // Beside every block, the next pair arriving (all but the last step) and the pair attended
-  // (all but the first, which attends the op's own k and v).
-  const std::int64_t pairs = (s.r > 2 ? 2 : 1) * P;
+  const std::int64_t pairs = pairs_beside_a_block(s);
   // fp32: the running output is o_sp itself; bf16: it is beside o_sp, made at the end.
   const std::int64_t end = s.e == 4 ? 0 : o_sp;
   const std::int64_t acc_ws = s.e == 4 ? 0 : acc;
@@ -50,7 +52,7 @@ std::int64_t ring_forward_workspace(const StepShapes& s) {
 std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout) {
   const StepShapes blk = ring_block_shapes(s);
   const std::int64_t c = blk.S, P = kv_pair(s), rows = local_rows(s);
-  const std::int64_t dq32 = rows * s.hl * s.d * 4, A = 2 * rows * s.kvr * s.d * 4;
+  const std::int64_t dq32 = rows * s.hl * s.d * 4, A = accumulators(s);
   const std::int64_t dq_e = rows * s.hl * s.d * s.e, dkv_e = 2 * rows * s.kvr * s.d * s.e;
   // The kernel's gradients of one block: dq over hl heads; dk, dv over the kv heads (CPU) or
   // the query heads (CUDA, before the sum over each group).
@@ -70,11 +72,10 @@ std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout)
   const std::int64_t accumulate = std::max(G + to32 * s.b * c * s.hl * s.d * 4, G - gq + kv_sum + dk32);
   const std::int64_t block = std::max(kernel, accumulate);
   const std::int64_t live = dq32 + A;
-  // Beside every block the next k/v pair arriving and the pair attended, as in forward; after
-  // a step's blocks the accumulators hop, received beside the ones sent and the pair the
-  // next step attends (the last hop: beside nothing more).
-  const std::int64_t pairs = (s.r > 2 ? 2 : 1) * P;
-  std::int64_t peak = live + std::max(block + pairs, A + P);
+  // Beside every block the pairs as in forward; after a step's blocks the accumulators hop,
+  // received beside the ones sent and the pair the next step attends (the last hop: beside
+  // nothing more).
+  std::int64_t peak = live + std::max(block + pairs_beside_a_block(s), A + P);
   // bf16: the outputs made from the fp32 ones, dq first.
   if (s.e != 4) peak = std::max({peak, live + dq_e, dq_e + A + dkv_e / 2, dq_e + dkv_e + A / 2});
   const std::int64_t outputs = s.e == 4 ? live : dq_e + dkv_e;
@@ -84,7 +85,7 @@ std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout)
 double ring_forward_sent_bytes(const StepShapes& s) { return double(s.r - 1) * double(kv_pair(s)); }
 
 double ring_backward_sent_bytes(const StepShapes& s) {
-  const double A = 2.0 * double(local_rows(s) * s.kvr * s.d * 4);
+  const double A = double(accumulators(s));
   return double(s.r - 1) * (double(kv_pair(s)) + A) + A;
 }
 

@@ -13,6 +13,7 @@
 #include "longctx/planner/result.h"
 
 namespace c10d {
+class Work;
 class Backend;
 class Store;
 }  // namespace c10d
@@ -65,5 +66,12 @@ Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::c
 Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c10d::Store>& store,
                                                      const std::string& prefix, int rank, int size,
                                                      const RankEnv& env, const ProcessGroupOptions& options);
+
+// Waits for a Gloo work within `timeout` (throws what c10d throws), then until Gloo's worker
+// thread has let go of it (bounded, a few microseconds): the thread holds a finished work, and
+// with it the tensors it sent or received, until its loop moves on, so without this they would
+// die on that thread's schedule rather than where the caller drops them, and a phase's bytes
+// would differ run to run. (NCCL's watchdog holds its work until the GPU finishes: not for it.)
+void wait_gloo_and_release(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout);
 
 }  // namespace longctx::runtime
