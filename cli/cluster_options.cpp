@@ -25,8 +25,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
       ->capture_default_str();
   app.add_option("--dtype", o.dtype, "Parameters and activations: bf16 or fp32 (default: bf16 on GPUs, fp32 on --gpu cpu)");
   app.add_option("--grad-dtype", o.grad_dtype,
-                 "Gradients: fp32 or bf16 (default: fp32 on GPUs; on --gpu cpu the --dtype, as the runtime's autograd "
-                 "keeps them)");
+                 "Gradients: fp32 or bf16 (default: the --dtype, as autograd and longctx's runtime keep them; fp32 plans "
+                 "fp32 gradient buffers, which `longctx run` refuses)");
   app.add_option("--stack", o.stack,
                  "The code the step runs on: longctx (its own runtime), hf (transformers' modeling code with "
                  "torch AdamW, one GPU) or arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "

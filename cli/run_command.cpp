@@ -232,6 +232,7 @@ int run(const RunArgs& a) {
          {{"peak_device_bytes", report->peak_device},
           {"peak_host_bytes", report->peak_host},
           {"peak_device_reserved_bytes", report->peak_device_reserved},
+          {"device_in_use_driver_bytes", report->device_in_use_driver},
           {"persistent_device_bytes", report->persistent_device},
           {"persistent_host_bytes", report->persistent_host},
           {"peak_at", measured_at},
@@ -243,6 +244,8 @@ int run(const RunArgs& a) {
           {"step_time_s", predicted.totals.step_time_s}}},
         {"plan_prediction",
          {{"peak_device_bytes", plan->prediction.peak_device_bytes},
+          {"peak_reserved_bytes", plan->prediction.peak_reserved_bytes},
+          {"peak_nvidia_smi_bytes", plan->prediction.peak_nvidia_smi_bytes},
           {"peak_host_bytes", plan->prediction.peak_host_bytes}}},
         {"prediction_drift", drift_json(drift)},
         {"device", report->device},
@@ -301,7 +304,8 @@ Command add_run_command(CLI::App& app) {
   sub->add_flag("--force", args->force,
                 "Run even when the plan needs more host memory than the machine has available (MemAvailable)");
   sub->add_option("--allocation-log", args->allocation_log,
-                  "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE (CPU)");
+                  "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE; on CUDA every "
+                  "block the caching allocator hands out and takes back, with its stream and address");
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
   auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");

@@ -9,6 +9,7 @@
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/util/Exception.h>
 #include <ATen/Context.h>
+#include <mutex>
 #include <unordered_map>
 #include <fmt/format.h>
 
@@ -57,6 +58,70 @@ void MemoryMeter::read_cuda_locked() {
   c10::cuda::CUDACachingAllocator::resetPeakStats(device_.index());
 }
 
+// ---- the CUDA allocation log --------------------------------------------------------------
+//
+// The caching allocator calls its trace trackers on every block it hands out and takes back
+// once one is attached (c10/cuda/CUDACachingAllocator.cpp, DeviceCachingAllocator::
+// record_trace: "if (!record_history && trace_trackers_.empty()) return"), under its own
+// mutex and with no way to detach one. So one tracker is attached per process and writes
+// only while a log is set; it takes cuda_log's own mutex, never the meter's, because the
+// meter holds its mutex while it reads the allocator's statistics (lock order: meter, then
+// allocator, then cuda_log; the tracker: allocator, then cuda_log).
+namespace {
+struct CudaLog {
+  std::mutex mu;
+  std::FILE* file = nullptr;
+  std::string phase;
+  std::int64_t in_use = 0;
+};
+CudaLog& cuda_log() {
+  static CudaLog log;
+  return log;
+}
+void attach_cuda_log_tracker_once() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker([](const auto& te) {
+      using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
+      const bool alloc = te.action_ == Action::ALLOC;
+      if (!alloc && te.action_ != Action::FREE_REQUESTED) return;
+      CudaLog& log = cuda_log();
+      std::lock_guard lock(log.mu);
+      if (!log.file) return;
+      const auto bytes = static_cast<std::int64_t>(te.size_);
+      log.in_use += alloc ? bytes : -bytes;
+      std::fprintf(log.file, "%s device %c%lld -> %lld stream %p addr %#zx\n", log.phase.c_str(), alloc ? '+' : '-',
+                   (long long)bytes, (long long)log.in_use, te.stream_, te.addr_);
+    });
+  });
+}
+void set_cuda_log_phase(const std::string& phase) {
+  CudaLog& log = cuda_log();
+  std::lock_guard lock(log.mu);
+  log.phase = phase;
+}
+}  // namespace
+
+void MemoryMeter::set_log(std::FILE* log) {
+  std::lock_guard lock(mu_);
+  log_ = log;
+  if (!device_.is_cuda()) return;
+  refresh_cuda_current_locked();
+  attach_cuda_log_tracker_once();
+  CudaLog& cuda = cuda_log();
+  std::lock_guard log_lock(cuda.mu);
+  cuda.file = log;
+  cuda.phase = phase_;
+  cuda.in_use = current_[0];
+}
+
+MemoryMeter::~MemoryMeter() {
+  if (!log_ || !device_.is_cuda()) return;
+  CudaLog& cuda = cuda_log();
+  std::lock_guard lock(cuda.mu);
+  if (cuda.file == log_) cuda.file = nullptr;
+}
+
 void MemoryMeter::sample_locked() { samples_.push_back({now_s(), current_[0], current_[1]}); }
 
 void MemoryMeter::set_phase(const std::string& name) {
@@ -66,6 +131,7 @@ void MemoryMeter::set_phase(const std::string& name) {
   phases_.push_back(open_);
   sample_locked();
   phase_ = name;
+  if (log_ && device_.is_cuda()) set_cuda_log_phase(phase_);
   open_ = PhaseRecord{name, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
 }
 
@@ -76,6 +142,7 @@ void MemoryMeter::finish() {
   phases_.push_back(open_);
   sample_locked();
   phase_ = "idle";
+  if (log_ && device_.is_cuda()) set_cuda_log_phase(phase_);
   open_ = PhaseRecord{phase_, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
 }
 

@@ -4,6 +4,7 @@
 #include <cstring>
 
 #include <c10/cuda/CUDAFunctions.h>
+#include <cuda_runtime_api.h>
 #include <fmt/format.h>
 #include <torch/torch.h>
 
@@ -44,6 +45,16 @@ Result<bool> runnable(const Plan& plan, const RunOptions& o) {
     return Error::bad_input("model.head_dim", fmt::format("{} is above the {} the CUDA flash kernel supports; run this "
                                                           "model with --device cpu",
                                                           plan.model.head_dim, kCudaFlashMaxHeadDim));
+  // Autograd hands each parameter its gradient in the parameter's dtype and the runtime keeps
+  // it so (AdamW::step upcasts one parameter's at a time): a plan of fp32 gradient buffers
+  // for bf16 parameters predicts memory this runtime never holds.
+  if (plan.train.grad_dtype != plan.train.dtype)
+    return Error::bad_input("train.grad_dtype",
+                            fmt::format("the plan keeps {} gradients of {} parameters, but longctx's runtime keeps "
+                                        "autograd's gradients in the parameters' dtype: plan again without --grad-dtype "
+                                        "(or with --grad-dtype {})",
+                                        to_string(plan.train.grad_dtype), to_string(plan.train.dtype),
+                                        to_string(plan.train.dtype)));
   if (o.steps < 1) return Error::bad_input("--steps", "must be at least 1");
   return check_checkpoint_options(o.checkpoint);
 }
@@ -261,7 +272,12 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       if (comm->world() > 1 && !shards && !step.streams_gradients()) sum_gradients(params, *comm);
       optimizer.step();
       if (shards) shards->finish_step();
-      if (!cpu) torch::cuda::synchronize();
+      if (!cpu) {
+        torch::cuda::synchronize();
+        std::size_t free = 0, total = 0;
+        if (cudaMemGetInfo(&free, &total) == cudaSuccess)
+          report.device_in_use_driver = std::max(report.device_in_use_driver, static_cast<std::int64_t>(total - free));
+      }
       meter->finish();
       r.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       r.peak_device = meter->peak(Pool::Device);

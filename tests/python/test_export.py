@@ -170,7 +170,8 @@ def test_accelerates_launcher_runs_the_hf_config_as_deepspeed_with_ulysses(tmp_p
 def test_hf_uses_fsdp2_for_plain_zero3(tmp_path):
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
     out = tmp_path / "hf"
-    export(make_plan(tmp_path, "--sharding", "zero3", "--checkpoint", "full"), "hf", out)
+    # FSDP2's mixed precision reduces fp32 gradients: a plan that keeps them so.
+    export(make_plan(tmp_path, "--sharding", "zero3", "--checkpoint", "full", "--grad-dtype", "fp32"), "hf", out)
     assert not (out / "ds_config.json").exists()
     args = json.loads((out / "training_args.json").read_text())
     assert args["fsdp"] == "full_shard" and args["fsdp_config"]["fsdp_version"] == 2

@@ -80,7 +80,7 @@ TEST_F(Gpu, ARunOnLocalRankOneUsesAndMakesCurrentTheSecondGpu) {
   if (build_info().gpus_visible < 2) GTEST_SKIP() << "two GPUs needed, " << build_info().gpus_visible << " visible";
   ::setenv("LOCAL_RANK", "1", 1);
   auto plan = testing::tiny_plan("tiny-gqa", 64, 1, {});
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   RunOptions o;
   o.device = "cuda";
   auto r = run_plan(plan, o);

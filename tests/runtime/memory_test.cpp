@@ -206,7 +206,7 @@ TEST(Runner, Bf16TracksFp32AndHalvesTheActivations) {
   RunOptions o;
   o.steps = 2;
   auto fp32 = run_plan(plan, o);
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   auto bf16 = run_plan(plan, o);
   ASSERT_TRUE(fp32.ok()) << fp32.error().what();
   ASSERT_TRUE(bf16.ok()) << bf16.error().what();

@@ -139,7 +139,7 @@ class KilledAndResumed : public TrainingState, public ::testing::WithParamInterf
 TEST_P(KilledAndResumed, LossesEqualAnUninterruptedRun) {
   const Variant& v = GetParam();
   auto plan = testing::tiny_plan("tiny-gqa", 512, 2, v.parallel);
-  plan.train.dtype = v.dtype;
+  plan.train.dtype = plan.train.grad_dtype = v.dtype;
   plan.cluster.shape = {1, v.ranks};
   const std::string common = "run --plan " + write(plan, "plan.json") +
                              (v.ranks > 1 ? " --nproc " + std::to_string(v.ranks) : "") +
@@ -372,7 +372,7 @@ TEST_F(TrainingState, SavingAndRestoringLeaveTheMeasuredPeaksAlone) {
 // the saved one.
 TEST_F(TrainingState, RestoreCopiesIntoThePlacedTensors) {
   auto plan = testing::tiny_plan("tiny-gqa", 64, 1, offload_everything());
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   auto meter = std::make_shared<MemoryMeter>(0, 0, torch::kCPU);
   MeterScope scope(meter);
   WeightPlacement where;

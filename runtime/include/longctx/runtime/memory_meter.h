@@ -68,6 +68,7 @@ class MemoryMeter {
  public:
   // budget 0: unlimited. device: where the step runs (CPU counts, CUDA reads statistics).
   MemoryMeter(std::int64_t device_budget, std::int64_t host_budget, c10::Device device);
+  ~MemoryMeter();  // stops the CUDA allocation log: its file may close after the meter
 
   // Closes the current phase and opens `name`. REQUIRES: not inside an allocation.
   void set_phase(const std::string& name);
@@ -90,8 +91,10 @@ class MemoryMeter {
   double now_s() const;
   c10::Device device() const { return device_; }
   // Writes every counted allocation and release ("phase +bytes -> current") to `log`; for
-  // comparing the runtime's allocations with the planner's inventory op by op.
-  void set_log(std::FILE* log) { log_ = log; }
+  // comparing the runtime's allocations with the planner's inventory op by op. On CUDA the
+  // lines come from the caching allocator's trace (every block it hands out or takes back,
+  // rounded as it rounds them, with the stream asked for), not from the counting allocator.
+  void set_log(std::FILE* log);
 
  private:
   void sample_locked();

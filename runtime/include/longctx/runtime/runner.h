@@ -52,6 +52,11 @@ struct RunReport {
   std::int64_t peak_device = 0;  // over all steps, including the persistent state
   std::int64_t peak_host = 0;
   std::int64_t peak_device_reserved = 0;
+  // CUDA only: the device's memory in use as its driver reports it (cudaMemGetInfo's total
+  // less free), read at each step's end, when the caching allocator still holds its reserved
+  // peak: what nvidia-smi shows for the process, its CUDA context included (and any other
+  // process's on the same GPU).
+  std::int64_t device_in_use_driver = 0;
   std::int64_t persistent_device = 0;  // after setup: weights and optimizer state
   std::int64_t persistent_host = 0;
   std::string device;                  // "cpu (virtual device)" or the GPU's name
