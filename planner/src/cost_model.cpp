@@ -120,7 +120,9 @@ StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
     auto& s = segments[{static_cast<int>(op.phase), op.layer}];
     const double comm = measured_comm_seconds(op, m);
     if (op.host_compute) {
-      t.host_optimizer_s += measured_op_seconds(p, g, op, m);
+      // Bound by its passes over host memory at the host's measured rate.
+      const double host_rate = m.host_memory_bytes_per_s > 0 ? m.host_memory_bytes_per_s : m.memory_bytes_per_s;
+      t.host_optimizer_s += op.memory_bytes / host_rate + op.launches * m.op_overhead_s;
       s.exposed_comm += comm;
       continue;
     }

@@ -100,6 +100,9 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   if (j.contains("multiprocessors")) {
     LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 1, 100000));
   }
+  if (j.contains("cublas_workspace_bytes")) {
+    LONGCTX_TRY(h.cublas_workspace_bytes, get_int(j, p, "cublas_workspace_bytes", 0, limits::kMaxBytes));
+  }
   if (j.contains("threads")) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
@@ -115,6 +118,12 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     }
     for (const auto& [key, table] : attention_rate_tables(r)) {
       LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
+    }
+    r.host_memory_bytes_per_s = r.memory_bytes_per_s;
+    if (m.contains("host_memory_bytes_per_s")) {
+      LONGCTX_TRY(r.host_memory_bytes_per_s, get_number(m, mp, "host_memory_bytes_per_s"));
+      if (!(r.host_memory_bytes_per_s > 0))
+        return Error::bad_input(mp + ".host_memory_bytes_per_s", "must be a positive rate; calibrate again");
     }
     LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
     r.ranks = static_cast<int>(ranks);
@@ -139,9 +148,11 @@ nlohmann::json hardware_to_json(const Hardware& h) {
   if (h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
   if (h.backend == Backend::Cpu) j["threads"] = h.threads;
   if (h.multiprocessors > 0) j["multiprocessors"] = h.multiprocessors;
+  if (h.cublas_workspace_bytes > 0) j["cublas_workspace_bytes"] = h.cublas_workspace_bytes;
   if (h.measured.present) {
     auto& m = j["measured"];
     for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;
+    if (h.measured.host_memory_bytes_per_s > 0) m["host_memory_bytes_per_s"] = h.measured.host_memory_bytes_per_s;
     auto measured = h.measured;
     for (const auto& [key, table] : attention_rate_tables(measured)) {
       auto& t = m[key] = nlohmann::json::object();

@@ -72,7 +72,7 @@ AllocatorSettings allocator_settings(const Plan& p) {
 
 StepInputs step_inputs(const Plan& p, bool prefix_only) {
   return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, prefix_only,
-          p.cluster.hardware.threads, p.cluster.hardware.multiprocessors};
+          p.cluster.hardware.threads, p.cluster.hardware.multiprocessors, p.cluster.hardware.cublas_workspace_bytes};
 }
 
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {

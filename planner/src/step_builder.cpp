@@ -94,6 +94,13 @@ StepGraph build_step(const StepInputs& in) {
   // About 40 tensors and 30 ops a layer: reserve once instead of regrowing.
   const auto layers = static_cast<std::size_t>(in.model.layers);
   sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
+  // cuBLAS workspaces [2 x cublas_workspace] bytes: one per (handle, stream), handles per
+  // thread, and every stack's step multiplies on two threads, the forward's and autograd's
+  // device thread that runs backward (torch/csrc/autograd/engine.cpp, Engine::thread_main
+  // per device). Allocated at each thread's first matmul and kept: held from the second step
+  // on, which is the one whose phases the planner predicts.
+  if (sb.shapes.cublas_workspace > 0)
+    sb.graph.persistent(Name{Name::kNone, "cublas.workspaces"}, 2 * sb.shapes.cublas_workspace, Category::Workspace, Place::Device);
   if (in.train.stack.kind == StackKind::HF) {
     step::hf::build_step(sb);
     return sb.graph.finish();

@@ -119,6 +119,16 @@ struct Probes {
     return 3.0 * double(n * I) * 4 / s;
   }
 
+  // The host's rate for the same op, where an offloaded optimizer runs its passes (with the
+  // intra-op threads a run gets).
+  double host_elementwise_bandwidth() {
+    const auto n = o.seq, I = o.model.intermediate;
+    const auto host = torch::TensorOptions().dtype(torch::kFloat);
+    auto a = torch::randn({n, I}, host), b = torch::randn({n, I}, host);
+    const double s = median_seconds([&] { a.add_(b); }, torch::kCPU, o.seconds_per_probe);
+    return 3.0 * double(n * I) * 4 / s;
+  }
+
   // A step's ops run under autograd: one small op's cost is a forward that records a node
   // and a backward that runs it, half of the pair each (the planner counts the two as two ops).
   double op_overhead() {
@@ -165,7 +175,7 @@ struct Probes {
 Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
   if (o.seq < 16) return Error::bad_input("--seq", fmt::format("{} tokens is too few to time; use at least 16", o.seq));
   if (o.threads > 0) torch::set_num_threads(o.threads);
-  Probes p{o, comm, comm.device(), {}};
+  Probes p{o, comm, comm.device(), {}, {}};
   const auto& m = o.model;
   const std::string at = fmt::format("{} at {} tokens", m.name, o.seq);
   try {
@@ -180,8 +190,15 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                                      "flops; backward: forward + backward minus forward, 2.5 x the flops",
                                      m.heads, m.kv_heads, d, o.seq));
     }
-    p.record("memory_bytes_per_s", p.elementwise_bandwidth(), "byte/s",
+    const double memory = p.elementwise_bandwidth();
+    p.record("memory_bytes_per_s", memory, "byte/s",
              fmt::format("a += b over [{}, {}] fp32: two reads and a write", o.seq, m.intermediate));
+    if (p.device.is_cuda())
+      p.record("host_memory_bytes_per_s", p.host_elementwise_bandwidth(), "byte/s",
+               fmt::format("a += b over [{}, {}] fp32 in host memory, {} threads", o.seq, m.intermediate,
+                           torch::get_num_threads()));
+    else
+      p.record("host_memory_bytes_per_s", memory, "byte/s", "the virtual device is the host: memory_bytes_per_s");
     const double overhead = p.op_overhead();
     p.record("op_overhead_s", overhead, "s", "a * b over 8 elements under autograd, forward and backward, halved");
     const double copy = p.copy_rate();
@@ -216,6 +233,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
       return Error{ErrorKind::Internal, "calibrate", fmt::format("{} came out as {}", probe.key, probe.value)};
     for (const auto& [key, field] : measured_rate_fields())
       if (probe.key == key) r.*field = probe.value;
+    if (probe.key == "host_memory_bytes_per_s") r.host_memory_bytes_per_s = probe.value;
   }
   for (const auto& [d, rates] : p.attention_points) {
     r.attention_forward.points.emplace_back(d, rates.first);

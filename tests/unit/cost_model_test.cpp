@@ -63,6 +63,24 @@ TEST(MeasuredCostModel, EachRateMovesOnlyItsOps) {
   EXPECT_NEAR(time_of(overhead).total_s - base.total_s, launches * 1e-3, 1e-9 * launches);
 }
 
+// An offloaded optimizer runs on the host: its time follows the host's measured rate (and
+// nothing else does), over the eight passes of the runtime's AdamW.
+TEST(MeasuredCostModel, AnOffloadedOptimizerIsTimedAtTheHostsRate) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 2048);
+  p.parallel.offload_optimizer = true;
+  p.cluster.hardware.measured = rates();
+  p.cluster.hardware.measured.host_memory_bytes_per_s = 1e9;
+  const StepTime base = time_of(p);
+  Plan faster = p;
+  faster.cluster.hardware.measured.host_memory_bytes_per_s = 2e9;
+  const StepTime fast = time_of(faster);
+  EXPECT_EQ(fast.compute_s, base.compute_s);
+  EXPECT_GT(base.host_optimizer_s, 0);
+  const double params = double(p.model.total_params());
+  // Half the time of the passes (80 bytes an element at 1 GB/s), the launches' overhead unchanged.
+  EXPECT_NEAR(base.host_optimizer_s - fast.host_optimizer_s, params * 80 / 2e9, params * 80 / 2e9 * 1e-6);
+}
+
 TEST(MeasuredCostModel, AttentionRatesInterpolateInLogHeadDim) {
   const MeasuredRates m = rates();
   EXPECT_DOUBLE_EQ(m.attention_forward.at(16), 5e9);
@@ -90,6 +108,11 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
   EXPECT_EQ(back->measured.attention_forward.points, h.measured.attention_forward.points);
   EXPECT_EQ(back->measured.attention_backward.points, h.measured.attention_backward.points);
   EXPECT_EQ(back->measured.ranks, 2);
+  EXPECT_EQ(back->measured.host_memory_bytes_per_s, h.measured.memory_bytes_per_s)
+      << "a preset without the host's rate takes the device's (the CPU virtual device's host)";
+  auto host = j;
+  host["measured"]["host_memory_bytes_per_s"] = 7e9;
+  EXPECT_EQ(hardware_from_json(host)->measured.host_memory_bytes_per_s, 7e9);
 
   // A rate that is not positive is refused naming it.
   auto bad = j;

@@ -29,4 +29,10 @@ std::int64_t adamw_host_workspace(const StepShapes& s, int group, std::int64_t e
 
 double adamw_memory_bytes(const StepShapes& s, std::int64_t elems) { return double(elems) * (s.master ? 16 : 12) * 2; }
 
+double runtime_adamw_memory_bytes(const StepShapes& s, std::int64_t elems, bool on_host) {
+  const double passes = 12 + 8 + 12 + 8 + 8 + 8 + 8 + 16;
+  const double upcast_and_copy_back = s.master && !on_host ? 6 + 6 : 0;
+  return double(elems) * (passes + upcast_and_copy_back);
+}
+
 }  // namespace longctx::footprint

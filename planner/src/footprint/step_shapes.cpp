@@ -33,6 +33,7 @@ StepShapes step_shapes(const StepInputs& in) {
   s.cpu = in.backend == Backend::Cpu;
   s.cpu_threads = in.cpu_threads;
   s.multiprocessors = in.multiprocessors;
+  s.cublas_workspace = s.cpu ? 0 : in.cublas_workspace_bytes;
   s.layer_params = sum_of_param_sizes(s, 0);
   s.embed_params = sum_of_param_sizes(s, embed_group(s));
   s.head_params = sum_of_param_sizes(s, head_group(s));

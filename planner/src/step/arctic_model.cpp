@@ -9,6 +9,7 @@
 // fused linear cross-entropy in the liger model, LigerForCausalLMLoss; else
 // ForCausalLMLoss over the full logits, hf_model.cpp), DeepSpeed's backward with its
 // gradient hook, and its optimizer step (arctic_zero.cpp).
+#include "longctx/planner/footprint/embedding.h"
 #include "arctic_step.h"
 #include "emitters.h"
 
@@ -153,7 +154,8 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
   Ids reads = {d_x, sb.outer.tokens};
   if (w >= 0) reads.push_back(w);
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
-  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, {.flops = double(s.n * s.h)});
+  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g},
+              {.workspace = footprint::embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)});
   if (sb.grad_ready) sb.grad_ready(g, s.V * s.h);
 }
 

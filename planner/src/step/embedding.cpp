@@ -1,5 +1,6 @@
 // The batch and the embedding: token lookup in forward, the dense embedding gradient in
 // backward (runtime/src/llama_step.cpp, LlamaStep::forward: at::embedding).
+#include "longctx/planner/footprint/embedding.h"
 #include "emitters.h"
 #include "longctx/planner/footprint/zero.h"
 
@@ -40,10 +41,11 @@ void embedding_backward(StepBuild& sb, TensorId d_x) {
   const TensorId grad = tied_grad >= 0 ? tied_grad : new_group_grad(sb, eg_group);
   const Ids reads = {d_x, sb.outer.tokens};
   const double flops = double(s.n * s.h);
+  const std::int64_t kernel = footprint::embedding_backward_workspace(s, s.n);  // beside the output
   if (tied_grad >= 0 && gathers_group(sb, eg_group)) {
     // grad.dense [V, h] g, a piece of the group's gradient beside the head's
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, group_params(s, eg_group) * s.g, Category::Grads);
-    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = flops});
+    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.workspace = kernel, .flops = flops});
     finish_group_grad(sb, eg_group, {tied_grad, dense}, B);
     return;
   }
@@ -51,11 +53,11 @@ void embedding_backward(StepBuild& sb, TensorId d_x) {
     const std::int64_t dense_bytes = group_params(s, eg_group) * s.g;
     // grad.dense [V, h] g
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, dense_bytes, Category::Transient);
-    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.flops = flops});
+    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {dense}, {.workspace = kernel, .flops = flops});
     const std::int64_t sum_bytes = sb.parallel.loss_tiles > 1 ? 0 : dense_bytes;
     sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, B, -1, {tied_grad, dense}, {}, {.workspace = sum_bytes});
   } else {
-    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {grad}, {.flops = flops});
+    sb.graph.op(Name{Name::kEmbed, "backward"}, B, -1, reads, {grad}, {.workspace = kernel, .flops = flops});
   }
   finish_group_grad(sb, eg_group, {grad}, B);
 }

@@ -7,6 +7,7 @@
 // (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py:
 // _fused_adamw, the Trainer's default; or _single_tensor_adamw on the CPU and
 // _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
+#include "longctx/planner/footprint/embedding.h"
 #include "hf_step.h"
 
 #include "longctx/planner/footprint/hf.h"
@@ -134,15 +135,16 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
   // EmbeddingBackward0: the dense [V, h] e gradient, kept as the table's .grad, or (tied)
   // added in place into the one lm_head's backward left there.
   const Ids reads = {d_x, sb.outer.tokens};
+  const OpCost cost = {.workspace = footprint::embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)};
   if (sb.outer.tied_grad >= 0) {
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
-    sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, {.flops = double(s.n * s.h)});
+    sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
     sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
   sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(g);
-  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, {.flops = double(s.n * s.h)});
+  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, cost);
 }
 
 // torch.optim.AdamW's step, then zero_grad(set_to_none=True), which frees every gradient.

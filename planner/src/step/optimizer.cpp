@@ -31,7 +31,7 @@ void adamw_step(StepBuild& sb, int group) {
   o.phase = Phase::Optimizer;
   o.inputs = sb.grads[static_cast<std::size_t>(group)];
   o.flops = adamw_flops(elems);
-  o.memory_bytes = adamw_memory_bytes(s, elems);
+  o.memory_bytes = runtime_adamw_memory_bytes(s, elems, sb.parallel.offload_optimizer);
   // A flat shard is updated at once (zero1 too: its grad.shard); whole parameters (no ZeRO,
   // or one rank) one at a time, as the runtime's AdamW does.
   const bool whole = !sb.shard_optim || s.world == 1;

@@ -31,6 +31,10 @@ struct MeasuredRates {
   double matmul_fp32_flops = 0, matmul_bf16_flops = 0;  // per second
   RateByHeadDim attention_forward, attention_backward;  // causal flash kernels, flop/s
   double memory_bytes_per_s = 0;      // an elementwise op's reads and writes
+  // The same on the host, where an offloaded optimizer runs ("host_memory_bytes_per_s",
+  // optional: presets from before it was measured use memory_bytes_per_s, which on the CPU
+  // virtual device is the host's).
+  double host_memory_bytes_per_s = 0;
   double op_overhead_s = 0;           // one small op, start to end
   double copy_bytes_per_s = 0;        // host <-> device (the virtual device: host to host)
   double collective_bytes_per_s = 0;  // bytes a rank sends, all-to-all / all-gather / reduce-scatter
@@ -66,6 +70,9 @@ struct Hardware {
   // CUDA: the device's streaming multiprocessors (cudaDeviceProp::multiProcessorCount), which
   // size the per-SM partial buffers of kernels such as Liger's RMSNorm backward; 0: unknown.
   std::int64_t multiprocessors = 0;
+  // CUDA: cuBLAS's workspace, allocated through the caching allocator once per (handle,
+  // stream) and kept (CublasHandlePool.cpp, parseChosenWorkspaceSize); 0: none modelled.
+  std::int64_t cublas_workspace_bytes = 0;
   MeasuredRates measured;  // "measured" in the preset: from `longctx calibrate`
 };
 

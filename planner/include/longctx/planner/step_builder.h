@@ -28,6 +28,8 @@ struct StepInputs {
   std::int64_t cpu_threads = 1;
   // CUDA: streaming multiprocessors (Hardware::multiprocessors), for per-SM partial buffers.
   std::int64_t multiprocessors = 0;
+  // CUDA: one cuBLAS workspace (Hardware::cublas_workspace_bytes); 0: none modelled.
+  std::int64_t cublas_workspace_bytes = 0;
 };
 
 // REQUIRES: validate(model, cluster, train, parallel) holds.

@@ -16,6 +16,11 @@ namespace longctx::footprint::flash {
 // and under GQA dk_expanded, dv_expanded [b, S, heads, d] e each, summed into dk and dv over
 // each group when the kernel returns.
 std::int64_t fa2_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+// Its two fp32 scratch buffers alone, for `rows` query rows (PyTorch's copy of the kernel, which
+// `at::_scaled_dot_product_flash_attention_backward` runs, allocates the same): dq_accum
+// [b, rows128, heads, d32] (d32: 256 above a head of 192) and softmax_d [b, heads, rows128].
+std::int64_t fa2_dq_accum_bytes(std::int64_t b, std::int64_t rows, std::int64_t heads, std::int64_t d);
+std::int64_t fa2_softmax_d_bytes(std::int64_t b, std::int64_t rows, std::int64_t heads);
 
 // FlashAttention-3 (hopper/flash_api.cpp, mha_bwd, head_dim <= 128, causal: blocks of 64 query
 // rows and 128 keys): softmax_d and softmax_lse_log2 [b, heads, S64] fp32 each, dq_accum

@@ -34,6 +34,7 @@ namespace longctx::footprint {
 //   cpu     LibTorch's CPU kernels (the virtual device) rather than CUDA's
 //   cpu_threads  intra-op threads of the CPU backend (the flash kernel's buffers are per thread)
 //   multiprocessors  CUDA streaming multiprocessors (per-SM partial buffers); 0 if unknown
+//   cublas_workspace  CUDA: bytes of one cuBLAS workspace; 0 on the CPU or if not modelled
 //   layer_params, embed_params, head_params  parameter elements of each kind of group: the
 //                sums of zero.h's param_sizes, computed once (the search builds thousands of
 //                graphs and asks for them at every gather and reduction)
@@ -47,6 +48,7 @@ struct StepShapes {
   bool cpu = false;
   std::int64_t cpu_threads = 1;
   std::int64_t multiprocessors = 0;
+  std::int64_t cublas_workspace = 0;
   std::int64_t layer_params = 0, embed_params = 0, head_params = 0;
 };
 
