@@ -14,6 +14,7 @@
 #include <torch/torch.h>
 
 #include "cli_fixture.h"
+#include "longctx/runtime/attention.h"
 #include "longctx/runtime/build_info.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
@@ -78,7 +79,7 @@ TEST_P(GpuRuntime, LossMatchesTheCpuRun) {
   auto reference = run_plan(plan, cpu);
   ASSERT_TRUE(reference.ok()) << reference.error().what();
 
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   RunOptions cuda = cpu;
   cuda.device = "cuda";
   auto r = run_plan(plan, cuda);
@@ -96,16 +97,22 @@ TEST_P(GpuRuntime, LossMatchesTheCpuRun) {
   }
 }
 
-// What the caching allocator holds beyond the planner's tensors: cuBLAS/cuBLASLt
-// workspaces (allocated through it on a stream's first matmul and kept) and kernel scratch.
-// A tolerance, not a fit: the plan's tensors are hundreds of MiB, so a wrong inventory
-// entry (an activation, a gradient, a gathered group) is far outside it.
-constexpr std::int64_t kAllocatorScratch = 64LL << 20;
+// What the caching allocator holds beyond the planner's tensors, cuBLAS's workspaces being
+// among them (Hardware::cublas_workspace_bytes): small blocks the inventory does not list,
+// measured at 0.5 to 1 MiB on an H100 (docs/validation-gpu.md), and 1% for the kernels' index
+// buffers rounded as the planner rounds them. A tolerance, not a fit: every entry of the
+// inventory of these plans is 2 MiB or more.
+constexpr std::int64_t kAllocatorScratch = 4LL << 20;
+constexpr double kPhaseTolerance = 0.01;
 
 TEST_P(GpuRuntime, EachPhasesAllocatedPeakMatchesThePrediction) {
   // Long enough that the plan's tensors dominate the allocator's fixed scratch.
   auto plan = testing::tiny_plan(GetParam().model, 32768, 2, GetParam().p, 60LL << 30, 60LL << 30);
-  plan.train.dtype = DType::BF16;
+  if (plan.model.head_dim % kCudaFlashHeadDimMultiple != 0)
+    GTEST_SKIP() << "head_dim " << plan.model.head_dim << " is padded to a multiple of " << kCudaFlashHeadDimMultiple
+                 << " for the CUDA flash kernels (attention.cpp, pad_head_dim); the planner does not model the padded "
+                    "copies (docs/validation-gpu.md)";
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   plan.cluster.hardware = load_hardware("h100-80gb").value();
   const PredictedStep predicted = predict_step(plan);
   RunOptions cuda;
@@ -119,7 +126,7 @@ TEST_P(GpuRuntime, EachPhasesAllocatedPeakMatchesThePrediction) {
     if (it == predicted.phases.end()) continue;
     const std::int64_t want = it->second.peak_device_bytes;
     EXPECT_NEAR(static_cast<double>(phase.peak_device), static_cast<double>(want),
-                0.05 * static_cast<double>(want) + static_cast<double>(kAllocatorScratch))
+                kPhaseTolerance * static_cast<double>(want) + static_cast<double>(kAllocatorScratch))
         << "phase " << phase.name;
     ++compared;
   }
@@ -133,6 +140,40 @@ TEST_P(GpuRuntime, EachPhasesAllocatedPeakMatchesThePrediction) {
 
 INSTANTIATE_TEST_SUITE_P(Techniques, GpuRuntime, ::testing::ValuesIn(gpu_cases()),
                          [](const auto& info) { return info.param.name; });
+
+// A real model's step: Llama-3.2-1B, its 128K vocabulary and tied embedding (the CUDA
+// embedding backward's partial segments), at lengths where activations, gradients and the
+// optimizer's state are gigabytes. Needs about 60 GiB of GPU memory.
+class GpuRealModel : public testing::CliTest {
+ protected:
+  void SetUp() override {
+    testing::CliTest::SetUp();
+    if (visible_gpus() == 0) GTEST_SKIP() << "no GPU visible: " << build_info().gpu_absent_reason;
+  }
+  void expect_every_phase_predicted(const std::string& plan_args) {
+    const std::string plan = path("plan.json");
+    auto p = run_cli("plan --model llama-3.2-1b --gpus 1 --no-search -o " + plan + " " + plan_args);
+    ASSERT_EQ(p.status, 0) << p.out << p.err;
+    auto o = run_cli("run --plan " + plan + " --steps 2 --json --device cuda");
+    ASSERT_EQ(o.status, 0) << o.out << o.err;
+    const auto r = nlohmann::json::parse(o.out);
+    int compared = 0;
+    for (const auto& phase : r["measured"]["phases"]) {
+      if (!phase.contains("predicted_peak_device_bytes")) continue;
+      const double want = phase["predicted_peak_device_bytes"].get<double>();
+      EXPECT_NEAR(phase["peak_device_bytes"].get<double>(), want, 0.005 * want + double(kAllocatorScratch))
+          << "phase " << phase["name"].get<std::string>();
+      ++compared;
+    }
+    EXPECT_GT(compared, 30);
+  }
+};
+
+TEST_F(GpuRealModel, Llama1bPlainStepAt16K) { expect_every_phase_predicted("--seq 16K"); }
+
+TEST_F(GpuRealModel, Llama1bCheckpointedTiledHeadChunkedStepAt64K) {
+  expect_every_phase_predicted("--seq 64K --checkpoint full --mlp-tiles 4 --loss-tiles 8 --head-chunk 8");
+}
 
 // ---- two GPUs over NCCL -----------------------------------------------------------------
 
@@ -199,7 +240,7 @@ TEST_P(GpuNccl, EachRankOnItsOwnGpuTrainsAsTheCpuRanks) {
   auto plan = testing::tiny_plan(GetParam().model, 256, 2, GetParam().p);
   plan.cluster.shape = {1, 2};
   const auto cpu = run_ranks(plan, "cpu", "cpu");
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   const auto gpu = run_ranks(plan, "gpu", "cuda");
   ASSERT_FALSE(cpu.is_null());
   ASSERT_FALSE(gpu.is_null());
@@ -229,7 +270,7 @@ TEST_F(GpuLaunch, MoreRanksThanGpusFailsNamingLocalRank) {
   p.ulysses = 1;
   auto plan = testing::tiny_plan("tiny-gqa", 64, 1, p);
   plan.cluster.shape = {1, gpus + 1};
-  plan.train.dtype = DType::BF16;
+  plan.train.dtype = plan.train.grad_dtype = DType::BF16;
   const auto file = write(plan, "over.json");
   auto o = run_cli("run --plan " + file + " --nproc " + std::to_string(gpus + 1) + " --steps 1 --device cuda");
   EXPECT_NE(o.status, 0);
