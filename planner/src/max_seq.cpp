@@ -164,11 +164,11 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
     return b;
   }
   // The step up to the last layer's backward is a lower bound: over budget there, out.
-  // Floors only rise (rungs in order, then the answer): remember it as out of reach.
+  // Remembered as out of reach at `at`: a ladder's floors only rise.
   if (!fits(probe, simulate_totals(build_step(step_inputs(probe, /*prefix_only=*/true)), probe.cluster.hardware.backend)))
-    return Bound{0, "", true};
+    return Bound{0, "", true, at};
   const OpTotals t = totals_of(probe);
-  if (!fits(probe, t)) return Bound{0, "", true};
+  if (!fits(probe, t)) return Bound{0, "", true, at};
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
   return b;
 }
@@ -278,7 +278,9 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
     for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
       MaxSeqCandidate m{0, sequence_multiple(c.parallel) * tile, "", c, chunk};
       const BoundKey key = bound_key(c, chunk, a);
-      if (auto it = cache.find(key); it == cache.end()) {
+      // An entry out of reach of a higher floor says nothing below it: computed again there.
+      auto it = cache.find(key);
+      if (it == cache.end() || (it->second.out_of_reach_at > 0 && floor < it->second.out_of_reach_at)) {
         const auto b = first_bound(base, m, a, floor);
         if (!b) continue;
         cache[key] = *b;

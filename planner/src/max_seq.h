@@ -34,6 +34,10 @@ struct Bound {
   std::int64_t tokens = 0;  // the longest sequence: a bound, or confirmed by a full simulation
   std::string binding;
   bool confirmed = false;
+  // > 0: the configuration was found not to fit at this many tokens and its own bound was not
+  // computed; it holds for searches whose floor is at least this (a ladder's later rungs),
+  // not for one that starts lower (max-context's longest length without a ring).
+  std::int64_t out_of_reach_at = 0;
 };
 using BoundCache = std::map<BoundKey, Bound>;
 

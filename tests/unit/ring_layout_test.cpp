@@ -104,6 +104,12 @@ TEST(RingLayout, MaxContextPastTheHeadCapChoosesARingAndSaysWhy) {
   EXPECT_LE(without->plan.parallel.ulysses, 32);
   EXPECT_NE(with->layout.find("ring"), std::string::npos) << with->layout;
   EXPECT_NE(with->layout.find(std::to_string(without->max_tokens)), std::string::npos) << with->layout;
+  // The ladder's rungs leave bounds behind that only hold above their floors: the answer
+  // and its layout line are the same with the ladder as without it.
+  const auto laddered = answer_max_context(cluster("llama-3.1-8b", 64), /*with_ladder=*/true);
+  ASSERT_TRUE(laddered.ok()) << laddered.error().message;
+  EXPECT_EQ(laddered->max_tokens, with->max_tokens);
+  EXPECT_EQ(laddered->layout, with->layout);
   // Without head chunks on one node, where Ulysses reaches every GPU, a ring adds nothing and
   // the layout says so.
   const auto node = answer_max_context(cluster("llama-3.1-8b", 8, "zero3,ulysses,checkpoint,ring"), false);
