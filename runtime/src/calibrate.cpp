@@ -112,20 +112,13 @@ struct Probes {
     return {flops / fwd, 2.5 * flops / std::max(both - fwd, 1e-9)};
   }
 
-  double elementwise_bandwidth() {
+  // a += b over [n, I] fp32 on `where`: the step's device, or the host, where an offloaded
+  // optimizer runs its passes (with the intra-op threads a run gets).
+  double elementwise_bandwidth(const torch::Device& where) {
     const auto n = o.seq, I = o.model.intermediate;
-    auto a = torch::randn({n, I}, opts(torch::kFloat)), b = torch::randn({n, I}, opts(torch::kFloat));
-    const double s = median_seconds([&] { a.add_(b); }, device, o.seconds_per_probe);
-    return 3.0 * double(n * I) * 4 / s;
-  }
-
-  // The host's rate for the same op, where an offloaded optimizer runs its passes (with the
-  // intra-op threads a run gets).
-  double host_elementwise_bandwidth() {
-    const auto n = o.seq, I = o.model.intermediate;
-    const auto host = torch::TensorOptions().dtype(torch::kFloat);
-    auto a = torch::randn({n, I}, host), b = torch::randn({n, I}, host);
-    const double s = median_seconds([&] { a.add_(b); }, torch::kCPU, o.seconds_per_probe);
+    const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(where);
+    auto a = torch::randn({n, I}, fp32), b = torch::randn({n, I}, fp32);
+    const double s = median_seconds([&] { a.add_(b); }, where, o.seconds_per_probe);
     return 3.0 * double(n * I) * 4 / s;
   }
 
@@ -190,11 +183,11 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                                      "flops; backward: forward + backward minus forward, 2.5 x the flops",
                                      m.heads, m.kv_heads, d, o.seq));
     }
-    const double memory = p.elementwise_bandwidth();
+    const double memory = p.elementwise_bandwidth(p.device);
     p.record("memory_bytes_per_s", memory, "byte/s",
              fmt::format("a += b over [{}, {}] fp32: two reads and a write", o.seq, m.intermediate));
     if (p.device.is_cuda())
-      p.record("host_memory_bytes_per_s", p.host_elementwise_bandwidth(), "byte/s",
+      p.record("host_memory_bytes_per_s", p.elementwise_bandwidth(torch::kCPU), "byte/s",
                fmt::format("a += b over [{}, {}] fp32 in host memory, {} threads", o.seq, m.intermediate,
                            torch::get_num_threads()));
     else
