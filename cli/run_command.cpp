@@ -222,8 +222,10 @@ int run(const RunArgs& a) {
                            {"peak_device_bytes", p.peak_device},
                            {"peak_host_bytes", p.peak_host},
                            {"time_s", p.end_s - p.start_s}};
-      if (auto it = predicted.phases.find(p.name); it != predicted.phases.end())
+      if (auto it = predicted.phases.find(p.name); it != predicted.phases.end()) {
         ph["predicted_peak_device_bytes"] = it->second.peak_device_bytes;
+        ph["predicted_time_s"] = it->second.time_s;
+      }
       phases.push_back(ph);
     }
     nlohmann::json j = {
@@ -261,13 +263,15 @@ int run(const RunArgs& a) {
   fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host", format_bytes(report->peak_host),
              format_bytes(predicted.totals.peak_host_bytes), percent(report->peak_host, predicted.totals.peak_host_bytes));
   fmt::print("{:<22} {:>14} {:>14}\n", "peak at", measured_at, predicted.totals.peak_at);
-  fmt::print("\nper phase, last step   {:>14} {:>14} {:>8} {:>10}\n", "device peak", "predicted", "error", "time");
+  fmt::print("\nper phase, last step   {:>14} {:>14} {:>8} {:>11} {:>11}\n", "device peak", "predicted", "error", "time",
+             "predicted");
   for (const auto& p : last.phases) {
     auto it = predicted.phases.find(p.name);
     const std::int64_t pred = it == predicted.phases.end() ? 0 : it->second.peak_device_bytes;
-    fmt::print("  {:<20} {:>14} {:>14} {:>8} {:>8.1f} ms\n", p.name, format_bytes(p.peak_device),
+    const std::string pred_time = it == predicted.phases.end() ? "-" : fmt::format("{:.1f} ms", 1e3 * it->second.time_s);
+    fmt::print("  {:<20} {:>14} {:>14} {:>8} {:>8.1f} ms {:>11}\n", p.name, format_bytes(p.peak_device),
                it == predicted.phases.end() ? "-" : format_bytes(pred),
-               it == predicted.phases.end() ? "" : percent(p.peak_device, pred), 1e3 * (p.end_s - p.start_s));
+               it == predicted.phases.end() ? "" : percent(p.peak_device, pred), 1e3 * (p.end_s - p.start_s), pred_time);
   }
   if (!trace_path.empty()) fmt::print("\ntrace: {} (open in https://ui.perfetto.dev)\n", trace_path);
   return 0;

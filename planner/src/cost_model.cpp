@@ -2,12 +2,18 @@
 
 #include <algorithm>
 #include <map>
+#include <string>
+
+#include "longctx/planner/phase_names.h"
+#include "longctx/planner/phase_peaks.h"
 
 namespace longctx {
 namespace {
 
 bool is_attention(const OpSpec& op) { return op.kind == OpKind::Attention; }
 bool is_recompute(const OpSpec& op) { return op.name.recompute; }
+// The flops that take time: the kernel's work where it exceeds the model's.
+double timed_flops(const OpSpec& op) { return op.kernel_flops > 0 ? op.kernel_flops : op.flops; }
 
 // Seconds of one collective or copy.
 double comm_seconds(const Plan& p, const OpSpec& op, const StepEfficiency& eff) {
@@ -56,11 +62,13 @@ double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, 
   }
   double compute = 0;
   if (is_attention(op))
-    compute = op.flops / (op.phase == Phase::Backward && !is_recompute(op) ? m.attention_backward : m.attention_forward)
-                             .at(p.model.head_dim);
+    compute = timed_flops(op) / (op.phase == Phase::Backward && !is_recompute(op) ? m.attention_backward : m.attention_forward)
+                                    .at(p.model.head_dim);
   else
-    compute = op.flops / (p.train.dtype == DType::BF16 ? m.matmul_bf16_flops : m.matmul_fp32_flops);
-  return std::max(compute, traffic / m.memory_bytes_per_s) + op.launches * m.op_overhead_s;
+    compute = timed_flops(op) / (p.train.dtype == DType::BF16 ? m.matmul_bf16_flops : m.matmul_fp32_flops);
+  const double transcendental =
+      m.transcendental_elems_per_s > 0 ? op.transcendentals / m.transcendental_elems_per_s : 0.0;
+  return std::max({compute, traffic / m.memory_bytes_per_s, transcendental}) + op.launches * m.op_overhead_s;
 }
 
 double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
@@ -72,72 +80,123 @@ double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
   }
 }
 
-}  // namespace
+// A segment: the ops of one phase of one layer (backward outside the layers split into the
+// loss's and the embedding's, as the runtime times them). Overlap of side streams happens
+// inside a segment.
+struct SegmentKey {
+  int phase = 0, layer = 0;
+  bool embed = false;
+  auto operator<=>(const SegmentKey&) const = default;
+};
 
-StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
+SegmentKey segment_of(const OpSpec& op) {
+  return {static_cast<int>(op.phase), op.layer, op.layer < 0 && op.name.scope == Name::kEmbed};
+}
+
+// The graph's ops by segment: `visit(op, its segment's Segment)`, each Segment made on its
+// first op (whose index it keeps in `first_op`), in schedule order within a segment.
+template <class Segment, class Visit>
+std::map<SegmentKey, Segment> by_segment(const StepGraph& g, Visit visit) {
+  std::map<SegmentKey, Segment> segments;
+  for (std::size_t i = 0; i < g.ops().size(); ++i) {
+    const OpSpec& op = g.ops()[i];
+    auto [it, fresh] = segments.try_emplace(segment_of(op));
+    if (fresh) it->second.first_op = static_cast<int>(i);
+    visit(op, it->second);
+  }
+  return segments;
+}
+
+// Seconds of each segment (its compute plus its exposed exchanges) and of the host
+// optimizer, summed into `t`; `on_segment(first op of the segment, seconds)` sees each.
+template <class OnSegment>
+void datasheet_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff, StepTime& t, OnSegment on_segment) {
   const Hardware& hw = p.cluster.hardware;
-  if (hw.measured.present) return estimate_measured_step_time(p, g);
-  StepTime t;
-  // Segments: one per (phase, layer). A segment's compute is its roofline, the larger of
-  // its FLOPs and its memory traffic at their rates, plus its launches; overlap of side
-  // streams happens inside a segment.
-  struct Segment { double matmul_flops = 0, attention_flops = 0, bytes = 0, launches = 0, hidden_comm = 0, exposed_comm = 0; };
-  std::map<std::pair<int, int>, Segment> segments;
-  for (const auto& op : g.ops()) {
-    auto& s = segments[{static_cast<int>(op.phase), op.layer}];
+  // A segment's compute is its roofline, the larger of its FLOPs and its memory traffic at
+  // their rates, plus its launches.
+  struct Segment { int first_op = 0; double matmul_flops = 0, attention_flops = 0, bytes = 0, launches = 0, hidden_comm = 0, exposed_comm = 0; };
+  const auto segments = by_segment<Segment>(g, [&](const OpSpec& op, Segment& s) {
     if (op.host_compute) {
       // AdamW on the host is bound by reading and writing its states.
       t.host_optimizer_s += op.memory_bytes / (hw.host_flops * 4 * eff.memory) + op.flops / hw.host_flops;
       if (op.comm != CommKind::None) s.exposed_comm += comm_seconds(p, op, eff);
-      continue;
+      return;
     }
-    (is_attention(op) ? s.attention_flops : s.matmul_flops) += op.flops;
+    (is_attention(op) ? s.attention_flops : s.matmul_flops) += timed_flops(op);
     s.bytes += op.memory_bytes;
     s.launches += op.launches;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
-    if (op.comm == CommKind::None) continue;
+    if (op.comm == CommKind::None) return;
     const double comm = comm_seconds(p, op, eff), hidden = hidden_share(op, comm);
     s.hidden_comm += hidden;
     s.exposed_comm += comm - hidden;
-  }
+  });
   for (const auto& [key, s] : segments) {
     const double flops_s = s.matmul_flops / (hw.peak_flops * eff.matmul) + s.attention_flops / (hw.peak_flops * eff.attention);
     const double compute = std::max(flops_s, s.bytes / (hw.hbm_bytes_per_s * eff.memory)) + s.launches * eff.launch_s;
+    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - compute);
     t.compute_s += compute;
-    t.exposed_comm_s += s.exposed_comm + std::max(0.0, s.hidden_comm - compute);
+    t.exposed_comm_s += exposed;
+    on_segment(s.first_op, compute + exposed);
   }
-  finish(p, t);
-  return t;
 }
 
-StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
+// As datasheet_time, each op at the rates measured on the machine (estimate_measured_step_time).
+template <class OnSegment>
+void measured_time(const Plan& p, const StepGraph& g, StepTime& t, OnSegment on_segment) {
   const MeasuredRates& m = p.cluster.hardware.measured;
-  StepTime t;
-  // Segments as above; the host optimizer's ops are host ops timed like any other.
-  struct Segment { double compute = 0, hidden_comm = 0, exposed_comm = 0; };
-  std::map<std::pair<int, int>, Segment> segments;
-  for (const auto& op : g.ops()) {
-    auto& s = segments[{static_cast<int>(op.phase), op.layer}];
+  struct Segment { int first_op = 0; double compute = 0, hidden_comm = 0, exposed_comm = 0; };
+  const auto segments = by_segment<Segment>(g, [&](const OpSpec& op, Segment& s) {
     const double comm = measured_comm_seconds(op, m);
     if (op.host_compute) {
       // Bound by its passes over host memory at the host's measured rate.
-      const double host_rate = m.host_memory_bytes_per_s > 0 ? m.host_memory_bytes_per_s : m.memory_bytes_per_s;
-      t.host_optimizer_s += op.memory_bytes / host_rate + op.launches * m.op_overhead_s;
+      t.host_optimizer_s += op.memory_bytes / m.host_rate() + op.launches * m.op_overhead_s;
       s.exposed_comm += comm;
-      continue;
+      return;
     }
     s.compute += measured_op_seconds(p, g, op, m);
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     const double hidden = hidden_share(op, comm);
     s.hidden_comm += hidden;
     s.exposed_comm += comm - hidden;
-  }
+  });
   for (const auto& [key, s] : segments) {
+    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
     t.compute_s += s.compute;
-    t.exposed_comm_s += s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
+    t.exposed_comm_s += exposed;
+    on_segment(s.first_op, s.compute + exposed);
   }
+}
+
+void ignore_segment(int, double) {}
+
+}  // namespace
+
+StepTime estimate_step_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
+  if (p.cluster.hardware.measured.present) return estimate_measured_step_time(p, g);
+  StepTime t;
+  datasheet_time(p, g, eff, t, ignore_segment);
   finish(p, t);
   return t;
+}
+
+StepTime estimate_measured_step_time(const Plan& p, const StepGraph& g) {
+  StepTime t;
+  measured_time(p, g, t, ignore_segment);
+  finish(p, t);
+  return t;
+}
+
+std::map<std::string, double> phase_step_times(const Plan& p, const StepGraph& g, const StepEfficiency& eff) {
+  std::map<std::string, double> out;
+  auto add = [&](int first_op, double seconds) { out[phase_of(g.ops()[static_cast<std::size_t>(first_op)])] += seconds; };
+  StepTime t;
+  if (p.cluster.hardware.measured.present)
+    measured_time(p, g, t, add);
+  else
+    datasheet_time(p, g, eff, t, add);
+  if (t.host_optimizer_s > 0) out[phase_name(StepPhase::Optimizer)] += t.host_optimizer_s;
+  return out;
 }
 
 }  // namespace longctx

@@ -63,6 +63,13 @@ const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rat
   return fields;
 }
 
+const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_measured_rate_fields() {
+  static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
+      {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s},
+      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s}};
+  return fields;
+}
+
 std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::int64_t gpus_per_node) {
   if (world < 2) return h.context_bytes;
   const std::int64_t in_node = std::min(world, gpus_per_node) - 1;
@@ -119,11 +126,10 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     for (const auto& [key, table] : attention_rate_tables(r)) {
       LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
     }
-    r.host_memory_bytes_per_s = r.memory_bytes_per_s;
-    if (m.contains("host_memory_bytes_per_s")) {
-      LONGCTX_TRY(r.host_memory_bytes_per_s, get_number(m, mp, "host_memory_bytes_per_s"));
-      if (!(r.host_memory_bytes_per_s > 0))
-        return Error::bad_input(mp + ".host_memory_bytes_per_s", "must be a positive rate; calibrate again");
+    for (const auto& [key, field] : optional_measured_rate_fields()) {
+      if (!m.contains(key)) continue;
+      LONGCTX_TRY(r.*field, get_number(m, mp, key));
+      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
     }
     LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
     r.ranks = static_cast<int>(ranks);
@@ -152,7 +158,8 @@ nlohmann::json hardware_to_json(const Hardware& h) {
   if (h.measured.present) {
     auto& m = j["measured"];
     for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;
-    if (h.measured.host_memory_bytes_per_s > 0) m["host_memory_bytes_per_s"] = h.measured.host_memory_bytes_per_s;
+    for (const auto& [key, field] : optional_measured_rate_fields())
+      if (h.measured.*field > 0) m[key] = h.measured.*field;
     auto measured = h.measured;
     for (const auto& [key, table] : attention_rate_tables(measured)) {
       auto& t = m[key] = nlohmann::json::object();

@@ -99,7 +99,10 @@ struct Probes {
     auto v = torch::randn({1, o.seq, m.kv_heads, d}, opts(type)).requires_grad_();
     footprint::StepShapes s;
     s.b = 1, s.S = o.seq, s.d = d;
-    const double flops = footprint::attention_flops(s, m.heads);
+    s.cpu = !device.is_cuda();
+    // The kernel's own work, whole blocks across the diagonal included: the rate is then the
+    // kernel's at any length (footprint::attention_kernel_flops).
+    const double flops = footprint::attention_kernel_flops(s, m.heads);
     torch::Tensor out;
     const double fwd = median_seconds([&] { out = attention(q, k, v); }, device, o.seconds_per_probe);
     auto dout = torch::randn_like(out);
@@ -120,6 +123,16 @@ struct Probes {
     auto a = torch::randn({n, I}, fp32), b = torch::randn({n, I}, fp32);
     const double s = median_seconds([&] { a.add_(b); }, where, o.seconds_per_probe);
     return 3.0 * double(n * I) * 4 / s;
+  }
+
+  // SiLU into a fresh output, as the step's SwiGLU runs it: an exp and a divide an element,
+  // which on a CPU take longer than the element's bytes do.
+  double transcendental_rate() {
+    const auto n = o.seq, I = o.model.intermediate;
+    auto a = torch::randn({n, I}, opts(torch::kFloat));
+    torch::Tensor y;
+    const double s = median_seconds([&] { y = torch::silu(a); }, device, o.seconds_per_probe);
+    return double(n * I) / s;
   }
 
   // A step's ops run under autograd: one small op's cost is a forward that records a node
@@ -179,8 +192,8 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
     for (const std::int64_t d : attention_head_dims(m.head_dim)) {
       const auto [fwd, bwd] = p.attention_rates(d);
       p.record_attention(d, fwd, bwd,
-                         fmt::format("runtime attention(), causal, {} q / {} kv heads of {} at {} tokens; the planner's "
-                                     "flops; backward: forward + backward minus forward, 2.5 x the flops",
+                         fmt::format("runtime attention(), causal, {} q / {} kv heads of {} at {} tokens; the kernel's "
+                                     "flops (footprint::attention_kernel_flops); backward: forward + backward minus forward, 2.5 x the flops",
                                      m.heads, m.kv_heads, d, o.seq));
     }
     const double memory = p.elementwise_bandwidth(p.device);
@@ -192,6 +205,8 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                            torch::get_num_threads()));
     else
       p.record("host_memory_bytes_per_s", memory, "byte/s", "the virtual device is the host: memory_bytes_per_s");
+    p.record("transcendental_elems_per_s", p.transcendental_rate(), "element/s",
+             fmt::format("silu(a) out of place over [{}, {}] fp32, elements a second", o.seq, m.intermediate));
     const double overhead = p.op_overhead();
     p.record("op_overhead_s", overhead, "s", "a * b over 8 elements under autograd, forward and backward, halved");
     const double copy = p.copy_rate();
@@ -224,9 +239,9 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
   for (const auto& probe : p.out) {
     if (!(probe.value > 0) || !std::isfinite(probe.value))
       return Error{ErrorKind::Internal, "calibrate", fmt::format("{} came out as {}", probe.key, probe.value)};
-    for (const auto& [key, field] : measured_rate_fields())
-      if (probe.key == key) r.*field = probe.value;
-    if (probe.key == "host_memory_bytes_per_s") r.host_memory_bytes_per_s = probe.value;
+    for (const auto& fields : {measured_rate_fields(), optional_measured_rate_fields()})
+      for (const auto& [key, field] : fields)
+        if (probe.key == key) r.*field = probe.value;
   }
   for (const auto& [d, rates] : p.attention_points) {
     r.attention_forward.points.emplace_back(d, rates.first);

@@ -1,5 +1,6 @@
 #include "longctx/runtime/prediction.h"
 
+#include "longctx/planner/cost_model.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/phase_peaks.h"
 
@@ -10,6 +11,7 @@ PredictedStep predict_step(const Plan& plan) {
   PredictedStep p;
   p.totals = with_phase_predictions(e).prediction;
   for (const auto& [name, peak] : phase_peaks(e)) p.phases[name] = {peak.device_bytes, peak.host_bytes};
+  for (const auto& [name, seconds] : phase_step_times(e.plan, e.graph)) p.phases[name].time_s = seconds;
   return p;
 }
 

@@ -34,8 +34,10 @@ TEST_F(Calibrate, WritesAPresetThatPlans) {
     EXPECT_TRUE(j["measured"][table].contains("16")) << "tiny-gqa's own head dimension: " << j["measured"][table].dump();
     EXPECT_EQ(j["measured"][table].size(), 5u) << "8, 16, 32, 64, 128";
   }
-  // The scalar rates, the host's elementwise rate, and forward and backward at five head dims.
-  EXPECT_EQ(j["measurements"].size(), measured_rate_fields().size() + 1 + 2 * 5);
+  // The scalar rates, the optional ones (the host's elementwise rate, SiLU's), and forward and
+  // backward at five head dims.
+  for (const auto& [key, field] : optional_measured_rate_fields()) EXPECT_GT(j["measured"][key].get<double>(), 0) << key;
+  EXPECT_EQ(j["measurements"].size(), measured_rate_fields().size() + optional_measured_rate_fields().size() + 2 * 5);
   EXPECT_EQ(j["measured"]["host_memory_bytes_per_s"], j["measured"]["memory_bytes_per_s"])
       << "on the CPU virtual device the host is the device";
   for (const auto& m : j["measurements"]) EXPECT_FALSE(m["how"].get<std::string>().empty()) << m.dump();

@@ -45,8 +45,11 @@ TEST(MeasuredCostModel, EachRateMovesOnlyItsOps) {
   double attention_s = 0;
   for (const auto& op : e.graph.ops())
     if (op.kind == OpKind::Attention)
-      attention_s += op.flops / (op.phase == Phase::Backward && !op.name.recompute ? 4e9 : 5e9);  // head_dim 16
+      attention_s += op.kernel_flops / (op.phase == Phase::Backward && !op.name.recompute ? 4e9 : 5e9);  // head_dim 16
   ASSERT_GT(attention_s, 0);
+  // On the CPU the kernel's whole blocks are what takes time (footprint::attention_kernel_flops).
+  for (const auto& op : e.graph.ops())
+    if (op.kind == OpKind::Attention) EXPECT_GT(op.kernel_flops, op.flops) << format(op.name);
   // An attention op is flop-bound at these rates, so its time doubles.
   EXPECT_NEAR(time_of(slow_attention).total_s - base.total_s, attention_s, 1e-9 * base.total_s + 1e-12);
 
@@ -65,6 +68,29 @@ TEST(MeasuredCostModel, EachRateMovesOnlyItsOps) {
 
 // An offloaded optimizer runs on the host: its time follows the host's measured rate (and
 // nothing else does), over the eight passes of the runtime's AdamW.
+TEST(MeasuredCostModel, PhaseTimesAddUpToTheStepUnderTheRuntimesPhaseNames) {
+  for (const bool measured : {true, false}) {
+    for (Plan p : {testing::cpu_plan("tiny-gqa", 1, 2048), testing::cpu_plan("tiny-odd", 2, 1536)}) {
+      if (measured) p.cluster.hardware.measured = rates();
+      p.parallel.offload_optimizer = true;
+      const Evaluation e = evaluate(p);
+      const auto phases = phase_step_times(p, e.graph);
+      double sum = 0;
+      for (const auto& [name, seconds] : phases) {
+        EXPECT_GE(seconds, 0) << name;
+        sum += seconds;
+      }
+      EXPECT_NEAR(sum, estimate_step_time(p, e.graph).total_s, 1e-9 * sum);
+      // The same names `run` measures: a layer's forward and backward, the loss, the optimizer.
+      for (const char* name : {"forward.embed", "forward.layer.0", "loss", "backward.loss", "backward.layer.0",
+                               "backward.embed", "optimizer"})
+        EXPECT_TRUE(phases.count(name)) << name;
+      EXPECT_EQ(phases.count("forward.layer." + std::to_string(p.model.layers)), 0u);
+      EXPECT_GT(phases.at("optimizer"), 0);  // the host optimizer's update is in it
+    }
+  }
+}
+
 TEST(MeasuredCostModel, AnOffloadedOptimizerIsTimedAtTheHostsRate) {
   Plan p = testing::cpu_plan("tiny-gqa", 1, 2048);
   p.parallel.offload_optimizer = true;
@@ -108,11 +134,18 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
   EXPECT_EQ(back->measured.attention_forward.points, h.measured.attention_forward.points);
   EXPECT_EQ(back->measured.attention_backward.points, h.measured.attention_backward.points);
   EXPECT_EQ(back->measured.ranks, 2);
-  EXPECT_EQ(back->measured.host_memory_bytes_per_s, h.measured.memory_bytes_per_s)
+  EXPECT_EQ(back->measured.host_rate(), h.measured.memory_bytes_per_s)
       << "a preset without the host's rate takes the device's (the CPU virtual device's host)";
-  auto host = j;
-  host["measured"]["host_memory_bytes_per_s"] = 7e9;
-  EXPECT_EQ(hardware_from_json(host)->measured.host_memory_bytes_per_s, 7e9);
+  EXPECT_EQ(back->measured.transcendental_elems_per_s, 0) << "absent: not used";
+  for (const auto& [key, field] : optional_measured_rate_fields()) {
+    auto with = j;
+    with["measured"][key] = 7e9;
+    EXPECT_EQ(hardware_from_json(with)->measured.*field, 7e9) << key;
+    EXPECT_EQ(hardware_to_json(*hardware_from_json(with))["measured"][key], 7e9) << key;
+    with["measured"][key] = -1;
+    ASSERT_FALSE(hardware_from_json(with).ok()) << key;
+    EXPECT_NE(hardware_from_json(with).error().field.find(key), std::string::npos) << key;
+  }
 
   // A rate that is not positive is refused naming it.
   auto bad = j;

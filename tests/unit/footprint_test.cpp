@@ -58,6 +58,28 @@ TEST(Footprint, CpuFlashBlocksChangeAtTheirThresholds) {
   EXPECT_EQ(footprint::cpu_flash_kv_block(shapes_of("tiny-gqa", 4096, 1, 1)), 512);
 }
 
+TEST(Footprint, TheCpuKernelComputesWholeKeyBlocksAcrossTheDiagonal) {
+  // 2048 tokens: 8 query blocks of 256 walk 512, 512, 1024, 1024, ..., 2048 keys; the causal
+  // pairs are 2048^2/2.
+  EXPECT_DOUBLE_EQ(footprint::cpu_causal_kernel_pairs(2048), 256.0 * 2 * (512 + 1024 + 1536 + 2048));
+  EXPECT_DOUBLE_EQ(footprint::cpu_causal_kernel_pairs(4096) / (4096.0 * 4096 / 2), 1.125);
+  // With all the keys inside one block (64 < 512) every query block walks all of them.
+  EXPECT_DOUBLE_EQ(footprint::cpu_causal_kernel_pairs(64), 64.0 * 64);
+  footprint::StepShapes s = shapes_of("tiny-gqa", 2048, 1, 1);
+  EXPECT_DOUBLE_EQ(footprint::attention_kernel_flops(s, 4), footprint::attention_flops(s, 4));  // CUDA: the causal work
+  s.cpu = true;
+  EXPECT_DOUBLE_EQ(footprint::attention_kernel_flops(s, 4), 1.25 * footprint::attention_flops(s, 4));
+  // A ring of 2 over 4096 tokens: chunks of 1024; a rank's two diagonal pairs are causal
+  // kernels over 1024 tokens, its other pairs whole blocks.
+  footprint::StepShapes ring = shapes_of("tiny-gqa", 4096, 1, 2);
+  ring.cpu = true;
+  ring.r = 2;
+  const double rank_pairs = 4096.0 * 4096 / 4, diagonal_extra = 2 * (footprint::cpu_causal_kernel_pairs(1024) - 1024.0 * 1024 / 2);
+  EXPECT_DOUBLE_EQ(footprint::attention_kernel_flops(ring, 4),
+                   footprint::attention_flops(ring, 4) * (rank_pairs + diagonal_extra) / rank_pairs);
+  EXPECT_GT(diagonal_extra, 0);
+}
+
 TEST(Footprint, KvExpansionCopiesOnlyWhenHeadsDifferAndMoreThanOneKvHead) {
   // tiny-gqa: 4 query heads, 2 kv heads, head_dim 16; bf16 (2 bytes).
   const footprint::StepShapes s = shapes_of("tiny-gqa", 256, 1, 1);

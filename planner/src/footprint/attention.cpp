@@ -10,6 +10,8 @@ std::int64_t rope_tables_bytes(const StepShapes& s) {
   return 2 * (s.n / s.b) * (s.d / 2) * s.e;  // cos, sin [S/(u*r), d/2] e
 }
 
+double rope_traffic(const StepShapes& s, std::int64_t elems) { return 5.0 * double(elems) * double(s.e); }
+
 double attention_flops(const StepShapes& s, std::int64_t heads) {
   // A ring rank does 1/r of its heads' work (causal load balance).
   return 2.0 * double(s.b) * double(s.S) * double(s.S) * double(s.d) * double(heads) / double(s.r);
@@ -29,8 +31,39 @@ std::int64_t dq_accumulator(const StepShapes& s, std::int64_t q_heads) {
   return s.cpu ? 0 : flash::fa2_dq_accum_bytes(s.b, s.S, q_heads, s.d);
 }
 
-std::int64_t cpu_flash_q_block(const StepShapes& s) { return s.S >= 768 ? 256 : s.S >= 192 ? 64 : 32; }
-std::int64_t cpu_flash_kv_block(const StepShapes& s) { return std::min<std::int64_t>(512, s.S); }
+namespace {
+std::int64_t cpu_q_block(std::int64_t rows) { return rows >= 768 ? 256 : rows >= 192 ? 64 : 32; }
+std::int64_t cpu_kv_block(std::int64_t keys) { return std::min<std::int64_t>(512, keys); }
+}  // namespace
+
+std::int64_t cpu_flash_q_block(const StepShapes& s) { return cpu_q_block(s.S); }
+std::int64_t cpu_flash_kv_block(const StepShapes& s) { return cpu_kv_block(s.S); }
+
+double cpu_causal_kernel_pairs(std::int64_t L) {
+  const std::int64_t qs = std::min(cpu_q_block(L), L), ks = cpu_kv_block(L);
+  double pairs = 0;
+  for (std::int64_t m = 0; m < L; m += qs) {
+    const std::int64_t rows = std::min(qs, L - m);
+    const std::int64_t keys = std::min((m + rows + ks - 1) / ks * ks, L);
+    pairs += double(rows) * double(keys);
+  }
+  return pairs;
+}
+
+double attention_kernel_flops(const StepShapes& s, std::int64_t heads) {
+  const double causal = attention_flops(s, heads);
+  if (!s.cpu || s.S <= 0) return causal;
+  // Work per pair: the causal flops over the rank's causal pairs, S^2/(2r).
+  const double S = double(s.S), rank_pairs = S * S / (2.0 * double(s.r));
+  double pairs = 0;
+  if (s.r == 1) {
+    pairs = cpu_causal_kernel_pairs(s.S);
+  } else {
+    const std::int64_t c = s.S / (2 * s.r);
+    pairs = rank_pairs + 2.0 * (cpu_causal_kernel_pairs(c) - double(c) * double(c) / 2.0);
+  }
+  return causal * pairs / rank_pairs;
+}
 
 std::int64_t flash_forward_scratch(const StepShapes& s) {
   if (!s.cpu) return 0;

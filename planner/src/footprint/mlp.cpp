@@ -24,4 +24,14 @@ std::int64_t tiled_mlp_backward_workspace(const StepShapes& s, std::int64_t tile
   return 3 * t * s.I * s.e + swiglu_chunk_rows(s, t) * s.I * s.e;
 }
 
+namespace {
+double passes(const StepShapes& s, int count) { return double(count) * double(s.n * s.I) * double(s.e); }
+}  // namespace
+
+double swiglu_forward_traffic(const StepShapes& s) { return passes(s, 5); }
+double swiglu_backward_traffic(const StepShapes& s) { return passes(s, 25); }
+double tiled_mlp_forward_traffic(const StepShapes& s) { return passes(s, 8); }
+double tiled_mlp_backward_traffic(const StepShapes& s) { return passes(s, 38); }
+double swiglu_transcendentals(const StepShapes& s, int evaluations) { return double(evaluations) * double(s.n * s.I); }
+
 }  // namespace longctx::footprint

@@ -31,4 +31,12 @@ std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, s
   return fixed + std::max(width, r) * 4;
 }
 
+double rms_norm_forward_traffic(const StepShapes& s, std::int64_t rows, std::int64_t width) {
+  return double(rows * width) * double(5 * s.e + (s.e == 4 ? 0 : 2 * 4));
+}
+
+double rms_norm_backward_traffic(const StepShapes& s, std::int64_t rows, std::int64_t width) {
+  return double(rows * width) * double(s.e == 4 ? 15 * 4 : 4 * s.e + 19 * 4);
+}
+
 }  // namespace longctx::footprint

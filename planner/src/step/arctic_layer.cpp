@@ -84,7 +84,7 @@ void attention_forward(StepBuild& sb, int l, LayerActs& la, Phase phase, bool rc
   at.o_sp = sb.graph.tensor(layer_name(l, "attn.o_sp", rc), s.b * s.S * s.hl * s.d * s.e, kAct);
   a.lse = sb.graph.tensor(layer_name(l, "attn.lse", rc), s.b * s.hl * s.S * 4, kAct);
   sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {at.q_sp, at.k_sp, at.v_sp}, {at.o_sp, a.lse},
-              {.flops = attention_flops(s, s.hl), .kind = OpKind::Attention});
+              {.flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   a.o = ulysses(s) ? to_heads(sb, l, "attn.a2a_out", "attn.out", at.o_sp, s.n * qw, phase, rc, kAct) : at.o_sp;
   const TensorId o = hf::project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, qw, s.h, phase, rc, kTr);
   // LlamaAttention.forward's locals (the norm's output, q, k, v) outlive their last use until it returns.
@@ -108,7 +108,7 @@ TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId 
   TensorId dk = sb.graph.tensor(layer_name(l, "attn.k_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
   TensorId dv = sb.graph.tensor(layer_name(l, "attn.v_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
   sb.graph.op(layer_name(l, "attn.flash.bwd"), kB, l, {d_o_sp, at.q_sp, at.k_sp, at.v_sp, at.o_sp, a.lse}, {dq, dk, dv},
-              {.workspace = flash_backward_workspace(sb), .flops = 2.5 * attention_flops(s, s.hl), .kind = OpKind::Attention});
+              {.workspace = flash_backward_workspace(sb), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   if (ulysses(s)) {
     // The exchanges back to the rank's tokens; replicated kv heads' gradients summed over
     // their replicas (the received [n, u*kvr*d] beside the sum).

@@ -33,8 +33,8 @@ void project_qkv(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc, Tenso
   // rope): without a graph (a checkpointed layer's forward) q is freed before k is rotated.
   const TensorId qr = sb.graph.tensor(layer_name(l, "attn.q_rope", rc), s.n * s.H * s.d * s.e, kernel_input);
   const TensorId kr = sb.graph.tensor(layer_name(l, "attn.k_rope", rc), s.n * s.K * s.d * s.e, kernel_input);
-  sb.graph.op(layer_name(l, "attn.rope.q", rc), phase, l, {q}, {qr}, {.flops = 6.0 * double(s.n * s.H * s.d)});
-  sb.graph.op(layer_name(l, "attn.rope.k", rc), phase, l, {k}, {kr}, {.flops = 6.0 * double(s.n * s.K * s.d)});
+  sb.graph.op(layer_name(l, "attn.rope.q", rc), phase, l, {q}, {qr}, {.flops = 6.0 * double(s.n * s.H * s.d), .traffic = rope_traffic(s, s.n * s.H * s.d)});
+  sb.graph.op(layer_name(l, "attn.rope.k", rc), phase, l, {k}, {kr}, {.flops = 6.0 * double(s.n * s.K * s.d), .traffic = rope_traffic(s, s.n * s.K * s.d)});
   q = qr;
   k = kr;
 }
@@ -63,14 +63,14 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
   a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, act);          // [b, hl, S/r] fp32
   if (s.r > 1) {
     const int o = sb.graph.op(layer_name(l, "attn.ring", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
-                              {.workspace = ring_forward_workspace(s), .flops = attention_flops(s, s.hl),
+                              {.workspace = ring_forward_workspace(s), .flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl),
                                .kind = OpKind::Attention, .launches = static_cast<int>(s.r)});
     // Every k/v hop travels beside the attention of the block before it.
     sb.graph.set_comm(o, CommKind::SendRecv, ring_forward_sent_bytes(s), static_cast<int>(s.u * s.r),
                       ring_forward_sent_bytes(s));
   } else {
     sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
-                {.workspace = flash_op_forward_workspace(s), .flops = attention_flops(s, s.hl), .kind = OpKind::Attention});
+                {.workspace = flash_op_forward_workspace(s), .flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   }
   if (s.u == 1) {
     a.o_loc = a.o_sp;
@@ -121,21 +121,22 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
   if (s.r > 1) {
     const int o = sb.graph.op(layer_name(l, "attn.ring.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse},
                               {dq, dk, dv},
-                              {.workspace = ring_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl),
+                              {.workspace = ring_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl),
                                .kind = OpKind::Attention, .launches = static_cast<int>(s.r + 1)});
     // The k/v hops travel beside the blocks' gradients; the accumulators' follow them.
     sb.graph.set_comm(o, CommKind::SendRecv, ring_backward_sent_bytes(s), static_cast<int>(s.u * s.r),
                       ring_forward_sent_bytes(s));
   } else {
     sb.graph.op(layer_name(l, "attn.flash.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse}, {dq, dk, dv},
-                {.workspace = flash_op_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl),
+                {.workspace = flash_op_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl),
                  .kind = OpKind::Attention});
   }
   if (s.u > 1) exchange_qkv_grads(sb, l, dq, dk, dv);
   // attn.q.grad [n, H*d] e, attn.k.grad [n, K*d] e: before RoPE.
   TensorId dq_r = sb.graph.tensor(layer_name(l, "attn.q.grad"), s.n * s.H * s.d * s.e, tr);
   TensorId dk_r = sb.graph.tensor(layer_name(l, "attn.k.grad"), s.n * s.K * s.d * s.e, tr);
-  sb.graph.op(layer_name(l, "attn.rope.bwd"), B, l, {dq, dk}, {dq_r, dk_r}, {.flops = 6.0 * double(s.n * (s.H + s.K) * s.d)});
+  sb.graph.op(layer_name(l, "attn.rope.bwd"), B, l, {dq, dk}, {dq_r, dk_r}, {.flops = 6.0 * double(s.n * (s.H + s.K) * s.d),
+                                                                              .traffic = rope_traffic(s, s.n * (s.H + s.K) * s.d)});
   if (s.qk_norm) qk_norm_backward(sb, l, a, dq_r, dk_r, grad);
   // wq, wk, wv's gradient (and their biases') [h * (H + 2K) * d (+ (H + 2K) * d)] g
   const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});

@@ -37,9 +37,10 @@ void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, b
   // The op keeps only its output and log-sum-exp: backward recomputes q, k and v.
   a.o_loc = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * s.H * s.d * s.e, Category::Activations);  // [n, H*d] e
   a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, Category::Activations);     // [b, hl, S] fp32
-  const double flops = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d) + attention_flops(s, s.hl);
+  const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);
+  const double flops = projection + attention_flops(s, s.hl), kernel = projection + attention_kernel_flops(s, s.hl);
   const int o = sb.graph.op(layer_name(l, "attn.untied", rc), phase, l, {a.xn1}, {a.o_loc, a.lse},
-                            {.workspace = untied_forward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
+                            {.workspace = untied_forward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 4), .repeats = static_cast<int>(untied_stages(s, c))});
   set_stage_comm(sb, o, untied_forward_sent_bytes(s), untied_ring_forward_sent_bytes(s, c),
                  untied_ring_forward_sent_bytes(s, c));
@@ -51,13 +52,14 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
   const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);
   // The projection's two gradient matmuls and its recompute, the kernel's recompute and backward.
   const double flops = 2 * projection + projection + 3.5 * attention_flops(s, s.hl);
+  const double kernel = 3 * projection + 3.5 * attention_kernel_flops(s, s.hl);
   // wq, wk, wv (and the q and k norms, the q/k/v biases) in one gradient [h * (H + 2K) * d (+ 2d) (+ (H + 2K) * d)] g
   const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + (s.qk_norm ? 2 * s.d : 0) +
                              footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});
   const TensorId g_qkv = grad_piece(sb, l, "grad.full.attn.qkv", "grad.attn.qkv", elems, grad);
   const int o = sb.graph.op(layer_name(l, "attn.untied.bwd"), Phase::Backward, l, {d_oloc, a.xn1, a.o_loc, a.lse},
                             {d_xn1, g_qkv},
-                            {.workspace = untied_backward_workspace(s, c), .flops = flops, .kind = OpKind::Attention,
+                            {.workspace = untied_backward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 10), .repeats = static_cast<int>(untied_stages(s, c))});
   set_stage_comm(sb, o, untied_backward_sent_bytes(s), untied_ring_backward_sent_bytes(s, c),
                  untied_ring_forward_sent_bytes(s, c));

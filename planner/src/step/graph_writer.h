@@ -10,9 +10,14 @@ namespace longctx::step {
 struct OpCost {
   std::int64_t workspace = 0;   // device scratch live only inside the op
   double flops = 0;             // per rank; an op with flops and no kind is a matmul
+  double kernel_flops = 0;      // OpSpec::kernel_flops
   OpKind kind = OpKind::Memory;
   int launches = 1;             // kernel launches or collective rounds
   int repeats = 1;              // tiles or stages: the workspace is written and read once each
+  // Bytes the op's kernels move, counted from the runtime's code where it makes several
+  // passes (footprint: *_traffic); 0: its activations read and written once (op() below).
+  double traffic = 0;
+  double transcendentals = 0;   // OpSpec::transcendentals
 };
 
 class GraphWriter {
@@ -24,10 +29,10 @@ class GraphWriter {
   // A tensor that lives across steps (parameters, optimizer states, tables built once).
   int persistent(Name name, std::int64_t bytes, Category category, Place place);
 
-  // Appends an op. Its memory traffic counts the activations it reads and writes and its
-  // workspace written and read once per repeat; weights and gradients are left out, so a
-  // tiled or staged op moves the same bytes as the plain ops it replaces and differs in
-  // launches.
+  // Appends an op. Its memory traffic is cost.traffic where given, else the activations it
+  // reads and writes and its workspace written and read once per repeat; weights and
+  // gradients are left out, so a tiled or staged op moves the same bytes as the plain ops it
+  // replaces and differs in launches.
   int op(Name name, Phase phase, int layer, Ids inputs, Ids outputs, OpCost cost = {});
   // Appends an op whose every field the caller has set (the optimizer step).
   int raw_op(OpSpec op) { return graph_.add_op(std::move(op)); }
@@ -82,15 +87,21 @@ inline int GraphWriter::op(Name name, Phase phase, int layer, Ids inputs, Ids ou
   o.outputs = outputs;
   o.workspace_bytes = cost.workspace;
   o.flops = cost.flops;
+  o.kernel_flops = cost.kernel_flops;
+  o.transcendentals = cost.transcendentals;
   o.kind = cost.flops > 0 && cost.kind == OpKind::Memory ? OpKind::Matmul : cost.kind;
   o.launches = cost.launches;
   auto traffic = [&](int t) {
     const TensorSpec& ts = graph_.tensor(t);
     if (ts.category != Category::Params && ts.category != Category::Grads) o.memory_bytes += double(ts.bytes);
   };
-  for (int t : o.inputs) traffic(t);
-  for (int t : o.outputs) traffic(t);
-  o.memory_bytes += 2.0 * double(cost.workspace) * cost.repeats;
+  if (cost.traffic > 0) {
+    o.memory_bytes = cost.traffic;
+  } else {
+    for (int t : o.inputs) traffic(t);
+    for (int t : o.outputs) traffic(t);
+    o.memory_bytes += 2.0 * double(cost.workspace) * cost.repeats;
+  }
   return graph_.add_op(std::move(o));
 }
 

@@ -17,6 +17,13 @@ using namespace footprint::hf;
 
 namespace {
 
+// What sdpa's kernel computes: with the model's additive mask it is not told the attention is
+// causal (is_causal=False) and computes every pair, twice the causal work; without one, the
+// causal kernel's blocks (footprint::attention_kernel_flops).
+double sdpa_kernel_flops(const StepShapes& s, bool masked) {
+  return masked ? 2.0 * attention_flops(s, s.H) : attention_kernel_flops(s, s.H);
+}
+
 // A layer's projection: matmul flops of [n, in] x [in, out].
 double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { return matmul_flops(s.n, in, out); }
 
@@ -312,7 +319,8 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
       reads.push_back(a.v);
     }
     sb.graph.op(layer_name(l, "attn.sdpa", rc), phase, l, reads, {a.o, a.lse},
-                {.workspace = flash_forward_scratch(s), .flops = flops, .kind = OpKind::Attention});
+                {.workspace = flash_forward_scratch(s), .flops = flops, .kernel_flops = sdpa_kernel_flops(s, a.mask >= 0),
+                 .kind = OpKind::Attention});
     return;
   }
   // eager_attention_forward: repeat_kv copies k and v to the query heads (none for one group),
@@ -357,7 +365,8 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     Ids reads = {d_o, a.q, repeated ? a.k_rep : a.k, repeated ? a.v_rep : a.v, a.o, a.lse};
     if (a.mask >= 0) reads.push_back(a.mask);
     sb.graph.op(layer_name(l, "attn.sdpa.bwd"), kB, l, reads, {dq, dk, dv},
-                {.workspace = sdpa_backward_workspace(s), .flops = 2.5 * flops, .kind = OpKind::Attention});
+                {.workspace = sdpa_backward_workspace(s), .flops = 2.5 * flops,
+                 .kernel_flops = 2.5 * sdpa_kernel_flops(s, a.mask >= 0), .kind = OpKind::Attention});
     if (repeated) repeat_kv_backward(sb, l, dk, dv);
     // k's gradient reaches its projection head-major [b, K, S, d], and ViewBackward0's reshape
     // copies it, when the kernel ran with a mask (as under eager); without one it arrives in

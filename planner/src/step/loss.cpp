@@ -23,7 +23,8 @@ void loss_forward(StepBuild& sb) {
     const int runs = static_cast<int>(tile_split(s.n, tiles).count);  // tiles that run (uneven: the last shorter)
     sb.graph.op(step_name("loss.tiled"), L, -1, {o.xf, o.targets}, {},
                 {.workspace = tiled_loss_workspace(s, tiles), .flops = flops, .kind = OpKind::Matmul,
-                 .launches = 3 * runs, .repeats = runs});
+                 .launches = 3 * runs, .repeats = runs, .traffic = tiled_loss_forward_traffic(s),
+                 .transcendentals = loss_transcendentals(s, 1)});
     return;
   }
   TensorId logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, Category::Transient);  // [n, V] e
@@ -35,7 +36,8 @@ void loss_forward(StepBuild& sb) {
   }
   // log_softmax saves only its output: the logits die here.
   o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, Category::Activations);  // [n, V] fp32
-  sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
+  sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp},
+              {.flops = 5.0 * double(s.n * s.V), .traffic = log_softmax_forward_traffic(s), .transcendentals = loss_transcendentals(s, 1)});
   sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, o.targets}, {});
 }
 
@@ -50,7 +52,8 @@ TensorId logits_grad(StepBuild& sb) {
   sb.graph.op(step_name("loss.nll.bwd"), B, -1, {sb.outer.targets}, {d_logp});
   TensorId d_logits = sb.graph.tensor(step_name("loss.logits.grad.fp32"), s.n * s.V * 4, tr);  // [n, V] fp32
   sb.graph.op(step_name("loss.log_softmax.bwd"), B, -1, {d_logp, sb.outer.logp}, {d_logits},
-              {.flops = 3.0 * double(s.n * s.V)});
+              {.flops = 3.0 * double(s.n * s.V), .traffic = log_softmax_backward_traffic(s),
+               .transcendentals = loss_transcendentals(s, 1)});
   if (s.e != 4) {
     const TensorId cast = sb.graph.tensor(step_name("loss.logits.grad"), s.n * s.V * s.e, tr);  // [n, V] e
     sb.graph.op(step_name("loss.upcast.bwd"), B, -1, {d_logits}, {cast});
@@ -82,7 +85,8 @@ TensorId loss_backward(StepBuild& sb) {
     const int runs = static_cast<int>(tile_split(s.n, tiles).count);
     sb.graph.op(step_name("loss.tiled.bwd"), Phase::Backward, -1, head_reads, grads_out,
                 {.workspace = tiled_loss_workspace(s, tiles), .flops = flops + matmul_flops(s.n, s.h, s.V),
-                 .kind = OpKind::Matmul, .launches = 6 * runs, .repeats = runs});
+                 .kind = OpKind::Matmul, .launches = 6 * runs, .repeats = runs, .traffic = tiled_loss_backward_traffic(s),
+                 .transcendentals = loss_transcendentals(s, 2)});
   } else {
     head_reads.push_back(logits_grad(sb));
     sb.graph.op(step_name("loss.logits.bwd"), Phase::Backward, -1, head_reads, grads_out, {.flops = flops});

@@ -19,7 +19,8 @@ TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
   if (tiles > 1) {
     sb.graph.op(layer_name(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down},
                 {.workspace = tiled_mlp_forward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 3,
-                 .kind = OpKind::Matmul, .launches = 4 * runs, .repeats = runs});
+                 .kind = OpKind::Matmul, .launches = 4 * runs, .repeats = runs, .traffic = tiled_mlp_forward_traffic(s),
+                 .transcendentals = swiglu_transcendentals(s, 1)});
     return down;
   }
   a.gate = sb.graph.tensor(layer_name(l, "mlp.gate", rc), s.n * s.I * s.e, act);  // [n, I] e
@@ -27,7 +28,8 @@ TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
   sb.graph.op(layer_name(l, "mlp.gate_up", rc), phase, l, {a.xn2}, {a.gate, a.up}, {.flops = matmul_flops(s.n, s.h, s.I) * 2});
   a.act = sb.graph.tensor(layer_name(l, "mlp.act", rc), s.n * s.I * s.e, act);  // [n, I] e
   // silu(gate) * up is computed without a temporary; backward recomputes silu from gate.
-  sb.graph.op(layer_name(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act}, {.flops = 4.0 * double(s.n * s.I)});
+  sb.graph.op(layer_name(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.act},
+              {.flops = 4.0 * double(s.n * s.I), .traffic = swiglu_forward_traffic(s), .transcendentals = swiglu_transcendentals(s, 1)});
   sb.graph.op(layer_name(l, "mlp.down", rc), phase, l, {a.act}, {down}, {.flops = matmul_flops(s.n, s.I, s.h)});
   return down;
 }
@@ -45,7 +47,8 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
     const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", elems, grad);
     const int o = sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
                               {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
-                               .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs});
+                               .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs,
+                               .traffic = tiled_mlp_backward_traffic(s), .transcendentals = swiglu_transcendentals(s, 4)});
     // TiledMlpFn saves the three weights and the gate's and up's biases.
     frees_param_copies(sb, l, o, {ParamRole::Gate, ParamRole::Up, ParamRole::Down, ParamRole::BGate, ParamRole::BUp});
     return d_xn2;
@@ -59,7 +62,8 @@ TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, 
   // SwiGLU's backward writes d_gate and d_up into gate's and up's buffers: no new tensor, and
   // gate and up live until the projection's backward has read the gradients in them.
   sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), B, l, {d_act, a.gate, a.up}, {},
-              {.workspace = swiglu_backward_workspace(s), .flops = 8.0 * double(s.n * s.I)});
+              {.workspace = swiglu_backward_workspace(s), .flops = 8.0 * double(s.n * s.I), .traffic = swiglu_backward_traffic(s),
+               .transcendentals = swiglu_transcendentals(s, 3)});
   const TensorId g_gate_up =
       grad_piece(sb, l, "grad.full.mlp.gate_up", "grad.mlp.gate_up",
                  2 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp}), grad);  // [2 * h * I (+ 2I)] g

@@ -23,7 +23,8 @@ void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, 
   rstd = sb.graph.tensor(Name{scope, names.rstd, rc}, s.n * 4, Category::Activations);           // [n] fp32
   out = sb.graph.tensor(Name{scope, names.out, rc}, s.n * s.h * s.e, Category::Activations);  // [n, h] e
   sb.graph.op(Name{scope, names.op, rc}, phase, layer, {x}, {out, rstd},
-              {.workspace = rms_norm_forward_workspace(s, s.n, s.h), .flops = rms_norm_forward_flops(s.n, s.h)});
+              {.workspace = rms_norm_forward_workspace(s, s.n, s.h), .flops = rms_norm_forward_flops(s.n, s.h),
+               .traffic = rms_norm_forward_traffic(s, s.n, s.h)});
 }
 
 // The backward of a layer's norm: the input gradient d_in [n, h] e and the weight's [h] g.
@@ -33,7 +34,8 @@ TensorId layer_norm_backward(StepBuild& sb, int l, ParamRole weight, const char*
   const TensorId d_in = sb.graph.tensor(layer_name(l, d_in_name), s.n * s.h * s.e, Category::Transient);  // [n, h] e
   const TensorId g_w = grad_piece(sb, l, full_grad_name, grad_name, s.h, grad);                           // [h] g
   const int o = sb.graph.op(layer_name(l, op), Phase::Backward, l, reads, {d_in, g_w},
-                            {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h)});
+                            {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h),
+                             .traffic = rms_norm_backward_traffic(s, s.n, s.h)});
   frees_param_copies(sb, l, o, {weight});  // RmsNormFn saves its weight
   return d_in;
 }
@@ -67,9 +69,11 @@ void qk_norm_forward(StepBuild& sb, int l, LayerActs& a, TensorId& q, TensorId& 
   // Two ops, q's then k's (two calls of rms_norm): without a graph (a checkpointed layer's
   // forward) q and its rstd are freed before k's norm begins.
   sb.graph.op(layer_name(l, "attn.q_norm", rc), phase, l, {q}, {qn, a.rstd_q},
-              {.workspace = rms_norm_forward_workspace(s, s.n * s.H, s.d), .flops = rms_norm_forward_flops(s.n * s.H, s.d)});
+              {.workspace = rms_norm_forward_workspace(s, s.n * s.H, s.d), .flops = rms_norm_forward_flops(s.n * s.H, s.d),
+               .traffic = rms_norm_forward_traffic(s, s.n * s.H, s.d)});
   sb.graph.op(layer_name(l, "attn.k_norm", rc), phase, l, {k}, {kn, a.rstd_k},
-              {.workspace = rms_norm_forward_workspace(s, s.n * s.K, s.d), .flops = rms_norm_forward_flops(s.n * s.K, s.d)});
+              {.workspace = rms_norm_forward_workspace(s, s.n * s.K, s.d), .flops = rms_norm_forward_flops(s.n * s.K, s.d),
+               .traffic = rms_norm_forward_traffic(s, s.n * s.K, s.d)});
   q = qn;
   k = kn;
 }
@@ -90,7 +94,8 @@ TensorId final_norm_backward(StepBuild& sb, TensorId d_xf) {
   // loss.final_norm.in.grad [n, h] e; the weight's gradient is part of the head's buffer.
   const TensorId d_x = sb.graph.tensor(step_name("loss.final_norm.in.grad"), s.n * s.h * s.e, Category::Transient);
   sb.graph.op(step_name("loss.final_norm.bwd"), Phase::Backward, -1, {d_xf, o.final_x, o.rstd_f}, {d_x},
-              {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h)});
+              {.workspace = rms_norm_backward_workspace(s, s.n, s.h), .flops = rms_norm_backward_flops(s.n, s.h),
+               .traffic = rms_norm_backward_traffic(s, s.n, s.h)});
   return d_x;
 }
 
@@ -103,12 +108,14 @@ void qk_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId& dq, Te
   const TensorId dk_pre = sb.graph.tensor(layer_name(l, "attn.k_pre.grad"), s.n * s.K * s.d * s.e, Category::Transient);
   const TensorId g_k = grad_piece(sb, l, "grad.full.attn.k_norm", "grad.attn.k_norm", s.d, grad);
   const int ok = sb.graph.op(layer_name(l, "attn.k_norm.bwd"), Phase::Backward, l, {dk, a.k_pre, a.rstd_k}, {dk_pre, g_k},
-                             {.workspace = rms_norm_backward_workspace(s, s.n * s.K, s.d)});
+                             {.workspace = rms_norm_backward_workspace(s, s.n * s.K, s.d),
+                              .traffic = rms_norm_backward_traffic(s, s.n * s.K, s.d)});
   // attn.q_pre.grad [n, H*d] e, the q norm's weight [d] g
   const TensorId dq_pre = sb.graph.tensor(layer_name(l, "attn.q_pre.grad"), s.n * s.H * s.d * s.e, Category::Transient);
   const TensorId g_q = grad_piece(sb, l, "grad.full.attn.q_norm", "grad.attn.q_norm", s.d, grad);
   const int oq = sb.graph.op(layer_name(l, "attn.q_norm.bwd"), Phase::Backward, l, {dq, a.q_pre, a.rstd_q}, {dq_pre, g_q},
-                             {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d)});
+                             {.workspace = rms_norm_backward_workspace(s, s.n * s.H, s.d),
+                              .traffic = rms_norm_backward_traffic(s, s.n * s.H, s.d)});
   frees_param_copies(sb, l, ok, {ParamRole::KNorm});
   frees_param_copies(sb, l, oq, {ParamRole::QNorm});
   dq = dq_pre;

@@ -14,6 +14,9 @@
 // checkpoint offload/prefetch copies run on side streams and hide behind the compute of the
 // same layer; what exceeds it is exposed. Ulysses all-to-alls sit on the critical path. The
 // offloaded optimizer step runs on the host after backward and is not hidden.
+#include <map>
+#include <string>
+
 #include "longctx/planner/plan.h"
 #include "longctx/planner/step_graph.h"
 
@@ -44,12 +47,19 @@ struct StepTime {
 StepTime estimate_step_time(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
 
 // Each op at the rates its kind reached on the machine: attention forward (recompute too)
-// and backward at the flash kernels' measured rates at the model's head dimension, other ops at the matmul rate of the
-// plan's dtype; each op bound by the larger of that and its memory traffic (its recorded
-// traffic, else the bytes of its inputs and outputs) at the measured elementwise
-// bandwidth, plus its launches at the measured cost of a small op. Copies at the measured
+// and backward at the flash kernels' measured rates at the model's head dimension, other ops
+// at the matmul rate of the plan's dtype, both over the work the kernel does
+// (OpSpec::kernel_flops where set); each op bound by the largest of that, its memory traffic
+// (its recorded traffic, else the bytes of its inputs and outputs) at the measured
+// elementwise bandwidth, and its transcendental evaluations at the measured SiLU rate (when
+// the preset has one), plus its launches at the measured cost of a small op. Copies at the measured
 // copy rate; collectives at the measured per-rank rate plus a latency per round. Overlap as
 // above. REQUIRES: plan.cluster.hardware.measured.present.
 StepTime estimate_measured_step_time(const Plan& plan, const StepGraph& graph);
+
+// The step time by phase, under the names the runtime times them (phase_names.h): each
+// (phase, layer) segment's compute and exposed exchanges, the host optimizer in
+// "optimizer". The values sum to estimate_step_time's total_s.
+std::map<std::string, double> phase_step_times(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
 
 }  // namespace longctx

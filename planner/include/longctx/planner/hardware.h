@@ -31,20 +31,28 @@ struct MeasuredRates {
   double matmul_fp32_flops = 0, matmul_bf16_flops = 0;  // per second
   RateByHeadDim attention_forward, attention_backward;  // causal flash kernels, flop/s
   double memory_bytes_per_s = 0;      // an elementwise op's reads and writes
-  // The same on the host, where an offloaded optimizer runs ("host_memory_bytes_per_s",
-  // optional: presets from before it was measured use memory_bytes_per_s, which on the CPU
-  // virtual device is the host's).
-  double host_memory_bytes_per_s = 0;
   double op_overhead_s = 0;           // one small op, start to end
   double copy_bytes_per_s = 0;        // host <-> device (the virtual device: host to host)
   double collective_bytes_per_s = 0;  // bytes a rank sends, all-to-all / all-gather / reduce-scatter
   double collective_latency_s = 0;    // one round of a tiny collective
   int ranks = 1;                      // the collectives were measured across this many ranks
+  // Rates a preset may lack (written before they were measured): 0 there.
+  // The elementwise rate on the host, where an offloaded optimizer runs.
+  double host_memory_bytes_per_s = 0;
+  // Elements a second through SiLU out of place (an exp and a divide each): what bounds the
+  // ops that evaluate exp, sigmoid or log on every element (OpSpec::transcendentals).
+  double transcendental_elems_per_s = 0;
+
+  // The host's elementwise rate; a preset without one takes the device's (on the CPU virtual
+  // device the host is the device).
+  double host_rate() const { return host_memory_bytes_per_s > 0 ? host_memory_bytes_per_s : memory_bytes_per_s; }
 };
 
 // Each scalar rate's key in a preset's "measured" object, with its field; the attention
 // rates are objects keyed by head dimension ("attention_forward_flops": {"16": r, ...}).
 const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rate_fields();
+// The rates a preset may leave out (0 when absent; positive when present).
+const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_measured_rate_fields();
 
 struct Hardware {
   std::string name;

@@ -81,8 +81,14 @@ struct OpSpec {
   Ids outputs;                         // tensor indices produced
   std::int64_t workspace_bytes = 0;    // device scratch live only inside the op
   std::int64_t host_workspace_bytes = 0;
-  double flops = 0;                    // per rank
+  double flops = 0;                    // per rank: the model's work, what MFU counts
+  // What the kernel computes where it is more than `flops` (a causal flash kernel's whole
+  // blocks across the diagonal, footprint::attention_kernel_flops); 0: `flops`. Timed.
+  double kernel_flops = 0;
   double memory_bytes = 0;             // bytes over device memory, for ops bound by bandwidth
+  // Elements through exp, sigmoid or log (SiLU, softmax): on a CPU their evaluation, not
+  // their bytes, bounds the op (MeasuredRates::transcendental_elems_per_s).
+  double transcendentals = 0;
   CommKind comm = CommKind::None;
   double comm_bytes = 0;               // bytes each rank sends (collectives) or copies
   // Of comm_bytes, those that travel while the op itself computes (a ring's next k/v block

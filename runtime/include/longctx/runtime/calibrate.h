@@ -12,10 +12,13 @@
 //   matmul_{fp32,bf16}_flops    x [n,h] by the MLP's up and down weights ([I,h], [h,I]):
 //                               2 n h I flops each (footprint::matmul_flops)
 //   attention_forward_flops     runtime attention() over the model's heads at S tokens,
-//                               causal: footprint::attention_flops; at head dimensions 8, 16,
+//                               causal, in the kernel's own work
+//                               (footprint::attention_kernel_flops); at head dimensions 8, 16,
 //                               32, 64, 128 and the model's own
 //   attention_backward_flops    its backward: 2.5 x the forward's flops, as the planner counts
 //   memory_bytes_per_s          a += b over [n, I] fp32: 3 n I x 4 bytes a call
+//   host_memory_bytes_per_s     the same in host memory (CPU: memory_bytes_per_s)
+//   transcendental_elems_per_s  silu(a) over [n, I] fp32 into a fresh output: elements a call
 //   op_overhead_s               a * b over 8 elements under autograd, forward and backward,
 //                               halved: the cost of one small op of a step
 //   copy_bytes_per_s            a pinned host buffer into the device (CPU: host to host), n h

@@ -1,5 +1,5 @@
 #pragma once
-// The planner's prediction in the runtime's terms: peak bytes per phase, under the phase
+// The planner's prediction in the runtime's terms: peak bytes and seconds per phase, under the phase
 // names the runtime measures (forward.embed, forward.layer.L, loss, backward.loss,
 // backward.layer.L, backward.embed, optimizer), so `run` can show them side by side.
 #include <cstdint>
@@ -13,6 +13,7 @@ namespace longctx::runtime {
 struct PhasePrediction {
   std::int64_t peak_device_bytes = 0;
   std::int64_t peak_host_bytes = 0;  // per rank
+  double time_s = 0;                 // cost_model.h, phase_step_times
 };
 
 struct PredictedStep {

@@ -12,9 +12,29 @@ namespace longctx::footprint {
 // (runtime/src/layers.cpp, RopeTables::make): cos, sin [S/(u*r), d/2] e bytes each.
 std::int64_t rope_tables_bytes(const StepShapes& s);
 
+// Bytes RoPE moves rotating `elems` elements (runtime/src/layers.cpp, rope_rotate_out), forward
+// or backward (which rotates the gradient back): each half written by x*cos, then read with
+// the other half by the addcmul that writes it again, 5 passes of e bytes. The tables are
+// read once per head from cache: not counted.
+double rope_traffic(const StepShapes& s, std::int64_t elems);
+
 // QK^T and PV over the causal half: 2 matmuls x 2 flops x S^2/2 per head, `heads` heads; a
 // ring rank's share, 1/r of it.
 double attention_flops(const StepShapes& s, std::int64_t heads);
+
+// The flops the flash kernel computes for attention_flops' causal work, forward (backward
+// computes 2.5x as many, over the same pairs). LibTorch's CPU kernel walks, for each block of
+// qs queries, every block of ks keys up to the block's last row (FlashAttentionKernel.cpp,
+// cpu_flash_attention and cpu_flash_attention_backward: num_keys = min(m + qBlockSize,
+// kvSize), taken in steps of kvSplitSize), so it computes whole blocks across the diagonal:
+// 1.25x the causal pairs at 2K tokens, 1.125x at 4K, 1.0625x at 8K. A ring rank's two
+// diagonal chunk pairs are such kernels over S/(2r) tokens; its other pairs are whole blocks.
+// On CUDA the causal work itself: FlashAttention-2's blocks of 128 rows walk at most 128
+// keys past the diagonal, under 1% of the work from 16K tokens.
+double attention_kernel_flops(const StepShapes& s, std::int64_t heads);
+
+// Query-key pairs the CPU kernel computes over a causal attention of L tokens (above).
+double cpu_causal_kernel_pairs(std::int64_t L);
 
 // Elements of k (or v) around the Ulysses all-to-all: before it [n, u*kvr, d] (kv heads
 // replicated to u when u > K), after it [b*S, kvr, d].

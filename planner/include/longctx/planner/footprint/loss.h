@@ -16,4 +16,22 @@ namespace longctx::footprint {
 // [t, V] e, after logsumexp's buffer is gone).
 std::int64_t tiled_loss_workspace(const StepShapes& s, std::int64_t tiles);
 
+// What the loss's kernels cost beyond flops over [n, V] (runtime/src/layers.cpp), per element:
+//   log_softmax forward (LibTorch's last-dimension kernel): the row's max, the sum of
+//   exp(x - max), and x - max - log(sum) read and written: 16 bytes, one exp; its backward,
+//   grad - exp(out) * sum(grad): grad read for the sum, then grad and out read and the
+//   result written, 16 bytes, one exp;
+//   tiled forward (TiledCrossEntropyFn): the tile's logits written (e; bf16: upcast, e + 4),
+//   logsumexp (at::logsumexp: max, x - max into a temporary, exp in place, sum: 24 bytes, one
+//   exp); tiled backward: the logits and logsumexp again, then - lse and exp in place, the
+//   padding's fill and the scale (32 bytes, one exp), the gradient cast back (bf16: 4 + e) and
+//   read by the two matmuls (2e).
+double log_softmax_forward_traffic(const StepShapes& s);
+double log_softmax_backward_traffic(const StepShapes& s);
+double tiled_loss_forward_traffic(const StepShapes& s);
+double tiled_loss_backward_traffic(const StepShapes& s);
+// Elements through exp: n*V each for the untiled forward and backward and the tiled
+// forward, 2 n*V for the tiled backward.
+double loss_transcendentals(const StepShapes& s, int evaluations);
+
 }  // namespace longctx::footprint

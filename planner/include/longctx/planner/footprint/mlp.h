@@ -29,4 +29,20 @@ std::int64_t tiled_mlp_forward_workspace(const StepShapes& s, std::int64_t tiles
 // scratch [r, I] e (r = swiglu_chunk_rows over the tile's t rows): 3 x [t, I] e + [r, I] e.
 std::int64_t tiled_mlp_backward_workspace(const StepShapes& s, std::int64_t tiles);
 
+// What SwiGLU's kernels cost beyond flops (runtime/src/layers.cpp), over [n, I] e:
+//   forward (SwiGluFn): silu(gate), then *= up: 5 passes, n*I SiLUs;
+//   backward (swiglu_backward_in_place): silu, da*u, 1+g-silu, two products, sigmoid, a
+//   product, silu in place and da*silu, 25 passes, 3 n*I transcendentals (silu, sigmoid, silu);
+//   tiled forward (TiledMlpFn): gate and up written, silu in place, *= up, read by down: 8
+//   passes, n*I SiLUs; tiled backward: the tile's gate and up and their product recomputed
+//   (7 passes and a SiLU), the product read by down's weight gradient and overwritten with
+//   its gradient (2), the plain backward (25, 3 transcendentals), d_gate and d_up read by the
+//   weight gradients and dx (4): 38 passes, 4 n*I transcendentals.
+// Transcendentals: elements through exp, sigmoid or log (OpSpec::transcendentals).
+double swiglu_forward_traffic(const StepShapes& s);
+double swiglu_backward_traffic(const StepShapes& s);
+double tiled_mlp_forward_traffic(const StepShapes& s);
+double tiled_mlp_backward_traffic(const StepShapes& s);
+double swiglu_transcendentals(const StepShapes& s, int evaluations);
+
 }  // namespace longctx::footprint

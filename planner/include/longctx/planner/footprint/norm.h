@@ -36,4 +36,13 @@ std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, s
 inline double rms_norm_forward_flops(std::int64_t rows, std::int64_t width) { return 4.0 * double(rows * width); }
 inline double rms_norm_backward_flops(std::int64_t rows, std::int64_t width) { return 8.0 * double(rows * width); }
 
+// Bytes the norm's kernels move over rows x width (runtime/src/layers.cpp), for its time.
+// Forward (rms_norm_forward): the norm reads x, y = x * rstd reads x and writes y, y *= w
+// reads and writes y: 5 passes of e bytes; in bf16 the norm reduces an fp32 copy of x,
+// written and read (2 passes of 4). Backward (rms_norm_backward), fp32: dy*x, *= rstd, the
+// column sum, dy*w, the row dot products, *= rstd and the addcmul, 15 passes of 4 bytes; bf16:
+// x's and dy's casts into the fp32 buffer and the result's back, 4 passes of e and 19 of 4.
+double rms_norm_forward_traffic(const StepShapes& s, std::int64_t rows, std::int64_t width);
+double rms_norm_backward_traffic(const StepShapes& s, std::int64_t rows, std::int64_t width);
+
 }  // namespace longctx::footprint
