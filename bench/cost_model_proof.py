@@ -3,7 +3,13 @@ with a calibrated preset (`longctx calibrate -o PRESET`), runs each, and puts th
 time beside the measured one; then, for a few `plan` queries, runs the three fastest plans the
 search returns and checks that the one it picked is the fastest measured or within 5% of it.
 
-    python3 bench/cost_model_proof.py PRESET.json [--longctx build/cli/longctx] [--steps 4]
+    python3 bench/cost_model_proof.py [PRESET.json] [--longctx build/cli/longctx] [--steps 4] [--rounds 3]
+
+Without PRESET it calibrates once for each rank count the plans use (`longctx calibrate
+--nproc G --seconds 1`: two ranks' kernels run beside each other, as in a two-rank run), just
+before the runs. A shared machine's speed drifts by about 10% from minute to minute, so every
+plan is run in each of --rounds rounds, the rounds going through the whole grid in turn, and
+its measured time is the median over the rounds; the spread across rounds is printed beside it.
 
 A benchmark, not a test: it prints figures (docs/performance.md records them) and asserts
 nothing. Measured step time: the median of a run's steps after the first (the first pays for
@@ -73,12 +79,29 @@ class Bench:
     def __init__(self, longctx, preset, steps, tmp):
         self.longctx, self.preset, self.steps, self.tmp = longctx, preset, steps, tmp
         self.n = 0
+        self.presets = {}
+
+    def calibrate(self, model, seq, gpus):
+        """The preset for plans of `gpus` ranks: the one given, else one measured for that rank count."""
+        if self.preset:
+            return self.preset
+        if gpus in self.presets:
+            return self.presets[gpus]
+        path = os.path.join(self.tmp, f"calibrated-{gpus}.json")
+        cmd = [self.longctx, "calibrate", "--seconds", "1", "-o", path]
+        if gpus > 1:
+            cmd += ["--nproc", str(gpus)]
+        out = subprocess.run(cmd, capture_output=True, text=True)
+        if out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()[-400:]}")
+        self.presets[gpus] = path
+        return path
 
     def plan(self, model, seq, gpus, flags, budget="4GiB", search=False):
         self.n += 1
         path = os.path.join(self.tmp, f"plan{self.n}.json")
-        cmd = [self.longctx, "plan", "--model", model, "--gpu", self.preset, "--gpus", str(gpus), "--seq", str(seq),
-               "--budget", budget, "--json", "-o", path] + flags + ([] if search else ["--no-search"])
+        cmd = [self.longctx, "plan", "--model", model, "--gpu", self.calibrate(model, seq, gpus), "--gpus", str(gpus),
+               "--seq", str(seq), "--budget", budget, "--json", "-o", path] + flags + ([] if search else ["--no-search"])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()}")
@@ -112,36 +135,51 @@ def spearman(a, b):
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("preset")
+    ap.add_argument("preset", nargs="?", help="a calibrated preset; default: calibrate for each rank count first")
     ap.add_argument("--longctx", default="build/cli/longctx")
     ap.add_argument("--steps", type=int, default=4)
+    ap.add_argument("--rounds", type=int, default=3)
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         b = Bench(a.longctx, a.preset, a.steps, tmp)
-        print("| plan | predicted s | measured s | error |\n| --- | --- | --- | --- |")
+        for gpus in sorted({g for _, _, g, _ in GRID + QUERIES}):
+            b.calibrate("tiny-gqa", 4096, gpus)
+        plans = [b.plan(model, seq, gpus, knob_flags(knobs)) for model, seq, gpus, knobs in GRID]
+        queries = []
+        for model, seq, gpus, budget in QUERIES:
+            _, plan = b.plan(model, seq, gpus, [], budget=budget, search=True)
+            top = [plan["parallel"]] + [r["parallel"] for r in plan["search"].get("runners_up", [])[:2]]
+            queries.append([b.plan(model, seq, gpus, parallel_flags(p), budget=budget)[0] for p in top])
+        grid_times = [[] for _ in GRID]
+        query_times = [[[] for _ in q] for q in queries]
+        for r in range(a.rounds):
+            print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
+            for i, (path, _) in enumerate(plans):
+                grid_times[i].append(b.run(path, GRID[i][2]))
+            for qi, paths in enumerate(queries):
+                for pi, path in enumerate(paths):
+                    query_times[qi][pi].append(b.run(path, QUERIES[qi][2]))
+
+        print("| plan | predicted s | measured s (spread over rounds) | error |\n| --- | --- | --- | --- |")
         predicted, measured = [], []
-        for model, seq, gpus, knobs in GRID:
-            path, plan = b.plan(model, seq, gpus, knob_flags(knobs))
-            p, m = plan["prediction"]["step_time_s"], b.run(path, gpus)
+        for (model, seq, gpus, knobs), (_, plan), times in zip(GRID, plans, grid_times):
+            p, m = plan["prediction"]["step_time_s"], statistics.median(times)
             predicted.append(p)
             measured.append(m)
             name = f"{model} {seq} x{gpus} " + (" ".join(knob_flags(knobs)) or "plain")
-            print(f"| {name} | {p:.3f} | {m:.3f} | {100 * (p - m) / m:+.1f}% |", flush=True)
+            spread = 100 * (max(times) - min(times)) / m
+            print(f"| {name} | {p:.3f} | {m:.3f} ({spread:.0f}%) | {100 * (p - m) / m:+.1f}% |", flush=True)
         errors = [abs(p - m) / m for p, m in zip(predicted, measured)]
         print(f"\n{len(GRID)} plans: worst |error| {100 * max(errors):.1f}%, median {100 * statistics.median(errors):.1f}%, "
               f"within 15%: {sum(e <= 0.15 for e in errors)}; Spearman {spearman(predicted, measured):.3f}\n")
 
         print("| query | picked | measured s of the top three | picked within 5% of the fastest |\n| --- | --- | --- | --- |")
-        for model, seq, gpus, budget in QUERIES:
-            _, plan = b.plan(model, seq, gpus, [], budget=budget, search=True)
-            top = [plan["parallel"]] + [r["parallel"] for r in plan["search"].get("runners_up", [])[:2]]
-            times = []
-            for parallel in top:
-                path, _ = b.plan(model, seq, gpus, parallel_flags(parallel), budget=budget)
-                times.append(b.run(path, gpus))
-            ok = times[0] <= 1.05 * min(times)
-            picked = " ".join(parallel_flags(top[0]))
-            print(f"| {model} {seq} x{gpus} {budget} | {picked} | {', '.join(f'{t:.3f}' for t in times)} | "
+        for (model, seq, gpus, budget), paths, times in zip(QUERIES, queries, query_times):
+            medians = [statistics.median(t) for t in times]
+            ok = medians[0] <= 1.05 * min(medians)
+            with open(paths[0]) as f:
+                picked = " ".join(parallel_flags(json.load(f)["parallel"]))
+            print(f"| {model} {seq} x{gpus} {budget} | {picked} | {', '.join(f'{t:.3f}' for t in medians)} | "
                   f"{'yes' if ok else 'no'} |", flush=True)
 
 
