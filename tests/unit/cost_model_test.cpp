@@ -68,6 +68,34 @@ TEST(MeasuredCostModel, EachRateMovesOnlyItsOps) {
 
 // An offloaded optimizer runs on the host: its time follows the host's measured rate (and
 // nothing else does), over the eight passes of the runtime's AdamW.
+TEST(MeasuredCostModel, TranscendentalsBindAtTheMeasuredRateAndOnlyWhereEvaluated) {
+  Plan p = testing::cpu_plan("tiny-gqa", 1, 2048);
+  p.cluster.hardware.measured = rates();
+  const Evaluation e = evaluate(p);
+  const std::int64_t n = 2048, I = p.model.intermediate, V = p.model.vocab;
+  double evaluations = 0;
+  for (const auto& op : e.graph.ops()) {
+    evaluations += op.transcendentals;
+    // SwiGLU: one SiLU an element forward, silu, sigmoid and silu backward; the log-softmax one
+    // exp an element each way (runtime/src/layers.cpp).
+    const std::string name = format(op.name);
+    if (name.ends_with("mlp.swiglu")) EXPECT_EQ(op.transcendentals, double(n * I)) << name;
+    if (name.ends_with("mlp.swiglu.bwd")) EXPECT_EQ(op.transcendentals, 3.0 * double(n * I)) << name;
+    if (name.starts_with("loss.log_softmax")) EXPECT_EQ(op.transcendentals, double(n * V)) << name;
+    if (op.kind == OpKind::Attention || name.ends_with("residual")) EXPECT_EQ(op.transcendentals, 0) << name;
+  }
+  ASSERT_GT(evaluations, 0);
+  // Absent from the preset: nothing changes. Slow enough to bind every op that has them: the
+  // step grows by their evaluations' time less the time those ops took before, which is at
+  // most what the rate adds.
+  const double base = time_of(p).total_s;
+  Plan slow = p;
+  slow.cluster.hardware.measured.transcendental_elems_per_s = 1e3;
+  const double added = time_of(slow).total_s - base;
+  EXPECT_GT(added, 0.99 * evaluations / 1e3 - base);
+  EXPECT_LE(added, evaluations / 1e3 * (1 + 1e-12));
+}
+
 TEST(MeasuredCostModel, PhaseTimesAddUpToTheStepUnderTheRuntimesPhaseNames) {
   for (const bool measured : {true, false}) {
     for (Plan p : {testing::cpu_plan("tiny-gqa", 1, 2048), testing::cpu_plan("tiny-odd", 2, 1536)}) {
