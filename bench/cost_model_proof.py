@@ -149,14 +149,15 @@ def main():
         for model, seq, gpus, budget in QUERIES:
             _, plan = b.plan(model, seq, gpus, [], budget=budget, search=True)
             top = [plan["parallel"]] + [r["parallel"] for r in plan["search"].get("runners_up", [])[:2]]
-            queries.append([b.plan(model, seq, gpus, parallel_flags(p), budget=budget)[0] for p in top])
+            queries.append((" ".join(parallel_flags(top[0])),
+                            [b.plan(model, seq, gpus, parallel_flags(p), budget=budget)[0] for p in top]))
         grid_times = [[] for _ in GRID]
-        query_times = [[[] for _ in q] for q in queries]
+        query_times = [[[] for _ in paths] for _, paths in queries]
         for r in range(a.rounds):
             print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
             for i, (path, _) in enumerate(plans):
                 grid_times[i].append(b.run(path, GRID[i][2]))
-            for qi, paths in enumerate(queries):
+            for qi, (_, paths) in enumerate(queries):
                 for pi, path in enumerate(paths):
                     query_times[qi][pi].append(b.run(path, QUERIES[qi][2]))
 
@@ -174,11 +175,9 @@ def main():
               f"within 15%: {sum(e <= 0.15 for e in errors)}; Spearman {spearman(predicted, measured):.3f}\n")
 
         print("| query | picked | measured s of the top three | picked within 5% of the fastest |\n| --- | --- | --- | --- |")
-        for (model, seq, gpus, budget), paths, times in zip(QUERIES, queries, query_times):
+        for (model, seq, gpus, budget), (picked, _), times in zip(QUERIES, queries, query_times):
             medians = [statistics.median(t) for t in times]
             ok = medians[0] <= 1.05 * min(medians)
-            with open(paths[0]) as f:
-                picked = " ".join(parallel_flags(json.load(f)["parallel"]))
             print(f"| {model} {seq} x{gpus} {budget} | {picked} | {', '.join(f'{t:.3f}' for t in medians)} | "
                   f"{'yes' if ok else 'no'} |", flush=True)
 

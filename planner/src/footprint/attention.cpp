@@ -32,7 +32,8 @@ std::int64_t dq_accumulator(const StepShapes& s, std::int64_t q_heads) {
 }
 
 namespace {
-std::int64_t cpu_q_block(std::int64_t rows) { return rows >= 768 ? 256 : rows >= 192 ? 64 : 32; }
+// As the kernel clamps them: a block never longer than the rows it splits.
+std::int64_t cpu_q_block(std::int64_t rows) { return std::min<std::int64_t>(rows >= 768 ? 256 : rows >= 192 ? 64 : 32, rows); }
 std::int64_t cpu_kv_block(std::int64_t keys) { return std::min<std::int64_t>(512, keys); }
 }  // namespace
 
@@ -40,7 +41,7 @@ std::int64_t cpu_flash_q_block(const StepShapes& s) { return cpu_q_block(s.S); }
 std::int64_t cpu_flash_kv_block(const StepShapes& s) { return cpu_kv_block(s.S); }
 
 double cpu_causal_kernel_pairs(std::int64_t L) {
-  const std::int64_t qs = std::min(cpu_q_block(L), L), ks = cpu_kv_block(L);
+  const std::int64_t qs = cpu_q_block(L), ks = cpu_kv_block(L);
   double pairs = 0;
   for (std::int64_t m = 0; m < L; m += qs) {
     const std::int64_t rows = std::min(qs, L - m);
@@ -67,7 +68,7 @@ double attention_kernel_flops(const StepShapes& s, std::int64_t heads) {
 
 std::int64_t flash_forward_scratch(const StepShapes& s) {
   if (!s.cpu) return 0;
-  const std::int64_t qs = std::min(cpu_flash_q_block(s), s.S), ks = cpu_flash_kv_block(s);
+  const std::int64_t qs = cpu_flash_q_block(s), ks = cpu_flash_kv_block(s);
   // Per thread: scores [qs, ks], max and sum [qs] each, out accumulator [qs, d], fp32;
   // bf16: scores [qs, ks] e.
   return s.cpu_threads * ((qs * ks + 2 * qs + qs * s.d) * 4 + (s.e == 4 ? 0 : qs * ks * s.e));
@@ -76,7 +77,7 @@ std::int64_t flash_forward_scratch(const StepShapes& s) {
 std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads) {
   // CUDA: dq_accum, and the row sums of dO*O (softmax_d) [b, q_heads, S128] fp32.
   if (!s.cpu) return dq_accumulator(s, q_heads) + flash::fa2_softmax_d_bytes(s.b, s.S, q_heads);
-  const std::int64_t qs = std::min(cpu_flash_q_block(s), s.S), ks = cpu_flash_kv_block(s);
+  const std::int64_t qs = cpu_flash_q_block(s), ks = cpu_flash_kv_block(s);
   // Per thread: probabilities and their gradient [qs, ks] fp32 each (bf16: e each too), row
   // sums of dO*O [qs] fp32.
   return s.cpu_threads * (2 * qs * ks * 4 + (s.e == 4 ? 0 : 2 * qs * ks * s.e) + qs * 4);

@@ -1,7 +1,7 @@
 // The batch and the embedding: token lookup in forward, the dense embedding gradient in
 // backward (runtime/src/llama_step.cpp, LlamaStep::forward: at::embedding).
-#include "longctx/planner/footprint/embedding.h"
 #include "emitters.h"
+#include "longctx/planner/footprint/embedding.h"
 #include "longctx/planner/footprint/zero.h"
 
 namespace longctx::step {

@@ -7,9 +7,9 @@
 // (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py:
 // _fused_adamw, the Trainer's default; or _single_tensor_adamw on the CPU and
 // _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
-#include "longctx/planner/footprint/embedding.h"
 #include "hf_step.h"
 
+#include "longctx/planner/footprint/embedding.h"
 #include "longctx/planner/footprint/hf.h"
 #include "longctx/planner/footprint/optimizer.h"
 #include "longctx/planner/footprint/zero.h"

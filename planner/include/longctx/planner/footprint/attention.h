@@ -54,8 +54,8 @@ std::int64_t kv_expansion(const StepShapes& s, std::int64_t q_heads, std::int64_
 std::int64_t dq_accumulator(const StepShapes& s, std::int64_t q_heads);
 
 // LibTorch's CPU flash kernel (aten/src/ATen/native/cpu/FlashAttentionKernel.cpp) works in
-// blocks of qs query rows by ks keys: qs = 256 from 768 rows up, 64 from 192, else 32;
-// ks = min(512, S).
+// blocks of qs query rows by ks keys: qs = 256 from 768 rows up, 64 from 192, else
+// min(32, S); ks = min(512, S).
 std::int64_t cpu_flash_q_block(const StepShapes& s);
 std::int64_t cpu_flash_kv_block(const StepShapes& s);
 
