@@ -13,6 +13,8 @@
 #include <unordered_map>
 #include <fmt/format.h>
 
+#include "longctx/runtime/host_heap.h"
+
 namespace longctx::runtime {
 
 // ---- the meter -------------------------------------------------------------------------
@@ -295,14 +297,14 @@ class CountingAllocator final : public c10::Allocator {
   Pool pool_;
 };
 
+// Both pools come from the C heap, each freed block kept for its size (host_heap.h).
 CountingAllocator& device_allocator() {
-  // Captured before installation, so it wraps LibTorch's own default.
-  static CountingAllocator a(c10::GetDefaultCPUAllocator(), Pool::Device);
+  static CountingAllocator a(&host_heap_allocator(), Pool::Device);
   return a;
 }
 
 CountingAllocator& host_allocator() {
-  static CountingAllocator a(c10::GetDefaultCPUAllocator(), Pool::Host);
+  static CountingAllocator a(&host_heap_allocator(), Pool::Host);
   return a;
 }
 
@@ -355,7 +357,8 @@ CountingAllocator& pinned_host_allocator() {
 MeterScope::MeterScope(std::shared_ptr<MemoryMeter> meter) {
   static const bool installed = [] {
     // Above the default's priority (0), so every CPU tensor goes through the wrapper.
-    g_base_raw_deleter = c10::GetDefaultCPUAllocator()->raw_deleter();
+    g_base_raw_deleter = host_heap_allocator().raw_deleter();
+    (void)keep_freed_host_memory();
     c10::SetCPUAllocator(&device_allocator(), /*priority=*/100);
     return true;
   }();
