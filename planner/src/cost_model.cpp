@@ -39,15 +39,11 @@ void finish(const Plan& p, StepTime& t) {
   t.mfu = t.total_s > 0 ? t.model_flops / (t.total_s * p.cluster.hardware.peak_flops) : 0;
 }
 
-bool overlappable(const OpSpec& op) {
-  return op.comm == CommKind::AllGather || op.comm == CommKind::ReduceScatter ||
-         op.comm == CommKind::HostToDevice || op.comm == CommKind::DeviceToHost;
-}
-
-// Of an op's `comm` seconds, those that may hide behind compute: all of a side-stream
-// transfer's, else the share of its bytes that travel while the op itself computes.
+// Of an op's `comm` seconds, those that may hide behind compute: all of an exchange the step
+// does not wait for (a prefetch, a side stream), else the share of its bytes that travel
+// while the op itself computes. An exchange the rank waits for is exposed.
 double hidden_share(const OpSpec& op, double comm) {
-  if (overlappable(op)) return comm;
+  if (op.comm_async) return comm;
   return op.comm_bytes > 0 ? comm * op.overlapped_comm_bytes / op.comm_bytes : 0;
 }
 

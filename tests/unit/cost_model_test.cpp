@@ -96,6 +96,50 @@ TEST(MeasuredCostModel, TranscendentalsBindAtTheMeasuredRateAndOnlyWhereEvaluate
   EXPECT_LE(added, evaluations / 1e3 * (1 + 1e-12));
 }
 
+// The runtime waits for every collective it issues except zero3's prefetched layer gathers:
+// those exchanges add their whole time to the step, and each collective call pays the
+// measured latency once (one all-reduce per parameter tensor, runtime/src/runner.cpp,
+// sum_gradients).
+TEST(MeasuredCostModel, ExchangesTheRankWaitsForAreExposedAndEachCallPaysTheLatency) {
+  for (const Sharding sharding : {Sharding::None, Sharding::Zero2, Sharding::Zero3}) {
+    Plan p = testing::cpu_plan("tiny-gqa", 2, 2048);
+    p.parallel.sharding = sharding;
+    p.cluster.hardware.measured = rates();
+    p.cluster.hardware.measured.ranks = 2;
+    const Evaluation e = evaluate(p);
+    double waited_s = 0;
+    int calls = 0, prefetched = 0, all_reduces = 0;
+    for (const auto& op : e.graph.ops()) {
+      if (op.comm == CommKind::None) continue;
+      calls += op.launches;
+      if (op.comm_async) {
+        ++prefetched;
+        EXPECT_EQ(op.comm, CommKind::AllGather) << format(op.name);
+        EXPECT_NE(op.layer, op.name.scope) << format(op.name) << ": prefetched among its own layer's ops";
+      } else {
+        waited_s += op.comm_bytes / p.cluster.hardware.measured.collective_bytes_per_s;
+      }
+      if (op.comm == CommKind::AllReduce) all_reduces += op.launches;
+    }
+    ASSERT_GT(waited_s, 0);
+    // tiny-gqa: two layers of nine tensors (two norms, four attention and three MLP
+    // projections), the embedding, the final norm and the output projection.
+    EXPECT_EQ(all_reduces, sharding == Sharding::None ? 2 * 9 + 3 : 0);
+    // zero3 prefetches the second layer in forward and the first in backward.
+    EXPECT_EQ(prefetched, sharding == Sharding::Zero3 ? 2 : 0);
+    const double base = time_of(p).total_s;
+    Plan slow = p;
+    slow.cluster.hardware.measured.collective_bytes_per_s /= 2;
+    if (sharding != Sharding::Zero3)
+      EXPECT_NEAR(time_of(slow).total_s - base, waited_s, 1e-9 * base);
+    else  // the prefetched gathers still hide behind their layers at half the rate
+      EXPECT_NEAR(time_of(slow).total_s - base, waited_s, 0.01 * waited_s);
+    Plan latency = p;
+    latency.cluster.hardware.measured.collective_latency_s += 1e-3;
+    if (sharding != Sharding::Zero3) EXPECT_NEAR(time_of(latency).total_s - base, calls * 1e-3, 1e-9 * calls);
+  }
+}
+
 TEST(MeasuredCostModel, PhaseTimesAddUpToTheStepUnderTheRuntimesPhaseNames) {
   for (const bool measured : {true, false}) {
     for (Plan p : {testing::cpu_plan("tiny-gqa", 1, 2048), testing::cpu_plan("tiny-odd", 2, 1536)}) {

@@ -41,10 +41,10 @@ std::string serialize(const StepGraph& g) {
     out += fmt::format("T {} {} {} {} {} {} {}\n", format(t.name), t.bytes, to_string(t.category),
                        t.place == Place::Host ? "host" : "device", t.producer, t.last_reader, t.persistent);
   for (const OpSpec& o : g.ops())
-    out += fmt::format("O {} {} {} {} {} in={} out={} ws={} hws={} flops={} mem={} comm={} {} {} host={}\n",
+    out += fmt::format("O {} {} {} {} {} in={} out={} ws={} hws={} flops={} mem={} comm={} {} {} async={} host={}\n",
                        format(o.name), to_string(o.phase), o.layer, static_cast<int>(o.kind), o.launches,
                        ids(o.inputs), ids(o.outputs), o.workspace_bytes, o.host_workspace_bytes, o.flops,
-                       o.memory_bytes, static_cast<int>(o.comm), o.comm_bytes, o.comm_group, o.host_compute);
+                       o.memory_bytes, static_cast<int>(o.comm), o.comm_bytes, o.comm_group, o.comm_async, o.host_compute);
   return out;
 }
 

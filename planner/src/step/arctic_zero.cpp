@@ -63,10 +63,13 @@ void reduce(StepBuild& sb, Bucket& b) {
                             {.workspace = reduce_flat_bytes(s, b.flat_elems) + b.partition_ws});
   sb.graph.set_comm(o, CommKind::ReduceScatter, double(b.flat_elems * s.e), static_cast<int>(s.world));
   sb.graph.set_stream(o, kReduceStream);
+  sb.graph.set_comm_async(o);  // on reduce_and_partition_stream while backward goes on
   if (sb.parallel.offload_optimizer) {
-    // partition_grads: each partition's fp32 copy goes to the host's sub-group gradient.
+    // partition_grads: each partition's fp32 copy goes to the host's sub-group gradient, on
+    // the same stream (non_blocking copies).
     const int c = sb.graph.op(step_name("zero.grads_to_host"), Phase::Backward, -1, {}, {});
     sb.graph.set_comm(c, CommKind::DeviceToHost, double(b.flat_elems / s.world * 4), 1);
+    sb.graph.set_comm_async(c);
   }
   const TensorId buffer = b.buffer;
   b = Bucket{};
@@ -127,7 +130,12 @@ TensorId gather(StepBuild& sb, int layer, const char* name, std::int64_t numel, 
   const int o = sb.graph.op(n, phase, layer, {}, {t});
   if (s.world > 1) sb.graph.set_comm(o, CommKind::AllGather, double(bytes) / double(s.world), static_cast<int>(s.world));
   else sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
-  if (module) sb.graph.set_stream(o, kAllGatherStream);
+  if (module) {
+    // A module's parameters: fetched on the all-gather stream, ahead of use by the prefetch
+    // coordinator (partitioned_param_coordinator.py, fetch_sub_module).
+    sb.graph.set_stream(o, kAllGatherStream);
+    sb.graph.set_comm_async(o);
+  }
   return t;
 }
 

@@ -58,6 +58,7 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
     const int o = sb.graph.op(layer_name(l, "attn.a2a_qkv", rc), phase, l, {q, k, v}, {a.q_sp, a.k_sp, a.v_sp},
                               {.workspace = ulysses_exchange_workspace(s, send)});
     sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, send), static_cast<int>(s.u));
+    sb.graph.set_calls(o, 3);  // q, k and v each their own (runtime/src/ulysses.cpp)
   }
   a.o_sp = sb.graph.tensor(layer_name(l, "attn.flash.out", rc), s.n * s.H * s.d * s.e, act);  // [b*S, hl, d] e
   a.lse = sb.graph.tensor(layer_name(l, "attn.flash.lse", rc), s.n * s.H * 4, act);          // [b, hl, S/r] fp32
@@ -96,6 +97,7 @@ void exchange_qkv_grads(StepBuild& sb, int l, TensorId& dq, TensorId& dk, Tensor
   const int o = sb.graph.op(layer_name(l, "attn.a2a_qkv.bwd"), Phase::Backward, l, {dq, dk, dv}, {dq_loc, dk_loc, dv_loc},
                             {.workspace = ulysses_qkv_backward_workspace(s)});
   sb.graph.set_comm(o, CommKind::AllToAll, ulysses_sent_bytes(s, ulysses_qkv_send_bytes(s)), static_cast<int>(s.u));
+  sb.graph.set_calls(o, 3);  // dq, dk and dv each their own
   dq = dq_loc;
   dk = dk_loc;
   dv = dv_loc;

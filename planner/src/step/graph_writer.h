@@ -41,6 +41,10 @@ class GraphWriter {
   // An op with no flops is then bound by the exchange.
   // `overlapped` of the bytes travel while the op computes (OpSpec::overlapped_comm_bytes).
   void set_comm(int op, CommKind kind, double bytes, int group, double overlapped = 0);
+  // The op's exchange runs while the step goes on (OpSpec::comm_async); `calls`: the
+  // collectives or copies it issues (OpSpec::launches).
+  void set_comm_async(int op, bool async = true);
+  void set_calls(int op, int calls);
   // Runs an op on side stream `stream` (OpSpec::stream).
   void set_stream(int op, int stream);
   // One more tensor an op reads, known only after the op was written (a layer's gathered
@@ -120,6 +124,10 @@ inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group
 inline void GraphWriter::add_input(int op, int tensor) { mutable_op(op).inputs.push_back(tensor); }
 
 inline void GraphWriter::set_stream(int op, int stream) { mutable_op(op).stream = stream; }
+
+inline void GraphWriter::set_comm_async(int op, bool async) { mutable_op(op).comm_async = async; }
+
+inline void GraphWriter::set_calls(int op, int calls) { mutable_op(op).launches = calls; }
 
 // Names: a layer's ("layer.3.attn.q", with ".recompute" when rebuilt in backward), and one
 // outside the layers ("loss.logits").

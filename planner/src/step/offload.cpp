@@ -20,6 +20,9 @@ void offload_checkpoint(StepBuild& sb, int layer, TensorId x) {
   sb.checkpoint_host[static_cast<std::size_t>(layer)] = host;
   const int o = sb.graph.op(layer_name(layer, "checkpoint.offload"), Phase::Forward, layer, {x}, {host});
   sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+  // On CUDA a side stream's copy (runtime/src/checkpoint_store.cpp); the CPU virtual device's
+  // is a memcpy the step waits for.
+  sb.graph.set_comm_async(o, !sb.shapes.cpu);
 }
 
 // Brings layer l's checkpoint back, among the ops of layer `at_layer` (the one above it,
@@ -32,6 +35,7 @@ TensorId prefetch_checkpoint(StepBuild& sb, int layer, int at_layer) {
   const TensorId dev = sb.graph.tensor(layer_name(layer, "in.prefetched"), bytes, Category::Activations);
   const int o = sb.graph.op(layer_name(layer, "checkpoint.prefetch"), Phase::Backward, at_layer, {host}, {dev});
   sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+  sb.graph.set_comm_async(o, !sb.shapes.cpu);  // as the offload's copy
   return dev;
 }
 

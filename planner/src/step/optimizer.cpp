@@ -17,6 +17,9 @@ void all_reduce_grad(StepBuild& sb, int group, Phase phase) {
   const int o = sb.graph.op(sb.group_name(group, "grad.all_reduce"), phase, at_layer,
                             sb.grads[static_cast<std::size_t>(group)], {});
   sb.graph.set_comm(o, CommKind::AllReduce, all_reduce_sent_bytes(sb.shapes, group), static_cast<int>(sb.shapes.world));
+  // One all-reduce per parameter tensor, each waited for (runtime/src/runner.cpp,
+  // sum_gradients; ShardedParams::prepare_step and zero1_grads_to_host).
+  sb.graph.set_calls(o, static_cast<int>(param_sizes(sb.shapes, group).size()));
 }
 
 namespace {

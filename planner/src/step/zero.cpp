@@ -74,6 +74,10 @@ TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
   const int o = sb.graph.op(sb.group_name(group, "gather"), phase, at_layer, {sb.params[static_cast<std::size_t>(group)]},
                             {full});
   sb.graph.set_comm(o, CommKind::AllGather, gather_received_bytes(s, group), static_cast<int>(s.world));
+  // A layer's gather issued while another layer runs is the runtime's prefetch
+  // (ShardedParams::prefetch, all_gather_async), waited for when its layer begins; the first
+  // layer's, and the embedding's and head's, are waited for at once.
+  sb.graph.set_comm_async(o, group < s.layers && at_layer != group);
   return full;
 }
 

@@ -76,7 +76,10 @@ struct OpSpec {
   Phase phase = Phase::Forward;
   int layer = -1;                      // -1 outside the layers (embedding, loss, optimizer)
   OpKind kind = OpKind::Memory;
-  int launches = 1;                    // kernel launches or collective rounds (tiles, stages)
+  // Kernel launches (tiles, stages); of an op that exchanges, the collectives or hops it issues,
+  // as the runtime issues them (one all-reduce per parameter tensor, one all-to-all each for
+  // q, k and v): each pays a collective's latency.
+  int launches = 1;
   Ids inputs;                          // tensor indices read
   Ids outputs;                         // tensor indices produced
   std::int64_t workspace_bytes = 0;    // device scratch live only inside the op
@@ -95,6 +98,10 @@ struct OpSpec {
   // beside the current one's attention): hidden as far as the op's compute lasts.
   double overlapped_comm_bytes = 0;
   int comm_group = 1;                  // ranks taking part in the collective
+  // The exchange is started and the step goes on without waiting for it (a prefetched
+  // gather, a copy on a side stream): it may hide behind the compute of its phase and layer.
+  // Otherwise the rank waits for it, and only overlapped_comm_bytes hide.
+  bool comm_async = false;
   // The CUDA stream it runs on: 0 the default one. The caching allocator keeps each stream's
   // freed blocks for that stream's requests (CUDACachingAllocator.cpp: a block's stream is
   // part of its pool key), so what an op on a side stream allocates (its outputs, its
