@@ -50,9 +50,12 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
   const StepShapes& s = sb.shapes;
   const std::int64_t c = sb.parallel.head_chunk;
   const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);
-  // The projection's two gradient matmuls and its recompute, the kernel's recompute and backward.
-  const double flops = 2 * projection + projection + 3.5 * attention_flops(s, s.hl);
-  const double kernel = 3 * projection + 3.5 * attention_kernel_flops(s, s.hl);
+  // The projection's two gradient matmuls and its recompute, and the flash backward (2.5x the
+  // forward, its own recompute of the scores included). The forward kernel is not run again:
+  // each stage's output and log-sum-exp are saved (runtime/src/attention.cpp,
+  // HeadChunkedAttentionFn::backward calls flash_backward or ring_backward only).
+  const double flops = 2 * projection + projection + 2.5 * attention_flops(s, s.hl);
+  const double kernel = 3 * projection + 2.5 * attention_kernel_flops(s, s.hl);
   // wq, wk, wv (and the q and k norms, the q/k/v biases) in one gradient [h * (H + 2K) * d (+ 2d) (+ (H + 2K) * d)] g
   const std::int64_t elems = s.h * (s.H + 2 * s.K) * s.d + (s.qk_norm ? 2 * s.d : 0) +
                              footprint::bias_params(s, {ParamRole::Bq, ParamRole::Bk, ParamRole::Bv});
