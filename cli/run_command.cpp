@@ -221,10 +221,12 @@ int run(const RunArgs& a) {
       nlohmann::json ph = {{"name", p.name},
                            {"peak_device_bytes", p.peak_device},
                            {"peak_host_bytes", p.peak_host},
-                           {"time_s", p.end_s - p.start_s}};
+                           {"time_s", p.end_s - p.start_s},
+                           {"collectives", p.collectives}};
       if (auto it = predicted.phases.find(p.name); it != predicted.phases.end()) {
         ph["predicted_peak_device_bytes"] = it->second.peak_device_bytes;
         ph["predicted_time_s"] = it->second.time_s;
+        ph["predicted_collectives"] = it->second.collectives;
       }
       phases.push_back(ph);
     }

@@ -195,4 +195,13 @@ std::map<std::string, double> phase_step_times(const Plan& p, const StepGraph& g
   return out;
 }
 
+std::map<std::string, int> phase_collective_calls(const StepGraph& g) {
+  std::map<std::string, int> out;
+  for (const OpSpec& op : g.ops())
+    if (op.comm == CommKind::AllToAll || op.comm == CommKind::AllGather || op.comm == CommKind::ReduceScatter ||
+        op.comm == CommKind::AllReduce)
+      out[phase_of(op)] += op.launches;
+  return out;
+}
+
 }  // namespace longctx

@@ -7,6 +7,8 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
+#include "longctx/runtime/memory_meter.h"
+
 namespace longctx::runtime {
 
 std::shared_ptr<Communicator> Communicator::single(c10::Device device) {
@@ -81,6 +83,14 @@ void Communicator::check_placement(const torch::Tensor& t, const char* collectiv
       rank_, role, t.is_contiguous() ? "contiguous" : "not contiguous", t.device().str(), device_.str()));
 }
 
+namespace {
+// Each collective that goes to peers counts in the open phase (PhaseRecord::collectives),
+// as the planner counts its exchanging ops' launches.
+void count_collective() {
+  if (auto* m = active_meter()) m->on_collective();
+}
+}  // namespace
+
 torch::Tensor Communicator::all_to_all(const torch::Tensor& send) {
   check_placement(send, "Ulysses all-to-all", "send buffer");
   if (sp_size_ == 1) return send;
@@ -88,6 +98,7 @@ torch::Tensor Communicator::all_to_all(const torch::Tensor& send) {
   torch::Tensor recv = at::empty(send.sizes(), send.options());
   std::vector<std::int64_t> counts;  // empty: equal splits over dim 0
   torch::Tensor in = send;
+  count_collective();
   wait(sp_group_->alltoall_base(recv, in, counts, counts), "Ulysses all-to-all");
   return recv;
 }
@@ -96,6 +107,7 @@ void Communicator::all_reduce_sum(torch::Tensor& t) {
   check_placement(t, "gradient all-reduce", "tensor");
   if (world_ == 1) return;
   std::vector<torch::Tensor> ts = {t};
+  count_collective();
   wait(world_group_->allreduce(ts), "gradient all-reduce");
 }
 
@@ -103,6 +115,7 @@ double Communicator::all_reduce_sum(double value) {
   if (world_ == 1) return value;
   torch::Tensor sum = at::full({1}, value, torch::TensorOptions().dtype(torch::kDouble).device(device_));
   std::vector<torch::Tensor> ts = {sum};
+  count_collective();
   wait(world_group_->allreduce(ts), "loss all-reduce");
   return sum.item<double>();  // on CUDA: waits for the sum on the current stream
 }
@@ -125,6 +138,7 @@ Communicator::Pending Communicator::all_gather_async(torch::Tensor& full, const 
     full.copy_(shard);
     return p;
   }
+  count_collective();
   if (backend_ == CommBackend::Gloo) {
     p.work_ = gather_in_place(full, shard);
   } else {
@@ -162,6 +176,7 @@ void Communicator::reduce_scatter_sum(torch::Tensor& shard, torch::Tensor& full)
     shard.copy_(full);
     return;
   }
+  count_collective();
   if (backend_ == CommBackend::Gloo) {
     // The sum over ranks in place (Gloo's own reduce-scatter clones full: gather_in_place),
     // then this rank's slice.

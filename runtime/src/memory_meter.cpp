@@ -148,6 +148,11 @@ void MemoryMeter::finish() {
   open_ = PhaseRecord{phase_, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
 }
 
+void MemoryMeter::on_collective() {
+  std::lock_guard lock(mu_);
+  ++open_.collectives;
+}
+
 void MemoryMeter::on_alloc(Pool pool, std::int64_t bytes) {
   // On CUDA the device pool is the caching allocator's statistics (read_cuda_locked).
   if (pool == Pool::Device && device_.is_cuda()) return;

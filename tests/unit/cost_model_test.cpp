@@ -123,8 +123,8 @@ TEST(MeasuredCostModel, ExchangesTheRankWaitsForAreExposedAndEachCallPaysTheLate
     }
     ASSERT_GT(waited_s, 0);
     // tiny-gqa: two layers of nine tensors (two norms, four attention and three MLP
-    // projections), the embedding, the final norm and the output projection.
-    EXPECT_EQ(all_reduces, sharding == Sharding::None ? 2 * 9 + 3 : 0);
+    // projections), the embedding, the final norm and the output projection; and the loss.
+    EXPECT_EQ(all_reduces, (sharding == Sharding::None ? 2 * 9 + 3 : 0) + 1);
     // zero3 prefetches the second layer in forward and the first in backward.
     EXPECT_EQ(prefetched, sharding == Sharding::Zero3 ? 2 : 0);
     const double base = time_of(p).total_s;

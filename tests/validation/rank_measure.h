@@ -1,6 +1,7 @@
 #pragma once
 // Running a plan on the CPU virtual device and holding the planner's figures to what each rank
-// measured: the peaks of the whole run and of every phase of the last step, device and host.
+// measured: the peaks of the whole run and of every phase of the last step, device and host,
+// and the collectives each phase issued.
 // Shared by the validation tests (random_grid_test.cpp, answer_twin_test.cpp).
 #include <fmt/format.h>
 #include <torch/torch.h>
@@ -16,6 +17,7 @@
 
 #include <sys/wait.h>
 
+#include "longctx/planner/cost_model.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/phase_peaks.h"
 #include "longctx/runtime/runner.h"
@@ -42,6 +44,7 @@ struct Peaks {
 struct RankMeasure {
   Peaks total;
   std::map<std::string, Peaks> phases;
+  std::map<std::string, std::int64_t> collectives;  // per phase; phases without any absent
 };
 
 inline std::vector<RankMeasure> run_in_process(const Plan& plan) {
@@ -51,7 +54,10 @@ inline std::vector<RankMeasure> run_in_process(const Plan& plan) {
   auto r = runtime::run_plan(plan, o);
   if (!r) throw std::runtime_error(r.error().what());
   RankMeasure m{{r->peak_device, r->peak_host}, {}};
-  for (const auto& ph : r->steps.back().phases) m.phases[ph.name] = {ph.peak_device, ph.peak_host};
+  for (const auto& ph : r->steps.back().phases) {
+    m.phases[ph.name] = {ph.peak_device, ph.peak_host};
+    if (ph.collectives > 0) m.collectives[ph.name] = ph.collectives;
+  }
   return {m};
 }
 
@@ -75,9 +81,11 @@ inline std::vector<RankMeasure> run_ranks(const std::string& plan_file, std::int
   for (const auto& r : j.at("ranks")) {
     const auto& m = r.at("measured");
     RankMeasure rm{{m.at("peak_device_bytes").get<std::int64_t>(), m.at("peak_host_bytes").get<std::int64_t>()}, {}};
-    for (const auto& ph : m.at("phases"))
-      rm.phases[ph.at("name").get<std::string>()] = {ph.at("peak_device_bytes").get<std::int64_t>(),
-                                                     ph.at("peak_host_bytes").get<std::int64_t>()};
+    for (const auto& ph : m.at("phases")) {
+      const auto name = ph.at("name").get<std::string>();
+      rm.phases[name] = {ph.at("peak_device_bytes").get<std::int64_t>(), ph.at("peak_host_bytes").get<std::int64_t>()};
+      if (const auto n = ph.at("collectives").get<std::int64_t>(); n > 0) rm.collectives[name] = n;
+    }
     ranks.push_back(std::move(rm));
   }
   return ranks;
@@ -107,8 +115,18 @@ struct Comparison {
   }
 };
 
+// "phase: n, ..." of a per-phase count.
+template <class Count>
+std::string describe(const std::map<std::string, Count>& counts) {
+  std::string out;
+  for (const auto& [name, n] : counts) out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", name, n);
+  return out.empty() ? "none" : out;
+}
+
 inline Comparison compare(const Evaluation& e, const std::vector<RankMeasure>& ranks, const KnownGap& gap) {
   Comparison c;
+  std::map<std::string, std::int64_t> collectives;
+  for (const auto& [name, n] : phase_collective_calls(e.graph)) collectives[name] = n;
   const auto phases = phase_peaks(e);
   const std::string peaks_gap = gap.peaks ? gap.reason : "", phases_gap = gap.reason;
   const double peak_bound = gap.peaks ? gap.peak_bound : kBound, phase_bound = gap.reason.empty() ? kBound : 0;
@@ -126,6 +144,12 @@ inline Comparison compare(const Evaluation& e, const std::vector<RankMeasure>& r
       c.hold(rank + name + " device", predicted.device_bytes, it->second.device, phases_gap, phase_bound);
       c.hold(rank + name + " host", predicted.host_bytes, it->second.host, phases_gap, phase_bound);
     }
+    // The collectives each phase issued, exactly: the cost model charges each its latency. A
+    // ring's hops are not counted by either side; with head chunks a ring's stages carry
+    // their all-to-alls in the ring's op, which the planner does not count, so not held there.
+    if (e.plan.parallel.ring == 1 && m.collectives != collectives)
+      c.failures.push_back(fmt::format("{}collectives per phase: predicted {}, measured {}", rank,
+                                       describe(collectives), describe(m.collectives)));
   }
   return c;
 }

@@ -29,6 +29,8 @@ std::int64_t untied_stage_kv_heads(const StepShapes& s, std::int64_t c) {
   return std::max<std::int64_t>(1, c / group);
 }
 
+std::int64_t untied_kv_loads(const StepShapes& s, std::int64_t c) { return std::min(untied_stages(s, c), s.kvr); }
+
 std::int64_t untied_stage_unit(const StepShapes& s, std::int64_t heads) { return s.n * s.u * heads * s.d * s.e; }
 
 std::int64_t untied_qk_projection_peak(const StepShapes& s, std::int64_t heads) {

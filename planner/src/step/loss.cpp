@@ -10,6 +10,19 @@ namespace longctx::step {
 
 using namespace footprint;
 
+namespace {
+
+// The step's loss summed over the ranks once forward ends (runtime/src/llama_step.cpp,
+// forward_backward: Communicator::all_reduce_sum of a double), in the loss phase; its
+// one-element buffer (8 bytes) is not in the inventory.
+void loss_all_reduce(StepBuild& sb) {
+  if (sb.shapes.world == 1) return;
+  const int o = sb.graph.op(step_name("loss.all_reduce"), Phase::Loss, -1, {}, {});
+  sb.graph.set_comm(o, CommKind::AllReduce, 8.0, static_cast<int>(sb.shapes.world));
+}
+
+}  // namespace
+
 void loss_forward(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
@@ -25,6 +38,7 @@ void loss_forward(StepBuild& sb) {
                 {.workspace = tiled_loss_workspace(s, tiles), .flops = flops, .kind = OpKind::Matmul,
                  .launches = 3 * runs, .repeats = runs, .traffic = tiled_loss_forward_traffic(s),
                  .transcendentals = loss_transcendentals(s, 1)});
+    loss_all_reduce(sb);
     return;
   }
   TensorId logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, Category::Transient);  // [n, V] e
@@ -39,6 +53,7 @@ void loss_forward(StepBuild& sb) {
   sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp},
               {.flops = 5.0 * double(s.n * s.V), .traffic = log_softmax_forward_traffic(s), .transcendentals = loss_transcendentals(s, 1)});
   sb.graph.op(step_name("loss.nll"), L, -1, {o.logp, o.targets}, {});
+  loss_all_reduce(sb);
 }
 
 namespace {

@@ -62,4 +62,11 @@ StepTime estimate_measured_step_time(const Plan& plan, const StepGraph& graph);
 // "optimizer". The values sum to estimate_step_time's total_s.
 std::map<std::string, double> phase_step_times(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
 
+// The collectives each phase issues, under the runtime's phase names: the launches of its
+// all-to-alls, all-gathers, reduce-scatters and all-reduces (OpSpec::launches). A ring's
+// hops, sent point to point, are not counted, nor the ops that carry them (a ring with head
+// chunks: its stages' all-to-alls too). The runtime counts its Communicator's collectives per
+// phase (`run --json`, `collectives`); phases without any are absent.
+std::map<std::string, int> phase_collective_calls(const StepGraph& graph);
+
 }  // namespace longctx

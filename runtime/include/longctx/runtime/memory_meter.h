@@ -55,6 +55,9 @@ struct PhaseRecord {
   std::int64_t peak_device = 0;        // CPU: counted bytes; CUDA: allocated bytes
   std::int64_t peak_device_reserved = 0;  // CUDA only: the caching allocator's reserved peak
   std::int64_t peak_host = 0;
+  // Collectives this rank issued through its Communicator (all-to-all, all-gather,
+  // reduce-scatter, all-reduce): what the planner's exchanging ops count as their launches.
+  std::int64_t collectives = 0;
 };
 
 // A point of the counter tracks of the trace.
@@ -78,6 +81,8 @@ class MemoryMeter {
   // and records oom() (the first one wins).
   void on_alloc(Pool pool, std::int64_t bytes);
   void on_free(Pool pool, std::int64_t bytes);
+  // Called by the Communicator for each collective it issues: counted in the open phase.
+  void on_collective();
 
   std::int64_t current(Pool pool) const;
   std::int64_t peak(Pool pool) const;  // since construction or reset_peaks()

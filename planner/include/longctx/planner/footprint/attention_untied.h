@@ -16,6 +16,10 @@ std::int64_t untied_stages(const StepShapes& s, std::int64_t c);
 // kv load and reused by the stages of their group.
 std::int64_t untied_stage_kv_heads(const StepShapes& s, std::int64_t c);
 
+// Times an op loads a group's kv heads: min(stages, kvr), the distinct groups its stages
+// read (consecutive stages of one GQA group share the load).
+std::int64_t untied_kv_loads(const StepShapes& s, std::int64_t c);
+
 // One stage tensor of `heads` heads on either side of an all-to-all: [n, u*heads, d] before
 // it, [b*S, heads, d] after it, e bytes (a "unit").
 std::int64_t untied_stage_unit(const StepShapes& s, std::int64_t heads);
