@@ -5,11 +5,14 @@ search returns and checks that the one it picked is the fastest measured or with
 
     python3 bench/cost_model_proof.py [PRESET.json] [--longctx build/cli/longctx] [--steps 4] [--rounds 3]
 
-Without PRESET it calibrates once for each rank count the plans use (`longctx calibrate
---nproc G --seconds 1`: two ranks' kernels run beside each other, as in a two-rank run), just
-before the runs. A shared machine's speed drifts by about 10% from minute to minute, so every
-plan is run in each of --rounds rounds, the rounds going through the whole grid in turn, and
-its measured time is the median over the rounds; the spread across rounds is printed beside it.
+Without PRESET each round first calibrates for each rank count the plans use (`longctx
+calibrate --nproc G --seconds 1`: two ranks' kernels run beside each other, as in a two-rank
+run) and plans the grid with those rates, then runs it: a shared machine's speed drifts from
+minute to minute (by 10-20% over an hour here, and the probes not always as the steps), so a
+round's prediction is made beside the runs it predicts. Every plan is run in each of --rounds
+rounds; its error is the median over the rounds of each round's error, its predicted and
+measured times the medians of theirs, and the spread of the measured times across rounds is
+printed beside them. The `plan` queries are searched once, with the first round's rates.
 
 A benchmark, not a test: it prints figures (docs/performance.md records them) and asserts
 nothing. Measured step time: the median of a run's steps after the first (the first pays for
@@ -81,26 +84,27 @@ class Bench:
         self.n = 0
         self.presets = {}
 
-    def calibrate(self, model, seq, gpus):
-        """The preset for plans of `gpus` ranks: the one given, else one measured for that rank count."""
+    def calibrate(self, gpus, round_=0):
+        """The preset for plans of `gpus` ranks in round `round_`: the one given, else one
+        measured for that rank count at the start of the round."""
         if self.preset:
             return self.preset
-        if gpus in self.presets:
-            return self.presets[gpus]
-        path = os.path.join(self.tmp, f"calibrated-{gpus}.json")
+        if (gpus, round_) in self.presets:
+            return self.presets[(gpus, round_)]
+        path = os.path.join(self.tmp, f"calibrated-{gpus}-{round_}.json")
         cmd = [self.longctx, "calibrate", "--seconds", "1", "-o", path]
         if gpus > 1:
             cmd += ["--nproc", str(gpus)]
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd)}: {out.stderr.strip()[-400:]}")
-        self.presets[gpus] = path
+        self.presets[(gpus, round_)] = path
         return path
 
-    def plan(self, model, seq, gpus, flags, budget="4GiB", search=False):
+    def plan(self, model, seq, gpus, flags, budget="4GiB", search=False, round_=0):
         self.n += 1
         path = os.path.join(self.tmp, f"plan{self.n}.json")
-        cmd = [self.longctx, "plan", "--model", model, "--gpu", self.calibrate(model, seq, gpus), "--gpus", str(gpus),
+        cmd = [self.longctx, "plan", "--model", model, "--gpu", self.calibrate(gpus, round_), "--gpus", str(gpus),
                "--seq", str(seq), "--budget", budget, "--json", "-o", path] + flags + ([] if search else ["--no-search"])
         out = subprocess.run(cmd, capture_output=True, text=True)
         if out.returncode != 0:
@@ -142,9 +146,6 @@ def main():
     a = ap.parse_args()
     with tempfile.TemporaryDirectory() as tmp:
         b = Bench(a.longctx, a.preset, a.steps, tmp)
-        for gpus in sorted({g for _, _, g, _ in GRID + QUERIES}):
-            b.calibrate("tiny-gqa", 4096, gpus)
-        plans = [b.plan(model, seq, gpus, knob_flags(knobs)) for model, seq, gpus, knobs in GRID]
         queries = []
         for model, seq, gpus, budget in QUERIES:
             _, plan = b.plan(model, seq, gpus, [], budget=budget, search=True)
@@ -152,25 +153,31 @@ def main():
             queries.append((" ".join(parallel_flags(top[0])),
                             [b.plan(model, seq, gpus, parallel_flags(p), budget=budget)[0] for p in top]))
         grid_times = [[] for _ in GRID]
+        grid_predicted = [[] for _ in GRID]
         query_times = [[[] for _ in paths] for _, paths in queries]
         for r in range(a.rounds):
             print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
-            for i, (path, _) in enumerate(plans):
+            for gpus in sorted({g for _, _, g, _ in GRID}):
+                b.calibrate(gpus, r)
+            plans = [b.plan(model, seq, gpus, knob_flags(knobs), round_=r) for model, seq, gpus, knobs in GRID]
+            for i, (path, plan) in enumerate(plans):
+                grid_predicted[i].append(plan["prediction"]["step_time_s"])
                 grid_times[i].append(b.run(path, GRID[i][2]))
             for qi, (_, paths) in enumerate(queries):
                 for pi, path in enumerate(paths):
                     query_times[qi][pi].append(b.run(path, QUERIES[qi][2]))
 
         print("| plan | predicted s | measured s (spread over rounds) | error |\n| --- | --- | --- | --- |")
-        predicted, measured = [], []
-        for (model, seq, gpus, knobs), (_, plan), times in zip(GRID, plans, grid_times):
-            p, m = plan["prediction"]["step_time_s"], statistics.median(times)
+        predicted, measured, errors = [], [], []
+        for (model, seq, gpus, knobs), preds, times in zip(GRID, grid_predicted, grid_times):
+            p, m = statistics.median(preds), statistics.median(times)
+            err = statistics.median([(pr - t) / t for pr, t in zip(preds, times)])
             predicted.append(p)
             measured.append(m)
+            errors.append(abs(err))
             name = f"{model} {seq} x{gpus} " + (" ".join(knob_flags(knobs)) or "plain")
             spread = 100 * (max(times) - min(times)) / m
-            print(f"| {name} | {p:.3f} | {m:.3f} ({spread:.0f}%) | {100 * (p - m) / m:+.1f}% |", flush=True)
-        errors = [abs(p - m) / m for p, m in zip(predicted, measured)]
+            print(f"| {name} | {p:.3f} | {m:.3f} ({spread:.0f}%) | {100 * err:+.1f}% |", flush=True)
         print(f"\n{len(GRID)} plans: worst |error| {100 * max(errors):.1f}%, median {100 * statistics.median(errors):.1f}%, "
               f"within 15%: {sum(e <= 0.15 for e in errors)}; Spearman {spearman(predicted, measured):.3f}\n")
 
