@@ -10,10 +10,13 @@
 //   collectives 0.80 of link bandwidth; host<->device copies 0.80 of PCIe
 //   10 us per kernel launch or collective round (tiles and head-chunk stages multiply them)
 // Roofline per (phase, layer): the larger of FLOP time and memory-traffic time, plus launches.
-// Overlap: zero3 all-gathers (prefetched one layer ahead), gradient reduce-scatters and
-// checkpoint offload/prefetch copies run on side streams and hide behind the compute of the
-// same layer; what exceeds it is exposed. Ulysses all-to-alls sit on the critical path. The
-// offloaded optimizer step runs on the host after backward and is not hidden.
+// Overlap: only an exchange the step does not wait for (OpSpec::comm_async: zero3's layer
+// gathers prefetched one layer ahead, checkpoint copies on a CUDA side stream, DeepSpeed's
+// side-stream work in the arctic stack) hides behind the compute of its phase and layer; what
+// exceeds it is exposed, as is every exchange the runtime waits for (all-reduces,
+// reduce-scatters, zero1/2's parameter gathers, Ulysses all-to-alls, gradient copies to the
+// host). A ring's hops hide behind their own op's compute (OpSpec::overlapped_comm_bytes).
+// The offloaded optimizer step runs on the host after backward and is not hidden.
 #include <map>
 #include <string>
 
@@ -53,7 +56,7 @@ StepTime estimate_step_time(const Plan& plan, const StepGraph& graph, const Step
 // (its recorded traffic, else the bytes of its inputs and outputs) at the measured
 // elementwise bandwidth, and its transcendental evaluations at the measured SiLU rate (when
 // the preset has one), plus its launches at the measured cost of a small op. Copies at the measured
-// copy rate; collectives at the measured per-rank rate plus a latency per round. Overlap as
+// copy rate; collectives at the measured per-rank rate plus a latency per collective issued. Overlap as
 // above. REQUIRES: plan.cluster.hardware.measured.present.
 StepTime estimate_measured_step_time(const Plan& plan, const StepGraph& graph);
 
