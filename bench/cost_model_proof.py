@@ -157,8 +157,6 @@ def main():
         query_times = [[[] for _ in paths] for _, paths in queries]
         for r in range(a.rounds):
             print(f"round {r + 1}/{a.rounds}", file=sys.stderr, flush=True)
-            for gpus in sorted({g for _, _, g, _ in GRID}):
-                b.calibrate(gpus, r)
             plans = [b.plan(model, seq, gpus, knob_flags(knobs), round_=r) for model, seq, gpus, knobs in GRID]
             for i, (path, plan) in enumerate(plans):
                 grid_predicted[i].append(plan["prediction"]["step_time_s"])

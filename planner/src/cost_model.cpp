@@ -195,8 +195,8 @@ std::map<std::string, double> phase_step_times(const Plan& p, const StepGraph& g
   return out;
 }
 
-std::map<std::string, int> phase_collective_calls(const StepGraph& g) {
-  std::map<std::string, int> out;
+std::map<std::string, std::int64_t> phase_collective_calls(const StepGraph& g) {
+  std::map<std::string, std::int64_t> out;
   for (const OpSpec& op : g.ops())
     if (op.comm == CommKind::AllToAll || op.comm == CommKind::AllGather || op.comm == CommKind::ReduceScatter ||
         op.comm == CommKind::AllReduce)

@@ -116,8 +116,7 @@ struct Comparison {
 };
 
 // "phase: n, ..." of a per-phase count.
-template <class Count>
-std::string describe(const std::map<std::string, Count>& counts) {
+inline std::string describe(const std::map<std::string, std::int64_t>& counts) {
   std::string out;
   for (const auto& [name, n] : counts) out += fmt::format("{}{}: {}", out.empty() ? "" : ", ", name, n);
   return out.empty() ? "none" : out;
@@ -125,8 +124,7 @@ std::string describe(const std::map<std::string, Count>& counts) {
 
 inline Comparison compare(const Evaluation& e, const std::vector<RankMeasure>& ranks, const KnownGap& gap) {
   Comparison c;
-  std::map<std::string, std::int64_t> collectives;
-  for (const auto& [name, n] : phase_collective_calls(e.graph)) collectives[name] = n;
+  const auto collectives = phase_collective_calls(e.graph);
   const auto phases = phase_peaks(e);
   const std::string peaks_gap = gap.peaks ? gap.reason : "", phases_gap = gap.reason;
   const double peak_bound = gap.peaks ? gap.peak_bound : kBound, phase_bound = gap.reason.empty() ? kBound : 0;

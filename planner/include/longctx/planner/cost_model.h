@@ -17,6 +17,7 @@
 // reduce-scatters, zero1/2's parameter gathers, Ulysses all-to-alls, gradient copies to the
 // host). A ring's hops hide behind their own op's compute (OpSpec::overlapped_comm_bytes).
 // The offloaded optimizer step runs on the host after backward and is not hidden.
+#include <cstdint>
 #include <map>
 #include <string>
 
@@ -70,6 +71,6 @@ std::map<std::string, double> phase_step_times(const Plan& plan, const StepGraph
 // hops, sent point to point, are not counted, nor the ops that carry them (a ring with head
 // chunks: its stages' all-to-alls too). The runtime counts its Communicator's collectives per
 // phase (`run --json`, `collectives`); phases without any are absent.
-std::map<std::string, int> phase_collective_calls(const StepGraph& graph);
+std::map<std::string, std::int64_t> phase_collective_calls(const StepGraph& graph);
 
 }  // namespace longctx

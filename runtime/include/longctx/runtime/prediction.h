@@ -14,7 +14,7 @@ struct PhasePrediction {
   std::int64_t peak_device_bytes = 0;
   std::int64_t peak_host_bytes = 0;  // per rank
   double time_s = 0;                 // cost_model.h, phase_step_times
-  int collectives = 0;               // cost_model.h, phase_collective_calls
+  std::int64_t collectives = 0;      // cost_model.h, phase_collective_calls
 };
 
 struct PredictedStep {
