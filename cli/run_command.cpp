@@ -5,6 +5,7 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
+#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -44,6 +45,7 @@ struct RunArgs {
   int keep = 2;
   bool resume = false;
   std::string allocation_log;
+  std::string op_times;
   bool force = false;
 };
 
@@ -126,6 +128,40 @@ std::string describe_or_plain(const Plan& p) {
   return s.empty() ? "plain step" : s;
 }
 
+// --op-times: the last step's phases, each with its measured and predicted time and its
+// LibTorch operators by self time, longest first.
+nlohmann::json op_times_json(const runtime::StepResult& step, const runtime::PredictedStep& predicted) {
+  nlohmann::json phases = nlohmann::json::array();
+  for (const auto& p : step.phases) {
+    std::vector<std::pair<std::string, runtime::OpTally>> ops(p.ops.begin(), p.ops.end());
+    std::sort(ops.begin(), ops.end(), [](const auto& a, const auto& b) { return a.second.self_s > b.second.self_s; });
+    nlohmann::json list = nlohmann::json::array();
+    std::int64_t calls = 0;
+    for (const auto& [name, t] : ops) {
+      list.push_back({{"op", name}, {"calls", t.calls}, {"self_s", t.self_s}});
+      calls += t.calls;
+    }
+    const auto it = predicted.phases.find(p.name);
+    const bool known = it != predicted.phases.end();
+    nlohmann::json predicted_ops = nlohmann::json::array();
+    std::int64_t launches = 0;
+    if (known)
+      for (const OpTime& t : it->second.ops) {
+        predicted_ops.push_back(
+            {{"op", t.op}, {"compute_s", t.compute_s}, {"comm_s", t.comm_s}, {"launches", t.launches}, {"bound", t.bound}});
+        launches += t.launches;
+      }
+    phases.push_back({{"phase", p.name},
+                      {"time_s", p.end_s - p.start_s},
+                      {"predicted_time_s", known ? nlohmann::json(it->second.time_s) : nlohmann::json(nullptr)},
+                      {"calls", calls},
+                      {"predicted_launches", launches},
+                      {"ops", list},
+                      {"predicted_ops", predicted_ops}});
+  }
+  return {{"step", step.step}, {"time_s", step.time_s}, {"phases", phases}};
+}
+
 int run(const RunArgs& a) {
   auto seed = parse_seed(a.seed_text);
   if (!seed) return fail(seed.error());
@@ -159,6 +195,14 @@ int run(const RunArgs& a) {
   // too: the log is then the record of what was allocated up to the failure).
   std::optional<AtomicFile> log_file;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
+  const std::string op_times_path = rank_trace_path(a.op_times);
+  std::optional<AtomicFile> op_times;
+  if (!op_times_path.empty()) {
+    auto f = AtomicFile::open(op_times_path, "--op-times");
+    if (!f) return fail(f.error());
+    op_times.emplace(std::move(*f));
+    o.time_ops = true;
+  }
   if (!a.allocation_log.empty()) {
     auto f = AtomicFile::open(a.allocation_log, "--allocation-log");
     if (!f) return fail(f.error());
@@ -203,6 +247,11 @@ int run(const RunArgs& a) {
   }
 
   const auto& last = report->steps.back();
+  if (op_times) {
+    const std::string json = op_times_json(last, predicted).dump(1);
+    op_times->write(json.data(), json.size());
+    if (auto r = op_times->commit(); !r) return fail(r.error());
+  }
   std::string measured_at;
   std::int64_t best = -1;
   for (const auto& p : last.phases)
@@ -312,6 +361,10 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--allocation-log", args->allocation_log,
                   "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE; on CUDA every "
                   "block the caching allocator hands out and takes back, with its stream and address");
+  sub->add_option("--op-times", args->op_times,
+                  "Time every LibTorch operator of each phase and write the last step's tallies (calls, self time) "
+                  "beside each phase's measured and predicted time to FILE as JSON (rank R > 0: FILE.rankR); the "
+                  "timing costs about a microsecond an operator");
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
   auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");

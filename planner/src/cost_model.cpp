@@ -49,7 +49,7 @@ double hidden_share(const OpSpec& op, double comm) {
 
 // With measured rates (`longctx calibrate`): each op on its own roofline at the rates its
 // kind reached on the machine, plus its launches at the measured cost of a small op.
-double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
+OpTime measured_op_time(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
   // An op that records no traffic of its own reads its inputs and writes its outputs once.
   double traffic = op.memory_bytes;
   if (traffic == 0) {
@@ -62,9 +62,23 @@ double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, 
                                     .at(p.model.head_dim);
   else
     compute = timed_flops(op) / (p.train.dtype == DType::BF16 ? m.matmul_bf16_flops : m.matmul_fp32_flops);
+  const double memory = traffic / m.memory_bytes_per_s;
   const double transcendental =
       m.transcendental_elems_per_s > 0 ? op.transcendentals / m.transcendental_elems_per_s : 0.0;
-  return std::max({compute, traffic / m.memory_bytes_per_s, transcendental}) + op.launches * m.op_overhead_s;
+  OpTime t;
+  t.op = format(op.name);
+  t.launches = op.launches;
+  const double longest = std::max({compute, memory, transcendental});
+  t.bound = longest == 0                ? "launches"
+            : longest == compute        ? (is_attention(op) ? "attention" : "flops")
+            : longest == memory         ? "memory"
+                                        : "transcendental";
+  t.compute_s = longest + op.launches * m.op_overhead_s;
+  return t;
+}
+
+double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
+  return measured_op_time(p, g, op, m).compute_s;
 }
 
 double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
@@ -192,6 +206,29 @@ std::map<std::string, double> phase_step_times(const Plan& p, const StepGraph& g
   else
     datasheet_time(p, g, eff, t, add);
   if (t.host_optimizer_s > 0) out[phase_name(StepPhase::Optimizer)] += t.host_optimizer_s;
+  return out;
+}
+
+std::map<std::string, std::vector<OpTime>> phase_op_times(const Plan& p, const StepGraph& g) {
+  std::map<std::string, std::vector<OpTime>> out;
+  const MeasuredRates& m = p.cluster.hardware.measured;
+  if (!m.present) return out;
+  for (const OpSpec& op : g.ops()) {
+    const double comm = measured_comm_seconds(op, m);
+    if (op.host_compute) {
+      OpTime t;
+      t.op = format(op.name);
+      t.launches = op.launches;
+      t.bound = "memory";
+      t.compute_s = op.memory_bytes / m.host_rate() + op.launches * m.op_overhead_s;
+      t.comm_s = comm;
+      out[phase_name(StepPhase::Optimizer)].push_back(t);
+      continue;
+    }
+    OpTime t = measured_op_time(p, g, op, m);
+    t.comm_s = comm;
+    out[phase_of(op)].push_back(t);
+  }
   return out;
 }
 

@@ -126,6 +126,15 @@ MemoryMeter::~MemoryMeter() {
 
 void MemoryMeter::sample_locked() { samples_.push_back({now_s(), current_[0], current_[1]}); }
 
+PhaseRecord MemoryMeter::fresh_phase(const std::string& name, double start_s) const {
+  PhaseRecord r;
+  r.name = name;
+  r.start_s = r.end_s = start_s;
+  r.device_at_start = r.peak_device = current_[0];
+  r.peak_host = current_[1];
+  return r;
+}
+
 void MemoryMeter::set_phase(const std::string& name) {
   std::lock_guard lock(mu_);
   read_cuda_locked();
@@ -134,7 +143,7 @@ void MemoryMeter::set_phase(const std::string& name) {
   sample_locked();
   phase_ = name;
   if (log_ && device_.is_cuda()) set_cuda_log_phase(phase_);
-  open_ = PhaseRecord{name, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
+  open_ = fresh_phase(name, open_.end_s);
 }
 
 void MemoryMeter::finish() {
@@ -145,12 +154,19 @@ void MemoryMeter::finish() {
   sample_locked();
   phase_ = "idle";
   if (log_ && device_.is_cuda()) set_cuda_log_phase(phase_);
-  open_ = PhaseRecord{phase_, open_.end_s, open_.end_s, current_[0], current_[0], 0, current_[1]};
+  open_ = fresh_phase(phase_, open_.end_s);
 }
 
 void MemoryMeter::on_collective() {
   std::lock_guard lock(mu_);
   ++open_.collectives;
+}
+
+void MemoryMeter::on_op(const char* name, double self_s) {
+  std::lock_guard lock(mu_);
+  OpTally& t = open_.ops[name];
+  ++t.calls;
+  t.self_s += self_s;
 }
 
 void MemoryMeter::on_alloc(Pool pool, std::int64_t bytes) {

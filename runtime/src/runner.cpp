@@ -2,6 +2,7 @@
 
 #include <chrono>
 #include <cstring>
+#include <optional>
 
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
@@ -15,6 +16,7 @@
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
+#include "longctx/runtime/op_timer.h"
 #include "longctx/runtime/sharded_params.h"
 
 namespace longctx::runtime {
@@ -256,6 +258,8 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
     report.resumed_after = checkpoints.start_step();
     meter->take_phases();
     meter->take_samples();
+    std::optional<OpTimer> op_timer;
+    if (o.time_ops) op_timer.emplace();
 
     for (int i = checkpoints.start_step(); i < o.steps; ++i) {
       meter->reset_peaks();

@@ -11,6 +11,7 @@
 #include "longctx/planner/memory_model.h"
 #include "longctx/runtime/host_heap.h"
 #include "longctx/runtime/memory_meter.h"
+#include "longctx/runtime/op_timer.h"
 #include "longctx/runtime/runner.h"
 #include "reference_llama.h"
 
@@ -87,6 +88,40 @@ TEST(MemoryMeter, PhasesKeepTheirOwnPeaks) {
   EXPECT_EQ(phases[1].name, "big");
   EXPECT_EQ(phases[1].peak_device, 1024);
   EXPECT_EQ(phases[2].peak_device, 64);
+}
+
+// The operators a phase calls, counted by name, each timed without the operators it calls:
+// a 256^3 matmul through aten::linear is aten::mm's time, not linear's too.
+TEST(OpTimer, CountsEachPhasesOperatorsAndTimesThemWithoutTheirCallees) {
+  auto meter = std::make_shared<MemoryMeter>(0, 0, torch::kCPU);
+  MeterScope scope(meter);
+  auto x = torch::randn({256, 256}), w = torch::randn({256, 256});
+  {
+    OpTimer timer;
+    meter->set_phase("two adds");
+    auto a = x + x;
+    a = a + x;
+    meter->set_phase("a linear");
+    auto y = torch::linear(x, w);
+    meter->finish();
+  }
+  auto after = x + x;  // no timer: not counted
+  (void)after;
+  meter->set_phase("untimed");
+  auto z = x + x;
+  meter->finish();
+  const auto phases = meter->take_phases();
+  ASSERT_EQ(phases.size(), 5u);  // setup, two adds, a linear, idle, untimed
+  EXPECT_EQ(phases[1].ops.at("aten::add").calls, 2);
+  EXPECT_EQ(phases[1].ops.count("aten::mm"), 0u);
+  const auto& linear = phases[2].ops;
+  ASSERT_EQ(linear.count("aten::linear"), 1u);
+  ASSERT_EQ(linear.count("aten::mm"), 1u);
+  EXPECT_EQ(linear.at("aten::mm").calls, 1);
+  // 33.5 MFLOP: the matmul dominates; the composite around it keeps only its own bookkeeping.
+  EXPECT_GT(linear.at("aten::mm").self_s, linear.at("aten::linear").self_s);
+  EXPECT_GE(linear.at("aten::linear").self_s, 0.0);
+  EXPECT_TRUE(phases[4].ops.empty());
 }
 
 TEST(MemoryMeter, AnAllocationPastTheBudgetThrowsAndNamesThePhase) {

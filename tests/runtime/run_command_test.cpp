@@ -12,6 +12,7 @@
 #include <algorithm>
 #include <chrono>
 #include <fstream>
+#include <map>
 #include <regex>
 #include <sstream>
 #include <thread>
@@ -155,12 +156,55 @@ TEST_F(RunCommand, APlanBeyondTheMachinesMemoryIsRefused) {
   EXPECT_EQ(run_cli("run --plan " + small + " --threads 1 --force").status, 0);
 }
 
+// --op-times: every phase of the last step with the LibTorch operators it called, and with
+// measured rates each of the planner's ops of that phase beside them, in schedule order.
+TEST_F(RunCommand, OpTimesListEachPhasesOperatorsBesideThePlannersOps) {
+  Plan plan = testing::tiny_plan("tiny-gqa", 64, 1, {});
+  const auto unmeasured = write(plan, "plan.json");
+  auto o = run_cli("run --plan " + unmeasured + " --steps 2 --threads 1 --op-times " + path("ops.json"));
+  ASSERT_EQ(o.status, 0) << o.err;
+  auto j = nlohmann::json::parse(testing::slurp(path("ops.json")));
+  EXPECT_EQ(j["step"], 2);
+  std::map<std::string, nlohmann::json> phases;
+  for (const auto& p : j["phases"]) phases[p["phase"].get<std::string>()] = p;
+  ASSERT_TRUE(phases.count("forward.layer.0"));
+  const auto& layer = phases["forward.layer.0"];
+  bool flash = false;
+  std::int64_t calls = 0;
+  for (const auto& op : layer["ops"]) {
+    flash |= op["op"] == "aten::_scaled_dot_product_flash_attention_for_cpu";
+    calls += op["calls"].get<std::int64_t>();
+    EXPECT_GE(op["self_s"].get<double>(), 0.0) << op;
+  }
+  EXPECT_TRUE(flash) << layer["ops"];
+  EXPECT_EQ(layer["calls"].get<std::int64_t>(), calls);
+  EXPECT_TRUE(layer["predicted_ops"].empty()) << "datasheet rates give ops no time of their own";
+
+  MeasuredRates& m = plan.cluster.hardware.measured;
+  m.present = true;
+  m.matmul_fp32_flops = m.matmul_bf16_flops = 1e10;
+  m.attention_forward.points = m.attention_backward.points = {{8, 1e9}, {64, 1e10}};
+  m.memory_bytes_per_s = m.copy_bytes_per_s = m.collective_bytes_per_s = 1e10;
+  m.op_overhead_s = m.collective_latency_s = 1e-6;
+  const auto measured = write(plan, "measured.json");
+  o = run_cli("run --plan " + measured + " --steps 1 --threads 1 --op-times " + path("ops.json"));
+  ASSERT_EQ(o.status, 0) << o.err;
+  j = nlohmann::json::parse(testing::slurp(path("ops.json")));
+  std::vector<std::string> names;
+  for (const auto& p : j["phases"])
+    if (p["phase"] == "forward.layer.0")
+      for (const auto& op : p["predicted_ops"]) names.push_back(op["op"]);
+  ASSERT_FALSE(names.empty());
+  EXPECT_EQ(names.front(), "layer.0.attn_norm");
+  EXPECT_NE(std::find(names.begin(), names.end(), "layer.0.attn.flash"), names.end());
+}
+
 // --trace and --allocation-log: refused on a device (exit 2), and on a full disk (a
 // file-size limit, see training_state_test) an error naming the file, with neither the
 // file nor a temporary left.
 TEST_F(RunCommand, TraceAndAllocationLogAreWrittenWholeOrNotAtAll) {
   const auto plan = write(testing::tiny_plan("tiny-gqa", 64, 1, {}), "plan.json");
-  for (const std::string flag : {"--trace", "--allocation-log"}) {
+  for (const std::string flag : {"--trace", "--allocation-log", "--op-times"}) {
     auto o = run_cli("run --plan " + plan + " --threads 1 " + flag + " /dev/full");
     EXPECT_EQ(o.status, 2) << flag << "\n" << o.err;
     EXPECT_NE(o.err.find(flag + ": '/dev/full' is a character device"), std::string::npos) << o.err;

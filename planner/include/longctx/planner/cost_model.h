@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "longctx/planner/plan.h"
 #include "longctx/planner/step_graph.h"
@@ -65,6 +66,23 @@ StepTime estimate_measured_step_time(const Plan& plan, const StepGraph& graph);
 // (phase, layer) segment's compute and exposed exchanges, the host optimizer in
 // "optimizer". The values sum to estimate_step_time's total_s.
 std::map<std::string, double> phase_step_times(const Plan& plan, const StepGraph& graph, const StepEfficiency& eff = {});
+
+// One op's predicted seconds with measured rates (estimate_measured_step_time): its compute
+// on its own roofline plus its launches, and its exchange before any of it hides.
+struct OpTime {
+  std::string op;           // format(OpSpec::name)
+  double compute_s = 0;
+  double comm_s = 0;
+  std::int64_t launches = 0;
+  const char* bound = "";   // "flops", "attention", "memory", "transcendental" or "launches"
+};
+
+// Each phase's ops, in schedule order, under the runtime's phase names: the parts
+// phase_step_times sums (less overlap), for holding each op to the LibTorch operators the
+// runtime times (`run --op-times`). Empty without measured rates, where ops share their
+// segment's roofline and have no time of their own. The host optimizer's ops appear with
+// its time as compute.
+std::map<std::string, std::vector<OpTime>> phase_op_times(const Plan& plan, const StepGraph& graph);
 
 // The collectives each phase issues, under the runtime's phase names: the launches of its
 // all-to-alls, all-gathers, reduce-scatters and all-reduces (OpSpec::launches). A ring's

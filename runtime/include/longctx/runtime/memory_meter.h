@@ -22,6 +22,7 @@
 #include <cstdint>
 #include <memory>
 #include <mutex>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,6 +49,12 @@ struct OutOfMemory {
 };
 
 // One phase of a step ("forward.layer.3", "loss", "backward.layer.3", "optimizer").
+// One LibTorch operator's tally in one phase (op_timer.h).
+struct OpTally {
+  std::int64_t calls = 0;
+  double self_s = 0;  // its time less that of the operators it called
+};
+
 struct PhaseRecord {
   std::string name;
   double start_s = 0, end_s = 0;       // seconds since the meter started
@@ -58,6 +65,9 @@ struct PhaseRecord {
   // Collectives this rank issued through its Communicator (all-to-all, all-gather,
   // reduce-scatter, all-reduce): what the planner's exchanging ops count as their launches.
   std::int64_t collectives = 0;
+  // With an OpTimer alive (op_timer.h): each LibTorch operator's calls and self time in the
+  // phase, by name; empty otherwise.
+  std::map<std::string, OpTally> ops;
 };
 
 // A point of the counter tracks of the trace.
@@ -83,6 +93,8 @@ class MemoryMeter {
   void on_free(Pool pool, std::int64_t bytes);
   // Called by the Communicator for each collective it issues: counted in the open phase.
   void on_collective();
+  // Called by an OpTimer for each operator that ends: counted in the open phase.
+  void on_op(const char* name, double self_s);
 
   std::int64_t current(Pool pool) const;
   std::int64_t peak(Pool pool) const;  // since construction or reset_peaks()
@@ -103,6 +115,8 @@ class MemoryMeter {
 
  private:
   void sample_locked();
+  // A phase opening at start_s with the pools as they are now. REQUIRES: mu_ held.
+  PhaseRecord fresh_phase(const std::string& name, double start_s) const;
   void read_cuda_locked();
   void refresh_cuda_current_locked() const;  // current_[Device] from the caching allocator
 

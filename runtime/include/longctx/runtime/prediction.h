@@ -5,7 +5,9 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
+#include "longctx/planner/cost_model.h"
 #include "longctx/planner/plan.h"
 
 namespace longctx::runtime {
@@ -15,6 +17,7 @@ struct PhasePrediction {
   std::int64_t peak_host_bytes = 0;  // per rank
   double time_s = 0;                 // cost_model.h, phase_step_times
   std::int64_t collectives = 0;      // cost_model.h, phase_collective_calls
+  std::vector<OpTime> ops;           // cost_model.h, phase_op_times (measured rates only)
 };
 
 struct PredictedStep {

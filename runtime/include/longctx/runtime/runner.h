@@ -26,6 +26,7 @@ struct RunOptions {
   bool enforce_budget = true;     // CPU: refuse allocations past the plan's budgets
   int threads = 0;                // LibTorch intra-op threads; 0 keeps its default
   std::FILE* allocation_log = nullptr;  // every counted allocation, for debugging the inventory
+  bool time_ops = false;          // each phase's LibTorch operators timed (op_timer.h, PhaseRecord::ops)
   // The ranks of a distributed run; nullptr: joined from the torchrun environment (RANK,
   // WORLD_SIZE, ...), one rank when it is unset.
   std::shared_ptr<Communicator> comm;
