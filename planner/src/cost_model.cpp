@@ -86,6 +86,7 @@ double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
     case CommKind::None: return 0;
     case CommKind::HostToDevice:
     case CommKind::DeviceToHost: return op.comm_bytes / m.copy_bytes_per_s;
+    case CommKind::AllReduce: return op.comm_bytes / m.all_reduce_rate() + op.launches * m.collective_latency_s;
     default: return op.comm_bytes / m.collective_bytes_per_s + op.launches * m.collective_latency_s;
   }
 }

@@ -66,7 +66,8 @@ const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rat
 const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_measured_rate_fields() {
   static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
       {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s},
-      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s}};
+      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s},
+      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s}};
   return fields;
 }
 

@@ -3,14 +3,20 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <optional>
+
+#include <unistd.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
+#include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
 #include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/step_shapes.h"
 #include "longctx/runtime/attention.h"
+#include "longctx/runtime/llama_weights.h"
+#include "longctx/runtime/memory_meter.h"
 
 namespace longctx::runtime {
 namespace {
@@ -21,15 +27,50 @@ void synchronize(const torch::Device& d) {
   if (d.is_cuda()) torch::cuda::synchronize(d.index());
 }
 
-// The median seconds of one call of f: one warm-up call, then calls until `budget_s` has
-// passed and at least 3 ran.
+// Bytes of a sweep that evicts what the last call left in the caches private to a core (on
+// CUDA: the device's L2): twice the largest of them. The step's ops find their inputs and
+// output buffers out of those caches (between two uses of a tensor the step moves more than
+// they hold), where a call repeated on the same tensors would find them in place: measured on
+// the CPU virtual device, matmuls and elementwise ops at tiny-gqa's shapes run 15-35% slower
+// cold than repeated, attention alike either way. As triton.testing.do_bench clears the L2
+// before each timed call (python/triton/testing.py, do_bench).
+std::int64_t private_cache_bytes(const torch::Device& d) {
+  std::int64_t bytes = 0;
+  if (d.is_cuda()) {
+    int l2 = 0;
+    if (cudaDeviceGetAttribute(&l2, cudaDevAttrL2CacheSize, d.index()) == cudaSuccess) bytes = l2;
+  } else {
+    for (const int level : {_SC_LEVEL1_DCACHE_SIZE, _SC_LEVEL2_CACHE_SIZE}) bytes = std::max<std::int64_t>(bytes, ::sysconf(level));
+  }
+  constexpr std::int64_t kFallback = 4 << 20;  // where the system does not say
+  return 2 * (bytes > 0 ? bytes : kFallback);
+}
+
+// Writes over a buffer larger than the private caches before each timed call.
+class CacheSweep {
+ public:
+  explicit CacheSweep(const torch::Device& d)
+      : buffer_(torch::empty({private_cache_bytes(d) / 4}, torch::TensorOptions().dtype(torch::kFloat).device(d))) {}
+  void operator()() { buffer_.add_(1.0f); }
+  std::int64_t bytes() const { return buffer_.numel() * 4; }
+
+ private:
+  torch::Tensor buffer_;
+};
+
+// The median seconds of one call of f, each call after `sweep` (untimed; none: null): one warm-up call,
+// then calls until `budget_s` has passed and at least 3 ran.
 template <class F>
-double median_seconds(F&& f, const torch::Device& d, double budget_s) {
+double median_seconds(F&& f, const torch::Device& d, double budget_s, CacheSweep* sweep) {
   f();
   synchronize(d);
   std::vector<double> times;
   const auto start = Clock::now();
   while (times.size() < 3 || (std::chrono::duration<double>(Clock::now() - start).count() < budget_s && times.size() < 10000)) {
+    if (sweep) {
+      (*sweep)();
+      synchronize(d);
+    }
     const auto t0 = Clock::now();
     f();
     synchronize(d);
@@ -67,6 +108,7 @@ struct Probes {
   const CalibrateOptions& o;
   Communicator& comm;
   torch::Device device;
+  CacheSweep sweep;
   std::vector<ProbeResult> out;
 
   std::vector<std::pair<std::int64_t, std::pair<double, double>>> attention_points;  // head_dim -> (forward, backward)
@@ -86,7 +128,7 @@ struct Probes {
     const auto n = o.seq, h = m.hidden, I = m.intermediate;
     auto x = torch::randn({n, h}, opts(type)), up = torch::randn({I, h}, opts(type)), down = torch::randn({h, I}, opts(type));
     torch::Tensor y;
-    const double s = median_seconds([&] { y = torch::linear(torch::linear(x, up), down); }, device, o.seconds_per_probe);
+    const double s = median_seconds([&] { y = torch::linear(torch::linear(x, up), down); }, device, o.seconds_per_probe, &sweep);
     return 2 * footprint::matmul_flops(n, h, I) / s;
   }
 
@@ -104,24 +146,30 @@ struct Probes {
     // kernel's at any length (footprint::attention_kernel_flops).
     const double flops = footprint::attention_kernel_flops(s, m.heads);
     torch::Tensor out;
-    const double fwd = median_seconds([&] { out = attention(q, k, v); }, device, o.seconds_per_probe);
+    const double fwd = median_seconds([&] { out = attention(q, k, v); }, device, o.seconds_per_probe, &sweep);
     auto dout = torch::randn_like(out);
     const double both = median_seconds(
         [&] {
           auto y = attention(q, k, v);
           auto g = torch::autograd::grad({y}, {q, k, v}, {dout});
         },
-        device, o.seconds_per_probe);
+        device, o.seconds_per_probe, &sweep);
     return {flops / fwd, 2.5 * flops / std::max(both - fwd, 1e-9)};
   }
 
-  // a += b over [n, I] fp32 on `where`: the step's device, or the host, where an offloaded
-  // optimizer runs its passes (with the intra-op threads a run gets).
-  double elementwise_bandwidth(const torch::Device& where) {
+  // Over [n, I] fp32 on `where`, the bytes moved a second counting two reads and a write:
+  // in place, a += b (the optimizer's passes over its states); else c = a * b into a fresh
+  // output (a step's elementwise ops under autograd, whose output buffer the write must
+  // first bring into the cache).
+  double elementwise_bandwidth(const torch::Device& where, bool in_place) {
     const auto n = o.seq, I = o.model.intermediate;
     const auto fp32 = torch::TensorOptions().dtype(torch::kFloat).device(where);
     auto a = torch::randn({n, I}, fp32), b = torch::randn({n, I}, fp32);
-    const double s = median_seconds([&] { a.add_(b); }, where, o.seconds_per_probe);
+    torch::Tensor c;
+    CacheSweep host_sweep(torch::kCPU);
+    CacheSweep& before = where == device ? sweep : host_sweep;
+    const double s = in_place ? median_seconds([&] { a.add_(b); }, where, o.seconds_per_probe, &before)
+                              : median_seconds([&] { c = a * b; }, where, o.seconds_per_probe, &before);
     return 3.0 * double(n * I) * 4 / s;
   }
 
@@ -131,7 +179,7 @@ struct Probes {
     const auto n = o.seq, I = o.model.intermediate;
     auto a = torch::randn({n, I}, opts(torch::kFloat));
     torch::Tensor y;
-    const double s = median_seconds([&] { y = torch::silu(a); }, device, o.seconds_per_probe);
+    const double s = median_seconds([&] { y = torch::silu(a); }, device, o.seconds_per_probe, &sweep);
     return double(n * I) / s;
   }
 
@@ -139,14 +187,16 @@ struct Probes {
   // and a backward that runs it, half of the pair each (the planner counts the two as two ops).
   double op_overhead() {
     auto a = torch::ones({8}, opts(torch::kFloat)).requires_grad_(), b = torch::ones({8}, opts(torch::kFloat));
-    return median_seconds([&] { (a * b).backward(b); }, device, o.seconds_per_probe) / 2;
+    // Not after a sweep: a step's small ops run back to back, each finding the last one's
+    // code and bookkeeping in the caches.
+    return median_seconds([&] { (a * b).backward(b); }, device, o.seconds_per_probe, nullptr) / 2;
   }
 
   double copy_rate() {
     const auto bytes = o.seq * o.model.hidden * 4;
     auto host = torch::randn({o.seq, o.model.hidden}, torch::TensorOptions().dtype(torch::kFloat).pinned_memory(device.is_cuda()));
     auto dev = torch::empty({o.seq, o.model.hidden}, opts(torch::kFloat));
-    const double s = median_seconds([&] { dev.copy_(host, /*non_blocking=*/false); }, device, o.seconds_per_probe);
+    const double s = median_seconds([&] { dev.copy_(host, /*non_blocking=*/false); }, device, o.seconds_per_probe, &sweep);
     return double(bytes) / s;
   }
 
@@ -174,6 +224,32 @@ struct Probes {
                    a2a, ag, rs, sent);
     return {(sent / a2a + sent / ag + sent / rs) / 3, latency};
   }
+
+  // The step's gradient all-reduces (runner.cpp, sum_gradients): one per parameter tensor of
+  // the model, back to back; bytes a rank sends a second beyond `latency` a call, as the
+  // planner counts them (footprint::all_reduce_sent_bytes). 0 where the calls take no longer
+  // than their latency: the bytes then cost nothing measurable beyond it.
+  double all_reduce_rate(int rounds, double latency) {
+    WeightPlacement where;
+    where.device = device;
+    std::vector<torch::Tensor> grads;
+    double sent = 0;
+    const double w = double(comm.world());
+    for (const auto& p : init_weights(o.model, 0, where).all()) {
+      grads.push_back(torch::randn_like(p));
+      sent += 2.0 * double(p.numel() * 4) * (w - 1) / w;
+    }
+    const double round_s = median_collective_seconds(
+        [&] {
+          for (auto& g : grads) comm.all_reduce_sum(g);
+        },
+        comm, rounds);
+    const double beyond_latency = round_s - double(grads.size()) * latency;
+    if (o.progress && comm.rank() == 0)
+      std::fprintf(o.progress, "calibrate: %zu gradient all-reduces back to back %.3g s for %.3g bytes sent\n", grads.size(),
+                   round_s, sent);
+    return beyond_latency > 0 ? sent / beyond_latency : 0;
+  }
 };
 
 }  // namespace
@@ -181,7 +257,12 @@ struct Probes {
 Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
   if (o.seq < 16) return Error::bad_input("--seq", fmt::format("{} tokens is too few to time; use at least 16", o.seq));
   if (o.threads > 0) torch::set_num_threads(o.threads);
-  Probes p{o, comm, comm.device(), {}, {}};
+  // On the CPU virtual device the probes allocate as a step does (host_heap.h, through the
+  // counting allocator of an unlimited meter): LibTorch's default allocator would page-fault
+  // fresh outputs in that no step pays for.
+  std::optional<MeterScope> heap;
+  if (!comm.device().is_cuda()) heap.emplace(std::make_shared<MemoryMeter>(0, 0, comm.device()));
+  Probes p{o, comm, comm.device(), CacheSweep(comm.device()), {}, {}};
   const auto& m = o.model;
   const std::string at = fmt::format("{} at {} tokens", m.name, o.seq);
   try {
@@ -196,15 +277,11 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                                      "flops (footprint::attention_kernel_flops); backward: forward + backward minus forward, 2.5 x the flops",
                                      m.heads, m.kv_heads, d, o.seq));
     }
-    const double memory = p.elementwise_bandwidth(p.device);
-    p.record("memory_bytes_per_s", memory, "byte/s",
-             fmt::format("a += b over [{}, {}] fp32: two reads and a write", o.seq, m.intermediate));
-    if (p.device.is_cuda())
-      p.record("host_memory_bytes_per_s", p.elementwise_bandwidth(torch::kCPU), "byte/s",
-               fmt::format("a += b over [{}, {}] fp32 in host memory, {} threads", o.seq, m.intermediate,
-                           torch::get_num_threads()));
-    else
-      p.record("host_memory_bytes_per_s", memory, "byte/s", "the virtual device is the host: memory_bytes_per_s");
+    p.record("memory_bytes_per_s", p.elementwise_bandwidth(p.device, /*in_place=*/false), "byte/s",
+             fmt::format("c = a * b over [{}, {}] fp32 into a fresh output: two reads and a write", o.seq, m.intermediate));
+    p.record("host_memory_bytes_per_s", p.elementwise_bandwidth(torch::kCPU, /*in_place=*/true), "byte/s",
+             fmt::format("a += b over [{}, {}] fp32 in host memory, in place, {} threads: the optimizer's passes", o.seq,
+                         m.intermediate, torch::get_num_threads()));
     p.record("transcendental_elems_per_s", p.transcendental_rate(), "element/s",
              fmt::format("silu(a) out of place over [{}, {}] fp32, elements a second", o.seq, m.intermediate));
     const double overhead = p.op_overhead();
@@ -219,6 +296,11 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                            "rank sends",
                            o.seq, m.hidden, comm.world()));
       p.record("collective_latency_s", latency, "s", fmt::format("all-reduce of one element across {} ranks", comm.world()));
+      if (const double all_reduce = p.all_reduce_rate(10, latency); all_reduce > 0)
+        p.record("all_reduce_bytes_per_s", all_reduce, "byte/s",
+                 fmt::format("all-reduce of each of {}'s parameter tensors back to back across {} ranks, as the step "
+                             "sums its gradients: bytes a rank sends beyond the latency of each call",
+                             m.name, comm.world()));
     } else {
       p.record("collective_bytes_per_s", copy, "byte/s", "one rank: no collective to time; the copy rate");
       p.record("collective_latency_s", overhead, "s", "one rank: the small-op overhead");

@@ -137,6 +137,16 @@ TEST(MeasuredCostModel, ExchangesTheRankWaitsForAreExposedAndEachCallPaysTheLate
     Plan latency = p;
     latency.cluster.hardware.measured.collective_latency_s += 1e-3;
     if (sharding != Sharding::Zero3) EXPECT_NEAR(time_of(latency).total_s - base, calls * 1e-3, 1e-9 * calls);
+
+    // With the gradients' all-reduces measured (all_reduce_bytes_per_s), every all-reduce
+    // moves its bytes at that rate and nothing else does.
+    double all_reduce_bytes = 0;
+    for (const auto& op : e.graph.ops())
+      if (op.comm == CommKind::AllReduce) all_reduce_bytes += op.comm_bytes;
+    Plan measured = p;
+    measured.cluster.hardware.measured.all_reduce_bytes_per_s = 1e8;
+    const double expected = all_reduce_bytes / 1e8 - all_reduce_bytes / p.cluster.hardware.measured.collective_bytes_per_s;
+    EXPECT_NEAR(time_of(measured).total_s - base, expected, 1e-9 * base) << to_string(sharding);
   }
 }
 

@@ -30,18 +30,25 @@ struct MeasuredRates {
   bool present = false;
   double matmul_fp32_flops = 0, matmul_bf16_flops = 0;  // per second
   RateByHeadDim attention_forward, attention_backward;  // causal flash kernels, flop/s
-  double memory_bytes_per_s = 0;      // an elementwise op's reads and writes
+  double memory_bytes_per_s = 0;      // an elementwise op's reads and writes, into a fresh output
   double op_overhead_s = 0;           // one small op, start to end
   double copy_bytes_per_s = 0;        // host <-> device (the virtual device: host to host)
   double collective_bytes_per_s = 0;  // bytes a rank sends, all-to-all / all-gather / reduce-scatter
   double collective_latency_s = 0;    // one round of a tiny collective
   int ranks = 1;                      // the collectives were measured across this many ranks
   // Rates a preset may lack (written before they were measured): 0 there.
-  // The elementwise rate on the host, where an offloaded optimizer runs.
+  // The elementwise rate on the host, in place, as an offloaded optimizer's passes run there.
   double host_memory_bytes_per_s = 0;
   // Elements a second through SiLU out of place (an exp and a divide each): what bounds the
   // ops that evaluate exp, sigmoid or log on every element (OpSpec::transcendentals).
   double transcendental_elems_per_s = 0;
+  // Bytes a rank sends a second in all-reduces issued back to back, one a gradient tensor, as
+  // the step sums its gradients across ranks: beyond each call's collective_latency_s. Small
+  // all-reduces queued one after another run far below the rate of one large exchange (Gloo
+  // on loopback: 40 KB each, about 1 ms a call back to back, 0.3 ms after a barrier).
+  double all_reduce_bytes_per_s = 0;
+  // The rate all-reduces are charged at: their own where measured, else the collectives'.
+  double all_reduce_rate() const { return all_reduce_bytes_per_s > 0 ? all_reduce_bytes_per_s : collective_bytes_per_s; }
 
   // The host's elementwise rate; a preset without one takes the device's (on the CPU virtual
   // device the host is the device).

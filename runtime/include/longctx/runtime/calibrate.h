@@ -9,6 +9,16 @@
 // CUDA every call is followed by a device synchronize. What each figure is and how it was
 // taken is written beside it in the preset's "measurements".
 //
+// The probes run their ops as a step runs them, not as a loop over one op would:
+// - Before each timed call (untimed) a buffer twice the size of the core's private caches
+//   (CUDA: the device's L2) is written over, so the call finds its inputs and its output
+//   buffer out of them, as a step's ops do (between two uses of a tensor a step moves more
+//   than those caches hold). The small-op overhead is the exception: a step's small ops run
+//   back to back.
+// - On the CPU virtual device the probes allocate from the step's heap (host_heap.h, through
+//   the counting allocator), which keeps freed blocks; LibTorch's default allocator would
+//   page-fault fresh outputs in, which no step pays.
+//
 //   matmul_{fp32,bf16}_flops    x [n,h] by the MLP's up and down weights ([I,h], [h,I]):
 //                               2 n h I flops each (footprint::matmul_flops)
 //   attention_forward_flops     runtime attention() over the model's heads at S tokens,
@@ -16,8 +26,10 @@
 //                               (footprint::attention_kernel_flops); at head dimensions 8, 16,
 //                               32, 64, 128 and the model's own
 //   attention_backward_flops    its backward: 2.5 x the forward's flops, as the planner counts
-//   memory_bytes_per_s          a += b over [n, I] fp32: 3 n I x 4 bytes a call
-//   host_memory_bytes_per_s     the same in host memory (CPU: memory_bytes_per_s)
+//   memory_bytes_per_s          c = a * b over [n, I] fp32 into a fresh output, as a step's
+//                               elementwise ops under autograd: 3 n I x 4 bytes a call
+//   host_memory_bytes_per_s     a += b over [n, I] fp32 in host memory, in place, as the
+//                               optimizer's passes (CPU: the same memory, in place)
 //   transcendental_elems_per_s  silu(a) over [n, I] fp32 into a fresh output: elements a call
 //   op_overhead_s               a * b over 8 elements under autograd, forward and backward,
 //                               halved: the cost of one small op of a step
@@ -27,6 +39,11 @@
 //                               an [n, h] fp32 buffer, in the bytes a rank sends as the
 //                               planner counts them; one rank: the copy rate
 //   collective_latency_s        an all-reduce of one element; one rank: op_overhead_s
+//   all_reduce_bytes_per_s      an all-reduce of each of the model's parameter tensors, back
+//                               to back as the step sums its gradients: the bytes a rank
+//                               sends (2 (w-1)/w of each tensor's) over the time beyond one
+//                               collective_latency_s a call; absent on one rank, or where
+//                               the calls took no longer than their latency
 #include <cstdio>
 #include <string>
 #include <vector>
@@ -61,8 +78,9 @@ struct Calibration {
   std::vector<ProbeResult> probes;
 };
 
-// REQUIRES: every rank of comm calls it with the same options. Errors (a shape the device
-// cannot hold, a failed collective) as values.
+// REQUIRES: every rank of comm calls it with the same options; on the CPU virtual device no
+// MeterScope is alive (the probes open their own). Errors (a shape the device cannot hold, a
+// failed collective) as values.
 Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm);
 
 // The preset file: hardware_to_json plus "measurements" (each probe with how it was taken)
