@@ -50,9 +50,8 @@ std::int64_t private_cache_bytes(const torch::Device& d) {
 class CacheSweep {
  public:
   explicit CacheSweep(const torch::Device& d)
-      : buffer_(torch::empty({private_cache_bytes(d) / 4}, torch::TensorOptions().dtype(torch::kFloat).device(d))) {}
+      : buffer_(torch::zeros({private_cache_bytes(d) / 4}, torch::TensorOptions().dtype(torch::kFloat).device(d))) {}
   void operator()() { buffer_.add_(1.0f); }
-  std::int64_t bytes() const { return buffer_.numel() * 4; }
 
  private:
   torch::Tensor buffer_;
