@@ -363,8 +363,8 @@ Command add_run_command(CLI::App& app) {
                   "block the caching allocator hands out and takes back, with its stream and address");
   sub->add_option("--op-times", args->op_times,
                   "Time every LibTorch operator of each phase and write the last step's tallies (calls, self time) "
-                  "beside each phase's measured and predicted time to FILE as JSON (rank R > 0: FILE.rankR); the "
-                  "timing costs about a microsecond an operator");
+                  "beside each phase's measured and predicted time to FILE as JSON (rank R > 0 of several: FILE with "
+                  ".rankR before the extension); the timing costs about a microsecond an operator");
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
   auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");
