@@ -2,10 +2,10 @@
 // predicted memory.
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
-#include <algorithm>
 #include <cstring>
 #include <limits>
 #include <memory>
@@ -128,6 +128,21 @@ std::string describe_or_plain(const Plan& p) {
   return s.empty() ? "plain step" : s;
 }
 
+// An output file a flag names, opened before the run so that a path that cannot be written
+// fails at once, not after it; none where the path is empty.
+Result<std::optional<AtomicFile>> open_output(const std::string& path, const std::string& flag) {
+  if (path.empty()) return std::optional<AtomicFile>();
+  auto f = AtomicFile::open(path, flag);
+  if (!f) return f.error();
+  return std::optional<AtomicFile>(std::move(*f));
+}
+
+// `text` as the whole of `file`, put in place under its name (a failed write: commit's error).
+Result<bool> write_whole(AtomicFile& file, const std::string& text) {
+  file.write(text.data(), text.size());
+  return file.commit();
+}
+
 // --op-times: the last step's phases, each with its measured and predicted time and its
 // LibTorch operators by self time, longest first.
 nlohmann::json op_times_json(const runtime::StepResult& step, const runtime::PredictedStep& predicted) {
@@ -185,24 +200,15 @@ int run(const RunArgs& a) {
   o.checkpoint.log = stderr;
   // Opened before the run, so a path that cannot be written fails at once, not after it.
   const std::string trace_path = rank_trace_path(a.trace_path);
-  std::optional<AtomicFile> trace;
-  if (!trace_path.empty()) {
-    auto f = AtomicFile::open(trace_path, "--trace");
-    if (!f) return fail(f.error());
-    trace.emplace(std::move(*f));
-  }
+  auto trace = open_output(trace_path, "--trace");
+  if (!trace) return fail(trace.error());
+  auto op_times = open_output(rank_trace_path(a.op_times), "--op-times");
+  if (!op_times) return fail(op_times.error());
+  o.time_ops = op_times->has_value();
   // The log goes to a temporary and is put in place once the run ends (one that failed
   // too: the log is then the record of what was allocated up to the failure).
   std::optional<AtomicFile> log_file;
   std::unique_ptr<std::FILE, int (*)(std::FILE*)> log(nullptr, &std::fclose);
-  const std::string op_times_path = rank_trace_path(a.op_times);
-  std::optional<AtomicFile> op_times;
-  if (!op_times_path.empty()) {
-    auto f = AtomicFile::open(op_times_path, "--op-times");
-    if (!f) return fail(f.error());
-    op_times.emplace(std::move(*f));
-    o.time_ops = true;
-  }
   if (!a.allocation_log.empty()) {
     auto f = AtomicFile::open(a.allocation_log, "--allocation-log");
     if (!f) return fail(f.error());
@@ -240,18 +246,12 @@ int run(const RunArgs& a) {
   if (auto r = finish_log(); !r) return fail(r.error());
   if (!report) return fail(report.error());
 
-  if (trace) {
-    const std::string json = runtime::chrome_trace_json(*report, trace_identity(*plan));
-    trace->write(json.data(), json.size());
-    if (auto r = trace->commit(); !r) return fail(r.error());
-  }
+  if (*trace)
+    if (auto r = write_whole(**trace, runtime::chrome_trace_json(*report, trace_identity(*plan))); !r) return fail(r.error());
 
   const auto& last = report->steps.back();
-  if (op_times) {
-    const std::string json = op_times_json(last, predicted).dump(1);
-    op_times->write(json.data(), json.size());
-    if (auto r = op_times->commit(); !r) return fail(r.error());
-  }
+  if (*op_times)
+    if (auto r = write_whole(**op_times, op_times_json(last, predicted).dump(1)); !r) return fail(r.error());
   std::string measured_at;
   std::int64_t best = -1;
   for (const auto& p : last.phases)

@@ -48,8 +48,15 @@ double hidden_share(const OpSpec& op, double comm) {
 }
 
 // With measured rates (`longctx calibrate`): each op on its own roofline at the rates its
-// kind reached on the machine, plus its launches at the measured cost of a small op.
-OpTime measured_op_time(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
+// kind reached on the machine, plus its launches at the measured cost of a small op; and
+// which of the roofline's terms bound it (phase_op_times reports it). Named nothing: the
+// search evaluates it for every op of every plan it tries.
+struct OpSeconds {
+  double seconds = 0;
+  const char* bound = "";
+};
+
+OpSeconds measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
   // An op that records no traffic of its own reads its inputs and writes its outputs once.
   double traffic = op.memory_bytes;
   if (traffic == 0) {
@@ -65,20 +72,18 @@ OpTime measured_op_time(const Plan& p, const StepGraph& g, const OpSpec& op, con
   const double memory = traffic / m.memory_bytes_per_s;
   const double transcendental =
       m.transcendental_elems_per_s > 0 ? op.transcendentals / m.transcendental_elems_per_s : 0.0;
-  OpTime t;
-  t.op = format(op.name);
-  t.launches = op.launches;
   const double longest = std::max({compute, memory, transcendental});
-  t.bound = longest == 0                ? "launches"
-            : longest == compute        ? (is_attention(op) ? "attention" : "flops")
-            : longest == memory         ? "memory"
-                                        : "transcendental";
-  t.compute_s = longest + op.launches * m.op_overhead_s;
-  return t;
+  const char* bound = longest == 0           ? "launches"
+                      : longest == compute   ? (is_attention(op) ? "attention" : "flops")
+                      : longest == memory    ? "memory"
+                                             : "transcendental";
+  return {longest + op.launches * m.op_overhead_s, bound};
 }
 
-double measured_op_seconds(const Plan& p, const StepGraph& g, const OpSpec& op, const MeasuredRates& m) {
-  return measured_op_time(p, g, op, m).compute_s;
+// An op on the host (the offloaded optimizer's update): bound by its passes over host memory
+// at the host's measured rate, plus its launches.
+double measured_host_op_seconds(const OpSpec& op, const MeasuredRates& m) {
+  return op.memory_bytes / m.host_rate() + op.launches * m.op_overhead_s;
 }
 
 double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
@@ -160,12 +165,11 @@ void measured_time(const Plan& p, const StepGraph& g, StepTime& t, OnSegment on_
   const auto segments = by_segment<Segment>(g, [&](const OpSpec& op, Segment& s) {
     const double comm = measured_comm_seconds(op, m);
     if (op.host_compute) {
-      // Bound by its passes over host memory at the host's measured rate.
-      t.host_optimizer_s += op.memory_bytes / m.host_rate() + op.launches * m.op_overhead_s;
+      t.host_optimizer_s += measured_host_op_seconds(op, m);
       s.exposed_comm += comm;
       return;
     }
-    s.compute += measured_op_seconds(p, g, op, m);
+    s.compute += measured_op_seconds(p, g, op, m).seconds;
     if (!is_recompute(op) && op.phase != Phase::Optimizer) t.model_flops += op.flops;
     const double hidden = hidden_share(op, comm);
     s.hidden_comm += hidden;
@@ -215,20 +219,16 @@ std::map<std::string, std::vector<OpTime>> phase_op_times(const Plan& p, const S
   const MeasuredRates& m = p.cluster.hardware.measured;
   if (!m.present) return out;
   for (const OpSpec& op : g.ops()) {
-    const double comm = measured_comm_seconds(op, m);
-    if (op.host_compute) {
-      OpTime t;
-      t.op = format(op.name);
-      t.launches = op.launches;
-      t.bound = "memory";
-      t.compute_s = op.memory_bytes / m.host_rate() + op.launches * m.op_overhead_s;
-      t.comm_s = comm;
-      out[phase_name(StepPhase::Optimizer)].push_back(t);
-      continue;
-    }
-    OpTime t = measured_op_time(p, g, op, m);
-    t.comm_s = comm;
-    out[phase_of(op)].push_back(t);
+    OpTime t;
+    t.op = format(op.name);
+    t.launches = op.launches;
+    t.comm_s = measured_comm_seconds(op, m);
+    // The host optimizer's time counts in "optimizer", as phase_step_times counts it.
+    const OpSeconds own = op.host_compute ? OpSeconds{measured_host_op_seconds(op, m), "memory"}
+                                          : measured_op_seconds(p, g, op, m);
+    t.compute_s = own.seconds;
+    t.bound = own.bound;
+    out[op.host_compute ? phase_name(StepPhase::Optimizer) : phase_of(op)].push_back(std::move(t));
   }
   return out;
 }

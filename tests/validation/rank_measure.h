@@ -44,7 +44,7 @@ struct Peaks {
 struct RankMeasure {
   Peaks total;
   std::map<std::string, Peaks> phases;
-  std::map<std::string, std::int64_t> collectives;  // per phase; phases without any absent
+  std::map<std::string, std::int64_t> collectives = {};  // per phase; phases without any absent
 };
 
 inline std::vector<RankMeasure> run_in_process(const Plan& plan) {

@@ -21,8 +21,8 @@
 #include <cstdio>
 #include <cstdint>
 #include <memory>
-#include <mutex>
 #include <map>
+#include <mutex>
 #include <optional>
 #include <string>
 #include <vector>
@@ -48,13 +48,13 @@ struct OutOfMemory {
   std::int64_t budget = 0;
 };
 
-// One phase of a step ("forward.layer.3", "loss", "backward.layer.3", "optimizer").
 // One LibTorch operator's tally in one phase (op_timer.h).
 struct OpTally {
   std::int64_t calls = 0;
   double self_s = 0;  // its time less that of the operators it called
 };
 
+// One phase of a step ("forward.layer.3", "loss", "backward.layer.3", "optimizer").
 struct PhaseRecord {
   std::string name;
   double start_s = 0, end_s = 0;       // seconds since the meter started
@@ -67,7 +67,7 @@ struct PhaseRecord {
   std::int64_t collectives = 0;
   // With an OpTimer alive (op_timer.h): each LibTorch operator's calls and self time in the
   // phase, by name; empty otherwise.
-  std::map<std::string, OpTally> ops;
+  std::map<std::string, OpTally> ops = {};
 };
 
 // A point of the counter tracks of the trace.
