@@ -74,7 +74,8 @@ struct CudaLog {
   std::mutex mu;
   std::FILE* file = nullptr;
   std::string phase;
-  std::int64_t in_use = 0;
+  std::int64_t in_use = 0;    // bytes asked for and not yet freed
+  std::int64_t reserved = 0;  // bytes of segments (or pages) the allocator holds
 };
 CudaLog& cuda_log() {
   static CudaLog log;
@@ -85,15 +86,37 @@ void attach_cuda_log_tracker_once() {
   std::call_once(once, [] {
     c10::cuda::CUDACachingAllocator::attachAllocatorTraceTracker([](const auto& te) {
       using Action = c10::CachingDeviceAllocator::TraceEntry::Action;
-      const bool alloc = te.action_ == Action::ALLOC;
-      if (!alloc && te.action_ != Action::FREE_REQUESTED) return;
+      // ALLOC and FREE_REQUESTED carry the size asked for (DeviceCachingAllocator::malloc's
+      // orig_size, free's block->requested_size), unrounded; FREE_COMPLETED is when the block
+      // returns to its pool (free_block; later than the request when record_stream deferred
+      // it); SEGMENT_* are the driver calls that make up memory_reserved().
+      const char* verb = nullptr;
+      int sign = 0;
+      switch (te.action_) {
+        case Action::ALLOC: verb = "device"; sign = '+'; break;
+        case Action::FREE_REQUESTED: verb = "device"; sign = '-'; break;
+        case Action::FREE_COMPLETED: verb = "returned"; sign = '-'; break;
+        case Action::SEGMENT_ALLOC:
+        case Action::SEGMENT_MAP: verb = "segment"; sign = '+'; break;
+        case Action::SEGMENT_FREE:
+        case Action::SEGMENT_UNMAP: verb = "segment"; sign = '-'; break;
+        default: return;
+      }
       CudaLog& log = cuda_log();
       std::lock_guard lock(log.mu);
       if (!log.file) return;
       const auto bytes = static_cast<std::int64_t>(te.size_);
-      log.in_use += alloc ? bytes : -bytes;
-      std::fprintf(log.file, "%s device %c%lld -> %lld stream %p addr %#zx\n", log.phase.c_str(), alloc ? '+' : '-',
-                   (long long)bytes, (long long)log.in_use, te.stream_, te.addr_);
+      std::int64_t* total = nullptr;
+      if (te.action_ == Action::ALLOC || te.action_ == Action::FREE_REQUESTED) total = &log.in_use;
+      if (te.action_ >= Action::SEGMENT_ALLOC && te.action_ <= Action::SEGMENT_UNMAP) total = &log.reserved;
+      if (total) {
+        *total += sign == '+' ? bytes : -bytes;
+        std::fprintf(log.file, "%s %s %c%lld -> %lld stream %p addr %#zx\n", log.phase.c_str(), verb, sign,
+                     (long long)bytes, (long long)*total, te.stream_, te.addr_);
+      } else {
+        std::fprintf(log.file, "%s %s %c%lld stream %p addr %#zx\n", log.phase.c_str(), verb, sign, (long long)bytes,
+                     te.stream_, te.addr_);
+      }
     });
   });
 }
@@ -115,6 +138,7 @@ void MemoryMeter::set_log(std::FILE* log) {
   cuda.file = log;
   cuda.phase = phase_;
   cuda.in_use = current_[0];
+  cuda.reserved = c10::cuda::CUDACachingAllocator::getDeviceStats(device_.index()).reserved_bytes[kAggregate].current;
 }
 
 MemoryMeter::~MemoryMeter() {

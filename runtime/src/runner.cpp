@@ -4,6 +4,7 @@
 #include <cstring>
 #include <optional>
 
+#include <c10/core/AllocatorConfig.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <cuda_runtime_api.h>
 #include <fmt/format.h>
@@ -137,7 +138,15 @@ Result<std::shared_ptr<MemoryMeter>> start_meter(const Plan& plan, torch::Device
     // The rank's GPU is the current one before anything touches CUDA: streams from
     // getStreamFromPool(), events, torch::cuda::synchronize() and NCCL's communicators take
     // the current device, and a rank left on GPU 0 would open a context there too.
-    if (device.is_cuda()) c10::cuda::set_device(device.index());
+    if (device.is_cuda()) {
+      c10::cuda::set_device(device.index());
+      // The caching allocator runs as the plan's reserved figure was predicted: its segments
+      // expandable or not as the plan says, every other setting at its default
+      // (AcceleratorAllocatorConfig::parseArgs resets max_split_size, rounding and garbage
+      // collection), whatever PYTORCH_CUDA_ALLOC_CONF says. Set before the first segment.
+      c10::CachingAllocator::setAllocatorSettings(plan.cluster.expandable_segments ? "expandable_segments:True"
+                                                                                   : "expandable_segments:False");
+    }
     // On CUDA the meter initializes CUDA in the process (it reads the caching allocator).
     return std::make_shared<MemoryMeter>(budget ? plan.cluster.device_budget_bytes : 0,
                                          budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
