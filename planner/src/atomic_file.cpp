@@ -9,6 +9,7 @@
 #include <utility>
 
 #include <fmt/format.h>
+#include <zlib.h>
 
 namespace longctx {
 namespace {
@@ -221,6 +222,41 @@ Result<std::string> read_regular_file(const std::string& path, const std::string
   }
   ::close(fd);
   return text;
+}
+
+namespace {
+
+// The text of a gzip member, or BadInput naming the file when it is damaged.
+Result<std::string> gunzip(const std::string& bytes, const std::string& path, const std::string& field) {
+  z_stream z{};
+  if (inflateInit2(&z, 15 + 32) != Z_OK)  // 15 + 32: a gzip or zlib header, read from the data
+    return Error{ErrorKind::Internal, field, "zlib could not start"};
+  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
+  z.avail_in = static_cast<uInt>(bytes.size());
+  std::string out;
+  char buf[1 << 16];
+  int rc = Z_OK;
+  while (rc == Z_OK) {
+    z.next_out = reinterpret_cast<Bytef*>(buf);
+    z.avail_out = sizeof buf;
+    rc = inflate(&z, Z_NO_FLUSH);
+    out.append(buf, sizeof buf - z.avail_out);
+  }
+  inflateEnd(&z);
+  if (rc != Z_STREAM_END)
+    return Error::bad_input(field, fmt::format("{} is a damaged or truncated gzip file ({}); pass the whole file", path,
+                                             z.msg ? z.msg : "no end of stream"));
+  return out;
+}
+
+}  // namespace
+
+Result<std::string> read_text_file(const std::string& path, const std::string& field) {
+  LONGCTX_TRY(const std::string text, read_regular_file(path, field));
+  const bool gzip = text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
+                    static_cast<unsigned char>(text[1]) == 0x8b;
+  if (!gzip) return text;
+  return gunzip(text, path, field);
 }
 
 }  // namespace longctx

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <vector>
 
-#include <zlib.h>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -173,38 +172,8 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
   return m;
 }
 
-namespace {
-
-// The text of a gzip member, or BadInput naming the file when it is damaged.
-Result<std::string> gunzip(const std::string& bytes, const std::string& path) {
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 32) != Z_OK)  // 15 + 32: a gzip or zlib header, read from the data
-    return Error{ErrorKind::Internal, "--trace", "zlib could not start"};
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  z.avail_in = static_cast<uInt>(bytes.size());
-  std::string out;
-  char buf[1 << 16];
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - z.avail_out);
-  }
-  inflateEnd(&z);
-  if (rc != Z_STREAM_END)
-    return Error::bad_input("--trace", fmt::format("{} is a damaged or truncated gzip file ({}); pass the whole trace", path,
-                                                   z.msg ? z.msg : "no end of stream"));
-  return out;
-}
-
-}  // namespace
-
 Result<MeasuredTrace> read_trace_file(const std::string& path) {
-  LONGCTX_TRY(auto text, read_regular_file(path, "--trace"));
-  if (text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f && static_cast<unsigned char>(text[1]) == 0x8b) {
-    LONGCTX_TRY(text, gunzip(text, path));
-  }
+  LONGCTX_TRY(const std::string text, read_text_file(path, "--trace"));
   return trace_from_json_text(text, path);
 }
 

@@ -5,20 +5,87 @@
 
 namespace longctx {
 
-ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings) {
+std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
   const auto& tensors = graph.tensors();
   const auto& ops = graph.ops();
   // Each op's device tensors to allocate at its start and to free at its end, by index.
-  std::vector<std::vector<int>> born(ops.size()), dying(ops.size());
+  // Tensors made before the step that the first step makes at an op instead (first_step_op).
+  std::vector<std::vector<int>> born(ops.size()), dying(ops.size()), first_step_born(ops.size());
   std::vector<int> before_step;
   for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
     const TensorSpec& t = tensors[static_cast<std::size_t>(i)];
     if (t.place != Place::Device || t.bytes <= 0) continue;
-    if (t.producer < 0) before_step.push_back(i);
-    else born[static_cast<std::size_t>(t.producer)].push_back(i);
+    if (t.producer >= 0) born[static_cast<std::size_t>(t.producer)].push_back(i);
+    else if (t.first_step_op >= 0) first_step_born[static_cast<std::size_t>(t.first_step_op)].push_back(i);
+    else before_step.push_back(i);
     if (!t.persistent && t.last_reader >= 0) dying[static_cast<std::size_t>(t.last_reader)].push_back(i);
   }
+  std::vector<AllocatorEvent> events;
+  // A tensor's live block and the stream whose pool it came from; blocks past the tensors'
+  // indices are workspaces.
+  std::vector<int> block_of(tensors.size(), -1), stream_of(tensors.size(), 0);
+  int next_block = static_cast<int>(tensors.size());
+  auto allocate = [&](int i, int stream, int op, int step) {
+    const auto ii = static_cast<std::size_t>(i);
+    if (block_of[ii] >= 0) return;  // a persistent tensor born in the first step stays
+    block_of[ii] = i;
+    stream_of[ii] = stream;
+    events.push_back({true, i, tensors[ii].bytes, stream, op, step});
+  };
+  for (int step = 0; step < 2; ++step) {
+    for (int i : before_step) allocate(i, 0, -1, step);
+    for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
+      const auto kk = static_cast<std::size_t>(k);
+      const int stream = ops[kk].stream;
+      // The op's outputs, with what the first step makes just after the first of them.
+      auto allocate_outputs = [&] {
+        for (std::size_t j = 0; j < born[kk].size(); ++j) {
+          allocate(born[kk][j], stream, k, step);
+          if (j == 0)
+            for (int i : first_step_born[kk]) allocate(i, stream, k, step);
+        }
+        if (born[kk].empty())
+          for (int i : first_step_born[kk]) allocate(i, stream, k, step);
+      };
+      const std::int64_t workspace = ops[kk].workspace_bytes;
+      const auto& sequence = ops[kk].workspace_sequence;
+      const bool outputs_inside = std::find(sequence.begin(), sequence.end(), 0) != sequence.end();
+      if (!outputs_inside) allocate_outputs();
+      if (!sequence.empty()) {
+        // Block b of the sequence is first + b; each returns once.
+        const int first = next_block;
+        std::vector<std::int64_t> held;
+        for (const std::int64_t entry : sequence) {
+          if (entry == 0) {
+            allocate_outputs();
+          } else if (entry > 0) {
+            events.push_back({true, next_block++, entry, stream, k, step});
+            held.push_back(entry);
+          } else {
+            const auto b = static_cast<std::size_t>(-entry - 1);
+            events.push_back({false, first + static_cast<int>(b), held[b], stream, k, step});
+            held[b] = 0;
+          }
+        }
+        for (std::size_t b = 0; b < held.size(); ++b)
+          if (held[b] > 0) events.push_back({false, first + static_cast<int>(b), held[b], stream, k, step});
+      } else if (workspace > 0) {
+        const int scratch = next_block++;
+        events.push_back({true, scratch, workspace, stream, k, step});
+        events.push_back({false, scratch, workspace, stream, k, step});
+      }
+      for (int i : dying[kk]) {
+        const auto ii = static_cast<std::size_t>(i);
+        events.push_back({false, i, tensors[ii].bytes, stream_of[ii], k, step});
+        block_of[ii] = -1;
+      }
+    }
+  }
+  return events;
+}
 
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings) {
+  const auto& ops = graph.ops();
   int streams = 1;
   for (const OpSpec& o : ops) streams = std::max(streams, o.stream + 1);
   std::vector<CachingAllocatorModel> models(static_cast<std::size_t>(streams), CachingAllocatorModel(settings));
@@ -27,9 +94,8 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
     for (const auto& m : models) sum += (m.*figure)();
     return sum;
   };
-  // A tensor's block and the stream whose pool it came from.
-  std::vector<int> handle(tensors.size(), -1), stream_of(tensors.size(), 0);
   ReservedReplay r;
+  // Reserved bytes are noted once an op's outputs and workspace are allocated, before it frees.
   auto note = [&](int op) {
     int failures = 0;
     for (const auto& m : models) failures += m.failures();
@@ -47,30 +113,27 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
     if (streams > 1) m.set_capacity(settings.capacity - (total(&CachingAllocatorModel::reserved) - m.reserved()));
     return m;
   };
-  auto allocate = [&](int i, int stream) {
-    const auto ii = static_cast<std::size_t>(i);
-    if (handle[ii] >= 0) return;  // a persistent tensor born in the first step stays
-    handle[ii] = on(stream).allocate(tensors[ii].bytes);
-    stream_of[ii] = stream;
-  };
-  for (int step = 0; step < 2; ++step) {
-    for (int i : before_step) allocate(i, 0);
-    note(-1);
-    for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
-      const auto kk = static_cast<std::size_t>(k);
-      const int stream = ops[kk].stream;
-      for (int i : born[kk]) allocate(i, stream);
-      const std::int64_t workspace = ops[kk].workspace_bytes;
-      const int scratch = workspace > 0 ? on(stream).allocate(workspace) : -1;
-      note(k);
-      if (scratch >= 0) models[static_cast<std::size_t>(stream)].free(scratch);
-      for (int i : dying[kk]) {
-        const auto ii = static_cast<std::size_t>(i);
-        models[static_cast<std::size_t>(stream_of[ii])].free(handle[ii]);
-        handle[ii] = -1;
-      }
+  std::vector<int> handle;
+  bool freeing = false;
+  int op = -2;
+  for (const AllocatorEvent& e : step_allocator_events(graph)) {
+    if (e.op != op || (e.allocate && freeing)) {
+      if (op != -2 && !freeing) note(op);
+      op = e.op;
+      freeing = false;
+    }
+    const auto b = static_cast<std::size_t>(e.block);
+    if (b >= handle.size()) handle.resize(b + 1, -1);
+    if (e.allocate) {
+      handle[b] = on(e.stream).allocate(e.bytes);
+    } else {
+      if (!freeing) note(op);
+      freeing = true;
+      models[static_cast<std::size_t>(e.stream)].free(handle[b]);
+      handle[b] = -1;
     }
   }
+  if (!freeing) note(op);
   for (const auto& m : models) r.failed_requests += m.failures();
   return r;
 }

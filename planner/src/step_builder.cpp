@@ -94,20 +94,31 @@ StepGraph build_step(const StepInputs& in) {
   // About 40 tensors and 30 ops a layer: reserve once instead of regrowing.
   const auto layers = static_cast<std::size_t>(in.model.layers);
   sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
-  // cuBLAS workspaces [2 x cublas_workspace] bytes: one per (handle, stream), handles per
+  // cuBLAS workspaces [cublas_workspace] bytes each: one per (handle, stream), handles per
   // thread, and every stack's step multiplies on two threads, the forward's and autograd's
   // device thread that runs backward (torch/csrc/autograd/engine.cpp, Engine::thread_main
-  // per device). Allocated at each thread's first matmul and kept: held from the second step
-  // on, which is the one whose phases the planner predicts.
+  // per device). Allocated at each thread's first matmul, just after its output, and kept:
+  // held from the second step on, which is the one whose phases the planner predicts.
+  int cublas[2] = {-1, -1};
   if (sb.shapes.cublas_workspace > 0)
-    sb.graph.persistent(Name{Name::kNone, "cublas.workspaces"}, 2 * sb.shapes.cublas_workspace, Category::Workspace, Place::Device);
+    for (int& t : cublas)
+      t = sb.graph.persistent(Name{Name::kNone, &t == cublas ? "cublas.workspace.forward" : "cublas.workspace.backward"},
+                              sb.shapes.cublas_workspace, Category::Workspace, Place::Device);
+  // Where the first step allocates them: the first forward and the first backward matmul.
+  auto finish = [&] {
+    if (cublas[0] >= 0 && !in.prefix_only) {
+      sb.graph.first_allocated_at(cublas[0], sb.graph.first_cublas_op(Phase::Forward));
+      sb.graph.first_allocated_at(cublas[1], sb.graph.first_cublas_op(Phase::Backward));
+    }
+    return sb.graph.finish();
+  };
   if (in.train.stack.kind == StackKind::HF) {
     step::hf::build_step(sb);
-    return sb.graph.finish();
+    return finish();
   }
   if (in.train.stack.kind == StackKind::Arctic) {
     step::arctic::build_step(sb);
-    return sb.graph.finish();
+    return finish();
   }
   step::model_states(sb);
   step::rope_tables(sb);
@@ -118,7 +129,7 @@ StepGraph build_step(const StepInputs& in) {
   // layer is the only one).
   if (d_embed >= 0) step::embedding_backward(sb, d_embed);
   if (!in.prefix_only) step::optimizer_step(sb);
-  return sb.graph.finish();
+  return finish();
 }
 
 }  // namespace longctx

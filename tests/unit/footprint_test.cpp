@@ -4,8 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <vector>
 
 #include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/loss.h"
 #include "longctx/planner/footprint/mlp.h"
 #include "longctx/planner/footprint/norm.h"
 #include "longctx/planner/footprint/zero.h"
@@ -21,6 +23,67 @@ footprint::StepShapes shapes_of(const std::string& model, std::int64_t seq, int 
   in.train.seq = seq;
   in.parallel.ulysses = ulysses;
   return footprint::step_shapes(in);
+}
+
+// The most bytes an OpSpec::workspace_sequence holds at once, and what it still holds at its
+// end (0 markers, the outputs' place, hold nothing).
+struct SequencePeak {
+  std::int64_t peak = 0, held_at_end = 0;
+};
+SequencePeak sequence_peak(const std::vector<std::int64_t>& sequence) {
+  std::vector<std::int64_t> held;
+  SequencePeak r;
+  for (const std::int64_t entry : sequence) {
+    if (entry > 0) {
+      held.push_back(entry);
+      r.held_at_end += entry;
+    } else if (entry < 0) {
+      const auto b = static_cast<std::size_t>(-entry - 1);
+      EXPECT_LT(b, held.size());
+      if (b >= held.size()) return r;
+      r.held_at_end -= held[b];
+      held[b] = 0;
+    }
+    r.peak = std::max(r.peak, r.held_at_end);
+  }
+  return r;
+}
+
+// Under GQA on CUDA the flash op's expanded k and v come before its outputs and are its whole
+// scratch; elsewhere it is one block (no sequence).
+TEST(Footprint, TheFlashOpsBlocksPeakAtItsWorkspace) {
+  for (const char* model : {"tiny-gqa", "llama-3.2-1b", "tiny-odd", "llama-3.1-8b"})
+    for (const bool cpu : {false, true}) {
+      footprint::StepShapes s = shapes_of(model, 4096, 1, 1);
+      s.cpu = cpu;
+      const auto sequence = footprint::flash_op_forward_workspace_sequence(s);
+      const std::string at = std::string(model) + (cpu ? " cpu" : " cuda");
+      if (cpu || s.hl == s.kvr || s.kvr == 1) {
+        EXPECT_TRUE(sequence.empty()) << at;
+        continue;
+      }
+      ASSERT_EQ(std::count(sequence.begin(), sequence.end(), 0), 1) << at;
+      EXPECT_EQ(sequence_peak(sequence).peak, footprint::flash_op_forward_workspace(s)) << at;
+    }
+}
+
+// The tiled loss's blocks, requested and returned in order, peak at the workspace the
+// simulation books and all return: bf16 and fp32, tiles that divide the rows and tiles that
+// leave a short last one (or, rounded, fewer tiles than asked).
+TEST(Footprint, TheTiledLossBlocksPeakAtItsWorkspaceAndAllReturn) {
+  for (const char* model : {"tiny-gqa", "llama-3.2-1b", "tiny-odd"})
+    for (const std::int64_t seq : {1000, 4096, 4099})
+      for (const std::int64_t tiles : {2, 3, 7, 123})
+        for (const std::int64_t e : {2, 4})
+          for (const bool backward : {false, true}) {
+            footprint::StepShapes s = shapes_of(model, seq, 1, 1);
+            s.e = e;
+            const SequencePeak blocks = sequence_peak(footprint::tiled_loss_workspace_sequence(s, tiles, backward));
+            const std::string at = std::string(model) + " seq " + std::to_string(seq) + " tiles " +
+                                   std::to_string(tiles) + " e " + std::to_string(e) + (backward ? " bwd" : " fwd");
+            EXPECT_EQ(blocks.peak, footprint::tiled_loss_workspace(s, tiles)) << at;
+            EXPECT_EQ(blocks.held_at_end, 0) << at;
+          }
 }
 
 TEST(Footprint, TheParameterTableAddsUpToTheModelsCounts) {
@@ -99,11 +162,17 @@ TEST(Footprint, NormAndSwigluScratchIsOneRowChunkAtAnyLength) {
   EXPECT_EQ(r, kRowChunkBytes / (a.h * 4));
   EXPECT_EQ(footprint::rms_norm_backward_workspace(a, a.n, a.h), footprint::rms_norm_backward_workspace(b, b.n, b.h));
   EXPECT_EQ(footprint::rms_norm_backward_scratch(a, a.n, a.h), 8 * a.h + 8 * r * a.h + std::max(a.h, r) * 4);
-  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, a.n, a.h), r * a.h * 4);
+  // The forward's fp32 copy of a chunk is the CPU's; CUDA's reduction converts as it loads
+  // and only the chunk's rstd, rounded to bf16, is scratch.
+  footprint::StepShapes a_cpu = a;
+  a_cpu.cpu = true;
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a_cpu, a.n, a.h), r * a.h * 4);
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, a.n, a.h), r * a.e);
   EXPECT_EQ(footprint::swiglu_backward_workspace(a), footprint::swiglu_backward_workspace(b));
   EXPECT_LE(footprint::swiglu_backward_workspace(a), kRowChunkBytes);
   // A norm shorter than a chunk is one chunk of all its rows.
-  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, 100, a.h), 100 * a.h * 4);
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a_cpu, 100, a.h), 100 * a.h * 4);
+  EXPECT_EQ(footprint::rms_norm_forward_workspace(a, 100, a.h), 100 * a.e);
 }
 
 }  // namespace

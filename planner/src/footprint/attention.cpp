@@ -87,6 +87,14 @@ std::int64_t flash_op_forward_workspace(const StepShapes& s) {
   return kv_expansion(s, s.hl, s.kvr) + flash_forward_scratch(s);
 }
 
+std::vector<std::int64_t> flash_op_forward_workspace_sequence(const StepShapes& s) {
+  const std::int64_t expansion = kv_expansion(s, s.hl, s.kvr);
+  if (expansion == 0) return {};
+  std::vector<std::int64_t> seq = {expansion / 2, expansion / 2, 0};
+  if (const std::int64_t scratch = flash_forward_scratch(s); scratch > 0) seq.push_back(scratch);
+  return seq;
+}
+
 std::int64_t flash_op_backward_workspace(const StepShapes& s) {
   std::int64_t ws = flash_backward_scratch(s, s.hl);
   // The CPU kernel writes dk and dv over the kv heads: the op's outputs themselves.

@@ -11,9 +11,11 @@ std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width) {
 }
 
 std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width) {
-  // bf16, beside the outputs: a chunk's x_fp32 [r, width] x 4, freed before its rstd is
-  // rounded to bf16 [r] e.
-  return s.e == 4 ? 0 : rms_norm_chunk_rows(rows, width) * width * 4;
+  // bf16, beside the outputs: on the CPU a chunk's x_fp32 [r, width] x 4, freed before its
+  // rstd is rounded to bf16 [r] e; on CUDA the rounded rstd alone.
+  if (s.e == 4) return 0;
+  const std::int64_t r = rms_norm_chunk_rows(rows, width);
+  return s.cpu ? r * width * 4 : r * s.e;
 }
 
 std::int64_t rms_norm_backward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width) {

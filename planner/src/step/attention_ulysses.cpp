@@ -71,7 +71,8 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
                       ring_forward_sent_bytes(s));
   } else {
     sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
-                {.workspace = flash_op_forward_workspace(s), .flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
+                {.workspace = flash_op_forward_workspace(s), .workspace_sequence = flash_op_forward_workspace_sequence(s),
+                 .flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   }
   if (s.u == 1) {
     a.o_loc = a.o_sp;

@@ -46,7 +46,7 @@ void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, b
   const double flops = projection + attention_flops(s, s.hl), kernel = projection + attention_kernel_flops(s, s.hl);
   const int o = sb.graph.op(layer_name(l, "attn.untied", rc), phase, l, {a.xn1}, {a.o_loc, a.lse},
                             {.workspace = untied_forward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
-                             .launches = stage_launches(s, c, 4, 2, 2), .repeats = static_cast<int>(untied_stages(s, c))});
+                             .launches = stage_launches(s, c, 4, 2, 2), .repeats = static_cast<int>(untied_stages(s, c)), .projects = true});
   set_stage_comm(sb, o, untied_forward_sent_bytes(s), untied_ring_forward_sent_bytes(s, c),
                  untied_ring_forward_sent_bytes(s, c));
 }
@@ -68,7 +68,7 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
   const int o = sb.graph.op(layer_name(l, "attn.untied.bwd"), Phase::Backward, l, {d_oloc, a.xn1, a.o_loc, a.lse},
                             {d_xn1, g_qkv},
                             {.workspace = untied_backward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
-                             .launches = stage_launches(s, c, 10, 4, 4), .repeats = static_cast<int>(untied_stages(s, c))});
+                             .launches = stage_launches(s, c, 10, 4, 4), .repeats = static_cast<int>(untied_stages(s, c)), .projects = true});
   set_stage_comm(sb, o, untied_backward_sent_bytes(s), untied_ring_backward_sent_bytes(s, c),
                  untied_ring_forward_sent_bytes(s, c));
   // HeadChunkedAttentionFn saves the projections' weights and the q and k norms.

@@ -1,6 +1,7 @@
 #pragma once
 // Appends tensors and ops to a StepGraph: the one place the step's emitters touch the graph.
 #include <cstdint>
+#include <vector>
 
 #include "longctx/planner/step_graph.h"
 
@@ -9,7 +10,8 @@ namespace longctx::step {
 // What an op costs beyond the tensors it reads and writes.
 struct OpCost {
   std::int64_t workspace = 0;   // device scratch live only inside the op
-  double flops = 0;             // per rank; an op with flops and no kind is a matmul
+  std::vector<std::int64_t> workspace_sequence;  // OpSpec::workspace_sequence
+  double flops = 0;             // per rank; an op with flops, no kind, traffic or transcendentals is a matmul
   double kernel_flops = 0;      // OpSpec::kernel_flops
   OpKind kind = OpKind::Memory;
   int launches = 1;             // kernel launches or collective rounds
@@ -18,6 +20,7 @@ struct OpCost {
   // passes (footprint: *_traffic); 0: its activations read and written once (op() below).
   double traffic = 0;
   double transcendentals = 0;   // OpSpec::transcendentals
+  bool projects = false;        // not a matmul, but it runs projections too (OpSpec::calls_cublas)
 };
 
 class GraphWriter {
@@ -34,6 +37,16 @@ class GraphWriter {
   // gradients are left out, so a tiled or staged op moves the same bytes as the plain ops it
   // replaces and differs in launches.
   int op(Name name, Phase phase, int layer, Ids inputs, Ids outputs, OpCost cost = {});
+  // The first op of `phase` appended so far that calls cuBLAS, or -1.
+  int first_cublas_op(Phase phase) const {
+    for (int k = 0; k < static_cast<int>(graph_.ops().size()); ++k) {
+      const OpSpec& o = graph_.ops()[static_cast<std::size_t>(k)];
+      if (o.phase == phase && o.calls_cublas) return k;
+    }
+    return -1;
+  }
+  // TensorSpec::first_step_op of a tensor made before the step.
+  void first_allocated_at(int tensor, int op) { graph_.tensor(tensor).first_step_op = op; }
   // Appends an op whose every field the caller has set (the optimizer step).
   int raw_op(OpSpec op) { return graph_.add_op(std::move(op)); }
 
@@ -90,10 +103,15 @@ inline int GraphWriter::op(Name name, Phase phase, int layer, Ids inputs, Ids ou
   o.inputs = inputs;
   o.outputs = outputs;
   o.workspace_bytes = cost.workspace;
+  o.workspace_sequence = std::move(cost.workspace_sequence);
   o.flops = cost.flops;
   o.kernel_flops = cost.kernel_flops;
   o.transcendentals = cost.transcendentals;
-  o.kind = cost.flops > 0 && cost.kind == OpKind::Memory ? OpKind::Matmul : cost.kind;
+  // Flops alone make a matmul; flops beside counted traffic or transcendentals are an
+  // elementwise kernel's (a norm, RoPE, SwiGLU, log-softmax), which calls no cuBLAS.
+  const bool elementwise = cost.traffic > 0 || cost.transcendentals > 0;
+  o.kind = cost.flops > 0 && !elementwise && cost.kind == OpKind::Memory ? OpKind::Matmul : cost.kind;
+  o.calls_cublas = o.kind == OpKind::Matmul || cost.projects;
   o.launches = cost.launches;
   auto traffic = [&](int t) {
     const TensorSpec& ts = graph_.tensor(t);

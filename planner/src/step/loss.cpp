@@ -35,7 +35,9 @@ void loss_forward(StepBuild& sb) {
   if (tiles > 1) {
     const int runs = static_cast<int>(tile_split(s.n, tiles).count);  // tiles that run (uneven: the last shorter)
     sb.graph.op(step_name("loss.tiled"), L, -1, {o.xf, o.targets}, {},
-                {.workspace = tiled_loss_workspace(s, tiles), .flops = flops, .kind = OpKind::Matmul,
+                {.workspace = tiled_loss_workspace(s, tiles),
+                 .workspace_sequence = tiled_loss_workspace_sequence(s, tiles, /*backward=*/false),
+                 .flops = flops, .kind = OpKind::Matmul,
                  .launches = 3 * runs, .repeats = runs, .traffic = tiled_loss_forward_traffic(s),
                  .transcendentals = loss_transcendentals(s, 1)});
     loss_all_reduce(sb);
@@ -99,7 +101,9 @@ TensorId loss_backward(StepBuild& sb) {
     // The tile's logits recomputed as in forward: one more projection.
     const int runs = static_cast<int>(tile_split(s.n, tiles).count);
     sb.graph.op(step_name("loss.tiled.bwd"), Phase::Backward, -1, head_reads, grads_out,
-                {.workspace = tiled_loss_workspace(s, tiles), .flops = flops + matmul_flops(s.n, s.h, s.V),
+                {.workspace = tiled_loss_workspace(s, tiles),
+                 .workspace_sequence = tiled_loss_workspace_sequence(s, tiles, /*backward=*/true),
+                 .flops = flops + matmul_flops(s.n, s.h, s.V),
                  .kind = OpKind::Matmul, .launches = 6 * runs, .repeats = runs, .traffic = tiled_loss_backward_traffic(s),
                  .transcendentals = loss_transcendentals(s, 2)});
   } else {

@@ -101,6 +101,9 @@ class CachingAllocatorModel {
   // Size of the block a live handle holds (its rounded request, or more when unsplit).
   std::int64_t block_size(int handle) const;
   int segments() const { return static_cast<int>(segment_sizes_.size()) - released_segments_; }
+  // The largest cached block of the large pool no request holds (0 if none): the largest
+  // request the cache can serve without a new segment.
+  std::int64_t largest_free_block() const { return large_free_.empty() ? 0 : large_free_.rbegin()->first; }
 
   static std::int64_t round_size(std::int64_t bytes);
   static std::int64_t segment_size(std::int64_t rounded);

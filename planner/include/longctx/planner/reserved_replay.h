@@ -13,6 +13,7 @@
 // capacity; a stream that runs short releases its own cache only. (longctx's own runtime
 // writes every op on stream 0: its offload streams' freed blocks are reused as if on it.)
 #include <cstdint>
+#include <vector>
 
 #include "longctx/planner/allocator_model.h"
 #include "longctx/planner/step_graph.h"
@@ -26,6 +27,19 @@ struct ReservedReplay {
   int failed_requests = 0;             // requests that did not fit the capacity even after releasing the cache
   int first_failed_op = -1;
 };
+
+// One request to the allocator, or one block returned to it, in the order the replay makes them.
+struct AllocatorEvent {
+  bool allocate = true;
+  int block = 0;           // names the block: an allocation's, then the free that returns it
+  std::int64_t bytes = 0;  // as requested
+  int stream = 0;          // the pool: the stream of the op that made the block
+  int op = -1;             // the op at which it happens; -1: before the step's first op
+  int step = 0;            // 0 or 1
+};
+
+// The requests replay_reserved makes, for two steps.
+std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph);
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings);
 

@@ -64,6 +64,12 @@ struct TensorSpec {
   int producer = -1;         // op index; -1: exists before the step
   int last_reader = -1;      // op index; -1 with producer -1: persistent; else set by finalize()
   bool persistent = false;   // lives across steps (params, optimizer states, param shards)
+  // Of a tensor that exists before the step (producer -1): the op at which the first step of
+  // a run allocates it, just after that op's first output, where it is not made before the
+  // step (a thread's cuBLAS workspace, at its first matmul). -1: before the first step. Only
+  // the reserved replay reads it (where a block lands shapes the cache); every predicted
+  // phase is a later step's, which finds it allocated.
+  int first_step_op = -1;
 };
 
 // Collectives and copies an op performs, for the cost model. SendRecv: a ring's hops, each
@@ -83,6 +89,16 @@ struct OpSpec {
   Ids inputs;                          // tensor indices read
   Ids outputs;                         // tensor indices produced
   std::int64_t workspace_bytes = 0;    // device scratch live only inside the op
+  // The scratch as the op's kernels ask the caching allocator for it, where that is several
+  // blocks (a tile's buffers, one after another): a positive entry requests a block of that
+  // many bytes, an entry -k returns the k-th block requested (from 1), and a 0 is where the
+  // op's outputs are requested (without one, before the sequence); blocks still held at the
+  // end return then. Empty: one block of workspace_bytes, after the outputs. The blocks held
+  // together never exceed workspace_bytes, and reach it (footprint tests hold each sequence
+  // to its peak).
+  // Only the reserved replay reads it (reserved_replay.h): which blocks a cached segment can
+  // serve depends on their sizes and order, not only on their peak.
+  std::vector<std::int64_t> workspace_sequence = {};
   std::int64_t host_workspace_bytes = 0;
   double flops = 0;                    // per rank: the model's work, what MFU counts
   // What the kernel computes where it is more than `flops` (a causal flash kernel's whole
@@ -108,6 +124,9 @@ struct OpSpec {
   // workspace) is reserved apart from the default stream's (reserved_replay.h).
   int stream = 0;
   bool host_compute = false;           // runs on the CPU (offloaded optimizer)
+  // Multiplies through cuBLAS (a matmul, or attention stages that project q, k and v): the
+  // first such op of each thread allocates that thread's cuBLAS workspace (step_builder.cpp).
+  bool calls_cublas = false;
 };
 
 class StepGraph {

@@ -3,6 +3,7 @@
 // scratch on CPU and CUDA, GQA's kv expansion, FlashAttention-2's dq accumulator, and the
 // all-to-all send buffers. Forward and backward together. Shapes: step_shapes.h.
 #include <cstdint>
+#include <vector>
 
 #include "longctx/planner/footprint/step_shapes.h"
 
@@ -74,6 +75,10 @@ std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads);
 // attn.flash (runtime/src/attention.cpp, AttentionFn::forward): the kv expansion to this
 // rank's hl query heads beside the kernel's forward scratch.
 std::int64_t flash_op_forward_workspace(const StepShapes& s);
+// Its blocks in the order the caching allocator is asked for them (OpSpec::workspace_sequence):
+// under GQA on CUDA the expanded k, then v, before the kernel makes the outputs, both
+// returned once it has; otherwise one block after the outputs (empty).
+std::vector<std::int64_t> flash_op_forward_workspace_sequence(const StepShapes& s);
 
 // attn.flash.bwd (runtime/src/attention.cpp, AttentionFn::backward). CPU: the kernel's
 // scratch alone (its dk, dv are the op's outputs). CUDA, under GQA the kernel

@@ -3,6 +3,7 @@
 // backward together. Shapes: step_shapes.h; T = loss tiles, t = ceil(n/T) rows in the largest
 // tile (tile_split, parallel_config.h: the last tile is shorter when T does not divide n).
 #include <cstdint>
+#include <vector>
 
 #include "longctx/planner/footprint/step_shapes.h"
 
@@ -15,6 +16,15 @@ namespace longctx::footprint {
 // beside them; the softmax gradient then overwrites the logits (bf16: cast to bf16,
 // [t, V] e, after logsumexp's buffer is gone).
 std::int64_t tiled_loss_workspace(const StepShapes& s, std::int64_t tiles);
+// The same buffers as the caching allocator is asked for them (OpSpec::workspace_sequence),
+// for the first tile and, when the last is shorter, the last (every tile frees what it asked
+// for, so the ones between find the first one's blocks cached and leave the cache as they
+// found it), each tile t_i rows: forward, in bf16 the logits [t_i, V] e,
+// their fp32 copy [t_i, V] x 4, the bf16 logits freed; logsumexp's row maxima and sums [t_i]
+// x 8 and exp(logits - max) [t_i, V] x 4, both freed; the fp32 logits freed at the tile's
+// end. Backward the same up to logsumexp, then in bf16 the gradient cast [t_i, V] e, freed
+// after the two matmuls, and the fp32 logits last. Its peak is tiled_loss_workspace.
+std::vector<std::int64_t> tiled_loss_workspace_sequence(const StepShapes& s, std::int64_t tiles, bool backward);
 
 // What the loss's kernels cost beyond flops over [n, V] (runtime/src/layers.cpp), per element:
 //   log_softmax forward (LibTorch's last-dimension kernel): the row's max, the sum of

@@ -13,10 +13,12 @@ namespace longctx::footprint {
 std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width);
 
 // Forward over `rows` rows of `width` (runtime/src/layers.cpp, rms_norm_forward): the outputs
-// y [rows, width] e and rstd [rows] fp32 are made first, then filled a chunk at a time. bf16:
-// the chunk's norm is reduced from an fp32 copy x_fp32 [r, width] x 4, freed before the
-// chunk's rstd is rounded to bf16 [r] e to scale it: r*width*4 beyond the outputs. fp32:
-// nothing.
+// y [rows, width] e and rstd [rows] fp32 are made first, then filled a chunk at a time. bf16
+// on the CPU: the chunk's norm (at::linalg_vector_norm_out with an fp32 result) is reduced
+// from an fp32 copy x_fp32 [r, width] x 4, freed before the chunk's rstd is rounded to bf16
+// [r] e to scale it: r*width*4 beyond the outputs. bf16 on CUDA: the reduction kernel
+// converts each element as it loads it and makes no copy (an H100's allocation log holds one
+// [r] e block per chunk, the rounded rstd, and nothing else: traces/h100/): r*e. fp32: nothing.
 std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
 // Backward (runtime/src/layers.cpp, rms_norm_backward), beyond the input gradient [rows, width]
