@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "longctx/runtime/process_group.h"
+#include "loopback_port.h"
 
 namespace longctx::runtime {
 namespace {
@@ -16,6 +17,7 @@ int free_port() {
 }
 
 TEST(ProcessGroup, GlooAllReduceSumsAcrossTwoRanks) {
+  longctx::testing::no_flight_recorder();
   const int world = 2;
   const int port = free_port();
   std::vector<torch::Tensor> results(world);
