@@ -74,21 +74,13 @@ Result<AllocationLogReplay> replay_allocation_log(const std::string& text, const
                                                  "`longctx run --device cuda --allocation-log`",
                                                  number, line.substr(0, 120)));
     if (e.kind == "host") continue;
+    const bool request = e.kind == "device" && e.sign == '+';
     if (e.kind == "segment") {
       measured += e.sign == '+' ? e.bytes : -e.bytes;
-    } else if (e.kind == "device" && e.sign == '+') {
+    } else if (request) {
       auto [it, fresh] = pools.try_emplace(e.stream, settings);
       live[e.addr] = {e.stream, it->second.allocate(std::max<std::int64_t>(e.bytes, 1))};
       ++r.requests;
-      const std::int64_t model = modelled();
-      const std::int64_t gap = std::llabs(model - measured);
-      if (gap > r.largest_difference) r.largest_difference = gap;
-      if (gap != 0 && r.first_divergent_line == 0) {
-        r.first_divergent_line = number;
-        r.first_divergent_phase = e.phase;
-        r.measured_at_divergence = measured;
-        r.modelled_at_divergence = model;
-      }
     } else if (e.kind == (has_returns ? "returned" : "device")) {
       auto it = live.find(e.addr);
       if (it == live.end())
@@ -98,11 +90,23 @@ Result<AllocationLogReplay> replay_allocation_log(const std::string& text, const
       pools.at(it->second.stream).free(it->second.handle);
       live.erase(it);
     }
+    // Reserved bytes change only at requests and segments; one sum per line serves every figure.
+    const std::int64_t model = modelled();
+    if (request) {
+      const std::int64_t gap = std::llabs(model - measured);
+      if (gap > r.largest_difference) r.largest_difference = gap;
+      if (gap != 0 && r.first_divergent_line == 0) {
+        r.first_divergent_line = number;
+        r.first_divergent_phase = e.phase;
+        r.measured_at_divergence = measured;
+        r.modelled_at_divergence = model;
+      }
+    }
     ReservedByPhase& p = phase_of(e.phase);
     p.measured_peak = std::max(p.measured_peak, measured);
-    p.modelled_peak = std::max(p.modelled_peak, modelled());
+    p.modelled_peak = std::max(p.modelled_peak, model);
     r.measured_peak_reserved = std::max(r.measured_peak_reserved, measured);
-    r.modelled_peak_reserved = std::max(r.modelled_peak_reserved, modelled());
+    r.modelled_peak_reserved = std::max(r.modelled_peak_reserved, model);
   }
   r.streams = static_cast<int>(pools.size());
   return r;
