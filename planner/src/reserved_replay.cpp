@@ -1,11 +1,12 @@
 #include "longctx/planner/reserved_replay.h"
 
 #include <algorithm>
+#include <functional>
 #include <vector>
 
 namespace longctx {
 
-std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
+void for_each_allocator_event(const StepGraph& graph, const std::function<void(const AllocatorEvent&)>& visit) {
   const auto& tensors = graph.tensors();
   const auto& ops = graph.ops();
   // Each op's device tensors to allocate at its start and to free at its end, by index.
@@ -20,7 +21,6 @@ std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
     else before_step.push_back(i);
     if (!t.persistent && t.last_reader >= 0) dying[static_cast<std::size_t>(t.last_reader)].push_back(i);
   }
-  std::vector<AllocatorEvent> events;
   // A tensor's live block and the stream whose pool it came from; blocks past the tensors'
   // indices are workspaces.
   std::vector<int> block_of(tensors.size(), -1), stream_of(tensors.size(), 0);
@@ -30,7 +30,7 @@ std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
     if (block_of[ii] >= 0) return;  // a persistent tensor born in the first step stays
     block_of[ii] = i;
     stream_of[ii] = stream;
-    events.push_back({true, i, tensors[ii].bytes, stream, op, step});
+    visit(AllocatorEvent{true, i, tensors[ii].bytes, stream, op, step});
   };
   for (int step = 0; step < 2; ++step) {
     for (int i : before_step) allocate(i, 0, -1, step);
@@ -59,28 +59,33 @@ std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
           if (entry == 0) {
             allocate_outputs();
           } else if (entry > 0) {
-            events.push_back({true, next_block++, entry, stream, k, step});
+            visit(AllocatorEvent{true, next_block++, entry, stream, k, step});
             held.push_back(entry);
           } else {
             const auto b = static_cast<std::size_t>(-entry - 1);
-            events.push_back({false, first + static_cast<int>(b), held[b], stream, k, step});
+            visit(AllocatorEvent{false, first + static_cast<int>(b), held[b], stream, k, step});
             held[b] = 0;
           }
         }
         for (std::size_t b = 0; b < held.size(); ++b)
-          if (held[b] > 0) events.push_back({false, first + static_cast<int>(b), held[b], stream, k, step});
+          if (held[b] > 0) visit(AllocatorEvent{false, first + static_cast<int>(b), held[b], stream, k, step});
       } else if (workspace > 0) {
         const int scratch = next_block++;
-        events.push_back({true, scratch, workspace, stream, k, step});
-        events.push_back({false, scratch, workspace, stream, k, step});
+        visit(AllocatorEvent{true, scratch, workspace, stream, k, step});
+        visit(AllocatorEvent{false, scratch, workspace, stream, k, step});
       }
       for (int i : dying[kk]) {
         const auto ii = static_cast<std::size_t>(i);
-        events.push_back({false, i, tensors[ii].bytes, stream_of[ii], k, step});
+        visit(AllocatorEvent{false, i, tensors[ii].bytes, stream_of[ii], k, step});
         block_of[ii] = -1;
       }
     }
   }
+}
+
+std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
+  std::vector<AllocatorEvent> events;
+  for_each_allocator_event(graph, [&](const AllocatorEvent& e) { events.push_back(e); });
   return events;
 }
 
@@ -116,7 +121,9 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
   std::vector<int> handle;
   bool freeing = false;
   int op = -2;
-  for (const AllocatorEvent& e : step_allocator_events(graph)) {
+  // Visited as they are made: the search replays every plan it confirms, and a vector of a
+  // step's events would be allocated and filled for each.
+  for_each_allocator_event(graph, [&](const AllocatorEvent& e) {
     if (e.op != op || (e.allocate && freeing)) {
       if (op != -2 && !freeing) note(op);
       op = e.op;
@@ -132,7 +139,7 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
       models[static_cast<std::size_t>(e.stream)].free(handle[b]);
       handle[b] = -1;
     }
-  }
+  });
   if (!freeing) note(op);
   for (const auto& m : models) r.failed_requests += m.failures();
   return r;

@@ -13,6 +13,7 @@
 // capacity; a stream that runs short releases its own cache only. (longctx's own runtime
 // writes every op on stream 0: its offload streams' freed blocks are reused as if on it.)
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "longctx/planner/allocator_model.h"
@@ -38,7 +39,9 @@ struct AllocatorEvent {
   int step = 0;            // 0 or 1
 };
 
-// The requests replay_reserved makes, for two steps.
+// The requests replay_reserved makes, for two steps, each handed to `visit` in order.
+void for_each_allocator_event(const StepGraph& graph, const std::function<void(const AllocatorEvent&)>& visit);
+// The same, collected (for a reader: bench/replay_allocation_log writes them as a log).
 std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph);
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings);
