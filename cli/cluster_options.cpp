@@ -29,8 +29,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "fp32 gradient buffers, which `longctx run` refuses)");
   app.add_option("--stack", o.stack,
                  "The code the step runs on: longctx (its own runtime), hf (transformers' modeling code with "
-                 "torch AdamW, one GPU) or arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "
-                 "TiledMLP, Liger kernels)")
+                 "torch AdamW, one GPU), arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "
+                 "TiledMLP, Liger kernels) or torchtitan (its Llama 3 model, activation checkpointing, fused AdamW)")
       ->capture_default_str();
   app.add_option("--attention", o.attention,
                  "transformers' attn_implementation: --stack hf sdpa (default), eager or flash_attention_2 (GPUs); "

@@ -130,6 +130,18 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     longctx::conform_to_stack(p.model, p.train, par);
   }
 
+  // Now and then the torchtitan stack, mostly on one GPU in fp32 with its checkpointing modes.
+  else if (in.remaining_bytes() > 0 && in.ConsumeIntegral<std::uint8_t>() < 64) {
+    p.train.stack = longctx::default_stack(longctx::StackKind::Torchtitan);
+    if (in.ConsumeBool()) {
+      p.cluster.shape = {1, 1};
+      p.train.dtype = p.train.grad_dtype = longctx::DType::FP32;
+      const longctx::CheckpointPolicy checkpoint = par.checkpoint;
+      par = longctx::ParallelConfig{};
+      par.checkpoint = checkpoint;
+    }
+  }
+
   if (!longctx::validate(p.model, p.cluster.shape, p.train, p.parallel)) return 0;
 
   const longctx::Prediction pr = longctx::predict(p);

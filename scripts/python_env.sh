@@ -13,6 +13,7 @@ venv="$root/.venv"
 CACHE_ROOT="${LONGCTX_CACHE:-$HOME/.cache/longctx}"
 TRANSFORMERS_VERSION=4.57.1
 DEEPSPEED_VERSION=0.19.8
+TORCHTITAN_VERSION=0.2.2
 
 log() { printf '[python_env] %s\n' "$*" >&2; }
 
@@ -41,6 +42,15 @@ if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
   if ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
     log "installing deepspeed $DEEPSPEED_VERSION (no ops)"
     DS_BUILD_OPS=0 "${pip[@]}" install "deepspeed==$DEEPSPEED_VERSION" >&2
+  fi
+  # torchtitan's Llama 3 model, activation checkpointing and loss, for the torchtitan stack's
+  # tests: the package without its dependencies (one of which pins a torch nightly), and only
+  # what importing those modules needs (its config parser, data loader and metrics modules are
+  # imported by the package's __init__s). huggingface-hub stays below 1.0 for transformers.
+  if ! "$venv/bin/python" -c "import torchtitan.models.llama3.model.model" 2>/dev/null; then
+    log "installing torchtitan $TORCHTITAN_VERSION (its model code and what importing it needs)"
+    "${pip[@]}" install --no-deps "torchtitan==$TORCHTITAN_VERSION" "torchdata==0.11.0" >&2
+    "${pip[@]}" install "tyro==1.0.17" "tomli>=1.1" "tensorboard==2.21.0" "datasets==5.0.1" "huggingface-hub>=0.34,<1.0" >&2
   fi
 fi
 

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "longctx/planner/toml_text.h"
 #include "longctx/planner/yaml_text.h"
 
 namespace longctx {
@@ -18,6 +19,7 @@ std::string stack_name(Stack s) {
     case Stack::Arctic: return "arctic";
     case Stack::HF: return "hf";
     case Stack::DeepSpeed: return "deepspeed";
+    case Stack::Torchtitan: return "torchtitan";
   }
   return "deepspeed";
 }
@@ -37,21 +39,36 @@ const std::vector<Refusal>& refusals() {
        "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
        "the tokens the plan predicts in attention",
        "re-plan with --ring 1"},
+      {"parallel.ring", [](const ParallelConfig& p) { return p.ring > 1; }, {Stack::Torchtitan},
+       "run the plan's ring attention: its context parallelism all-gathers k and v by default "
+       "(context_parallel_rotate_method) and keeps other buffers than the plan predicts",
+       "re-plan with --ring 1"},
+      {"parallel.ulysses", [](const ParallelConfig& p) { return p.ulysses > 1; }, {Stack::Torchtitan},
+       "run Ulysses sequence parallelism (it has none): each rank would attend over the whole sequence",
+       "re-plan with --ulysses 1"},
       {"parallel.head_chunk", [](const ParallelConfig& p) { return p.head_chunk > 0; },
-       {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
+       {Stack::Arctic, Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more "
        "than the plan predicts",
        "re-plan with --head-chunk 0"},
-      {"parallel.mlp_tiles", [](const ParallelConfig& p) { return p.mlp_tiles > 1; }, {Stack::HF, Stack::DeepSpeed},
+      {"parallel.mlp_tiles", [](const ParallelConfig& p) { return p.mlp_tiles > 1; },
+       {Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "tile the MLP (that is model code, not configuration): the untiled MLP holds more than the plan predicts",
        "use --stack arctic (tiled_mlp_compute) or re-plan with --mlp-tiles 1"},
       {"parallel.loss_tiles", [](const ParallelConfig& p) { return p.loss_tiles > 1; }, {Stack::DeepSpeed},
        "tile the loss (a DeepSpeed config has no loss setting): full logits hold more than the plan predicts",
        "use --stack arctic or --stack hf (Liger's fused cross-entropy) or re-plan with --loss-tiles 1"},
+      {"parallel.loss_tiles", [](const ParallelConfig& p) { return p.loss_tiles > 1; }, {Stack::Torchtitan},
+       "tile the loss (its cross_entropy_loss takes the full logits): they hold more than the plan predicts",
+       "re-plan with --loss-tiles 1"},
       {"parallel.offload_checkpoints", [](const ParallelConfig& p) { return p.offload_checkpoints; }, {Stack::HF},
        "offload checkpoints: Hugging Face gradient checkpointing keeps them on the device, more than the plan "
        "predicts",
        "use --stack arctic (activation_checkpoint_cpu_offload) or re-plan without --offload-checkpoints"},
+      {"parallel.offload_checkpoints", [](const ParallelConfig& p) { return p.offload_checkpoints; },
+       {Stack::Torchtitan},
+       "offload checkpoints: its activation checkpointing keeps them on the device, more than the plan predicts",
+       "re-plan without --offload-checkpoints"},
   };
   return table;
 }
@@ -114,9 +131,9 @@ std::string dump_json(const json& j) { return j.dump(2) + "\n"; }
 std::string to_string(Stack s) { return stack_name(s); }
 
 Result<Stack> parse_stack(const std::string& text, const std::string& field) {
-  for (Stack s : {Stack::Arctic, Stack::HF, Stack::DeepSpeed})
+  for (Stack s : {Stack::Arctic, Stack::HF, Stack::DeepSpeed, Stack::Torchtitan})
     if (text == stack_name(s)) return s;
-  return Error::bad_input(field, fmt::format("'{}' is not a stack; give arctic, hf or deepspeed", text));
+  return Error::bad_input(field, fmt::format("'{}' is not a stack; give arctic, hf, deepspeed or torchtitan", text));
 }
 
 Result<bool> check_expressible(const Plan& p, Stack stack) {
@@ -131,6 +148,15 @@ Result<bool> check_expressible(const Plan& p, Stack stack) {
     return Error::bad_input("--stack", fmt::format("the plan predicts ArcticTraining (train.stack arctic); export it with "
                                                    "--stack arctic, or re-plan with --stack longctx for --stack {}",
                                                    stack_name(stack)));
+  // A plan of the torchtitan stack predicts torchtitan's step: its job file is the one to run.
+  if (p.train.stack.kind == StackKind::Torchtitan && stack != Stack::Torchtitan)
+    return Error::bad_input("--stack", fmt::format("the plan predicts torchtitan (train.stack torchtitan); export it "
+                                                   "with --stack torchtitan, or re-plan with --stack longctx for --stack {}",
+                                                   stack_name(stack)));
+  if (stack == Stack::Torchtitan && p.train.stack.kind != StackKind::Torchtitan &&
+      p.train.stack.kind != StackKind::Longctx)
+    return Error::bad_input("--stack", fmt::format("the plan predicts {}; re-plan with --stack torchtitan (or longctx) "
+                                                   "to export a torchtitan job", to_string(p.train.stack.kind)));
   for (const Refusal& r : refusals()) {
     if (!r.applies(p.parallel)) continue;
     for (Stack s : r.refused_by)
@@ -214,6 +240,79 @@ StackConfig arctic_recipe(const Plan& p) {
     notes.push_back(fmt::format("parallel.mlp_tiles: ArcticTraining's TiledMLP runs ceil((seq/ulysses)/hidden) = {} "
                                 "shards, not {}",
                                 arctic_mlp_shards(p), par.mlp_tiles));
+  return c;
+}
+
+namespace {
+
+// torchtitan 0.2.2 models/llama3/__init__.py llama3_args, with FeedForward.__init__'s hidden
+// size worked out: int(ffn_dim_multiplier * int(2 * 4 * dim / 3)) rounded up to multiple_of.
+struct TorchtitanFlavor {
+  const char* name;
+  std::int64_t dim, layers, heads, kv_heads, vocab, ffn;
+};
+constexpr TorchtitanFlavor kTorchtitanFlavors[] = {
+    {"debugmodel", 256, 6, 16, 16, 2048, 768},
+    {"8B", 4096, 32, 32, 8, 128256, 14336},
+    {"70B", 8192, 80, 64, 8, 128256, 28672},
+    {"405B", 16384, 126, 128, 8, 128256, 53248},
+};
+
+}  // namespace
+
+std::string torchtitan_flavor(const ModelConfig& m) {
+  for (const TorchtitanFlavor& f : kTorchtitanFlavors)
+    if (m.hidden == f.dim && m.layers == f.layers && m.heads == f.heads && m.kv_heads == f.kv_heads &&
+        m.vocab == f.vocab && m.intermediate == f.ffn && !m.tie_embeddings)
+      return f.name;
+  return "";
+}
+
+StackConfig torchtitan_job(const Plan& p) {
+  // torchtitan 0.2.2 config/job_config.py: JobConfig's sections Model, Optimizer, Training,
+  // Parallelism, ActivationCheckpoint, Compile. The trainer divides training.seq_len's tokens
+  // by local_batch_size per rank; one step, no gradient accumulation (global_batch_size -1).
+  StackConfig c;
+  const ParallelConfig& par = p.parallel;
+  const std::string flavor = torchtitan_flavor(p.model);
+  const bool bf16 = p.train.dtype == DType::BF16;
+  const std::int64_t world = p.cluster.shape.world();
+  json ac = {{"mode", "none"}};
+  if (par.checkpoint.kind == CheckpointPolicy::Kind::Full) ac = {{"mode", "full"}};
+  if (par.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
+    ac = {{"mode", "selective"}, {"selective_ac_option", std::to_string(par.checkpoint.every)}};
+  c.value = {
+      {"job", {{"description", fmt::format("longctx plan: {}, {} tokens", p.model.name, p.train.seq)}}},
+      {"model", {{"name", "llama3"}, {"flavor", flavor.empty() ? p.model.name : flavor}}},
+      {"optimizer", {{"name", "AdamW"}, {"implementation", "fused"}}},
+      {"training",
+       {{"local_batch_size", p.train.micro_batch},
+        {"seq_len", p.train.seq},
+        {"mixed_precision_param", bf16 ? "bfloat16" : "float32"},
+        {"mixed_precision_reduce", "float32"},
+        {"enable_cpu_offload", par.offload_optimizer || par.offload_params}}},
+      {"parallelism",
+       {{"data_parallel_shard_degree", par.sharding == Sharding::None ? 1 : world},
+        {"data_parallel_replicate_degree", par.sharding == Sharding::None ? world : 1},
+        {"context_parallel_degree", 1},
+        {"tensor_parallel_degree", 1},
+        {"pipeline_parallel_degree", 1}}},
+      {"activation_checkpoint", ac},
+      {"compile", {{"enable", false}}},
+  };
+  auto& notes = c.approximations;
+  if (p.train.stack.kind == StackKind::Torchtitan) return c;  // what the torchtitan stack predicted
+  if (par.sharding == Sharding::Zero1 || par.sharding == Sharding::Zero2)
+    notes.push_back(fmt::format("parallel.sharding: torchtitan shards with FSDP2 (parameters, gradients and optimizer "
+                                "states), not {}: less device memory than planned",
+                                to_string(par.sharding)));
+  if (par.offload_optimizer != par.offload_params)
+    notes.push_back("parallel.offload: torchtitan's enable_cpu_offload (FSDP2's CPUOffloadPolicy) moves parameters, "
+                    "gradients and optimizer states to the host together: less device memory than planned");
+  if (par.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
+    notes.push_back(fmt::format("parallel.checkpoint: torchtitan's selective mode checkpoints layers {}, 2*{}, ... "
+                                "counting from 1 (the plan's every:{} counts from layer 0): as many layers, others",
+                                par.checkpoint.every, par.checkpoint.every, par.checkpoint.every));
   return c;
 }
 
@@ -342,6 +441,23 @@ Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
       comment.push_back(model_path_note(p));
       comment.push_back("data.sources: replace DATASET with the training data (a Hugging Face dataset name or path)");
       out.files[kArcticRecipeFile] = to_yaml(recipe.value, comment);
+      break;
+    }
+    case Stack::Torchtitan: {
+      const StackConfig job = torchtitan_job(p);
+      take(job);
+      std::vector<std::string> comment = header;
+      comment.push_back("torchtitan 0.2.2: run with --job.config_file torchtitan_job.toml; set model.hf_assets_path to "
+                        "the model's tokenizer folder and training.dataset (and dataset_path) to the data");
+      if (torchtitan_flavor(p.model).empty())
+        comment.push_back(fmt::format("model.flavor: torchtitan has no llama3 flavor of this shape; register "
+                                      "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, "
+                                      "vocab_size={}) under '{}' in torchtitan/models/llama3/__init__.py (llama3_args), "
+                                      "with multiple_of and ffn_dim_multiplier giving a hidden size of {}",
+                                      p.model.hidden, p.model.layers, p.model.heads, p.model.kv_heads, p.model.vocab,
+                                      p.model.name, p.model.intermediate));
+      LONGCTX_TRY(std::string text, to_toml(job.value, comment));
+      out.files[kTorchtitanJobFile] = text;
       break;
     }
     case Stack::HF: {

@@ -127,12 +127,9 @@ Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const P
   return true;
 }
 
-Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
-  if (t.stack.attention == HfAttention::FlashAttention3)
-    return refuse(t, "--attention", "models sdpa, eager and flash_attention_2: give one of them (flash_attention_3 is "
-                                    "modelled for --stack arctic)");
-  if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
-  if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs without ZeRO sharding: give none");
+// The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses,
+// tiles, checkpoint and state offload, gradients in another dtype than the parameters.
+Result<bool> refuse_runtime_knobs(const TrainConfig& t, const ParallelConfig& p) {
   if (p.ulysses != 1) return refuse(t, "--ulysses", "has no sequence parallelism of its own: give 1");
   if (p.mlp_tiles != 1) return refuse(t, "--mlp-tiles", "has no tiled MLP: give 1");
   if (p.loss_tiles != 1) return refuse(t, "--loss-tiles", "computes the loss over the full logits: give 1");
@@ -142,6 +139,17 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
   if (t.grad_dtype != t.dtype)
     return refuse(t, "--grad-dtype", fmt::format("keeps gradients in the parameters' dtype ({}): leave --grad-dtype out "
                                                  "or give {}", to_string(t.dtype), to_string(t.dtype)));
+  return true;
+}
+
+Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
+  if (t.stack.attention == HfAttention::FlashAttention3)
+    return refuse(t, "--attention", "models sdpa, eager and flash_attention_2: give one of them (flash_attention_3 is "
+                                    "modelled for --stack arctic)");
+  if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
+  if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs without ZeRO sharding: give none");
+  LONGCTX_TRY(auto plain, refuse_runtime_knobs(t, p));
+  (void)plain;
   // Eager attention materializes [b, H, S, S] scores a few times over, and a batch without an
   // attention_mask may get a [b, 1, S, S] mask: bound them as validate() bounds the rest.
   if (t.stack.attention == HfAttention::Eager || !t.stack.attention_mask) {
@@ -155,11 +163,33 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
   return true;
 }
 
+// torchtitan's Llama 3 training (torchtitan 0.2.2, models/llama3): its model has no biases,
+// no q/k norms, no tied embeddings, and heads of hidden/heads (Attention.__init__); the
+// checkpointing policies are its `activation_checkpoint` modes (full, or selective every K
+// layers: --checkpoint every:K). One GPU runs without FSDP, and there torchtitan trains under
+// torch.autocast when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp),
+// which is not modelled: fp32 only.
+Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
+  if (m.qkv_bias || m.o_bias || m.mlp_bias)
+    return refuse(t, "--model", "runs torchtitan's Llama 3 model, which has no biases: pick a model without them");
+  if (m.qk_norm) return refuse(t, "--model", "runs torchtitan's Llama 3 model, which has no q/k norms");
+  if (m.tie_embeddings) return refuse(t, "--model", "runs torchtitan's Llama 3 model, whose embedding and output are not tied");
+  if (m.head_dim * m.heads != m.hidden)
+    return refuse(t, "--model", fmt::format("runs torchtitan's Llama 3 model, whose heads are hidden / heads = {} wide, "
+                                            "not {}", m.hidden / m.heads, m.head_dim));
+  if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU so far (FSDP2 is not): give --gpus 1");
+  if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs one GPU without FSDP: give none");
+  if (t.dtype != DType::FP32)
+    return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32");
+  return refuse_runtime_knobs(t, p);
+}
+
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (t.stack.kind == StackKind::Longctx) return true;
   if (p.ring != 1) return refuse(t, "--ring", "has no ring attention modelled: give 1");
-  // Both wrap each decoder layer whole: no head-chunked attention, every layer checkpointed or none.
+  // Each wraps decoder layers whole: no head-chunked attention.
   if (p.head_chunk != 0) return refuse(t, "--head-chunk", "has no head-chunked attention: give 0");
+  if (t.stack.kind == StackKind::Torchtitan) return validate_torchtitan(m, c, t, p);
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
     return refuse(t, "--checkpoint", "checkpoints every decoder layer or none: give full or none");
   return t.stack.kind == StackKind::Arctic ? validate_arctic(m, t, p) : validate_hf(m, c, t, p);

@@ -65,6 +65,7 @@ nlohmann::json plan_to_json(const Plan& p) {
                       {"checkpointing", to_string(st.checkpointing)},
                       {"attention_mask", st.attention_mask},
                       {"optimizer", to_string(st.optimizer)}};
+  if (st.kind == StackKind::Torchtitan) train["stack"] = {{"name", to_string(st.kind)}};
   if (st.kind == StackKind::Arctic)
     train["stack"] = {{"name", to_string(st.kind)}, {"attention", to_string(st.attention)},
                       {"arctic_model", to_string(st.arctic_model)}};
@@ -150,7 +151,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(const StackKind kind, parse_stack_kind(kind_text, "train.stack.name"));
     p.train.stack = default_stack(kind);
     StackSpec& st = p.train.stack;
-    if (kind != StackKind::Longctx) {
+    if (kind == StackKind::HF || kind == StackKind::Arctic) {
       LONGCTX_TRY(auto attention, get_string(stack, "train.stack", "attention"));
       LONGCTX_TRY(st.attention, parse_hf_attention(attention, "train.stack.attention"));
     }

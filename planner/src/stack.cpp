@@ -8,6 +8,7 @@ std::string to_string(StackKind k) {
   switch (k) {
     case StackKind::HF: return "hf";
     case StackKind::Arctic: return "arctic";
+    case StackKind::Torchtitan: return "torchtitan";
     case StackKind::Longctx: break;
   }
   return "longctx";
@@ -37,8 +38,8 @@ Result<E> parse_word(const std::string& text, const std::string& field, const E 
 }  // namespace
 
 Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field) {
-  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF, StackKind::Arctic};
-  return parse_word(text, field, kAll, "longctx, hf, arctic");
+  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan};
+  return parse_word(text, field, kAll, "longctx, hf, arctic, torchtitan");
 }
 
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field) {
@@ -74,6 +75,7 @@ StackSpec default_stack(StackKind k) {
 
 std::string describe(const StackSpec& s) {
   if (s.kind == StackKind::Longctx) return "longctx";
+  if (s.kind == StackKind::Torchtitan) return "torchtitan (llama3 model, sdpa, FSDP2 across GPUs, fused AdamW)";
   if (s.kind == StackKind::Arctic)
     return fmt::format("arctic ({} model, {}, DeepSpeed ZeRO-3)", to_string(s.arctic_model), to_string(s.attention));
   return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {})", to_string(s.attention),

@@ -112,7 +112,9 @@ StepGraph build_step(const StepInputs& in) {
     }
     return sb.graph.finish();
   };
-  if (in.train.stack.kind == StackKind::HF) {
+  // torchtitan's Llama 3 step is transformers' sdpa step with its own RoPE, norms, loss and
+  // checkpointing policies: the hf builder writes both (planner/src/step/hf_step.h).
+  if (in.train.stack.kind == StackKind::HF || in.train.stack.kind == StackKind::Torchtitan) {
     step::hf::build_step(sb);
     return finish();
   }

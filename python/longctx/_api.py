@@ -190,7 +190,7 @@ class Plan:
         return _answer(_core.explain(self.to_json(None), live_rows))
 
     def export(self, stack: str) -> Dict[str, str]:
-        """The files the training stack ``"arctic"``, ``"hf"`` or ``"deepspeed"`` runs this plan
+        """The files the training stack ``"arctic"``, ``"hf"``, ``"deepspeed"`` or ``"torchtitan"`` runs this plan
         with, file name -> text (``longctx export --stack``; docs/export.md). Each
         approximation is a ``UserWarning``; a knob the stack cannot run raises BadInput."""
         j = json.loads(_answer(_core.export(self.to_json(None), stack)))
@@ -233,7 +233,8 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     Trainer's do; ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or
     "adamw_torch"). ``stack="arctic"`` predicts ArcticTraining (transformers under DeepSpeed ZeRO-3;
     ``attention``: "flash_attention_2" or "flash_attention_3"; ``arctic_model``: "liger", Liger's
-    kernels, or "huggingface"). Raises BadInput, or NoFit when nothing fits at all."""
+    kernels, or "huggingface"). ``stack="torchtitan"`` predicts torchtitan's Llama 3 training
+    (one GPU, fp32). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
                     stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model)
     j = json.loads(_answer(_core.max_context(args, ladder)))

@@ -259,3 +259,42 @@ def test_without_output_the_files_are_printed_under_their_names(tmp_path):
     assert json.loads(alone)["zero_optimization"]["stage"] == 2  # one file: its text alone
     missing = cli("export", str(plan), "--stack", "deepspeed", "-o", str(tmp_path / "no" / "such" / "ds.json"), check=False)
     assert missing.returncode == 2 and "-o" in missing.stderr
+
+
+def read_torchtitan_job(path):
+    """torchtitan's own ConfigManager reads the job file (it refuses any key JobConfig lacks)."""
+    config = pytest.importorskip("torchtitan.config")
+    return config.ConfigManager().parse_args(["--job.config_file", str(path)])
+
+
+def test_a_torchtitan_plan_exports_a_job_torchtitan_reads(tmp_path):
+    plan = tmp_path / "tt.json"
+    cli("plan", "--stack", "torchtitan", "--model", "llama-3.1-8b", "--gpus", "1", "--gpu", "h100-80gb", "--dtype", "fp32",
+        "--seq", "4096",
+        "--checkpoint", "every:3", "--no-search", "--budget", "1TiB", "-o", str(plan))
+    out = tmp_path / "job.toml"
+    run = export(plan, "torchtitan", out)
+    assert "approximation" not in run.stderr
+    job = read_torchtitan_job(out)
+    assert (job.model.name, job.model.flavor) == ("llama3", "8B")
+    assert (job.training.seq_len, job.training.local_batch_size) == (4096, 1)
+    assert job.training.mixed_precision_param == "float32"
+    assert (job.activation_checkpoint.mode, job.activation_checkpoint.selective_ac_option) == ("selective", "3")
+    assert (job.optimizer.name, job.optimizer.implementation) == ("AdamW", "fused")
+    # Its plan is torchtitan's step: the other stacks' files would run another one.
+    for stack in ("arctic", "hf", "deepspeed"):
+        refused = cli("export", str(plan), "--stack", stack, check=False)
+        assert refused.returncode == 2 and "--stack" in refused.stderr
+
+
+def test_a_sharded_longctx_plan_exports_fsdp2_to_torchtitan(tmp_path):
+    out = tmp_path / "job.toml"
+    run = export(make_plan(tmp_path, "--sharding", "zero2", "--checkpoint", "full"), "torchtitan", out)
+    assert "approximation: parallel.sharding" in run.stderr
+    job = read_torchtitan_job(out)
+    assert (job.parallelism.data_parallel_shard_degree, job.parallelism.data_parallel_replicate_degree) == (8, 1)
+    assert job.activation_checkpoint.mode == "full"
+    # llama-3.2-1b ties its embeddings: no torchtitan flavor; the file says what to register.
+    assert "register TransformerModelArgs(dim=2048" in out.read_text()
+    refused = cli("export", str(make_plan(tmp_path, "--ulysses", "2", name="u.json")), "--stack", "torchtitan", check=False)
+    assert refused.returncode == 2 and "parallel.ulysses" in refused.stderr

@@ -15,12 +15,10 @@ import random
 import pytest
 
 import longctx
+from conftest import profile_second_step_of, TOLERANCE, assert_phases_within
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
-
-TOLERANCE = 0.01
-
 
 def make_config(arch, attention, **shape):
     kw = dict(hidden_size=64, intermediate_size=176, num_hidden_layers=2, num_attention_heads=4, num_key_value_heads=2,
@@ -52,10 +50,8 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimize
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    step()  # AdamW's state exists from here on, as in any step but the first
-    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
-        step()
-    prof.export_chrome_trace(str(trace_path))
+
+    profile_second_step_of(step, trace_path)
 
 
 def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32", optimizer="adamw_torch_fused"):
@@ -66,14 +62,7 @@ def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32"
                         attention=config._attn_implementation,
                         hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
                         hf_optimizer=optimizer, **knobs)
-    c = longctx.compare(plan, trace)
-    rows = {p["phase"]: p for p in c["phases"]}
-    assert set(rows) == {"forward", "backward", "optimizer"}, c["phases"]
-    report = ", ".join(f"{p}: {r['predicted_bytes']} vs {r['measured_bytes']}" for p, r in rows.items())
-    assert abs(c["error"]) <= TOLERANCE, f"peak {c['predicted_peak_bytes']} vs {c['measured_peak_bytes']} ({report})"
-    for phase, r in rows.items():
-        error = (r["predicted_bytes"] - r["measured_bytes"]) / r["measured_bytes"]
-        assert abs(error) <= TOLERANCE, f"{phase} off by {error:+.2%} ({report})"
+    assert_phases_within(longctx.compare(plan, trace))
 
 
 CASES = [

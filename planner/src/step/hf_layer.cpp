@@ -8,6 +8,7 @@
 
 #include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/hf.h"
+#include "longctx/planner/footprint/torchtitan.h"
 #include "longctx/planner/footprint/zero.h"
 
 namespace longctx::step::hf {
@@ -146,6 +147,28 @@ void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
   dk = dk_sum;
 }
 
+// torchtitan's apply_rotary_emb for q or k (the first of `reads`): view_as_complex(x.float())
+// * freqs_cis [n, heads, d/2] complex64, which is the output in fp32. In bf16 x.float() is a
+// copy [n, heads*d] fp32 that the function's local holds until it returns (after k's
+// rotation, which reads it from `reads`), and type_as casts the product to [n, heads*d] e.
+// Multiplying by freqs_cis, which needs no gradient, saves only freqs_cis (a buffer).
+// Returns the rotated tensor; `x32` gets the input's fp32 copy (bf16) or the input (fp32).
+TensorId complex_rope(StepBuild& sb, int l, const char* name, const char* copy_name, const char* out_name, TensorId x,
+                      Ids held, std::int64_t heads, Phase phase, bool rc, TensorId& x32) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t elems = s.n * heads * s.d;
+  x32 = x;
+  if (s.e != 4) {
+    x32 = sb.graph.tensor(layer_name(l, copy_name, rc), elems * 4, kTr);
+    sb.graph.op(layer_name(l, copy_name, rc), phase, l, {x}, {x32});
+  }
+  held.push_back(x32);
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), elems * s.e, kAct);
+  sb.graph.op(layer_name(l, name, rc), phase, l, held, {y},
+              {.workspace = footprint::torchtitan::rope_forward_workspace(s, heads), .flops = 6.0 * double(elems)});
+  return y;
+}
+
 }  // namespace
 
 NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp) {
@@ -220,6 +243,15 @@ TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_n
                 {.flops = 3.0 * double(s.n * heads * s.d)});
     return grad;
   }
+  if (torchtitan(sb)) {
+    // MulBackward0 of view_as_complex(x) * freqs_cis: grad * freqs_cis.conj() [n, heads*d]
+    // (complex64, viewed as fp32; cast back in bf16).
+    const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
+    sb.graph.op(layer_name(l, name), kB, l, {grad}, {d_x},
+                {.workspace = footprint::torchtitan::rope_backward_workspace(s, heads),
+                 .flops = 6.0 * double(s.n * heads * s.d)});
+    return d_x;
+  }
   const HfModelActs& m = sb.hf_model;
   const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
   sb.graph.op(layer_name(l, name), kB, l, {grad, m.cos, m.sin}, {d_x},
@@ -243,6 +275,16 @@ void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
     k = a.k_norm.y;
   }
   a.v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
+  if (torchtitan(sb)) {
+    // apply_rotary_emb(xq, xk, freqs_cis): q's projection (and in bf16 its fp32 copy) lives
+    // until the function returns, after k's rotation.
+    TensorId q32 = -1, k32 = -1;
+    a.q = complex_rope(sb, l, "attn.rope_q", "attn.q.fp32", "attn.q_rotated", q, {}, s.H, phase, rc, q32);
+    Ids held = {q};
+    if (q32 != q) held.push_back(q32);
+    a.k = complex_rope(sb, l, "attn.rope_k", "attn.k.fp32", "attn.k_rotated", k, held, s.K, phase, rc, k32);
+    return;
+  }
   a.q = rope(sb, l, "attn.rope_q", "attn.q_rotated", {q, m.cos, m.sin}, s.H, phase, rc);
   // q's projection lives until apply_rotary_pos_emb returns, after k's rotation.
   a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
@@ -402,8 +444,10 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     k_copy = true;
   }
   // sdpa's and eager's gradients of q and v arrive head-major [b, H, S, d] and are copied back
-  // to the projections' layout (ViewBackward0's reshape).
-  return project_qkv_backward(sb, l, a, dq, dk, dv, k_copy, /*qv_head_major=*/true, grads);
+  // to the projections' layout (ViewBackward0's reshape). torchtitan's q, k and v reach the
+  // kernel as transposed views of the [b, S, heads, d] layout, and the kernel's gradients
+  // keep that layout (empty_like): nothing is copied.
+  return project_qkv_backward(sb, l, a, dq, dk, dv, k_copy, /*qv_head_major=*/!torchtitan(sb), grads);
 }
 
 // ---- LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)) ---------------------------------
@@ -452,7 +496,7 @@ HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc
   HfLayerActs a;
   a.in = x;
   a.norm1 = norm_forward(sb, layer_norm_spec(s, l, false), x, phase, rc);
-  attention_forward(sb, l, a, phase, rc, pass == LayerPass::Plain);
+  attention_forward(sb, l, a, phase, rc, pass == LayerPass::Plain && !torchtitan(sb));
   const TensorId o = project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, s.H * s.d, s.h, phase, rc, kTr);
   // Python's locals outlive their last use: the decoder layer's hidden_states holds the norm's
   // output, and LlamaAttention.forward's query_states, key_states and value_states hold q, k

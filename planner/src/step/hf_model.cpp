@@ -12,12 +12,21 @@
 #include "longctx/planner/footprint/embedding.h"
 #include "longctx/planner/footprint/hf.h"
 #include "longctx/planner/footprint/optimizer.h"
+#include "longctx/planner/footprint/torchtitan.h"
 #include "longctx/planner/footprint/zero.h"
 
 namespace longctx::step::hf {
 
 using namespace footprint;
 using namespace footprint::hf;
+
+bool torchtitan(const StepBuild& sb) { return sb.in.train.stack.kind == StackKind::Torchtitan; }
+
+bool layer_checkpointed(const StepBuild& sb, int l) {
+  const CheckpointPolicy& c = sb.parallel.checkpoint;
+  if (torchtitan(sb) && c.kind == CheckpointPolicy::Kind::EveryK) return (l + 1) % c.every == 0;
+  return c.any();
+}
 
 namespace {
 
@@ -33,6 +42,10 @@ void model_states(StepBuild& sb) {
                         adamw_state_bytes(s, g, sb.in.train.stack.optimizer == HfOptimizer::AdamWTorchFused),
                         Category::Optimizer, Place::Device);
   }
+  // torchtitan's Transformer registers freqs_cis [max_seq_len, d/2] complex64 as a buffer,
+  // max_seq_len being training.seq_len (TransformerModelArgs.update_from_config).
+  if (torchtitan(sb))
+    sb.graph.persistent(step_name("model.freqs_cis"), footprint::torchtitan::freqs_cis_bytes(s), Category::Params, Place::Device);
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
 
@@ -52,6 +65,8 @@ TensorId model_inputs(StepBuild& sb) {
   sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
   sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {o.tokens}, {x0});
+  // torchtitan's Transformer.forward: the embedding, then the layers with the freqs_cis buffer.
+  if (torchtitan(sb)) return x0;
   m.positions = sb.graph.tensor(step_name("model.cache_position"), s.S * 8, kAct);
   sb.graph.op(step_name("model.cache_position"), Phase::Forward, -1, {}, {m.positions});
   // create_causal_mask (masking_utils.py): eager attention always gets an additive mask
@@ -89,14 +104,15 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.rng.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
-    if (checkpointed(sb)) {
+    if (layer_checkpointed(sb, l)) {
       const TensorId rng = sb.graph.tensor(layer_name(l, "checkpoint.rng_state"), checkpoint_rng_state_bytes(s), kAct);
       sb.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
       layers.rng[static_cast<std::size_t>(l)] = rng;
     }
     // A checkpointed layer runs without saving anything: its tensors die with their last
     // reader in forward, as the graph writes them when nothing in backward reads them.
-    const HfLayerActs a = layer_forward(sb, l, x, Phase::Forward, false, checkpointed(sb) ? LayerPass::Checkpointed : LayerPass::Plain);
+    const HfLayerActs a =
+        layer_forward(sb, l, x, Phase::Forward, false, layer_checkpointed(sb, l) ? LayerPass::Checkpointed : LayerPass::Plain);
     layers.acts[static_cast<std::size_t>(l)] = a;
     x = a.out;
   }
@@ -109,17 +125,20 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
     const std::size_t li = static_cast<std::size_t>(l);
     HfLayerActs a = layers.acts[li];
     const TensorId d_out = d_x;
-    if (checkpointed(sb)) {
+    const bool recomputed = layer_checkpointed(sb, l);
+    if (recomputed) {
       // The recompute begins where the layer's backward first needs a saved tensor (after
       // d_out arrived): reentrant runs the whole layer and keeps its output and d_out until
-      // its inner backward returns; non-reentrant stops once the last tensor is saved.
+      // its inner backward returns; non-reentrant stops once the last tensor is saved, unless
+      // early stop is off (torchtitan's ptd_checkpoint_wrapper: ACConfig.early_stop False),
+      // when it runs the whole layer and drops its output.
       const TensorId in = a.in;
       a = layer_forward(sb, l, in, Phase::Backward, true,
-                        reentrant(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved);
+                        reentrant(sb) || torchtitan(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved);
       sb.graph.add_input(sb.graph.last_op(), d_out);
     }
     d_x = layer_backward(sb, l, a, d_x, sb.grads[li]);
-    if (checkpointed(sb)) {
+    if (recomputed) {
       // The checkpoint's node (reentrant) or frame (non-reentrant) holds its RNG state and the
       // function's keyword arguments (the mask, position_ids) until its backward is done.
       const int last = sb.graph.last_op();
@@ -191,7 +210,7 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
   const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
   o.xf = f.y;
   // LlamaModel.forward returns here: its cache_position and causal mask go.
-  sb.graph.add_input(sb.graph.last_op(), m.positions);
+  if (m.positions >= 0) sb.graph.add_input(sb.graph.last_op(), m.positions);
   if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
   for (const TensorId t : m.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
   const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
@@ -203,8 +222,13 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
     sb.graph.op(step_name("loss.logits.float"), L, -1, {logits}, {up});
     logits = up;
   }
-  const TensorId labels = sb.graph.tensor(step_name("loss.shift_labels"), shifted_labels_bytes(s), kAct);
-  sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
+  // torchtitan's cross_entropy_loss takes the batch's labels as they are (its data loader
+  // shifted them); transformers' ForCausalLMLoss pads and shifts them.
+  TensorId labels = o.targets;
+  if (!torchtitan(sb)) {
+    labels = sb.graph.tensor(step_name("loss.shift_labels"), shifted_labels_bytes(s), kAct);
+    sb.graph.op(step_name("loss.shift_labels"), L, -1, {o.targets}, {labels});
+  }
   o.logp = sb.graph.tensor(step_name("loss.log_softmax"), s.n * s.V * 4, kAct);
   sb.graph.op(step_name("loss.log_softmax"), L, -1, {logits}, {o.logp}, {.flops = 5.0 * double(s.n * s.V)});
   // The model's output holds its logits until it is dropped, after the loss.

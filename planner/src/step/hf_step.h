@@ -110,6 +110,17 @@ void build_step(StepBuild& sb);
 NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight);
 TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight);
 
+// torchtitan's Llama 3 step (the torchtitan stack, 0.2.2: models/llama3/model/model.py,
+// components/loss.py, distributed/activation_checkpoint.py), which these functions write
+// where it differs from transformers' sdpa step: RoPE by complex multiplication on the
+// [b, S, heads, d] layout (apply_rotary_emb) from a freqs_cis buffer, torch's RMSNorm
+// (nn.RMSNorm), no cache, no position tensors or masks, the loss over unshifted labels, and
+// non-reentrant checkpointing without early stop, every layer or every K-th.
+bool torchtitan(const StepBuild& sb);
+// Whether layer l runs checkpointed: hf and arctic wrap every layer or none; torchtitan's
+// selective mode wraps the K-th, 2K-th, ... block it visits (_apply_layer_sac counts from 1).
+bool layer_checkpointed(const StepBuild& sb, int l);
+
 // Liger-Kernel's versions (liger.cpp), which the functions above run instead when liger(sb):
 // the arctic stack's liger model.
 bool liger(const StepBuild& sb);

@@ -1,6 +1,7 @@
 #pragma once
 // A plan as the configuration a training stack runs it with (docs/export.md): the DeepSpeed
-// config JSON, an ArcticTraining recipe, or Hugging Face accelerate + TrainingArguments files.
+// config JSON, an ArcticTraining recipe, Hugging Face accelerate + TrainingArguments files, or
+// a torchtitan job file (TOML).
 // Pure functions of the plan: no file is read or written here (the CLI and the Python
 // package write what export_plan returns).
 //
@@ -23,8 +24,8 @@
 
 namespace longctx {
 
-enum class Stack { Arctic, HF, DeepSpeed };
-std::string to_string(Stack s);  // "arctic", "hf", "deepspeed"
+enum class Stack { Arctic, HF, DeepSpeed, Torchtitan };
+std::string to_string(Stack s);  // "arctic", "hf", "deepspeed", "torchtitan"
 Result<Stack> parse_stack(const std::string& text, const std::string& field);
 
 // One configuration object and what it runs differently from the plan ("knob: what and why").
@@ -44,6 +45,7 @@ inline constexpr const char* kDeepSpeedConfigFile = "ds_config.json";
 inline constexpr const char* kArcticRecipeFile = "arctic_recipe.yaml";
 inline constexpr const char* kAccelerateConfigFile = "accelerate_config.yaml";
 inline constexpr const char* kTrainingArgumentsFile = "training_args.json";
+inline constexpr const char* kTorchtitanJobFile = "torchtitan_job.toml";
 
 // BadInput naming the knob ("parallel.head_chunk") and `stack` when the stack cannot run
 // the plan's knob without more memory than the plan predicts; ok otherwise.
@@ -58,6 +60,13 @@ StackConfig arctic_recipe(const Plan& p);
 // transformers.TrainingArguments keyword arguments, and accelerate's config file as JSON.
 StackConfig hf_training_arguments(const Plan& p);
 StackConfig accelerate_config(const Plan& p);
+// torchtitan's job config (torchtitan 0.2.2 config/job_config.py JobConfig) as JSON tables.
+StackConfig torchtitan_job(const Plan& p);
+// torchtitan's llama3 flavor of the plan's model (models/llama3/__init__.py llama3_args:
+// "debugmodel", "8B", "70B", "405B"), matched by every shape TransformerModelArgs sets, or
+// empty when none has its shape.
+std::string torchtitan_flavor(const ModelConfig& m);
+
 // Whether the hf stack runs the plan under FSDP2 (ZeRO-3 without Ulysses, parameters and
 // optimizer both offloaded or neither, fp32 gradients) rather than DeepSpeed.
 bool hf_uses_fsdp2(const Plan& p);

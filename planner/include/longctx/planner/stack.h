@@ -3,10 +3,12 @@
 // different tensors under different code: longctx's own runtime (the default, which the
 // runtime executes), or Hugging Face transformers' modeling code trained with torch.optim's
 // AdamW (`hf`), or ArcticTraining's: the same modeling code under DeepSpeed ZeRO-3, its
-// Ulysses for HF, TiledMLP and checkpoint offload, with Liger's kernels (`arctic`).
+// Ulysses for HF, TiledMLP and checkpoint offload, with Liger's kernels (`arctic`), or
+// torchtitan's Llama 3 training (`torchtitan`: its own model code, FSDP2 across GPUs, its
+// activation checkpointing policies, torch's fused AdamW).
 // docs/stacks.md lists what each keeps, op by op, with the source each figure comes from. A
 // stack is a property of the step like its dtype: the step builder writes that stack's ops
-// (planner/src/step/hf_*.cpp, arctic_*.cpp), and validate() (parallel_config.h) refuses the
+// (planner/src/step/hf_*.cpp, arctic_*.cpp, torchtitan.cpp), and validate() (parallel_config.h) refuses the
 // knobs a stack cannot express, naming the stack.
 #include <string>
 
@@ -14,7 +16,7 @@
 
 namespace longctx {
 
-enum class StackKind { Longctx, HF, Arctic };
+enum class StackKind { Longctx, HF, Arctic, Torchtitan };
 
 // transformers' `attn_implementation`: "sdpa" (torch's scaled_dot_product_attention, grouped
 // k/v passed as they are), "eager" (k/v repeated to the query heads, the [b, H, S, S]
@@ -49,7 +51,7 @@ struct StackSpec {
   bool operator==(const StackSpec&) const = default;
 };
 
-std::string to_string(StackKind k);        // "longctx", "hf", "arctic"
+std::string to_string(StackKind k);        // "longctx", "hf", "arctic", "torchtitan"
 std::string to_string(HfAttention a);      // "sdpa", "eager"
 std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
 std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"

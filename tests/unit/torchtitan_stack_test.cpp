@@ -1,0 +1,109 @@
+// The torchtitan stack's contract (stack.h): it plans torchtitan's Llama 3 shapes, refuses what
+// torchtitan's llama3 model and one-GPU training cannot express naming the option, keeps its
+// freqs_cis buffer beside the parameters, checkpoints the layers its selective mode picks, and
+// exports its job file. The memory it predicts is held to torchtitan itself in tests/stacks.
+#include <gtest/gtest.h>
+
+#include "longctx/planner/export.h"
+#include "longctx/planner/memory_model.h"
+#include "longctx/planner/plan.h"
+#include "longctx/planner/request.h"
+#include "longctx/planner/step_builder.h"
+
+namespace longctx {
+namespace {
+
+PlanRequest torchtitan_request(const std::string& model) {
+  PlanRequest r;
+  r.cluster.model = model;
+  r.cluster.gpus = 1;
+  r.cluster.gpu = "cpu";
+  r.cluster.stack = "torchtitan";
+  r.seq = "1024";
+  r.no_search = true;
+  return r;
+}
+
+TEST(TorchtitanStack, PlansLlamaShapesAndKeepsItsStackInThePlanFile) {
+  for (const char* model : {"llama-3.1-8b", "tiny-gqa", "mistral-7b"}) {
+    const auto a = answer_plan(torchtitan_request(model));
+    ASSERT_TRUE(a.ok()) << model << ": " << a.error().message;
+    const Plan& p = a.value().recorded;
+    EXPECT_EQ(p.train.stack.kind, StackKind::Torchtitan);
+    const auto back = plan_from_json(plan_to_json(p));
+    ASSERT_TRUE(back.ok()) << back.error().message;
+    EXPECT_EQ(back.value().train.stack, p.train.stack);
+  }
+}
+
+TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
+  const std::tuple<const char*, const char*, void (*)(PlanRequest&)> cases[] = {
+      {"tiny-bias", "--model", [](PlanRequest&) {}},   // q/k/v biases
+      {"qwen3-8b", "--model", [](PlanRequest&) {}},    // q/k norms
+      {"tiny-odd", "--model", [](PlanRequest&) {}},    // head_dim != hidden / heads
+      {"llama-3.2-1b", "--model", [](PlanRequest&) {}},  // tied embeddings
+      {"tiny-gqa", "--gpus", [](PlanRequest& r) { r.cluster.gpus = 2; }},
+      {"tiny-gqa", "--head-chunk", [](PlanRequest& r) { r.knobs.head_chunk = 1; }},
+      {"tiny-gqa", "--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},
+      {"tiny-gqa", "--dtype", [](PlanRequest& r) { r.cluster.gpu = "h100-80gb"; r.cluster.dtype = "bf16"; }},
+  };
+  for (const auto& [model, field, edit] : cases) {
+    PlanRequest r = torchtitan_request(model);
+    edit(r);
+    const auto a = answer_plan(r);
+    ASSERT_FALSE(a.ok()) << model << " " << field;
+    EXPECT_EQ(a.error().field, field) << a.error().message;
+    EXPECT_NE(a.error().message.find("--stack torchtitan"), std::string::npos) << a.error().message;
+  }
+}
+
+// freqs_cis [S, d/2] complex64 is a buffer of the model: persistent, 8 bytes an element.
+TEST(TorchtitanStack, KeepsFreqsCisForTheTrainingLength) {
+  const Plan p = answer_plan(torchtitan_request("tiny-gqa")).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  std::int64_t freqs = -1;
+  for (const auto& t : g.tensors())
+    if (format(t.name) == "model.freqs_cis") freqs = t.persistent ? t.bytes : -2;
+  EXPECT_EQ(freqs, 1024 * (p.model.head_dim / 2) * 8);
+}
+
+// _apply_layer_sac counts blocks from 1 and wraps every K-th: layers K-1, 2K-1, ...
+TEST(TorchtitanStack, SelectiveCheckpointingRecomputesTheLayersTorchtitanWraps) {
+  PlanRequest r = torchtitan_request("tiny-gqa");
+  r.knobs.checkpoint = CheckpointPolicy::every_k(2);
+  const Plan p = answer_plan(r).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  std::vector<bool> recomputed(static_cast<std::size_t>(p.model.layers), false);
+  for (const auto& o : g.ops())
+    if (o.phase == Phase::Backward && o.layer >= 0 && o.name.recompute)
+      recomputed[static_cast<std::size_t>(o.layer)] = true;
+  for (std::int64_t l = 0; l < p.model.layers; ++l) EXPECT_EQ(recomputed[static_cast<std::size_t>(l)], (l + 1) % 2 == 0) << l;
+}
+
+TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
+  PlanRequest r = torchtitan_request("tiny-gqa");
+  r.knobs.checkpoint = CheckpointPolicy::every_k(3);
+  const Plan p = answer_plan(r).value().recorded;
+  const auto files = export_plan(p, Stack::Torchtitan);
+  ASSERT_TRUE(files.ok()) << files.error().message;
+  ASSERT_EQ(files.value().files.size(), 1u);
+  const std::string& toml = files.value().files.at(kTorchtitanJobFile);
+  EXPECT_NE(toml.find("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"3\"\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("seq_len = 1024\n"), std::string::npos) << toml;
+  EXPECT_TRUE(files.value().approximations.empty());
+  for (Stack other : {Stack::Arctic, Stack::HF, Stack::DeepSpeed}) {
+    const auto refused = export_plan(p, other);
+    ASSERT_FALSE(refused.ok());
+    EXPECT_EQ(refused.error().field, "--stack");
+  }
+}
+
+// The llama3 flavors torchtitan registers are matched by shape: Llama-3.1-8B is "8B".
+TEST(TorchtitanStack, NamesTheFlavorOfTheModel) {
+  EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("llama-3.1-8b")).value().recorded.model), "8B");
+  EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("llama-3.1-70b")).value().recorded.model), "70B");
+  EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("tiny-gqa")).value().recorded.model), "");
+}
+
+}  // namespace
+}  // namespace longctx
