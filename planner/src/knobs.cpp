@@ -260,8 +260,11 @@ TechniqueSet all_techniques() { return TechniqueSet().set(); }
 TechniqueSet stack_techniques(const StackSpec& stack) {
   switch (stack.kind) {
     case StackKind::Longctx: return all_techniques();
-    case StackKind::HF:
-    case StackKind::Torchtitan: return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+    case StackKind::HF: return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+    case StackKind::Torchtitan:
+      return TechniqueSet()
+          .set(static_cast<std::size_t>(Technique::Checkpoint))
+          .set(static_cast<std::size_t>(Technique::Zero3));
     case StackKind::Arctic: break;
   }
   // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,

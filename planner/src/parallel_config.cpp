@@ -166,9 +166,11 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 // torchtitan's Llama 3 training (torchtitan 0.2.2, models/llama3): its model has no biases,
 // no q/k norms, no tied embeddings, and heads of hidden/heads (Attention.__init__); the
 // checkpointing policies are its `activation_checkpoint` modes (full, or selective every K
-// layers: --checkpoint every:K). One GPU runs without FSDP, and there torchtitan trains under
-// torch.autocast when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp),
-// which is not modelled: fp32 only.
+// layers: --checkpoint every:K). Across GPUs it shards with FSDP2 (data_parallel_shard_degree
+// = the ranks: --sharding zero3) in the plan's dtype as param_dtype; DDP and its CPU offload
+// are not modelled. One GPU runs without FSDP, and there torchtitan trains under torch.autocast
+// when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp), which is not
+// modelled: fp32 only.
 Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (m.qkv_bias || m.o_bias || m.mlp_bias)
     return refuse(t, "--model", "runs torchtitan's Llama 3 model, which has no biases: pick a model without them");
@@ -177,10 +179,14 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
   if (m.head_dim * m.heads != m.hidden)
     return refuse(t, "--model", fmt::format("runs torchtitan's Llama 3 model, whose heads are hidden / heads = {} wide, "
                                             "not {}", m.hidden / m.heads, m.head_dim));
-  if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU so far (FSDP2 is not): give --gpus 1");
-  if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs one GPU without FSDP: give none");
-  if (t.dtype != DType::FP32)
-    return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32");
+  if (c.world() > 1 && p.sharding != Sharding::Zero3)
+    return refuse(t, "--sharding", "shards across GPUs with FSDP2 (its data-parallel replication is not modelled): "
+                                   "give zero3");
+  if (c.world() == 1 && p.sharding != Sharding::None && p.sharding != Sharding::Zero3)
+    return refuse(t, "--sharding", "runs one GPU without sharding: give none (or zero3, which shards nothing there)");
+  if (c.world() == 1 && t.dtype != DType::FP32)
+    return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32, or "
+                                "shard across GPUs with FSDP2 (its param_dtype)");
   return refuse_runtime_knobs(t, p);
 }
 

@@ -234,7 +234,7 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     "adamw_torch"). ``stack="arctic"`` predicts ArcticTraining (transformers under DeepSpeed ZeRO-3;
     ``attention``: "flash_attention_2" or "flash_attention_3"; ``arctic_model``: "liger", Liger's
     kernels, or "huggingface"). ``stack="torchtitan"`` predicts torchtitan's Llama 3 training
-    (one GPU, fp32). Raises BadInput, or NoFit when nothing fits at all."""
+    (FSDP2 across GPUs; one GPU in fp32). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
                     stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model)
     j = json.loads(_answer(_core.max_context(args, ladder)))

@@ -287,6 +287,19 @@ def test_a_torchtitan_plan_exports_a_job_torchtitan_reads(tmp_path):
         assert refused.returncode == 2 and "--stack" in refused.stderr
 
 
+def test_a_torchtitan_fsdp2_plan_exports_its_sharding_and_param_dtype(tmp_path):
+    plan = tmp_path / "tt8.json"
+    cli("plan", "--stack", "torchtitan", "--model", "llama-3.1-70b", "--gpus", "16", "--gpu", "h100-80gb", "--seq", "8192",
+        "--checkpoint", "full", "--no-search", "--budget", "1TiB", "-o", str(plan))
+    out = tmp_path / "job.toml"
+    export(plan, "torchtitan", out)
+    job = read_torchtitan_job(out)
+    assert job.model.flavor == "70B"
+    assert (job.parallelism.data_parallel_shard_degree, job.parallelism.data_parallel_replicate_degree) == (16, 1)
+    assert (job.training.mixed_precision_param, job.training.mixed_precision_reduce) == ("bfloat16", "float32")
+    assert job.activation_checkpoint.mode == "full"
+
+
 def test_a_sharded_longctx_plan_exports_fsdp2_to_torchtitan(tmp_path):
     out = tmp_path / "job.toml"
     run = export(make_plan(tmp_path, "--sharding", "zero2", "--checkpoint", "full"), "torchtitan", out)

@@ -2,10 +2,17 @@
 models/llama3) built at tiny odd shapes, trained on the CPU for two steps as its trainer's
 forward_backward_step runs one (the model, components/loss.py's cross_entropy_loss over the
 token count, `del pred`, backward; torch's fused AdamW, torchtitan's default implementation),
-the second under the PyTorch profiler (profile_memory=True, fp32, one thread), with each of
-its activation checkpointing modes applied by its own apply_ac. The peak and every phase must
-be within 1% of the prediction. One more case per run is drawn from a seed
-(LONGCTX_VALIDATION_SEED, else today's date)."""
+the second under the PyTorch profiler (profile_memory=True, one thread), with each of its
+activation checkpointing modes applied by its own apply_ac, alone in fp32 or sharded by its own
+apply_fsdp (FSDP2, param_dtype fp32 or bf16, reduce_dtype fp32) across 2 to 4 ranks. The peak
+and every phase must be within 1% of the prediction. One more case per run is drawn from a seed
+(LONGCTX_VALIDATION_SEED, else today's date).
+
+The sharded cases run rank 0 of a fake process group (torch.testing's FakeStore and "fake"
+backend: collectives that allocate nothing), which is what FSDP2 allocates itself, as under
+NCCL; Gloo's own staging copies are freed on its worker thread, where the profiler does not
+see them go, and are not in the plan (footprint/fsdp2.h)."""
+import contextlib
 import datetime
 import os
 import random
@@ -22,6 +29,7 @@ args_module = pytest.importorskip("torchtitan.models.llama3.model.args")
 ac_module = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
 loss_module = pytest.importorskip("torchtitan.components.loss")
 job_config = pytest.importorskip("torchtitan.config.job_config")
+parallelize = pytest.importorskip("torchtitan.models.llama3.infra.parallelize")
 
 def model_args(dim, layers, heads, kv_heads, vocab, multiple_of, seq):
     return args_module.TransformerModelArgs(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
@@ -36,17 +44,22 @@ def hf_config(args, model):
                                     vocab_size=args.vocab_size, tie_word_embeddings=False)
 
 
-def profile_second_step(args, batch, ac, trace_path):
+def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     model = model_module.Transformer(args)
     with torch.no_grad():
         model.init_weights()
+    # parallelize_llama's order: activation checkpointing, then FSDP.
     if ac != "none":
         # A torchtitan run builds its model once; its layer counter is module state.
         ac_module._layer_sac_count = 0
         mode, option = ("full", "2") if ac == "full" else ("selective", ac.split(":")[1])
         ac_module.apply_ac(model, job_config.ActivationCheckpoint(mode=mode, selective_ac_option=option))
+    if world > 1:
+        mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
+        parallelize.apply_fsdp(model, mesh, param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype],
+                               reduce_dtype=torch.float32, pp_enabled=False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, foreach=False)
     ids = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
@@ -65,14 +78,29 @@ def profile_second_step(args, batch, ac, trace_path):
     return model
 
 
-def check(tmp_path, args, batch, ac):
+@contextlib.contextmanager
+def fake_ranks(world):
+    """Rank 0 of `world` ranks whose collectives allocate nothing."""
+    if world == 1:
+        yield
+        return
+    from torch.testing._internal.distributed.fake_pg import FakeStore
+    torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    try:
+        yield
+    finally:
+        torch.distributed.destroy_process_group()
+
+
+def check(tmp_path, args, batch, ac, world=1, dtype="fp32"):
     trace = tmp_path / "profile.json"
-    model = profile_second_step(args, batch, ac, trace)
-    knobs = {"micro_batch": batch}
+    with fake_ranks(world):
+        model = profile_second_step(args, batch, ac, trace, world, dtype)
+    knobs = {"micro_batch": batch, "sharding": "zero3" if world > 1 else "none"}
     if ac != "none":
         knobs["checkpoint"] = ac.replace("selective:", "every:")
-    plan = longctx.plan(hf_config(args, model), gpus=1, gpu="cpu", seq=args.max_seq_len, no_search=True,
-                        techniques="checkpoint", stack="torchtitan", dtype="fp32", **knobs)
+    plan = longctx.plan(hf_config(args, model), gpus=world, gpu="cpu", seq=args.max_seq_len, no_search=True,
+                        techniques="checkpoint,zero3", stack="torchtitan", dtype=dtype, **knobs)
     assert_phases_within(longctx.compare(plan, trace))
 
 
@@ -96,6 +124,24 @@ def test_torchtitan_stack_matches_torchtitan(tmp_path, dim, layers, heads, kv, v
     check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac)
 
 
+# FSDP2 across ranks: world, param_dtype, and a shape whose rows do not all divide the world
+# (FSDP2 pads each parameter's dim 0 to a multiple of it).
+FSDP_CASES = [
+    (2, "fp32", (64, 2, 4, 2, 512, 16, 256, 1, "none")),
+    (2, "bf16", (64, 2, 4, 2, 512, 16, 256, 1, "full")),
+    (3, "bf16", (96, 3, 6, 3, 320, 24, 160, 1, "selective:2")),
+    (4, "bf16", (80, 2, 5, 5, 256, 16, 224, 2, "none")),
+    (3, "fp32", (128, 2, 8, 2, 100, 32, 384, 1, "full")),
+]
+
+
+@pytest.mark.parametrize("world,dtype,case", FSDP_CASES,
+                         ids=[f"fsdp{w}-{dt}-d{c[0]}-l{c[1]}-{c[6]}x{c[7]}-{c[8]}" for w, dt, c in FSDP_CASES])
+def test_torchtitan_stack_matches_torchtitan_under_fsdp2(tmp_path, world, dtype, case):
+    dim, layers, heads, kv, vocab, multiple_of, seq, batch, ac = case
+    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype)
+
+
 def drawn_case(seed):
     rng = random.Random(seed)
     kv = rng.choice([1, 2, 3])
@@ -110,6 +156,10 @@ def drawn_case(seed):
 def test_torchtitan_stack_on_a_drawn_shape(tmp_path):
     seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
     case = drawn_case(seed)
-    print(f"seed {seed}: dim, layers, heads, kv heads, vocab, multiple_of, seq, micro-batch, ac = {case}")
+    rng = random.Random(seed + 1)
+    world = rng.choice([1, 2, 3, 4])
+    dtype = "fp32" if world == 1 else rng.choice(["fp32", "bf16"])
+    print(f"seed {seed}: dim, layers, heads, kv heads, vocab, multiple_of, seq, micro-batch, ac = {case}; "
+          f"{world} rank(s), {dtype}")
     dim, layers, heads, kv, vocab, multiple_of, seq, batch, ac = case
-    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac)
+    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype)

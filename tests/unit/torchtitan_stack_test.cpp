@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "longctx/planner/export.h"
+#include "longctx/planner/param_layout.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
 #include "longctx/planner/request.h"
@@ -42,7 +43,8 @@ TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
       {"qwen3-8b", "--model", [](PlanRequest&) {}},    // q/k norms
       {"tiny-odd", "--model", [](PlanRequest&) {}},    // head_dim != hidden / heads
       {"llama-3.2-1b", "--model", [](PlanRequest&) {}},  // tied embeddings
-      {"tiny-gqa", "--gpus", [](PlanRequest& r) { r.cluster.gpus = 2; }},
+      {"tiny-gqa", "--sharding", [](PlanRequest& r) { r.cluster.gpus = 2; r.knobs.sharding = Sharding::Zero2; }},
+      {"tiny-gqa", "--offload-optimizer", [](PlanRequest& r) { r.cluster.gpus = 2; r.knobs.offload_optimizer = true; }},
       {"tiny-gqa", "--head-chunk", [](PlanRequest& r) { r.knobs.head_chunk = 1; }},
       {"tiny-gqa", "--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},
       {"tiny-gqa", "--dtype", [](PlanRequest& r) { r.cluster.gpu = "h100-80gb"; r.cluster.dtype = "bf16"; }},
@@ -96,6 +98,61 @@ TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.error().field, "--stack");
   }
+}
+
+// FSDP2 across ranks: each parameter chunked on dim 0 (padded to a multiple of the ranks), the
+// shards fp32, a group's parameters unsharded for its forward and again for its backward, and
+// its gradients reduce-scattered into fp32 shards that live until zero_grad.
+TEST(TorchtitanStack, ShardsWithFsdp2AcrossRanks) {
+  PlanRequest r = torchtitan_request("tiny-gqa");
+  r.cluster.gpus = 3;
+  r.cluster.gpu = "h100-80gb";
+  r.cluster.dtype = "bf16";
+  const Plan p = answer_plan(r).value().recorded;
+  EXPECT_EQ(p.parallel.sharding, Sharding::Zero3);
+  const StepGraph g = build_step(step_inputs(p));
+  const ModelConfig& m = p.model;
+  std::int64_t layer_shard = 0;  // ceil(rows / 3) * cols, summed over a layer's parameters
+  for (const auto& spec : group_params(ParamGroupKind::Layer, m)) {
+    const auto shape = param_shape(spec, m);
+    const std::int64_t cols = shape.size() > 1 ? shape[1] : 1;
+    layer_shard += (shape[0] + 2) / 3 * cols;
+  }
+  int gathers = 0, copy_outs = 0, reduces = 0;
+  for (const auto& t : g.tensors()) {
+    const std::string name = format(t.name);
+    if (name == "layer.0.params.shard") EXPECT_EQ(t.bytes, layer_shard * 4);
+    if (name == "layer.0.fsdp.all_gather_output") EXPECT_EQ(t.bytes, 3 * layer_shard * 2);
+    if (name == "layer.0.grad.shard") EXPECT_EQ(t.bytes, layer_shard * 4);
+  }
+  for (const auto& o : g.ops()) {
+    const std::string name = format(o.name);
+    if (name == "layer.0.fsdp.all_gather") {
+      ++gathers;
+      EXPECT_EQ(o.stream, 1);
+    }
+    if (name == "layer.0.fsdp.copy_out") ++copy_outs;
+    if (name == "layer.0.fsdp.reduce_scatter") {
+      ++reduces;
+      EXPECT_EQ(o.stream, 2);
+    }
+  }
+  EXPECT_EQ(gathers, 2);  // forward, and backward's prefetch
+  EXPECT_EQ(copy_outs, 2);
+  EXPECT_EQ(reduces, 1);
+}
+
+TEST(TorchtitanStack, MaxContextAnswersOnEightGpus) {
+  ClusterRequest r;
+  r.model = "llama-3.1-8b";
+  r.gpus = 8;
+  r.gpu = "h100-80gb";
+  r.stack = "torchtitan";
+  const auto a = answer_max_context(r, /*with_ladder=*/true);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_GT(a.value().max_tokens, 8192);
+  EXPECT_EQ(a.value().plan.train.stack.kind, StackKind::Torchtitan);
+  EXPECT_EQ(a.value().plan.parallel.sharding, Sharding::Zero3);
 }
 
 // The llama3 flavors torchtitan registers are matched by shape: Llama-3.1-8B is "8B".

@@ -62,6 +62,16 @@ std::int64_t sum_of_param_sizes(const StepShapes& s, int group) {
   return total;
 }
 
+std::vector<std::array<std::int64_t, 2>> param_dims(const StepShapes& s, int group) {
+  const ParamGroupKind kind = group == embed_group(s)  ? ParamGroupKind::Embedding
+                              : group == head_group(s) ? ParamGroupKind::Head
+                                                       : ParamGroupKind::Layer;
+  std::vector<std::array<std::int64_t, 2>> v;
+  for (const ParamSpec& p : kParamTable)
+    if (p.group == kind && present(s, p.presence)) v.push_back({dim_of(s, p.dims[0]), dim_of(s, p.dims[1])});
+  return v;
+}
+
 std::int64_t shard_elems(const StepShapes& s, int group) { return ceil_div(group_params(s, group), s.world); }
 
 std::int64_t gathered_params_bytes(const StepShapes& s, int group) { return group_params(s, group) * s.e; }

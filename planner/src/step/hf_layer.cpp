@@ -28,6 +28,11 @@ double sdpa_kernel_flops(const StepShapes& s, bool masked) {
 // A layer's projection: matmul flops of [n, in] x [in, out].
 double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { return matmul_flops(s.n, in, out); }
 
+// torch's RMSNorm as torchtitan runs it (defined below).
+NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                                   Ids& grads);
+
 }  // namespace
 
 // ---- LlamaRMSNorm ----------------------------------------------------------------------------
@@ -41,6 +46,7 @@ double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { retu
 //   y = weight * xr                     [rows, width] e
 NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
   if (liger(sb)) return liger_norm_forward(sb, ns, x, phase, rc);
+  if (torchtitan(sb)) return torch_norm_forward(sb, ns, x, phase, rc);
   const StepShapes& s = sb.shapes;
   const std::int64_t rw = ns.rows * ns.width;
   NormActs a;
@@ -81,18 +87,31 @@ TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, Ten
                        Ids& grads) {
   if (liger(sb)) return liger_norm_backward(sb, ns, a, grad, residual, grads);
   const StepShapes& s = sb.shapes;
+  if (torchtitan(sb) && !s.cpu) return torch_fused_norm_backward(sb, ns, a, grad, residual, grads);
   const std::int64_t rw = ns.rows * ns.width;
-  TensorId d_xr = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad, false}, rw * s.e, kTr);
+  TensorId d_xr = -1;
   const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
   grads.push_back(g_w);
-  sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, {grad, a.xr}, {d_xr, g_w},
-              {.workspace = norm_weight_backward_workspace(s, ns.rows, ns.width), .flops = 2.0 * double(rw)});
-  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
-  if (s.e != 4) {
+  if (torchtitan(sb) && s.e != 4) {
+    // torch's composite multiplies by the weight in fp32 and casts last: ToCopyBackward0
+    // first ([rows, width] fp32), then MulBackward0 in fp32 (its weight gradient summed in
+    // fp32 [width] and cast to the weight's dtype).
     const TensorId up = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad32, false}, rw * 4, kTr);
-    sb.graph.op(Name{ns.scope, ns.names.to_dtype_bwd, false}, kB, ns.layer, {d_xr}, {up});
-    d_xr = up;
+    sb.graph.op(Name{ns.scope, ns.names.to_dtype_bwd, false}, kB, ns.layer, {grad}, {up});
+    d_xr = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad, false}, rw * 4, kTr);
+    sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, {up, a.xr}, {d_xr, g_w},
+                {.workspace = rw * 4 + ns.width * 4, .flops = 2.0 * double(rw)});
+  } else {
+    d_xr = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad, false}, rw * s.e, kTr);
+    sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, {grad, a.xr}, {d_xr, g_w},
+                {.workspace = norm_weight_backward_workspace(s, ns.rows, ns.width), .flops = 2.0 * double(rw)});
+    if (s.e != 4) {
+      const TensorId up = sb.graph.tensor(Name{ns.scope, ns.names.normed_grad32, false}, rw * 4, kTr);
+      sb.graph.op(Name{ns.scope, ns.names.to_dtype_bwd, false}, kB, ns.layer, {d_xr}, {up});
+      d_xr = up;
+    }
   }
+  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
   const TensorId d_x32 = sb.graph.tensor(Name{ns.scope, ns.names.x32_grad, false}, rw * 4, kTr);
   const TensorId d_rstd = sb.graph.tensor(Name{ns.scope, ns.names.rstd_grad, false}, ns.rows * 4, kTr);
   Ids scale_reads = {d_xr, a.x32, a.rstd};
@@ -145,6 +164,61 @@ void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
   sb.graph.op(layer_name(l, "attn.repeat_k.bwd"), kB, l, {dk}, {dk_sum});
   dv = dv_sum;
   dk = dk_sum;
+}
+
+// torch's RMSNorm (nn.RMSNorm -> aten::rms_norm -> _fused_rms_norm), as torchtitan runs it.
+// On the CPU the composite (torch/_decomp/decompositions.py mirrors it): x.to(fp32) (bf16
+// only; saved), pow [rows, width] fp32 freed by mean, mean + eps freed by rsqrt, rstd [rows]
+// fp32 (saved), xr = x32 * rstd [rows, width] fp32 (saved by the weight's multiply), the
+// weight's multiply in fp32 (the bf16 weight converted inside, [width] fp32) and, in bf16, its
+// cast to the input's dtype. On CUDA the fused kernel: its output and rstd [rows] fp32, the
+// input saved; what the kernel allocates inside is not modelled (no GPU run holds it yet).
+NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t rw = ns.rows * ns.width;
+  NormActs a;
+  a.x = a.x32 = x;
+  a.rstd = sb.graph.tensor(Name{ns.scope, ns.names.rstd, rc}, ns.rows * 4, kAct);
+  if (!s.cpu) {
+    a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * s.e, kAct);
+    sb.graph.op(Name{ns.scope, ns.names.stats, rc}, phase, ns.layer, {x}, {a.y, a.rstd}, {.flops = 5.0 * double(rw)});
+    return a;
+  }
+  if (s.e != 4) {
+    a.x32 = sb.graph.tensor(Name{ns.scope, ns.names.x32, rc}, rw * 4, kAct);
+    sb.graph.op(Name{ns.scope, ns.names.to_fp32, rc}, phase, ns.layer, {x}, {a.x32});
+  }
+  sb.graph.op(Name{ns.scope, ns.names.stats, rc}, phase, ns.layer, {a.x32}, {a.rstd},
+              {.workspace = norm_square_bytes(ns.rows, ns.width) + ns.rows * 4, .flops = 3.0 * double(rw)});
+  a.xr = sb.graph.tensor(Name{ns.scope, ns.names.normed32, rc}, rw * 4, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.scale, rc}, phase, ns.layer, {a.x32, a.rstd}, {a.xr}, {.flops = double(rw)});
+  if (s.e == 4) {
+    a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * 4, kAct);
+    sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr}, {a.y}, {.flops = double(rw)});
+    return a;
+  }
+  const TensorId product = sb.graph.tensor(Name{ns.scope, ns.names.normed, rc}, rw * 4, kTr);
+  sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr}, {product},
+              {.workspace = ns.width * 4, .flops = double(rw)});
+  a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * s.e, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.to_dtype, rc}, phase, ns.layer, {product}, {a.y});
+  return a;
+}
+
+// The fused kernel's backward (_fused_rms_norm_backward): the input's gradient [rows, width] e
+// (the residual's added into it) and the weight's [width] e.
+TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                                   Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t rw = ns.rows * ns.width;
+  const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
+  grads.push_back(g_w);
+  const TensorId d_x = sb.graph.tensor(Name{ns.scope, ns.names.in_grad, false}, rw * s.e, kTr);
+  Ids reads = {grad, a.x, a.rstd};
+  if (residual >= 0) reads.push_back(residual);
+  sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, reads, {d_x, g_w}, {.flops = 8.0 * double(rw)});
+  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
+  return d_x;
 }
 
 // torchtitan's apply_rotary_emb for q or k (the first of `reads`): view_as_complex(x.float())

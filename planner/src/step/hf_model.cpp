@@ -33,6 +33,12 @@ namespace {
 // Parameters in the model's dtype and torch AdamW's state beside them, per group.
 void model_states(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
+  if (fsdp2(sb)) {
+    fsdp2_model_states(sb);
+    sb.graph.persistent(step_name("model.freqs_cis"), footprint::torchtitan::freqs_cis_bytes(s), Category::Params,
+                        Place::Device);
+    return;
+  }
   sb.params.resize(static_cast<std::size_t>(param_groups(s)));
   for (int g = 0; g < param_groups(s); ++g) {
     sb.params[static_cast<std::size_t>(g)] =
@@ -64,7 +70,9 @@ TensorId model_inputs(StepBuild& sb) {
   if (attention_mask) batch.push_back(sb.graph.tensor(step_name("batch.attention_mask"), s.n * 8, kAct));  // [n] int64
   sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
+  if (fsdp2(sb)) fsdp2_unshard_forward(sb, embed_group(s), Phase::Forward);
   sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {o.tokens}, {x0});
+  if (fsdp2(sb)) fsdp2_reshard(sb, embed_group(s), Phase::Forward);
   // torchtitan's Transformer.forward: the embedding, then the layers with the freqs_cis buffer.
   if (torchtitan(sb)) return x0;
   m.positions = sb.graph.tensor(step_name("model.cache_position"), s.S * 8, kAct);
@@ -104,6 +112,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.rng.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
+    if (fsdp2(sb)) fsdp2_unshard_forward(sb, l, Phase::Forward);
     if (layer_checkpointed(sb, l)) {
       const TensorId rng = sb.graph.tensor(layer_name(l, "checkpoint.rng_state"), checkpoint_rng_state_bytes(s), kAct);
       sb.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
@@ -114,6 +123,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
     const HfLayerActs a =
         layer_forward(sb, l, x, Phase::Forward, false, layer_checkpointed(sb, l) ? LayerPass::Checkpointed : LayerPass::Plain);
     layers.acts[static_cast<std::size_t>(l)] = a;
+    if (fsdp2(sb)) fsdp2_reshard(sb, l, Phase::Forward);
     x = a.out;
   }
   return x;
@@ -125,6 +135,12 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
     const std::size_t li = static_cast<std::size_t>(l);
     HfLayerActs a = layers.acts[li];
     const TensorId d_out = d_x;
+    if (fsdp2(sb)) {
+      // The block's pre-backward: its copy-out, then the next block's gather (the embedding's
+      // after layer 0).
+      fsdp2_copy_out_backward(sb, l);
+      fsdp2_prefetch(sb, l > 0 ? l - 1 : embed_group(s), Phase::Backward);
+    }
     const bool recomputed = layer_checkpointed(sb, l);
     if (recomputed) {
       // The recompute begins where the layer's backward first needs a saved tensor (after
@@ -150,7 +166,10 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
         sb.graph.add_input(last, d_out);
       }
     }
+    // The block's post-backward runs once its input's gradient is made.
+    if (fsdp2(sb)) fsdp2_post_backward(sb, l);
   }
+  if (fsdp2(sb)) fsdp2_copy_out_backward(sb, embed_group(s));
   // EmbeddingBackward0: the dense [V, h] e gradient, kept as the table's .grad, or (tied)
   // added in place into the one lm_head's backward left there.
   const Ids reads = {d_x, sb.outer.tokens};
@@ -164,6 +183,10 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
   sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(g);
   sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, cost);
+  if (fsdp2(sb)) {
+    fsdp2_post_backward(sb, embed_group(s));
+    fsdp2_end_backward(sb);
+  }
 }
 
 // torch.optim.AdamW's step, then zero_grad(set_to_none=True), which frees every gradient.
@@ -207,6 +230,7 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
   HfModelActs& m = sb.hf_model;
   const Phase L = Phase::Loss;
   o.final_x = final_x;
+  if (fsdp2(sb)) fsdp2_unshard_forward(sb, head_group(s), L);
   const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
   o.xf = f.y;
   // LlamaModel.forward returns here: its cache_position and causal mask go.
@@ -216,6 +240,9 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
   const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
   sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {model_logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
   if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
+  // The root's post-forward: the head group stays unsharded for its backward (torchtitan
+  // gives [norm, output] reshard_after_forward=False), its gathered buffer goes.
+  if (fsdp2(sb)) fsdp2_end_forward(sb);
   TensorId logits = model_logits;
   if (s.e != 4) {
     const TensorId up = sb.graph.tensor(step_name("loss.logits.fp32"), s.n * s.V * 4, kTr);
@@ -256,6 +283,8 @@ TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
     sb.graph.op(step_name("loss.logits.float.bwd"), B, -1, {d_logits}, {cast});
     d_logits = cast;
   }
+  // The head group's pre-backward issues the last block's gather.
+  if (fsdp2(sb)) fsdp2_prefetch(sb, static_cast<int>(s.layers) - 1, B);
   const int out_group = s.tied ? embed_group(s) : head_group(s);
   const TensorId g_out = sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"},
                                          s.V * s.h * s.e, Category::Grads);
@@ -265,7 +294,9 @@ TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
   sb.graph.op(step_name("loss.lm_head.bwd"), B, -1, {d_logits, o.xf}, {g_out, d_xf}, {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
   if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
   if (sb.grad_ready) sb.grad_ready(g_out, s.V * s.h);
-  return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
+  const TensorId d_final = norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
+  if (fsdp2(sb)) fsdp2_post_backward(sb, head_group(s));
+  return d_final;
 }
 
 void build_step(StepBuild& sb) {

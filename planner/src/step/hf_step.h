@@ -121,6 +121,25 @@ bool torchtitan(const StepBuild& sb);
 // selective mode wraps the K-th, 2K-th, ... block it visits (_apply_layer_sac counts from 1).
 bool layer_checkpointed(const StepBuild& sb, int l);
 
+// torchtitan across ranks: FSDP2 as its apply_fsdp wraps the model (torchtitan_fsdp2.cpp;
+// footprint/fsdp2.h), each parameter group gathered before it runs and resharded after
+// (the head group, [norm, output], not until its backward), its gradients reduce-scattered
+// into fp32 shards once its backward is done.
+bool fsdp2(const StepBuild& sb);
+void fsdp2_model_states(StepBuild& sb);
+// Forward: the group's all-gather and copy-out (freeing the previous group's gathered
+// buffer), and its reshard after it ran; the root's end of forward frees the last gather.
+void fsdp2_unshard_forward(StepBuild& sb, int group, Phase phase);
+void fsdp2_reshard(StepBuild& sb, int group, Phase phase);
+void fsdp2_end_forward(StepBuild& sb);
+// Backward: the gather a group's pre-backward issues for the next group to run backward
+// (FSDPParamGroup's backward prefetch), the group's own copy-out, and its post-backward
+// (reshard, then its gradients copied into the reduce-scatter input, the shard out).
+void fsdp2_prefetch(StepBuild& sb, int group, Phase phase);
+void fsdp2_copy_out_backward(StepBuild& sb, int group);
+void fsdp2_post_backward(StepBuild& sb, int group);
+void fsdp2_end_backward(StepBuild& sb);
+
 // Liger-Kernel's versions (liger.cpp), which the functions above run instead when liger(sb):
 // the arctic stack's liger model.
 bool liger(const StepBuild& sb);

@@ -70,6 +70,14 @@ struct HfModelActs {
   Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
 };
 
+// The torchtitan stack across ranks: FSDP2's buffers per parameter group (torchtitan_fsdp2.cpp).
+struct Fsdp2Acts {
+  std::vector<TensorId> gathered;   // per group: all_gather_output [world * shard] e, while held
+  std::vector<TensorId> unsharded;  // per group: the parameters unsharded [group_params] e
+  TensorId forward_gathered = -1;   // forward: the last group's gather, freed at the next copy-out
+  TensorId reduce_input = -1;       // backward: the last reduce-scatter's input, freed at the next
+};
+
 struct StepBuild {
   explicit StepBuild(const StepInputs& inputs);
 
@@ -91,6 +99,7 @@ struct StepBuild {
   std::vector<std::array<TensorId, kParamTable.size()>> param_copies;
   OuterActs outer;
   HfModelActs hf_model;
+  Fsdp2Acts fsdp2;
   // The arctic stack: DeepSpeed's hook on each parameter's gradient, called with the gradient
   // [numel] e just after the op that made it (planner/src/step/arctic_zero.cpp); unset elsewhere.
   std::function<void(TensorId grad, std::int64_t numel)> grad_ready;

@@ -5,7 +5,9 @@
 // Groups: layers 0..layers-1, then the embedding, then the head (final norm, and the output
 // projection unless tied).
 #include <cstdint>
+#include <array>
 #include <initializer_list>
+#include <vector>
 
 #include "longctx/planner/footprint/step_shapes.h"
 #include "longctx/planner/param_layout.h"
@@ -49,6 +51,9 @@ inline std::int64_t group_params(const StepShapes& s, int group) {
   if (group < s.layers) return s.layer_params;
   return group == static_cast<int>(s.layers) ? s.embed_params : s.head_params;
 }
+
+// Each parameter of a group as [rows, cols] in the table's order (cols 1 for a norm's weight).
+std::vector<std::array<std::int64_t, 2>> param_dims(const StepShapes& s, int group);
 
 // A rank's shard of a group: ceil(group_params / world) elements (the last rank's padded).
 std::int64_t shard_elems(const StepShapes& s, int group);
