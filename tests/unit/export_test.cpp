@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "longctx/planner/export.h"
+#include "longctx/planner/toml_text.h"
 #include "longctx/planner/yaml_text.h"
 #include "test_plans.h"
 
@@ -200,6 +201,30 @@ TEST(YamlText, BlocksScalarsAndQuoting) {
             "g: \"yes\"\n"
             "h:\n  -\n    k: 1\n    l: 2\n"
             "\"odd key\": null\n");
+}
+
+TEST(TomlText, ScalarsFirstThenTablesAndEveryFloatWithAPoint) {
+  const nlohmann::json j = {{"title", "a \"quoted\" name"},
+                            {"model", {{"flavor", "8B"}, {"n", 3}, {"lr", 1.0}, {"eps", 1e-8}, {"on", false}}},
+                            {"odd key", {{"list", nlohmann::json::array({1, "x"})}}}};
+  const auto toml = to_toml(j, {"top"});
+  ASSERT_TRUE(toml.ok()) << toml.error().message;
+  EXPECT_EQ(toml.value(),
+            "# top\n"
+            "title = \"a \\\"quoted\\\" name\"\n"
+            "\n[model]\neps = 1e-08\nflavor = \"8B\"\nlr = 1.0\nn = 3\non = false\n"
+            "\n[\"odd key\"]\nlist = [1, \"x\"]\n");
+}
+
+// TOML has no null and the job file nests no deeper than a table of scalars: both refused by name.
+TEST(TomlText, RefusesNullAndNestedTablesNamingTheKey) {
+  const auto null_value = to_toml({{"t", {{"k", nullptr}}}});
+  ASSERT_FALSE(null_value.ok());
+  EXPECT_EQ(null_value.error().field, "t.k");
+  const auto nested = to_toml({{"t", {{"u", {{"k", 1}}}}}});
+  ASSERT_FALSE(nested.ok());
+  EXPECT_EQ(nested.error().field, "t.u");
+  EXPECT_FALSE(to_toml(nlohmann::json::array({1})).ok());
 }
 
 }  // namespace
