@@ -172,14 +172,16 @@ SearchResult summarize(const Plan& best, Evaluator& ev) {
 }  // namespace
 
 Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
-  LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
-  (void)ok;
-  // The fixed knobs are checked once, so a rule they break is reported as such.
+  // The fixed knobs are checked once, so a rule they break is reported as such: the rules
+  // first (a knob the plan's stack cannot express is refused naming the stack, which adding it
+  // to --techniques would not mend), then the techniques the request allows.
   {
     const Plan probe = with_knobs(base, knobs);
     LONGCTX_TRY(auto valid, validate(probe.model, probe.cluster.shape, probe.train, probe.parallel));
     (void)valid;
   }
+  LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
+  (void)ok;
 
   Evaluator ev;
   std::optional<Plan> best;
