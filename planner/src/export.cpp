@@ -245,25 +245,39 @@ StackConfig arctic_recipe(const Plan& p) {
 
 namespace {
 
-// torchtitan 0.2.2 models/llama3/__init__.py llama3_args, with FeedForward.__init__'s hidden
-// size worked out: int(ffn_dim_multiplier * int(2 * 4 * dim / 3)) rounded up to multiple_of.
+// torchtitan 0.2.2's dense flavors: models/llama3/__init__.py llama3_args (FeedForward's
+// hidden size worked out: int(ffn_dim_multiplier * int(2 * 4 * dim / 3)) rounded up to
+// multiple_of; heads of dim / n_heads, untied) and models/qwen3/__init__.py qwen3_args (q/k
+// norms, head_dim 128, tied as enable_weight_tying says).
 struct TorchtitanFlavor {
+  const char* model;
   const char* name;
-  std::int64_t dim, layers, heads, kv_heads, vocab, ffn;
+  std::int64_t dim, layers, heads, kv_heads, head_dim, vocab, ffn;
+  bool tied;
 };
 constexpr TorchtitanFlavor kTorchtitanFlavors[] = {
-    {"debugmodel", 256, 6, 16, 16, 2048, 768},
-    {"8B", 4096, 32, 32, 8, 128256, 14336},
-    {"70B", 8192, 80, 64, 8, 128256, 28672},
-    {"405B", 16384, 126, 128, 8, 128256, 53248},
+    {"llama3", "debugmodel", 256, 6, 16, 16, 16, 2048, 768, false},
+    {"llama3", "8B", 4096, 32, 32, 8, 128, 128256, 14336, false},
+    {"llama3", "70B", 8192, 80, 64, 8, 128, 128256, 28672, false},
+    {"llama3", "405B", 16384, 126, 128, 8, 128, 128256, 53248, false},
+    {"qwen3", "debugmodel", 256, 8, 16, 8, 128, 2048, 3072, true},
+    {"qwen3", "0.6B", 1024, 28, 16, 8, 128, 151936, 3072, true},
+    {"qwen3", "1.7B", 2048, 28, 16, 8, 128, 151936, 6144, true},
+    {"qwen3", "4B", 2560, 36, 32, 8, 128, 151936, 9728, true},
+    {"qwen3", "8B", 4096, 36, 32, 8, 128, 151936, 12288, false},
+    {"qwen3", "14B", 5120, 40, 40, 8, 128, 151936, 17408, false},
+    {"qwen3", "32B", 5120, 64, 64, 8, 128, 151936, 25600, false},
 };
 
 }  // namespace
 
+const char* torchtitan_model_name(const ModelConfig& m) { return m.qk_norm ? "qwen3" : "llama3"; }
+
 std::string torchtitan_flavor(const ModelConfig& m) {
   for (const TorchtitanFlavor& f : kTorchtitanFlavors)
-    if (m.hidden == f.dim && m.layers == f.layers && m.heads == f.heads && m.kv_heads == f.kv_heads &&
-        m.vocab == f.vocab && m.intermediate == f.ffn && !m.tie_embeddings)
+    if (torchtitan_model_name(m) == std::string(f.model) && m.hidden == f.dim && m.layers == f.layers &&
+        m.heads == f.heads && m.kv_heads == f.kv_heads && m.head_dim == f.head_dim && m.vocab == f.vocab &&
+        m.intermediate == f.ffn && m.tie_embeddings == f.tied)
       return f.name;
   return "";
 }
@@ -283,7 +297,7 @@ StackConfig torchtitan_job(const Plan& p) {
     ac = {{"mode", "selective"}, {"selective_ac_option", std::to_string(par.checkpoint.every)}};
   c.value = {
       {"job", {{"description", fmt::format("longctx plan: {}, {} tokens", p.model.name, p.train.seq)}}},
-      {"model", {{"name", "llama3"}, {"flavor", flavor.empty() ? p.model.name : flavor}}},
+      {"model", {{"name", torchtitan_model_name(p.model)}, {"flavor", flavor.empty() ? p.model.name : flavor}}},
       {"optimizer", {{"name", "AdamW"}, {"implementation", "fused"}}},
       {"training",
        {{"local_batch_size", p.train.micro_batch},
@@ -449,13 +463,21 @@ Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
       std::vector<std::string> comment = header;
       comment.push_back("torchtitan 0.2.2: run with --job.config_file torchtitan_job.toml; set model.hf_assets_path to "
                         "the model's tokenizer folder and training.dataset (and dataset_path) to the data");
-      if (torchtitan_flavor(p.model).empty())
+      if (torchtitan_flavor(p.model).empty() && !p.model.qk_norm)
         comment.push_back(fmt::format("model.flavor: torchtitan has no llama3 flavor of this shape; register "
                                       "TransformerModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, "
                                       "vocab_size={}) under '{}' in torchtitan/models/llama3/__init__.py (llama3_args), "
                                       "with multiple_of and ffn_dim_multiplier giving a hidden size of {}",
                                       p.model.hidden, p.model.layers, p.model.heads, p.model.kv_heads, p.model.vocab,
                                       p.model.name, p.model.intermediate));
+      if (torchtitan_flavor(p.model).empty() && p.model.qk_norm)
+        comment.push_back(fmt::format("model.flavor: torchtitan has no qwen3 flavor of this shape; register "
+                                      "Qwen3ModelArgs(dim={}, n_layers={}, n_heads={}, n_kv_heads={}, head_dim={}, "
+                                      "hidden_dim={}, vocab_size={}, qk_norm=True, enable_weight_tying={}) under '{}' in "
+                                      "torchtitan/models/qwen3/__init__.py (qwen3_args)",
+                                      p.model.hidden, p.model.layers, p.model.heads, p.model.kv_heads, p.model.head_dim,
+                                      p.model.intermediate, p.model.vocab, p.model.tie_embeddings ? "True" : "False",
+                                      p.model.name));
       LONGCTX_TRY(std::string text, to_toml(job.value, comment));
       out.files[kTorchtitanJobFile] = text;
       break;

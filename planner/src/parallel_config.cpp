@@ -163,8 +163,9 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
   return true;
 }
 
-// torchtitan's Llama 3 training (torchtitan 0.2.2, models/llama3): its model has no biases,
-// no q/k norms, no tied embeddings, and heads of hidden/heads (Attention.__init__); the
+// torchtitan's training (torchtitan 0.2.2) of its llama3 model (models/llama3: no biases, no
+// q/k norms, no tied embeddings, heads of hidden/heads) or, for a model with q/k norms, its
+// qwen3 model (models/qwen3: any head_dim, embeddings tied or not, no biases); the
 // checkpointing policies are its `activation_checkpoint` modes (full, or selective every K
 // layers: --checkpoint every:K). Across GPUs it shards with FSDP2 (data_parallel_shard_degree
 // = the ranks: --sharding zero3) in the plan's dtype as param_dtype; DDP and its CPU offload
@@ -173,12 +174,17 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 // modelled: fp32 only.
 Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (m.qkv_bias || m.o_bias || m.mlp_bias)
-    return refuse(t, "--model", "runs torchtitan's Llama 3 model, which has no biases: pick a model without them");
-  if (m.qk_norm) return refuse(t, "--model", "runs torchtitan's Llama 3 model, which has no q/k norms");
-  if (m.tie_embeddings) return refuse(t, "--model", "runs torchtitan's Llama 3 model, whose embedding and output are not tied");
-  if (m.head_dim * m.heads != m.hidden)
-    return refuse(t, "--model", fmt::format("runs torchtitan's Llama 3 model, whose heads are hidden / heads = {} wide, "
-                                            "not {}", m.hidden / m.heads, m.head_dim));
+    return refuse(t, "--model", "runs torchtitan's llama3 and qwen3 models, which have no biases: pick a model without them");
+  if (!m.qk_norm && m.tie_embeddings)
+    return refuse(t, "--model", "runs torchtitan's llama3 model for a model without q/k norms, whose embedding and "
+                                "output are not tied");
+  if (!m.qk_norm && m.head_dim * m.heads != m.hidden)
+    return refuse(t, "--model", fmt::format("runs torchtitan's llama3 model for a model without q/k norms, whose heads "
+                                            "are hidden / heads = {} wide, not {}", m.hidden / m.heads, m.head_dim));
+  // With tied weights torchtitan's apply_fsdp would shard the one weight in the embedding's
+  // group and again under [norm, output]; how FSDP2 resolves it is not modelled.
+  if (m.tie_embeddings && c.world() > 1)
+    return refuse(t, "--gpus", "shards a model with tied embeddings across GPUs in a way not modelled: give --gpus 1");
   if (c.world() > 1 && p.sharding != Sharding::Zero3)
     return refuse(t, "--sharding", "shards across GPUs with FSDP2 (its data-parallel replication is not modelled): "
                                    "give zero3");

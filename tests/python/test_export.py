@@ -300,6 +300,17 @@ def test_a_torchtitan_fsdp2_plan_exports_its_sharding_and_param_dtype(tmp_path):
     assert job.activation_checkpoint.mode == "full"
 
 
+def test_a_qwen3_plan_exports_torchtitans_qwen3_model_and_flavor(tmp_path):
+    plan = tmp_path / "q3.json"
+    cli("plan", "--stack", "torchtitan", "--model", "qwen3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq", "8192",
+        "--checkpoint", "full", "--no-search", "--budget", "1TiB", "-o", str(plan))
+    out = tmp_path / "job.toml"
+    export(plan, "torchtitan", out)
+    job = read_torchtitan_job(out)
+    assert (job.model.name, job.model.flavor) == ("qwen3", "8B")
+    assert job.parallelism.data_parallel_shard_degree == 8
+
+
 def test_a_sharded_longctx_plan_exports_fsdp2_to_torchtitan(tmp_path):
     out = tmp_path / "job.toml"
     run = export(make_plan(tmp_path, "--sharding", "zero2", "--checkpoint", "full"), "torchtitan", out)

@@ -30,14 +30,29 @@ ac_module = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
 loss_module = pytest.importorskip("torchtitan.components.loss")
 job_config = pytest.importorskip("torchtitan.config.job_config")
 parallelize = pytest.importorskip("torchtitan.models.llama3.infra.parallelize")
+qwen3_model = pytest.importorskip("torchtitan.models.qwen3.model.model")
+qwen3_args = pytest.importorskip("torchtitan.models.qwen3.model.args")
+qwen3_parallelize = pytest.importorskip("torchtitan.models.qwen3.infra.parallelize")
+
 
 def model_args(dim, layers, heads, kv_heads, vocab, multiple_of, seq):
     return args_module.TransformerModelArgs(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads,
                                             vocab_size=vocab, multiple_of=multiple_of, max_seq_len=seq)
 
 
+def qwen3_model_args(dim, layers, heads, kv_heads, head_dim, hidden, vocab, seq, tied):
+    return qwen3_args.Qwen3ModelArgs(dim=dim, n_layers=layers, n_heads=heads, n_kv_heads=kv_heads, head_dim=head_dim,
+                                     hidden_dim=hidden, vocab_size=vocab, max_seq_len=seq, qk_norm=True,
+                                     enable_weight_tying=tied)
+
+
 def hf_config(args, model):
     """The same shapes as a transformers config, which is what longctx reads."""
+    if isinstance(args, qwen3_args.Qwen3ModelArgs):
+        return transformers.Qwen3Config(hidden_size=args.dim, num_hidden_layers=args.n_layers,
+                                        num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
+                                        head_dim=args.head_dim, intermediate_size=args.hidden_dim,
+                                        vocab_size=args.vocab_size, tie_word_embeddings=args.enable_weight_tying)
     return transformers.LlamaConfig(hidden_size=args.dim, num_hidden_layers=args.n_layers,
                                     num_attention_heads=args.n_heads, num_key_value_heads=args.n_kv_heads,
                                     intermediate_size=model.layers["0"].feed_forward.w1.weight.shape[0],
@@ -47,7 +62,8 @@ def hf_config(args, model):
 def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
     torch.manual_seed(0)
     torch.set_num_threads(1)
-    model = model_module.Transformer(args)
+    qwen3 = isinstance(args, qwen3_args.Qwen3ModelArgs)
+    model = qwen3_model.Qwen3Model(args) if qwen3 else model_module.Transformer(args)
     with torch.no_grad():
         model.init_weights()
     # parallelize_llama's order: activation checkpointing, then FSDP.
@@ -58,7 +74,8 @@ def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
         ac_module.apply_ac(model, job_config.ActivationCheckpoint(mode=mode, selective_ac_option=option))
     if world > 1:
         mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
-        parallelize.apply_fsdp(model, mesh, param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype],
+        # qwen3's parallelize applies llama4's apply_fsdp, which for a dense model wraps as llama3's does.
+        (qwen3_parallelize if qwen3 else parallelize).apply_fsdp(model, mesh, param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype],
                                reduce_dtype=torch.float32, pp_enabled=False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, foreach=False)
@@ -142,6 +159,24 @@ def test_torchtitan_stack_matches_torchtitan_under_fsdp2(tmp_path, world, dtype,
     check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype)
 
 
+# torchtitan's qwen3 model (q/k norms, its own head_dim, the rotate-half RoPE from rope_cache):
+# dim, layers, heads, kv heads, head_dim, hidden, vocab, seq, micro-batch, checkpointing, tied,
+# ranks, dtype.
+QWEN3_CASES = [
+    (64, 2, 4, 2, 24, 176, 512, 256, 1, "none", False, 1, "fp32"),
+    (64, 3, 6, 3, 20, 160, 384, 192, 2, "full", True, 1, "fp32"),
+    (96, 2, 4, 2, 32, 256, 320, 160, 1, "selective:2", False, 2, "bf16"),
+    (64, 2, 4, 1, 24, 176, 256, 224, 1, "none", False, 3, "bf16"),
+]
+
+
+@pytest.mark.parametrize("case", QWEN3_CASES, ids=[f"qwen3-d{c[0]}-hd{c[4]}-{c[7]}x{c[8]}-{c[9]}-{'tied' if c[10] else 'untied'}-"
+                                                   f"{c[11]}x{c[12]}" for c in QWEN3_CASES])
+def test_torchtitan_stack_matches_torchtitans_qwen3(tmp_path, case):
+    dim, layers, heads, kv, head_dim, hidden, vocab, seq, batch, ac, tied, world, dtype = case
+    check(tmp_path, qwen3_model_args(dim, layers, heads, kv, head_dim, hidden, vocab, seq, tied), batch, ac, world, dtype)
+
+
 def drawn_case(seed):
     rng = random.Random(seed)
     kv = rng.choice([1, 2, 3])
@@ -159,7 +194,14 @@ def test_torchtitan_stack_on_a_drawn_shape(tmp_path):
     rng = random.Random(seed + 1)
     world = rng.choice([1, 2, 3, 4])
     dtype = "fp32" if world == 1 else rng.choice(["fp32", "bf16"])
-    print(f"seed {seed}: dim, layers, heads, kv heads, vocab, multiple_of, seq, micro-batch, ac = {case}; "
-          f"{world} rank(s), {dtype}")
     dim, layers, heads, kv, vocab, multiple_of, seq, batch, ac = case
-    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype)
+    if rng.random() < 0.5:  # torchtitan's qwen3 model: its own head_dim and hidden size, tied on one rank
+        head_dim, hidden, tied = 4 * rng.randint(2, 8), 8 * rng.randint(8, 32), world == 1 and rng.random() < 0.5
+        print(f"seed {seed}: qwen3 dim {dim}, layers {layers}, heads {heads}/{kv} of {head_dim}, hidden {hidden}, "
+              f"vocab {vocab}, seq {seq} x {batch}, {ac}, tied {tied}; {world} rank(s), {dtype}")
+        args = qwen3_model_args(dim, layers, heads, kv, head_dim, hidden, vocab, seq, tied)
+    else:
+        print(f"seed {seed}: llama3 dim, layers, heads, kv heads, vocab, multiple_of, seq, micro-batch, ac = {case}; "
+              f"{world} rank(s), {dtype}")
+        args = model_args(dim, layers, heads, kv, vocab, multiple_of, seq)
+    check(tmp_path, args, batch, ac, world, dtype)

@@ -26,7 +26,7 @@ PlanRequest torchtitan_request(const std::string& model) {
 }
 
 TEST(TorchtitanStack, PlansLlamaShapesAndKeepsItsStackInThePlanFile) {
-  for (const char* model : {"llama-3.1-8b", "tiny-gqa", "mistral-7b"}) {
+  for (const char* model : {"llama-3.1-8b", "tiny-gqa", "mistral-7b", "qwen3-8b", "qwen3-32b"}) {
     const auto a = answer_plan(torchtitan_request(model));
     ASSERT_TRUE(a.ok()) << model << ": " << a.error().message;
     const Plan& p = a.value().recorded;
@@ -40,9 +40,8 @@ TEST(TorchtitanStack, PlansLlamaShapesAndKeepsItsStackInThePlanFile) {
 TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
   const std::tuple<const char*, const char*, void (*)(PlanRequest&)> cases[] = {
       {"tiny-bias", "--model", [](PlanRequest&) {}},   // q/k/v biases
-      {"qwen3-8b", "--model", [](PlanRequest&) {}},    // q/k norms
-      {"tiny-odd", "--model", [](PlanRequest&) {}},    // head_dim != hidden / heads
-      {"llama-3.2-1b", "--model", [](PlanRequest&) {}},  // tied embeddings
+      {"tiny-odd", "--gpus", [](PlanRequest& r) { r.cluster.gpus = 2; }},  // qwen3, tied, under FSDP2
+      {"llama-3.2-1b", "--model", [](PlanRequest&) {}},  // tied embeddings without q/k norms
       {"tiny-gqa", "--sharding", [](PlanRequest& r) { r.cluster.gpus = 2; r.knobs.sharding = Sharding::Zero2; }},
       {"tiny-gqa", "--offload-optimizer", [](PlanRequest& r) { r.cluster.gpus = 2; r.knobs.offload_optimizer = true; }},
       {"tiny-gqa", "--head-chunk", [](PlanRequest& r) { r.knobs.head_chunk = 1; }},
@@ -59,14 +58,17 @@ TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
   }
 }
 
-// freqs_cis [S, d/2] complex64 is a buffer of the model: persistent, 8 bytes an element.
-TEST(TorchtitanStack, KeepsFreqsCisForTheTrainingLength) {
-  const Plan p = answer_plan(torchtitan_request("tiny-gqa")).value().recorded;
-  const StepGraph g = build_step(step_inputs(p));
-  std::int64_t freqs = -1;
-  for (const auto& t : g.tensors())
-    if (format(t.name) == "model.freqs_cis") freqs = t.persistent ? t.bytes : -2;
-  EXPECT_EQ(freqs, 1024 * (p.model.head_dim / 2) * 8);
+// llama3's freqs_cis [S, d/2] complex64 and qwen3's rope_cache [S, 2d] fp32 are buffers of
+// the model: persistent.
+TEST(TorchtitanStack, KeepsItsRopeTableForTheTrainingLength) {
+  for (const char* model : {"tiny-gqa", "qwen3-8b"}) {
+    const Plan p = answer_plan(torchtitan_request(model)).value().recorded;
+    const StepGraph g = build_step(step_inputs(p));
+    std::int64_t bytes = -1;
+    for (const auto& t : g.tensors())
+      if (format(t.name) == (p.model.qk_norm ? "model.rope_cache" : "model.freqs_cis")) bytes = t.persistent ? t.bytes : -2;
+    EXPECT_EQ(bytes, p.model.qk_norm ? 1024 * 2 * p.model.head_dim * 4 : 1024 * (p.model.head_dim / 2) * 8) << model;
+  }
 }
 
 // _apply_layer_sac counts blocks from 1 and wraps every K-th: layers K-1, 2K-1, ...
@@ -160,6 +162,10 @@ TEST(TorchtitanStack, NamesTheFlavorOfTheModel) {
   EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("llama-3.1-8b")).value().recorded.model), "8B");
   EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("llama-3.1-70b")).value().recorded.model), "70B");
   EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("tiny-gqa")).value().recorded.model), "");
+  const ModelConfig qwen3 = answer_plan(torchtitan_request("qwen3-8b")).value().recorded.model;
+  EXPECT_STREQ(torchtitan_model_name(qwen3), "qwen3");
+  EXPECT_EQ(torchtitan_flavor(qwen3), "8B");
+  EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("qwen3-32b")).value().recorded.model), "32B");
 }
 
 }  // namespace

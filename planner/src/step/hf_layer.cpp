@@ -192,16 +192,24 @@ NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase
               {.workspace = norm_square_bytes(ns.rows, ns.width) + ns.rows * 4, .flops = 3.0 * double(rw)});
   a.xr = sb.graph.tensor(Name{ns.scope, ns.names.normed32, rc}, rw * 4, kAct);
   sb.graph.op(Name{ns.scope, ns.names.scale, rc}, phase, ns.layer, {a.x32, a.rstd}, {a.xr}, {.flops = double(rw)});
+  // Until the norm returns, after its last op: the caller's input (its local holds it), the
+  // composite's upcast copy, and rstd (returned beside the output by _fused_rms_norm).
+  Ids held = {x, a.rstd};
+  if (a.x32 != x) held.push_back(a.x32);
   if (s.e == 4) {
     a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * 4, kAct);
-    sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr}, {a.y}, {.flops = double(rw)});
+    Ids reads = {a.xr};
+    for (const TensorId t : held) reads.push_back(t);
+    sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, reads, {a.y}, {.flops = double(rw)});
     return a;
   }
   const TensorId product = sb.graph.tensor(Name{ns.scope, ns.names.normed, rc}, rw * 4, kTr);
-  sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr}, {product},
+  sb.graph.op(Name{ns.scope, ns.names.weight, rc}, phase, ns.layer, {a.xr, a.x32}, {product},
               {.workspace = ns.width * 4, .flops = double(rw)});
   a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, rw * s.e, kAct);
-  sb.graph.op(Name{ns.scope, ns.names.to_dtype, rc}, phase, ns.layer, {product}, {a.y});
+  Ids reads = {product};
+  for (const TensorId t : held) reads.push_back(t);
+  sb.graph.op(Name{ns.scope, ns.names.to_dtype, rc}, phase, ns.layer, reads, {a.y});
   return a;
 }
 
@@ -241,6 +249,56 @@ TensorId complex_rope(StepBuild& sb, int l, const char* name, const char* copy_n
   sb.graph.op(layer_name(l, name, rc), phase, l, held, {y},
               {.workspace = footprint::torchtitan::rope_forward_workspace(s, heads), .flops = 6.0 * double(elems)});
   return y;
+}
+
+// torchtitan's attention projections and rotation (llama3 and qwen3 Attention.forward): wq,
+// wk, wv first, then qwen3's q and k norms (nn.RMSNorm over head_dim), then apply_rotary_emb:
+// llama3's complex product from freqs_cis, or qwen3's rotate-half form from its rope_cache
+// buffer, whose cos and sin slices `.to(x.dtype)` are views (of the fp32 buffer, or under
+// FSDP2 in bf16 of the block's cast copy of it). q's input to the rotation lives until the
+// function returns, after k's rotation. (Without FSDP torchtitan runs bf16 under autocast,
+// where the slices would be copies: not modelled, refused.)
+void torchtitan_project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  TensorId q = project(sb, l, "attn.q_proj", "attn.q", a.norm1.y, s.h, qw, phase, rc);
+  TensorId k = project(sb, l, "attn.k_proj", "attn.k", a.norm1.y, s.h, kw, phase, rc);
+  a.v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
+  if (!s.qk_norm) {
+    TensorId q32 = -1, k32 = -1;
+    a.q = complex_rope(sb, l, "attn.rope_q", "attn.q.fp32", "attn.q_rotated", q, {}, s.H, phase, rc, q32);
+    Ids held = {q};
+    if (q32 != q) held.push_back(q32);
+    a.k = complex_rope(sb, l, "attn.rope_k", "attn.k.fp32", "attn.k_rotated", k, held, s.K, phase, rc, k32);
+    return;
+  }
+  a.q_norm = norm_forward(sb, head_norm_spec(s, l, true), q, phase, rc);
+  a.k_norm = norm_forward(sb, head_norm_spec(s, l, false), k, phase, rc);
+  q = a.q_norm.y;
+  k = a.k_norm.y;
+  Ids reads_q = {q}, reads_k = {k, q};
+  // Under FSDP2 in bf16 the block got rope_cache already cast (its cast_forward_inputs), and
+  // the slices' `.to(x.dtype)` are views of it, saved by the products.
+  if (static_cast<std::size_t>(l) < sb.fsdp2.cast_inputs.size()) a.rope_table = sb.fsdp2.cast_inputs[static_cast<std::size_t>(l)];
+  if (a.rope_table >= 0) {
+    reads_q.push_back(a.rope_table);
+    reads_k.push_back(a.rope_table);
+  }
+  a.q = rope(sb, l, "attn.rope_q", "attn.q_rotated", reads_q, s.H, phase, rc);
+  a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", reads_k, s.K, phase, rc);
+}
+
+// Its backward for qwen3's rotate-half form: as transformers' (footprint::hf::rope_workspace),
+// reading cos and sin as views of the buffer or of the block's cast copy.
+TensorId torchtitan_rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad,
+                                  std::int64_t heads, const HfLayerActs& a) {
+  const StepShapes& s = sb.shapes;
+  const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
+  Ids reads = {grad};
+  if (a.rope_table >= 0) reads.push_back(a.rope_table);
+  sb.graph.op(layer_name(l, name), kB, l, reads, {d_x},
+              {.workspace = rope_workspace(s, heads), .flops = 3.0 * double(s.n * heads * s.d)});
+  return d_x;
 }
 
 }  // namespace
@@ -338,6 +396,7 @@ void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const HfModelActs& m = sb.hf_model;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  if (torchtitan(sb)) return torchtitan_project_qkv(sb, l, a, phase, rc);
   TensorId q = project(sb, l, "attn.q_proj", "attn.q", a.norm1.y, s.h, qw, phase, rc);
   if (s.qk_norm) {  // Qwen3Attention: q_norm(q_proj(x).view(b, S, H, d)), then k's
     a.q_norm = norm_forward(sb, head_norm_spec(s, l, true), q, phase, rc);
@@ -349,16 +408,6 @@ void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
     k = a.k_norm.y;
   }
   a.v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
-  if (torchtitan(sb)) {
-    // apply_rotary_emb(xq, xk, freqs_cis): q's projection (and in bf16 its fp32 copy) lives
-    // until the function returns, after k's rotation.
-    TensorId q32 = -1, k32 = -1;
-    a.q = complex_rope(sb, l, "attn.rope_q", "attn.q.fp32", "attn.q_rotated", q, {}, s.H, phase, rc, q32);
-    Ids held = {q};
-    if (q32 != q) held.push_back(q32);
-    a.k = complex_rope(sb, l, "attn.rope_k", "attn.k.fp32", "attn.k_rotated", k, held, s.K, phase, rc, k32);
-    return;
-  }
   a.q = rope(sb, l, "attn.rope_q", "attn.q_rotated", {q, m.cos, m.sin}, s.H, phase, rc);
   // q's projection lives until apply_rotary_pos_emb returns, after k's rotation.
   a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
@@ -369,8 +418,14 @@ TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, Tensor
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
   // The engine runs k's rotation first (created last), then q's; then the projections.
-  TensorId dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
-  TensorId dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
+  TensorId dk_pre = -1, dq_pre = -1;
+  if (torchtitan(sb) && s.qk_norm) {
+    dk_pre = torchtitan_rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K, a);
+    dq_pre = torchtitan_rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H, a);
+  } else {
+    dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K);
+    dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq, s.H);
+  }
   if (k_head_major) dk_pre = head_major_copy(sb, l, "attn.k.view.bwd", "attn.k.grad.contiguous", dk_pre, s.K);
   if (s.qk_norm) {
     dk_pre = norm_backward(sb, head_norm_spec(s, l, false), a.k_norm, dk_pre, -1, grads);

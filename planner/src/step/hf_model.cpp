@@ -30,13 +30,25 @@ bool layer_checkpointed(const StepBuild& sb, int l) {
 
 namespace {
 
+// torchtitan's Transformer registers its RoPE table as a buffer for max_seq_len =
+// training.seq_len (update_from_config): llama3's freqs_cis [S, d/2] complex64, qwen3's
+// rope_cache [S, 2d] fp32 (the model with q/k norms).
+void torchtitan_rope_buffer(StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  if (s.qk_norm)
+    sb.graph.persistent(step_name("model.rope_cache"), footprint::torchtitan::rope_cache_bytes(s), Category::Params,
+                        Place::Device);
+  else
+    sb.graph.persistent(step_name("model.freqs_cis"), footprint::torchtitan::freqs_cis_bytes(s), Category::Params,
+                        Place::Device);
+}
+
 // Parameters in the model's dtype and torch AdamW's state beside them, per group.
 void model_states(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   if (fsdp2(sb)) {
     fsdp2_model_states(sb);
-    sb.graph.persistent(step_name("model.freqs_cis"), footprint::torchtitan::freqs_cis_bytes(s), Category::Params,
-                        Place::Device);
+    torchtitan_rope_buffer(sb);
     return;
   }
   sb.params.resize(static_cast<std::size_t>(param_groups(s)));
@@ -50,8 +62,7 @@ void model_states(StepBuild& sb) {
   }
   // torchtitan's Transformer registers freqs_cis [max_seq_len, d/2] complex64 as a buffer,
   // max_seq_len being training.seq_len (TransformerModelArgs.update_from_config).
-  if (torchtitan(sb))
-    sb.graph.persistent(step_name("model.freqs_cis"), footprint::torchtitan::freqs_cis_bytes(s), Category::Params, Place::Device);
+  if (torchtitan(sb)) torchtitan_rope_buffer(sb);
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
 
@@ -112,6 +123,14 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.rng.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
+    if (fsdp2(sb) && s.qk_norm && s.e != 4) {
+      // The block's pre-forward casts rope_cache to param_dtype (before its all-gather).
+      if (sb.fsdp2.cast_inputs.empty()) sb.fsdp2.cast_inputs.assign(static_cast<std::size_t>(count), -1);
+      const TensorId cast = sb.graph.tensor(layer_name(l, "fsdp.rope_cache_cast"),
+                                            footprint::torchtitan::rope_cache_cast_bytes(s), kAct);
+      sb.graph.op(layer_name(l, "fsdp.cast_forward_inputs"), Phase::Forward, l, {}, {cast});
+      sb.fsdp2.cast_inputs[static_cast<std::size_t>(l)] = cast;
+    }
     if (fsdp2(sb)) fsdp2_unshard_forward(sb, l, Phase::Forward);
     if (layer_checkpointed(sb, l)) {
       const TensorId rng = sb.graph.tensor(layer_name(l, "checkpoint.rng_state"), checkpoint_rng_state_bytes(s), kAct);
@@ -159,6 +178,10 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
       // function's keyword arguments (the mask, position_ids) until its backward is done.
       const int last = sb.graph.last_op();
       sb.graph.add_input(last, layers.rng[li]);
+      // torchtitan's ptd_checkpoint_wrapper keeps the block's inputs (its hidden states, and
+      // under FSDP2 in bf16 qwen3's cast rope_cache) until the block's backward is done.
+      if (torchtitan(sb)) sb.graph.add_input(last, a.in);
+      if (li < sb.fsdp2.cast_inputs.size() && sb.fsdp2.cast_inputs[li] >= 0) sb.graph.add_input(last, sb.fsdp2.cast_inputs[li]);
       for (const TensorId t : {sb.hf_model.mask, sb.hf_model.positions})
         if (t >= 0) sb.graph.add_input(last, t);
       if (reentrant(sb)) {

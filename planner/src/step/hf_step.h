@@ -55,6 +55,7 @@ struct HfLayerActs {
   TensorId probs32 = -1, probs = -1;  // eager: softmax output fp32, and cast (bf16)
   TensorId o = -1;                   // attention output [n, H*d] e
   TensorId lse = -1;                 // sdpa: [b, H, S] fp32
+  TensorId rope_table = -1;          // torchtitan's qwen3 under FSDP2 in bf16: rope_cache cast [S, 2d] e
   TensorId mid = -1;
   TensorId gate = -1, act = -1, up = -1, prod = -1;  // [n, I] e each
   TensorId down = -1;

@@ -76,6 +76,9 @@ struct Fsdp2Acts {
   std::vector<TensorId> unsharded;  // per group: the parameters unsharded [group_params] e
   TensorId forward_gathered = -1;   // forward: the last group's gather, freed at the next copy-out
   TensorId reduce_input = -1;       // backward: the last reduce-scatter's input, freed at the next
+  // Per layer: the block's floating-point forward inputs cast to param_dtype
+  // (cast_forward_inputs): qwen3's rope_cache [S, 2d] e in bf16; -1 where nothing is cast.
+  std::vector<TensorId> cast_inputs;
 };
 
 struct StepBuild {

@@ -14,6 +14,14 @@ namespace longctx::footprint::torchtitan {
 // complex64, 8 bytes an element, on the model's device for the whole run.
 std::int64_t freqs_cis_bytes(const StepShapes& s);
 
+// qwen3's model (models/qwen3/model/model.py) registers rope_cache = [cos | sin] [S, 2d] fp32
+// instead, passed to every block. Under FSDP2 with a bf16 param_dtype each block's pre-forward
+// casts its floating-point inputs (MixedPrecisionPolicy.cast_forward_inputs), rope_cache among
+// them: [S, 2d] e a block (rope_cache_cast_bytes), which apply_rotary_emb's slices view and
+// its products save; a checkpointed block keeps it as its input until its backward.
+std::int64_t rope_cache_bytes(const StepShapes& s);
+std::int64_t rope_cache_cast_bytes(const StepShapes& s);
+
 // apply_rotary_emb on q or k of `heads` heads: view_as_complex(x.float()) * freqs_cis, a
 // complex64 [n, heads, d/2] product, viewed back as [n, heads*d] fp32 and cast with
 // type_as. In fp32 the product is the output and nothing else is made. In bf16 the input's
