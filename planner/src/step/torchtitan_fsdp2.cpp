@@ -53,7 +53,13 @@ void fsdp2_prefetch(StepBuild& sb, int group, Phase phase) {
                                        fsdp2::all_gather_output_bytes(s, group), Category::Params);
   const int o = sb.graph.op(sb.group_name(group, "fsdp.all_gather"), phase, group_layer(sb, group),
                             {sb.params[gi]}, {out}, {.workspace = fsdp2::all_gather_workspace(s, group)});
-  sb.graph.set_comm(o, CommKind::AllGather, double(fsdp2::all_gather_output_bytes(s, group)), static_cast<int>(s.world));
+  // Each rank receives the other ranks' shards. FSDP2 issues a gather on its own stream and
+  // the compute stream waits for it only at the copy-out: in backward it is prefetched a group
+  // ahead, in forward the CPU issues it while the group before computes (implicit prefetch);
+  // only the step's first gather (the embedding's) is waited for with nothing to hide behind.
+  sb.graph.set_comm(o, CommKind::AllGather, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * s.e),
+                    static_cast<int>(s.world));
+  sb.graph.set_comm_async(o, !(phase == Phase::Forward && group == embed_group(s)));
   if (!s.cpu) sb.graph.set_stream(o, kAllGatherStream);
   sb.fsdp2.gathered[gi] = out;
 }
@@ -106,8 +112,11 @@ void fsdp2_post_backward(StepBuild& sb, int group) {
   const TensorId shard =
       sb.graph.tensor(sb.group_name(group, "grad.shard"), fsdp2::grad_shard_bytes(s, group), Category::Grads);
   const int o = sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter"), Phase::Backward, layer, {input}, {shard});
-  sb.graph.set_comm(o, CommKind::ReduceScatter, double(fsdp2::reduce_scatter_input_bytes(s, group)),
+  // Each rank sends the other ranks' chunks, on FSDP2's reduce-scatter stream while the
+  // backward goes on (the next reduce, or the optimizer, waits for it).
+  sb.graph.set_comm(o, CommKind::ReduceScatter, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * 4),
                     static_cast<int>(s.world));
+  sb.graph.set_comm_async(o);
   if (!s.cpu) sb.graph.set_stream(o, kReduceScatterStream);
   sb.fsdp2.reduce_input = input;
   sb.grads[gi] = {shard};
