@@ -30,7 +30,7 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
   app.add_option("--stack", o.stack,
                  "The code the step runs on: longctx (its own runtime), hf (transformers' modeling code with "
                  "torch AdamW, one GPU), arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "
-                 "TiledMLP, Liger kernels) or torchtitan (its Llama 3 model, activation checkpointing, fused AdamW)")
+                 "TiledMLP, Liger kernels) or torchtitan (its llama3 and qwen3 models, FSDP2, activation checkpointing)")
       ->capture_default_str();
   app.add_option("--attention", o.attention,
                  "transformers' attn_implementation: --stack hf sdpa (default), eager or flash_attention_2 (GPUs); "

@@ -136,6 +136,52 @@ Result<Stack> parse_stack(const std::string& text, const std::string& field) {
   return Error::bad_input(field, fmt::format("'{}' is not a stack; give arctic, hf, deepspeed or torchtitan", text));
 }
 
+namespace {
+
+// A plan of longctx's own runtime exported to torchtitan: what torchtitan would run with more
+// device memory than the plan predicts, or not at all, is refused (the knobs every stack
+// shares are in refusals()). A plan made with --stack torchtitan has passed validate()'s
+// stricter rules already.
+Result<bool> check_torchtitan_runs(const Plan& p) {
+  const ModelConfig& m = p.model;
+  const ParallelConfig& par = p.parallel;
+  const std::int64_t world = p.cluster.shape.world();
+  const char* replan = "re-plan with --stack torchtitan to see what torchtitan can run";
+  if (m.qkv_bias || m.o_bias || m.mlp_bias)
+    return Error::bad_input("model", fmt::format("--stack torchtitan has no model with biases (its llama3 and qwen3 "
+                                                 "models have none); {}", replan));
+  if (!m.qk_norm && (m.tie_embeddings || m.head_dim * m.heads != m.hidden))
+    return Error::bad_input("model", fmt::format("--stack torchtitan runs a model without q/k norms as its llama3 "
+                                                 "model, which neither ties its embeddings nor takes a head_dim other "
+                                                 "than hidden / heads; {}", replan));
+  if (m.tie_embeddings && world > 1)
+    return Error::bad_input("model", fmt::format("--stack torchtitan's sharding of tied embeddings across GPUs is not "
+                                                 "modelled; {}", replan));
+  if (world > 1 && par.sharding == Sharding::None)
+    return Error::bad_input("parallel.sharding", fmt::format("--stack torchtitan replicates with DDP without sharding, "
+                                                             "which longctx does not model; re-plan with --sharding "
+                                                             "zero3 (FSDP2)"));
+  if (world == 1 && p.train.dtype != DType::FP32)
+    return Error::bad_input("train.dtype", "--stack torchtitan trains bf16 on one GPU under torch.autocast, which keeps "
+                                           "other tensors than the plan; re-plan with --dtype fp32, or across GPUs");
+  if ((par.offload_optimizer || par.offload_params) && (world == 1 || par.sharding == Sharding::None))
+    return Error::bad_input(par.offload_optimizer ? "parallel.offload_optimizer" : "parallel.offload_params",
+                            "--stack torchtitan offloads only under FSDP2 (enable_cpu_offload), across GPUs; re-plan "
+                            "without offload or with --sharding zero3 on more than one GPU");
+  // torchtitan's selective mode checkpoints floor(L / K) blocks (the K-th, 2K-th, ...), the
+  // plan's every:K ceil(L / K) (layers 0, K, ...): fewer checkpointed blocks hold more.
+  if (par.checkpoint.kind == CheckpointPolicy::Kind::EveryK && m.layers % par.checkpoint.every != 0)
+    return Error::bad_input("parallel.checkpoint", fmt::format("--stack torchtitan's selective_ac_option {} "
+                                                               "checkpoints {} of the {} blocks, the plan {}; re-plan "
+                                                               "with an every:K that divides the layers, or full",
+                                                               par.checkpoint.every, m.layers / par.checkpoint.every,
+                                                               m.layers, (m.layers + par.checkpoint.every - 1) /
+                                                                              par.checkpoint.every));
+  return true;
+}
+
+}  // namespace
+
 Result<bool> check_expressible(const Plan& p, Stack stack) {
   // A plan of the hf stack predicts transformers run alone, in one process: its files are
   // transformers', and DeepSpeed's or ArcticTraining's would run a step it did not predict.
@@ -153,10 +199,10 @@ Result<bool> check_expressible(const Plan& p, Stack stack) {
     return Error::bad_input("--stack", fmt::format("the plan predicts torchtitan (train.stack torchtitan); export it "
                                                    "with --stack torchtitan, or re-plan with --stack longctx for --stack {}",
                                                    stack_name(stack)));
-  if (stack == Stack::Torchtitan && p.train.stack.kind != StackKind::Torchtitan &&
-      p.train.stack.kind != StackKind::Longctx)
-    return Error::bad_input("--stack", fmt::format("the plan predicts {}; re-plan with --stack torchtitan (or longctx) "
-                                                   "to export a torchtitan job", to_string(p.train.stack.kind)));
+  if (stack == Stack::Torchtitan && p.train.stack.kind == StackKind::Longctx) {
+    LONGCTX_TRY(auto ok, check_torchtitan_runs(p));
+    (void)ok;
+  }
   for (const Refusal& r : refusals()) {
     if (!r.applies(p.parallel)) continue;
     for (Stack s : r.refused_by)
@@ -322,11 +368,14 @@ StackConfig torchtitan_job(const Plan& p) {
                                 to_string(par.sharding)));
   if (par.offload_optimizer != par.offload_params)
     notes.push_back("parallel.offload: torchtitan's enable_cpu_offload (FSDP2's CPUOffloadPolicy) moves parameters, "
-                    "gradients and optimizer states to the host together: less device memory than planned");
+                    "gradients and optimizer states to the host together: less device memory and more host memory "
+                    "than planned");
   if (par.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
-    notes.push_back(fmt::format("parallel.checkpoint: torchtitan's selective mode checkpoints layers {}, 2*{}, ... "
-                                "counting from 1 (the plan's every:{} counts from layer 0): as many layers, others",
-                                par.checkpoint.every, par.checkpoint.every, par.checkpoint.every));
+    notes.push_back(fmt::format("parallel.checkpoint: torchtitan's selective mode checkpoints blocks {}, {}, ... "
+                                "(counting from 1) where the plan's every:{} checkpoints layers 0, {}, ...: as many "
+                                "blocks, others",
+                                par.checkpoint.every, 2 * par.checkpoint.every, par.checkpoint.every,
+                                par.checkpoint.every));
   return c;
 }
 

@@ -79,7 +79,7 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   if (!o.hf_optimizer.empty()) {
     LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(o.hf_optimizer, "--hf-optimizer"));
   }
-  p.train.stack.attention_mask = !o.hf_no_attention_mask;
+  if (hf) p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
     LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
     // Which implementations a stack takes is validate()'s to say (parallel_config.cpp).

@@ -66,6 +66,8 @@ Result<ArcticModel> parse_arctic_model(const std::string& text, const std::strin
 StackSpec default_stack(StackKind k) {
   StackSpec s;
   s.kind = k;
+  // torchtitan's batches carry no attention_mask (its trainer passes the tokens alone).
+  if (k == StackKind::Torchtitan) s.attention_mask = false;
   if (k == StackKind::Arctic) {
     s.attention = HfAttention::FlashAttention2;
     s.checkpointing = HfCheckpointing::Reentrant;
@@ -75,7 +77,8 @@ StackSpec default_stack(StackKind k) {
 
 std::string describe(const StackSpec& s) {
   if (s.kind == StackKind::Longctx) return "longctx";
-  if (s.kind == StackKind::Torchtitan) return "torchtitan (llama3 model, sdpa, FSDP2 across GPUs, fused AdamW)";
+  if (s.kind == StackKind::Torchtitan)
+    return "torchtitan (its llama3 model, or qwen3 for q/k norms; sdpa; FSDP2 across GPUs; fused AdamW)";
   if (s.kind == StackKind::Arctic)
     return fmt::format("arctic ({} model, {}, DeepSpeed ZeRO-3)", to_string(s.arctic_model), to_string(s.attention));
   return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {})", to_string(s.attention),

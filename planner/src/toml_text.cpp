@@ -1,6 +1,7 @@
 #include "longctx/planner/toml_text.h"
 
 #include <cctype>
+#include <cmath>
 
 #include <fmt/format.h>
 
@@ -23,10 +24,9 @@ std::string key_text(const std::string& k) { return bare_key(k) ? k : json(k).du
 Result<std::string> scalar(const json& v, const std::string& key) {
   if (v.is_string() || v.is_boolean() || v.is_number_integer() || v.is_number_unsigned()) return v.dump();
   if (v.is_number_float()) {
+    if (!std::isfinite(v.get<double>())) return Error::bad_input(key, "is not a finite number");
     std::string s = v.dump();  // shortest round-trip form
     if (s.find_first_of(".eE") == std::string::npos) s += ".0";
-    if (s.find("inf") != std::string::npos || s.find("nan") != std::string::npos || s == "null")
-      return Error::bad_input(key, "is not a finite number");
     return s;
   }
   if (v.is_array()) {

@@ -312,13 +312,23 @@ def test_a_qwen3_plan_exports_torchtitans_qwen3_model_and_flavor(tmp_path):
 
 
 def test_a_sharded_longctx_plan_exports_fsdp2_to_torchtitan(tmp_path):
+    def longctx_plan(name, *knobs):
+        path = tmp_path / name
+        cli("plan", "--model", "tiny-gqa", "--gpus", "8", "--seq", "4096", "--no-search", "--budget", "1TiB", "-o",
+            str(path), *knobs)
+        return path
+
     out = tmp_path / "job.toml"
-    run = export(make_plan(tmp_path, "--sharding", "zero2", "--checkpoint", "full"), "torchtitan", out)
+    run = export(longctx_plan("z2.json", "--sharding", "zero2", "--checkpoint", "full"), "torchtitan", out)
     assert "approximation: parallel.sharding" in run.stderr
     job = read_torchtitan_job(out)
     assert (job.parallelism.data_parallel_shard_degree, job.parallelism.data_parallel_replicate_degree) == (8, 1)
     assert job.activation_checkpoint.mode == "full"
-    # llama-3.2-1b ties its embeddings: no torchtitan flavor; the file says what to register.
-    assert "register TransformerModelArgs(dim=2048" in out.read_text()
-    refused = cli("export", str(make_plan(tmp_path, "--ulysses", "2", name="u.json")), "--stack", "torchtitan", check=False)
-    assert refused.returncode == 2 and "parallel.ulysses" in refused.stderr
+    # No torchtitan flavor has tiny-gqa's shape: the file says what to register.
+    assert "register TransformerModelArgs(dim=" in out.read_text()
+    # What torchtitan would run with more memory than planned, or not at all, is refused by name.
+    for plan, field in ((longctx_plan("u.json", "--sharding", "zero3", "--ulysses", "2"), "parallel.ulysses"),
+                        (longctx_plan("ddp.json"), "parallel.sharding"),
+                        (make_plan(tmp_path, "--sharding", "zero3", name="tied.json"), "model")):
+        refused = cli("export", str(plan), "--stack", "torchtitan", check=False)
+        assert refused.returncode == 2 and field in refused.stderr, refused.stderr

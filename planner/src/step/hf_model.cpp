@@ -10,6 +10,7 @@
 #include "hf_step.h"
 
 #include "longctx/planner/footprint/embedding.h"
+#include "longctx/planner/footprint/fsdp2.h"
 #include "longctx/planner/footprint/hf.h"
 #include "longctx/planner/footprint/optimizer.h"
 #include "longctx/planner/footprint/torchtitan.h"
@@ -60,8 +61,6 @@ void model_states(StepBuild& sb) {
                         adamw_state_bytes(s, g, sb.in.train.stack.optimizer == HfOptimizer::AdamWTorchFused),
                         Category::Optimizer, Place::Device);
   }
-  // torchtitan's Transformer registers freqs_cis [max_seq_len, d/2] complex64 as a buffer,
-  // max_seq_len being training.seq_len (TransformerModelArgs.update_from_config).
   if (torchtitan(sb)) torchtitan_rope_buffer(sb);
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
@@ -233,8 +232,9 @@ void optimizer_step(StepBuild& sb) {
       step_op(sb.group_name(g, "optim.step"), sb.grads[static_cast<std::size_t>(g)], group_params(s, g),
               adamw_single_tensor_workspace(s, g));
   } else {
+    // Under FSDP2 each rank steps its own shards.
     std::int64_t all = 0;
-    for (int g = 0; g < groups; ++g) all += group_params(s, g);
+    for (int g = 0; g < groups; ++g) all += fsdp2(sb) ? footprint::fsdp2::padded_shard_elems(s, g) : group_params(s, g);
     // _fused_adamw: one kernel over every parameter, no temporaries; else _multi_tensor_adamw.
     step_op(step_name("optim.step"), {}, all, fused ? 0 : adamw_foreach_workspace(s));
   }

@@ -118,7 +118,7 @@ TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight);
 // (nn.RMSNorm), no cache, no position tensors or masks, the loss over unshifted labels, and
 // non-reentrant checkpointing without early stop, every layer or every K-th.
 bool torchtitan(const StepBuild& sb);
-// Whether layer l runs checkpointed: hf and arctic wrap every layer or none; torchtitan's
+// Whether layer l runs checkpointed: the hf stack wraps every layer or none; torchtitan's
 // selective mode wraps the K-th, 2K-th, ... block it visits (_apply_layer_sac counts from 1).
 bool layer_checkpointed(const StepBuild& sb, int l);
 

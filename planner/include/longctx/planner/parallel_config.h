@@ -18,7 +18,8 @@ Result<Sharding> parse_sharding(const std::string& text, const std::string& fiel
 struct CheckpointPolicy {
   enum class Kind { None, Full, EveryK };
   Kind kind = Kind::None;
-  int every = 1;  // EveryK: layers l with l % every == 0 are checkpointed
+  int every = 1;  // EveryK: layers l with l % every == 0 are checkpointed (the torchtitan
+                  // stack: (l + 1) % every == 0, as its selective mode picks them)
 
   static CheckpointPolicy none() { return {}; }
   static CheckpointPolicy full() { return {Kind::Full, 1}; }

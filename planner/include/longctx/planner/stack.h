@@ -4,11 +4,11 @@
 // runtime executes), or Hugging Face transformers' modeling code trained with torch.optim's
 // AdamW (`hf`), or ArcticTraining's: the same modeling code under DeepSpeed ZeRO-3, its
 // Ulysses for HF, TiledMLP and checkpoint offload, with Liger's kernels (`arctic`), or
-// torchtitan's Llama 3 training (`torchtitan`: its own model code, FSDP2 across GPUs, its
-// activation checkpointing policies, torch's fused AdamW).
+// torchtitan's training (`torchtitan`: its own llama3 and qwen3 model code, FSDP2 across
+// GPUs, its activation checkpointing policies, torch's fused AdamW).
 // docs/stacks.md lists what each keeps, op by op, with the source each figure comes from. A
 // stack is a property of the step like its dtype: the step builder writes that stack's ops
-// (planner/src/step/hf_*.cpp, arctic_*.cpp, torchtitan.cpp), and validate() (parallel_config.h) refuses the
+// (planner/src/step/hf_*.cpp, arctic_*.cpp, torchtitan_fsdp2.cpp), and validate() (parallel_config.h) refuses the
 // knobs a stack cannot express, naming the stack.
 #include <string>
 
