@@ -22,7 +22,6 @@ namespace {
 // streams (the reserved replay keeps a pool per stream).
 constexpr int kAllGatherStream = 1, kReduceScatterStream = 2;
 
-int group_layer(const StepBuild& sb, int group) { return sb.layer_of_group(group); }
 }  // namespace
 
 // On one rank torchtitan applies no FSDP (its dp_shard degree is 1): nothing to shard.
@@ -51,7 +50,7 @@ void fsdp2_prefetch(StepBuild& sb, int group, Phase phase) {
   const auto gi = static_cast<std::size_t>(group);
   const TensorId out = sb.graph.tensor(sb.group_name(group, "fsdp.all_gather_output"),
                                        fsdp2::all_gather_output_bytes(s, group), Category::Params);
-  const int o = sb.graph.op(sb.group_name(group, "fsdp.all_gather"), phase, group_layer(sb, group),
+  const int o = sb.graph.op(sb.group_name(group, "fsdp.all_gather"), phase, sb.layer_of_group(group),
                             {sb.params[gi]}, {out}, {.workspace = fsdp2::all_gather_workspace(s, group)});
   // Each rank receives the other ranks' shards. FSDP2 issues a gather on its own stream and
   // the compute stream waits for it only at the copy-out: in backward it is prefetched a group
@@ -74,7 +73,7 @@ void copy_out(StepBuild& sb, int group, Phase phase, TensorId frees) {
       sb.graph.tensor(sb.group_name(group, "fsdp.unsharded_params"), fsdp2::unsharded_bytes(s, group), Category::Params);
   Ids reads = {sb.fsdp2.gathered[gi]};
   if (frees >= 0 && frees != sb.fsdp2.gathered[gi]) reads.push_back(frees);
-  sb.graph.op(sb.group_name(group, "fsdp.copy_out"), phase, group_layer(sb, group), reads, {sb.fsdp2.unsharded[gi]});
+  sb.graph.op(sb.group_name(group, "fsdp.copy_out"), phase, sb.layer_of_group(group), reads, {sb.fsdp2.unsharded[gi]});
 }
 }  // namespace
 
@@ -87,7 +86,7 @@ void fsdp2_unshard_forward(StepBuild& sb, int group, Phase phase) {
 
 void fsdp2_reshard(StepBuild& sb, int group, Phase phase) {
   const auto gi = static_cast<std::size_t>(group);
-  sb.graph.op(sb.group_name(group, "fsdp.reshard"), phase, group_layer(sb, group), {sb.fsdp2.unsharded[gi]}, {});
+  sb.graph.op(sb.group_name(group, "fsdp.reshard"), phase, sb.layer_of_group(group), {sb.fsdp2.unsharded[gi]}, {});
   sb.fsdp2.unsharded[gi] = -1;
 }
 
@@ -101,7 +100,7 @@ void fsdp2_copy_out_backward(StepBuild& sb, int group) { copy_out(sb, group, Pha
 void fsdp2_post_backward(StepBuild& sb, int group) {
   const StepShapes& s = sb.shapes;
   const auto gi = static_cast<std::size_t>(group);
-  const int layer = group_layer(sb, group);
+  const int layer = sb.layer_of_group(group);
   fsdp2_reshard(sb, group, Phase::Backward);
   if (sb.fsdp2.reduce_input >= 0)
     sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter_state.release"), Phase::Backward, layer,
