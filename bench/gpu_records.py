@@ -53,6 +53,16 @@ def arctic(r):
     return "arctictraining" in str(r.get("framework", "")).lower()
 
 
+def hf_trainer(r):
+    """Whether the record ran transformers' own step in one process (TRL's SFTTrainer or the
+    Trainer, no DeepSpeed, FSDP or sequence parallelism): the hf stack (--stack hf)."""
+    framework = str(r.get("framework", "")).lower()
+    p = r.get("parallelism") or {}
+    one_process = int(r.get("num_gpus") or 1) == 1 and not p.get("zero_stage") and \
+        str(p.get("fsdp") or "none").lower() == "none" and int(p.get("ulysses_sp_degree") or 1) == 1
+    return ("trl" in framework or "transformers" in framework) and "deepspeed" not in framework and one_process
+
+
 def configuration(r):
     """longctx's knobs for the record (the stack's options among them, as CLI flags), and the
     approximations it takes."""
@@ -85,6 +95,20 @@ def configuration(r):
         knobs["arctic_model"] = "liger" if liger else "huggingface"
         knobs["expandable_segments"] = True
         return knobs, *_dtype_gpu(r), notes
+    if hf_trainer(r):
+        # transformers' step as the record ran it: its default attention (sdpa) unless it names
+        # flash attention, non-reentrant checkpointing (transformers 5's default), the checkpoint
+        # offload its TrainingArguments ask for (5.17 on), and TRL's chunked loss where named.
+        kernel = str(r.get("attention_kernel", "")).lower()
+        knobs["stack"] = "hf"
+        knobs["attention"] = "flash_attention_2" if "flash" in kernel else "sdpa"
+        if knobs["checkpoint"] != "none":
+            knobs["hf_checkpointing"] = "non-reentrant"
+        if "chunked_nll" in loss:
+            knobs["hf_loss"] = "trl-chunked-nll"
+        for k in ("sharding", "ulysses", "offload_optimizer", "offload_params", "mlp_tiles"):
+            knobs.pop(k)
+        return knobs, *_dtype_gpu(r), notes
     knobs["loss_tiles"] = 1
     if liger:
         knobs["loss_tiles"] = liger_loss_chunks(local, m["hidden"], m["vocab"])
@@ -112,7 +136,9 @@ def published_bytes(r):
 def held_to(r):
     """Which predicted figure the record's measurement is: allocated, reserved or nvidia-smi."""
     how = str(r.get("measured", "")).lower()
-    if "max_memory_allocated" in how or "max allocated" in how:
+    # A PyTorch memory profile (torch.cuda.memory._record_memory_history, or the profiler's
+    # memory timeline) draws the tensors alive, what the caching allocator has handed out.
+    if "max_memory_allocated" in how or "max allocated" in how or "memory profile" in how:
         return "allocated"
     if "max_memory_reserved" in how or "reserved" in how:
         return "reserved"

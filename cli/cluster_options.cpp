@@ -42,6 +42,9 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
   app.add_option("--hf-optimizer", o.hf_optimizer,
                  "--stack hf: the Trainer's optim, adamw_torch_fused (its default) or adamw_torch");
+  app.add_option("--hf-loss", o.hf_loss,
+                 "--stack hf: who computes the loss, transformers (default: the model's ForCausalLMLoss over the full "
+                 "logits) or trl-chunked-nll (TRL's SFTTrainer loss_type chunked_nll: 256 tokens at a time)");
   app.add_flag("--hf-no-attention-mask", o.hf_no_attention_mask,
                "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)");
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");

@@ -108,6 +108,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     st.checkpointing = in.ConsumeBool() ? longctx::HfCheckpointing::Reentrant : longctx::HfCheckpointing::NonReentrant;
     st.attention_mask = in.ConsumeBool();
     st.optimizer = in.ConsumeBool() ? longctx::HfOptimizer::AdamWTorch : longctx::HfOptimizer::AdamWTorchFused;
+    st.loss = in.ConsumeBool() ? longctx::HfLoss::TrlChunkedNll : longctx::HfLoss::Transformers;
     if (in.ConsumeBool()) {
       p.cluster.shape = {1, 1};
       p.train.grad_dtype = p.train.dtype;

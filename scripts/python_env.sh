@@ -14,6 +14,7 @@ CACHE_ROOT="${LONGCTX_CACHE:-$HOME/.cache/longctx}"
 TRANSFORMERS_VERSION=4.57.1
 DEEPSPEED_VERSION=0.19.8
 TORCHTITAN_VERSION=0.2.2
+TRL_VERSION=1.14.2
 
 log() { printf '[python_env] %s\n' "$*" >&2; }
 
@@ -51,6 +52,13 @@ if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
     log "installing torchtitan $TORCHTITAN_VERSION (its model code and what importing it needs)"
     "${pip[@]}" install --no-deps "torchtitan==$TORCHTITAN_VERSION" "torchdata==0.11.0" >&2
     "${pip[@]}" install "tyro==1.0.17" "tomli>=1.1" "tensorboard==2.21.0" "datasets==5.0.1" "huggingface-hub>=0.34,<1.0" >&2
+  fi
+  # TRL's SFTTrainer chunked loss, for the hf stack's `--hf-loss trl-chunked-nll` tests: the
+  # package without its dependencies (the tests import its loss, not its trainer's data stack;
+  # 1.14.2 is the last release whose chunked_nll is TRL's own, 1.15 moved it to transformers).
+  if ! "$venv/bin/python" -c "import trl.trainer.sft_trainer" 2>/dev/null; then
+    log "installing trl $TRL_VERSION (no dependencies)"
+    "${pip[@]}" install --no-deps "trl==$TRL_VERSION" >&2
   fi
 fi
 

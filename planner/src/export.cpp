@@ -27,7 +27,7 @@ std::string stack_name(Stack s) {
 // One knob a stack cannot run within the plan's memory: which stacks refuse it and why.
 struct Refusal {
   const char* knob;  // the plan file's field
-  std::function<bool(const ParallelConfig&)> applies;
+  std::function<bool(const Plan&)> applies;
   std::vector<Stack> refused_by;
   const char* why;  // completes "--stack X cannot ..."
   const char* fix;
@@ -35,37 +35,40 @@ struct Refusal {
 
 const std::vector<Refusal>& refusals() {
   static const std::vector<Refusal> table = {
-      {"parallel.ring", [](const ParallelConfig& p) { return p.ring > 1; }, {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
+      {"parallel.ring", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ring > 1; }, {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
        "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
        "the tokens the plan predicts in attention",
        "re-plan with --ring 1"},
-      {"parallel.ring", [](const ParallelConfig& p) { return p.ring > 1; }, {Stack::Torchtitan},
+      {"parallel.ring", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ring > 1; }, {Stack::Torchtitan},
        "run the plan's ring attention: its context parallelism all-gathers k and v by default "
        "(context_parallel_rotate_method) and keeps other buffers than the plan predicts",
        "re-plan with --ring 1"},
-      {"parallel.ulysses", [](const ParallelConfig& p) { return p.ulysses > 1; }, {Stack::Torchtitan},
+      {"parallel.ulysses", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ulysses > 1; }, {Stack::Torchtitan},
        "run Ulysses sequence parallelism (it has none): each rank would attend over the whole sequence",
        "re-plan with --ulysses 1"},
-      {"parallel.head_chunk", [](const ParallelConfig& p) { return p.head_chunk > 0; },
+      {"parallel.head_chunk", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.head_chunk > 0; },
        {Stack::Arctic, Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more "
        "than the plan predicts",
        "re-plan with --head-chunk 0"},
-      {"parallel.mlp_tiles", [](const ParallelConfig& p) { return p.mlp_tiles > 1; },
+      {"parallel.mlp_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.mlp_tiles > 1; },
        {Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "tile the MLP (that is model code, not configuration): the untiled MLP holds more than the plan predicts",
        "use --stack arctic (tiled_mlp_compute) or re-plan with --mlp-tiles 1"},
-      {"parallel.loss_tiles", [](const ParallelConfig& p) { return p.loss_tiles > 1; }, {Stack::DeepSpeed},
+      {"parallel.loss_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.loss_tiles > 1; }, {Stack::DeepSpeed},
        "tile the loss (a DeepSpeed config has no loss setting): full logits hold more than the plan predicts",
        "use --stack arctic or --stack hf (Liger's fused cross-entropy) or re-plan with --loss-tiles 1"},
-      {"parallel.loss_tiles", [](const ParallelConfig& p) { return p.loss_tiles > 1; }, {Stack::Torchtitan},
+      {"parallel.loss_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.loss_tiles > 1; }, {Stack::Torchtitan},
        "tile the loss (its cross_entropy_loss takes the full logits): they hold more than the plan predicts",
        "re-plan with --loss-tiles 1"},
-      {"parallel.offload_checkpoints", [](const ParallelConfig& p) { return p.offload_checkpoints; }, {Stack::HF},
-       "offload checkpoints: Hugging Face gradient checkpointing keeps them on the device, more than the plan "
-       "predicts",
-       "use --stack arctic (activation_checkpoint_cpu_offload) or re-plan without --offload-checkpoints"},
-      {"parallel.offload_checkpoints", [](const ParallelConfig& p) { return p.offload_checkpoints; },
+      // An hf-stack plan predicted transformers' own offload (5.17 on): it is exported.
+      {"parallel.offload_checkpoints",
+       [](const Plan& q) { return q.parallel.offload_checkpoints && q.train.stack.kind != StackKind::HF; }, {Stack::HF},
+       "offload longctx's checkpoints: transformers' offload (5.17 on) keeps other tensors than longctx's runtime, "
+       "which this plan predicts",
+       "re-plan with --stack hf, use --stack arctic (activation_checkpoint_cpu_offload), or re-plan without "
+       "--offload-checkpoints"},
+      {"parallel.offload_checkpoints", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.offload_checkpoints; },
        {Stack::Torchtitan},
        "offload checkpoints: its activation checkpointing keeps them on the device, more than the plan predicts",
        "re-plan without --offload-checkpoints"},
@@ -204,7 +207,7 @@ Result<bool> check_expressible(const Plan& p, Stack stack) {
     (void)ok;
   }
   for (const Refusal& r : refusals()) {
-    if (!r.applies(p.parallel)) continue;
+    if (!r.applies(p)) continue;
     for (Stack s : r.refused_by)
       if (s == stack) return Error::bad_input(r.knob, fmt::format("--stack {} cannot {}; {}", stack_name(stack), r.why, r.fix));
   }
@@ -406,6 +409,13 @@ StackConfig hf_training_arguments(const Plan& p) {
   if (hf_plan) j["optim"] = to_string(p.train.stack.optimizer);
   const bool reentrant = hf_plan && p.train.stack.checkpointing == HfCheckpointing::Reentrant;
   if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
+  // transformers 5.17 on: the Trainer pops "offload" and runs each checkpoint under
+  // save_on_cpu(pin_memory=True) (trainer.py, modeling_utils.py _activation_checkpointing_enable).
+  if (hf_plan && par.offload_checkpoints) {
+    j["gradient_checkpointing_kwargs"]["offload"] = true;
+    c.approximations.push_back("parallel.offload_checkpoints: gradient_checkpointing_kwargs \"offload\" needs transformers "
+                               "5.17 or later (earlier versions pass it to torch.utils.checkpoint, which refuses it)");
+  }
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
   if (hf_plan) {
     // One process, no DeepSpeed: what the hf stack predicted. The attention implementation
@@ -413,6 +423,10 @@ StackConfig hf_training_arguments(const Plan& p) {
     c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
                                            to_string(p.train.stack.attention),
                                            p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
+    if (p.train.stack.loss == HfLoss::TrlChunkedNll)
+      c.approximations.push_back("train.stack.loss: train with TRL's SFTTrainer, SFTConfig(loss_type=\"chunked_nll\") "
+                                 "(TRL 1.10 to 1.14.2), these arguments among its own; the Trainer alone computes "
+                                 "transformers' loss over the full logits");
     return c;
   }
   if (par.loss_tiles > 1) {

@@ -260,7 +260,10 @@ TechniqueSet all_techniques() { return TechniqueSet().set(); }
 TechniqueSet stack_techniques(const StackSpec& stack) {
   switch (stack.kind) {
     case StackKind::Longctx: return all_techniques();
-    case StackKind::HF: return TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+    case StackKind::HF:
+      return TechniqueSet()
+          .set(static_cast<std::size_t>(Technique::Checkpoint))
+          .set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
     case StackKind::Torchtitan:
       return TechniqueSet()
           .set(static_cast<std::size_t>(Technique::Checkpoint))

@@ -128,12 +128,14 @@ Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const P
 }
 
 // The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses,
-// tiles, checkpoint and state offload, gradients in another dtype than the parameters.
-Result<bool> refuse_runtime_knobs(const TrainConfig& t, const ParallelConfig& p) {
+// tiles, checkpoint offload (unless `checkpoint_offload`: transformers' own) and state
+// offload, gradients in another dtype than the parameters.
+Result<bool> refuse_runtime_knobs(const TrainConfig& t, const ParallelConfig& p, bool checkpoint_offload = false) {
   if (p.ulysses != 1) return refuse(t, "--ulysses", "has no sequence parallelism of its own: give 1");
   if (p.mlp_tiles != 1) return refuse(t, "--mlp-tiles", "has no tiled MLP: give 1");
   if (p.loss_tiles != 1) return refuse(t, "--loss-tiles", "computes the loss over the full logits: give 1");
-  if (p.offload_checkpoints) return refuse(t, "--offload-checkpoints", "does not offload checkpoints: leave it out");
+  if (p.offload_checkpoints && !checkpoint_offload)
+    return refuse(t, "--offload-checkpoints", "does not offload checkpoints: leave it out");
   if (p.offload_optimizer || p.offload_params)
     return refuse(t, p.offload_optimizer ? "--offload-optimizer" : "--offload-params", "keeps its model states on the GPU");
   if (t.grad_dtype != t.dtype)
@@ -148,7 +150,7 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
                                     "modelled for --stack arctic)");
   if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
   if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs without ZeRO sharding: give none");
-  LONGCTX_TRY(auto plain, refuse_runtime_knobs(t, p));
+  LONGCTX_TRY(auto plain, refuse_runtime_knobs(t, p, /*checkpoint_offload=*/true));
   (void)plain;
   // Eager attention materializes [b, H, S, S] scores a few times over, and a batch without an
   // attention_mask may get a [b, 1, S, S] mask: bound them as validate() bounds the rest.

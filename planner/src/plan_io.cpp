@@ -64,7 +64,8 @@ nlohmann::json plan_to_json(const Plan& p) {
                       {"attention", to_string(st.attention)},
                       {"checkpointing", to_string(st.checkpointing)},
                       {"attention_mask", st.attention_mask},
-                      {"optimizer", to_string(st.optimizer)}};
+                      {"optimizer", to_string(st.optimizer)},
+                      {"loss", to_string(st.loss)}};
   if (st.kind == StackKind::Torchtitan) train["stack"] = {{"name", to_string(st.kind)}};
   if (st.kind == StackKind::Arctic)
     train["stack"] = {{"name", to_string(st.kind)}, {"attention", to_string(st.attention)},
@@ -161,6 +162,11 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
       LONGCTX_TRY(st.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
       LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
       LONGCTX_TRY(st.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
+      // Plans written before TRL's loss was modelled computed transformers' own.
+      if (stack.contains("loss")) {
+        LONGCTX_TRY(auto loss, get_string(stack, "train.stack", "loss"));
+        LONGCTX_TRY(st.loss, parse_hf_loss(loss, "train.stack.loss"));
+      }
     }
     if (kind == StackKind::Arctic) {
       LONGCTX_TRY(auto model, get_string(stack, "train.stack", "arctic_model"));

@@ -62,6 +62,7 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   const bool hf = stack == StackKind::HF, arctic = stack == StackKind::Arctic;
   const char* hf_flag = !o.hf_checkpointing.empty()   ? "--hf-checkpointing"
                         : !o.hf_optimizer.empty()       ? "--hf-optimizer"
+                        : !o.hf_loss.empty()            ? "--hf-loss"
                         : o.hf_no_attention_mask        ? "--hf-no-attention-mask"
                                                         : nullptr;
   if (!hf && hf_flag != nullptr)
@@ -78,6 +79,9 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   }
   if (!o.hf_optimizer.empty()) {
     LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(o.hf_optimizer, "--hf-optimizer"));
+  }
+  if (!o.hf_loss.empty()) {
+    LONGCTX_TRY(p.train.stack.loss, parse_hf_loss(o.hf_loss, "--hf-loss"));
   }
   if (hf) p.train.stack.attention_mask = !o.hf_no_attention_mask;
   if (!o.attention.empty()) {
@@ -104,10 +108,26 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
 
 namespace {
 
-// The techniques the request allows that its stack can express.
+// transformers' checkpoint offload (activation_checkpointing_enable(offload=True), 5.17 on)
+// copies to pinned host memory, which torch allocates only where an accelerator's driver is:
+// the hf stack offloads nothing on the CPU virtual device.
+bool hf_offload_refused(const Plan& base) {
+  return base.train.stack.kind == StackKind::HF && base.cluster.hardware.backend != Backend::Cuda;
+}
+
+// The techniques the request allows that its stack can express on its hardware.
 Result<TechniqueSet> allowed_techniques(const ClusterRequest& r, const Plan& base) {
-  LONGCTX_TRY(const TechniqueSet techniques, parse_techniques(r.techniques));
-  return techniques & stack_techniques(base.train.stack);
+  LONGCTX_TRY(TechniqueSet techniques, parse_techniques(r.techniques));
+  techniques &= stack_techniques(base.train.stack);
+  if (hf_offload_refused(base)) techniques.reset(static_cast<std::size_t>(Technique::OffloadCheckpoints));
+  return techniques;
+}
+
+Result<bool> check_fixed_for_hardware(const Plan& base, const Knobs& knobs) {
+  if (hf_offload_refused(base) && knobs.offload_checkpoints.value_or(false))
+    return Error::bad_input("--offload-checkpoints", "--stack hf offloads checkpoints as transformers does, to pinned host "
+                                                     "memory, which needs a GPU: pick a GPU preset or leave it out");
+  return true;
 }
 
 }  // namespace
@@ -116,6 +136,8 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
   LONGCTX_TRY(Plan base, resolve_cluster(r.cluster));
   LONGCTX_TRY(base.train.seq, parse_tokens(r.seq, "--seq"));
   LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r.cluster, base));
+  LONGCTX_TRY(auto hardware_ok, check_fixed_for_hardware(base, r.knobs));
+  (void)hardware_ok;
   PlanAnswer a;
   if (r.no_search) {
     a.found.best = with_knobs(base, r.knobs);

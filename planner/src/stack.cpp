@@ -24,6 +24,7 @@ std::string to_string(HfAttention a) {
 }
 std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
 std::string to_string(HfOptimizer o) { return o == HfOptimizer::AdamWTorch ? "adamw_torch" : "adamw_torch_fused"; }
+std::string to_string(HfLoss l) { return l == HfLoss::TrlChunkedNll ? "trl-chunked-nll" : "transformers"; }
 std::string to_string(ArcticModel m) { return m == ArcticModel::HuggingFace ? "huggingface" : "liger"; }
 
 namespace {
@@ -58,6 +59,11 @@ Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::strin
   return parse_word(text, field, kAll, "adamw_torch_fused, adamw_torch");
 }
 
+Result<HfLoss> parse_hf_loss(const std::string& text, const std::string& field) {
+  static constexpr HfLoss kAll[] = {HfLoss::Transformers, HfLoss::TrlChunkedNll};
+  return parse_word(text, field, kAll, "transformers, trl-chunked-nll");
+}
+
 Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field) {
   static constexpr ArcticModel kAll[] = {ArcticModel::Liger, ArcticModel::HuggingFace};
   return parse_word(text, field, kAll, "liger, huggingface");
@@ -81,8 +87,9 @@ std::string describe(const StackSpec& s) {
     return "torchtitan (its llama3 model, or qwen3 for q/k norms; sdpa; FSDP2 across GPUs; fused AdamW)";
   if (s.kind == StackKind::Arctic)
     return fmt::format("arctic ({} model, {}, DeepSpeed ZeRO-3)", to_string(s.arctic_model), to_string(s.attention));
-  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {})", to_string(s.attention),
-                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer));
+  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {}, {} loss)", to_string(s.attention),
+                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer),
+                     to_string(s.loss));
 }
 
 }  // namespace longctx

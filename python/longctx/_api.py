@@ -86,7 +86,8 @@ def _bytes_text(value: Union[int, str, None]) -> str:
 def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, dtype, grad_dtype,
              gpus_per_node, expandable_segments: bool = False, stack: str = "longctx", attention: Optional[str] = None,
              hf_checkpointing: Optional[str] = None, hf_attention_mask: bool = True,
-             hf_optimizer: Optional[str] = None, arctic_model: Optional[str] = None) -> "_core.ClusterRequest":
+             hf_optimizer: Optional[str] = None, arctic_model: Optional[str] = None,
+             hf_loss: Optional[str] = None) -> "_core.ClusterRequest":
     args = _core.ClusterRequest()
     _model_args(model, args)
     if isinstance(gpus, bool) or not isinstance(gpus, int):
@@ -103,7 +104,7 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
         raise BadInput("expandable_segments", f"{expandable_segments!r} is not True or False")
     args.expandable_segments = expandable_segments
     for name, value in (("stack", stack), ("attention", attention), ("hf_checkpointing", hf_checkpointing),
-                        ("hf_optimizer", hf_optimizer), ("arctic_model", arctic_model)):
+                        ("hf_optimizer", hf_optimizer), ("arctic_model", arctic_model), ("hf_loss", hf_loss)):
         if value is not None and not isinstance(value, str):
             raise BadInput(name, f"{value!r} is not a string")
     args.stack = stack
@@ -113,6 +114,7 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
         raise BadInput("hf_attention_mask", f"{hf_attention_mask!r} is not True or False")
     args.hf_no_attention_mask = not hf_attention_mask
     args.hf_optimizer = hf_optimizer or ""
+    args.hf_loss = hf_loss or ""
     args.arctic_model = arctic_model or ""
     return args
 
@@ -225,18 +227,19 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
                 ladder: bool = True, expandable_segments: bool = False, stack: str = "longctx",
                 attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
                 hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None,
-                arctic_model: Optional[str] = None) -> MaxContext:
+                arctic_model: Optional[str] = None, hf_loss: Optional[str] = None) -> MaxContext:
     """The longest context `model` trains on `gpus` GPUs with the allowed techniques
     (``longctx max-context``). ``stack="hf"`` predicts transformers' modeling code with torch
     AdamW (``attention``: "sdpa", "eager" or, on GPUs, "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or
     "reentrant"; ``hf_attention_mask``: whether batches carry an attention_mask, as the
     Trainer's do; ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or
-    "adamw_torch"). ``stack="arctic"`` predicts ArcticTraining (transformers under DeepSpeed ZeRO-3;
+    "adamw_torch"; ``hf_loss``: "transformers", the model's own loss over the full logits, or
+    "trl-chunked-nll", TRL SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under DeepSpeed ZeRO-3;
     ``attention``: "flash_attention_2" or "flash_attention_3"; ``arctic_model``: "liger", Liger's
     kernels, or "huggingface"). ``stack="torchtitan"`` predicts torchtitan's Llama 3 training
     (FSDP2 across GPUs; one GPU in fp32). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model)
+                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model, hf_loss)
     j = json.loads(_answer(_core.max_context(args, ladder)))
     return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
                       Plan(j["plan"]), list(j.get("ladder", [])), j, j.get("layout", ""))
@@ -248,15 +251,15 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
          gpus_per_node: Optional[int] = None, no_search: bool = False, expandable_segments: bool = False,
          stack: str = "longctx", attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
          hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None, arctic_model: Optional[str] = None,
-         **knobs: Any) -> Plan:
+         hf_loss: Optional[str] = None, **knobs: Any) -> Plan:
     """The fastest plan that fits `seq` tokens (``longctx plan``). Keyword knobs are fixed
     (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
     the others searched; with ``no_search=True`` the others are at none/1/0/off.
-    ``stack``, ``attention``, ``hf_checkpointing``, ``hf_attention_mask``, ``hf_optimizer`` and
-    ``arctic_model`` as for :func:`max_context`.
+    ``stack``, ``attention``, ``hf_checkpointing``, ``hf_attention_mask``, ``hf_optimizer``, ``hf_loss``
+    and ``arctic_model`` as for :func:`max_context`.
     Raises BadInput, or NoFit when no plan fits."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model)
+                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model, hf_loss)
     fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in knobs.items()}
     return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
 

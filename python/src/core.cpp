@@ -154,6 +154,7 @@ NB_MODULE(_core, m) {
       .def_rw("hf_checkpointing", &longctx::ClusterRequest::hf_checkpointing)
       .def_rw("hf_no_attention_mask", &longctx::ClusterRequest::hf_no_attention_mask)
       .def_rw("hf_optimizer", &longctx::ClusterRequest::hf_optimizer)
+      .def_rw("hf_loss", &longctx::ClusterRequest::hf_loss)
       .def_rw("arctic_model", &longctx::ClusterRequest::arctic_model);
   m.def("max_context", &max_context_answer, nb::arg("cluster"), nb::arg("ladder"),
         nb::call_guard<nb::gil_scoped_release>());

@@ -4,7 +4,8 @@ thread, fp32, torch AdamW), each attention implementation and checkpointing mode
 and every phase (forward with the loss, backward, optimizer) must be within 1% of the
 prediction, with `compare` adding back what existed before profiling began.
 
-bf16 cases hold the casts (RMSNorm's fp32 copies, the loss's upcast). The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
+bf16 cases hold the casts (RMSNorm's fp32 copies, the loss's upcast). TRL cases patch the
+model as SFTTrainer does for its chunked loss (TRL 1.14.2's own `_patch_chunked_ce_lm_head`). The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
 than hidden/heads, tied embeddings, Qwen3's q/k norms, Qwen2's biases, Mistral); one more
 case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else today's date), so every CI
 run holds a shape nobody tuned against."""
@@ -29,13 +30,17 @@ def make_config(arch, attention, **shape):
     return configs[arch](**kw)
 
 
-def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, trace_path):
+def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace_path):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config.max_position_embeddings = max(seq, 64)
     model = transformers.AutoModelForCausalLM.from_config(config).to(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
     if checkpointing != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
+    if loss == "trl-chunked-nll":
+        # What SFTTrainer does to the model for loss_type="chunked_nll" (TRL 1.10 to 1.14.2).
+        from trl.trainer.sft_trainer import _CHUNKED_LM_HEAD_CHUNK_SIZE, _patch_chunked_ce_lm_head
+        _patch_chunked_ce_lm_head(model, chunk_size=_CHUNKED_LM_HEAD_CHUNK_SIZE)
     model.train()
     # The Trainer's `optim`: adamw_torch_fused (its default) or adamw_torch (torch's defaults).
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=optimizer == "adamw_torch_fused" or None)
@@ -46,6 +51,8 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimize
         inputs["attention_mask"] = torch.ones_like(ids)
 
     def step():
+        # The output (and with TRL's loss its metrics' graph) is dropped before backward, as
+        # the Trainer's compute_loss returns the loss alone.
         model(**inputs).loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -54,14 +61,15 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimize
     profile_second_step_of(step, trace_path)
 
 
-def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32", optimizer="adamw_torch_fused"):
+def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32", optimizer="adamw_torch_fused",
+          loss="transformers"):
     trace = tmp_path / "profile.json"
-    profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, trace)
+    profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace)
     knobs = {"micro_batch": batch} if checkpointing == "none" else {"micro_batch": batch, "checkpoint": "full"}
     plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf", dtype=dtype,
                         attention=config._attn_implementation,
                         hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
-                        hf_optimizer=optimizer, **knobs)
+                        hf_optimizer=optimizer, hf_loss=loss, **knobs)
     assert_phases_within(longctx.compare(plan, trace))
 
 
@@ -107,6 +115,27 @@ def test_hf_stack_matches_transformers_in_bf16(tmp_path, arch, attention, checkp
     check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, "bf16")
 
 
+# TRL SFTTrainer's chunked loss (`--hf-loss trl-chunked-nll`): lengths of one chunk of 256
+# rows, two, and several with a short last one; a micro-batch of 2 (the shift copies), tied
+# embeddings (the summed gradient waits for the embedding's), checkpointing, bf16.
+TRL_CASES = [
+    ("llama", "sdpa", "none", True, 200, 1, "fp32", {}),
+    ("llama", "sdpa", "none", True, 400, 1, "fp32", {}),
+    ("llama", "sdpa", "non-reentrant", True, 1100, 1, "fp32", {}),
+    ("llama", "sdpa", "reentrant", False, 700, 1, "fp32", {}),
+    ("llama", "sdpa", "none", False, 350, 2, "fp32", {"tie_word_embeddings": True}),
+    ("llama", "sdpa", "none", True, 600, 1, "bf16", {}),
+    ("qwen3", "sdpa", "non-reentrant", True, 520, 3, "fp32", {"head_dim": 24, "tie_word_embeddings": True}),
+]
+
+
+@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,batch,dtype,shape", TRL_CASES,
+                         ids=[f"{a}-{c}-{'mask' if m else 'nomask'}-{s}x{b}-{d}" for a, _, c, m, s, b, d, _ in TRL_CASES])
+def test_trl_chunked_loss_matches_trl(tmp_path, arch, attention, checkpointing, mask, seq, batch, dtype, shape):
+    pytest.importorskip("trl")
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, dtype, loss="trl-chunked-nll")
+
+
 def drawn_case(seed):
     rng = random.Random(seed)
     arch = rng.choice(["llama", "qwen2", "qwen3", "mistral"])
@@ -125,8 +154,14 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
     seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
     arch, attention, checkpointing, mask, seq, batch, shape = drawn_case(seed)
     print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} x {batch} {shape}")
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch,
-          optimizer=random.Random(seed).choice(["adamw_torch_fused", "adamw_torch"]))
+    # Lengths drawn up to 256 give TRL's loss one chunk; a second draw of the loss spans up to four.
+    pick = random.Random(seed)
+    optimizer = pick.choice(["adamw_torch_fused", "adamw_torch"])
+    loss = pick.choice(["transformers", "trl-chunked-nll"])
+    if loss == "trl-chunked-nll":
+        seq = pick.randint(2, 1024)
+    print(f"loss {loss}, seq {seq}, {optimizer}")
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, optimizer=optimizer, loss=loss)
 
 
 class TokenizedBatches(torch.utils.data.Dataset):

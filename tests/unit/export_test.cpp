@@ -154,6 +154,25 @@ TEST(Export, HeadChunkIsRefusedEverywhereAndCheckpointOffloadByHf) {
   EXPECT_TRUE(export_plan(p, Stack::DeepSpeed).ok());
 }
 
+// An hf-stack plan predicted transformers' own checkpoint offload and, where it says so,
+// TRL's loss: the first is exported (transformers 5.17's "offload"), the second noted.
+TEST(Export, HfStackPlansExportTheirOffloadAndNameTrlsLoss) {
+  Plan p = testing::cpu_plan("llama-3.2-1b", 1, 16384);
+  p.train.dtype = DType::BF16;
+  p.train.stack = default_stack(StackKind::HF);
+  p.train.stack.loss = HfLoss::TrlChunkedNll;
+  p.parallel.checkpoint = CheckpointPolicy::full();
+  p.parallel.offload_checkpoints = true;
+  ASSERT_TRUE(check_expressible(p, Stack::HF).ok());
+  const auto args = hf_training_arguments(p);
+  EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["offload"], true);
+  EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["use_reentrant"], false);
+  EXPECT_TRUE(mentions(args.approximations, "parallel.offload_checkpoints"));
+  EXPECT_TRUE(mentions(args.approximations, "train.stack.loss"));
+  p.train.stack.loss = HfLoss::Transformers;
+  EXPECT_FALSE(mentions(hf_training_arguments(p).approximations, "train.stack.loss"));
+}
+
 TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
   Plan p = llama_plan();
   p.parallel.sharding = Sharding::Zero3;

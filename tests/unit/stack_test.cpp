@@ -37,6 +37,15 @@ TEST(HfStack, APlanFileKeepsItsStack) {
   EXPECT_EQ(back.train.stack, p.train.stack);
   EXPECT_EQ(back.train.stack.attention, HfAttention::Eager);
   EXPECT_EQ(back.train.stack.checkpointing, HfCheckpointing::Reentrant);
+  PlanRequest trl = hf_request("512");
+  trl.cluster.hf_loss = "trl-chunked-nll";
+  trl.no_search = true;
+  const Plan t = answer_plan(trl).value().recorded;
+  EXPECT_EQ(plan_from_json(plan_to_json(t)).value().train.stack.loss, HfLoss::TrlChunkedNll);
+  // A plan file from before the loss was a choice computed transformers' own.
+  nlohmann::json old = plan_to_json(t);
+  old["train"]["stack"].erase("loss");
+  EXPECT_EQ(plan_from_json(old).value().train.stack.loss, HfLoss::Transformers);
   // A plan file without the key is longctx's.
   nlohmann::json j = plan_to_json(p);
   j["train"].erase("stack");
@@ -125,6 +134,44 @@ TEST(HfStack, KeepsWhatTransformersModulesKeep) {
   PlanRequest r2 = hf_request("1K");
   r2.no_search = true;
   EXPECT_GT(answer_plan(r2).value().evaluation.sim.peak_device_bytes, evaluate(p).sim.peak_device_bytes);
+}
+
+// TRL's chunked loss never makes a tensor of the whole sequence's logits: its largest loss
+// tensor is a chunk's, and the step's peak is below transformers' loss over the full logits.
+TEST(HfStack, TrlsChunkedLossHoldsOneChunksLogits) {
+  PlanRequest r = hf_request("8K");
+  r.no_search = true;
+  const Plan full = answer_plan(r).value().recorded;
+  r.cluster.hf_loss = "trl-chunked-nll";
+  const Plan trl = answer_plan(r).value().recorded;
+  const StepGraph g = build_step(step_inputs(trl));
+  const std::int64_t vocab = trl.model.vocab, tokens = 8192;
+  std::int64_t largest = 0;
+  for (const auto& t : g.tensors())
+    if (format(t.name).rfind("loss.", 0) == 0) largest = std::max(largest, t.bytes);
+  EXPECT_LE(largest, std::max<std::int64_t>(256 * vocab * 4, tokens * trl.model.hidden * 4));
+  EXPECT_LT(trl.prediction.peak_device_bytes, full.prediction.peak_device_bytes);
+}
+
+// transformers' checkpoint offload pins host memory: refused on the CPU virtual device; on a
+// GPU each layer's input leaves the device for the host.
+TEST(HfStack, OffloadsCheckpointsToPinnedHostMemoryOnAGpu) {
+  PlanRequest r = hf_request("16K");
+  r.no_search = true;
+  r.knobs.checkpoint = CheckpointPolicy::full();
+  r.knobs.offload_checkpoints = true;
+  const auto cpu = answer_plan(r);
+  ASSERT_FALSE(cpu.ok());
+  EXPECT_EQ(cpu.error().field, "--offload-checkpoints");
+  r.cluster.gpu = "h100-80gb";
+  r.cluster.dtype = "bf16";
+  const Plan off = answer_plan(r).value().recorded;
+  r.knobs.offload_checkpoints = false;
+  const Plan kept = answer_plan(r).value().recorded;
+  const std::int64_t band = 16384 * off.model.hidden * 2;  // a layer's input [n, h] bf16
+  EXPECT_EQ(off.prediction.peak_host_bytes, off.model.layers * band);
+  EXPECT_EQ(kept.prediction.peak_host_bytes, 0);
+  EXPECT_LE(off.prediction.peak_device_bytes, kept.prediction.peak_device_bytes - (off.model.layers - 2) * band);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 #include "longctx/planner/footprint/hf.h"
 
 #include <algorithm>
+#include <vector>
 
 #include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/zero.h"
@@ -58,10 +59,53 @@ std::int64_t adamw_state_bytes(const StepShapes& s, int group, bool fused) {
   return 2 * group_params(s, group) * s.e + (device_steps ? 4 * std::int64_t(sizes.size()) : 0);
 }
 
+namespace {
+
+// A group's parameter sizes in the order model.parameters() yields them, as transformers'
+// modules register them: a decoder layer's attention (q, k, v, o with their biases, then
+// Qwen3's q_norm and k_norm), its MLP (gate, up, down), then input_layernorm and
+// post_attention_layernorm; the model's embedding first, its final norm and lm_head last.
+std::vector<std::int64_t> registration_order(const StepShapes& s, int group) {
+  if (group == embed_group(s)) return {s.V * s.h};
+  if (group == head_group(s)) {
+    std::vector<std::int64_t> v = {s.h};
+    if (!s.tied) v.push_back(s.V * s.h);
+    return v;
+  }
+  const std::int64_t q = s.H * s.d, kv = s.K * s.d;
+  std::vector<std::int64_t> v = {q * s.h};
+  if (s.qkv_bias) v.push_back(q);
+  for (int i = 0; i < 2; ++i) {
+    v.push_back(kv * s.h);
+    if (s.qkv_bias) v.push_back(kv);
+  }
+  v.push_back(s.h * q);
+  if (s.o_bias) v.push_back(s.h);
+  if (s.qk_norm) v.insert(v.end(), {s.d, s.d});
+  for (const std::int64_t rows : {s.I, s.I, s.h}) {
+    v.push_back(rows * (rows == s.h ? s.I : s.h));
+    if (s.mlp_bias) v.push_back(rows);
+  }
+  v.insert(v.end(), {s.h, s.h});
+  return v;
+}
+
+}  // namespace
+
 std::int64_t adamw_single_tensor_workspace(const StepShapes& s, int group) {
-  const ParamSizes sizes = param_sizes(s, group);
-  const std::int64_t largest = sizes.size() > 0 ? *std::max_element(sizes.begin(), sizes.end()) : 0;
-  return 2 * largest * s.e;
+  // _single_tensor_adam's `denom` is a loop local: the previous parameter's is still alive
+  // while this one's `exp_avg_sq.sqrt()` and its quotient are made. The first parameter of a
+  // group follows the last of the group before it (the embedding's comes first of all).
+  const std::vector<std::int64_t> sizes = registration_order(s, group);
+  std::int64_t prev = 0;
+  if (group == 0) prev = s.V * s.h;
+  else if (group != embed_group(s)) prev = s.h;  // a norm's weight ends every layer
+  std::int64_t peak = 0;
+  for (const std::int64_t n : sizes) {
+    peak = std::max(peak, prev + 2 * n);
+    prev = n;
+  }
+  return peak * s.e;
 }
 
 std::int64_t adamw_foreach_workspace(const StepShapes& s) {

@@ -625,7 +625,7 @@ HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc
   HfLayerActs a;
   a.in = x;
   a.norm1 = norm_forward(sb, layer_norm_spec(s, l, false), x, phase, rc);
-  attention_forward(sb, l, a, phase, rc, pass == LayerPass::Plain && !torchtitan(sb));
+  attention_forward(sb, l, a, phase, rc, pass == LayerPass::Plain && !torchtitan(sb) && !trl_chunked_loss(sb));
   const TensorId o = project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, s.H * s.d, s.h, phase, rc, kTr);
   // Python's locals outlive their last use: the decoder layer's hidden_states holds the norm's
   // output, and LlamaAttention.forward's query_states, key_states and value_states hold q, k

@@ -90,14 +90,15 @@ TensorId model_inputs(StepBuild& sb) {
   // create_causal_mask (masking_utils.py): eager attention always gets an additive mask
   // [b, 1, S, S] e. sdpa gets none when the batch's attention_mask has no padding, or while
   // the model keeps a cache (use_cache, the config's default): is_causal does the masking.
-  // Checkpointing turns the cache off (check_model_inputs), and with neither a cache nor an
+  // Checkpointing turns the cache off (check_model_inputs), as TRL's chunked loss does
+  // (use_cache=False to the backbone), and with neither a cache nor an
   // attention_mask _preprocess_mask_arguments looks for packed sequences in position_ids,
   // whose find_packed_sequence_indices always returns a mask function: the causal skip is
   // then not allowed and a boolean mask [b, 1, S, S] is built.
   // flash_attention_2 gets none (flash_attention_mask: no padding, no mask).
   const bool eager = sb.in.train.stack.attention == HfAttention::Eager;
   const bool sdpa = sb.in.train.stack.attention == HfAttention::Sdpa;
-  if (eager || (sdpa && checkpointed(sb) && !attention_mask)) {
+  if (eager || (sdpa && (checkpointed(sb) || trl_chunked_loss(sb)) && !attention_mask)) {
     m.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? additive_mask_bytes(s) : boolean_mask_bytes(s), kAct);
     sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {m.positions}, {m.mask},
                 {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
@@ -113,14 +114,26 @@ bool reentrant(const StepBuild& sb) { return sb.in.train.stack.checkpointing == 
 
 struct Layers {
   std::vector<HfLayerActs> acts;
-  std::vector<TensorId> rng;  // checkpointed: torch.get_rng_state() kept per layer
+  std::vector<TensorId> rng;   // checkpointed: torch.get_rng_state() kept per layer
+  std::vector<TensorId> host;  // offloaded: the layer input's pinned host copy
 };
+
+// transformers' checkpoint offload (modeling_utils.py, `_activation_checkpointing_enable` with
+// offload=True, transformers 5.17 on; TrainingArguments' `gradient_checkpointing_kwargs`
+// {"offload": true}): each layer's checkpoint runs under
+// torch.autograd.graph.save_on_cpu(pin_memory=True), so what the checkpoint saves for
+// backward, the layer's input hidden states (its keyword arguments ride in a partial, not
+// saved), is copied to pinned host memory, `packed.copy_(tensor)` on the compute stream, and
+// the device input is held by the model's loop alone. Backward unpacks it,
+// `tensor.to(device, non_blocking=True)`, when the layer's first saved tensor is needed.
+bool offloaded(const StepBuild& sb, int l) { return sb.parallel.offload_checkpoints && layer_checkpointed(sb, l); }
 
 TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   const int count = static_cast<int>(s.layers);
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.rng.assign(static_cast<std::size_t>(count), -1);
+  layers.host.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
     if (fsdp2(sb) && s.qk_norm && s.e != 4) {
       // The block's pre-forward casts rope_cache to param_dtype (before its all-gather).
@@ -135,6 +148,13 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
       const TensorId rng = sb.graph.tensor(layer_name(l, "checkpoint.rng_state"), checkpoint_rng_state_bytes(s), kAct);
       sb.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
       layers.rng[static_cast<std::size_t>(l)] = rng;
+    }
+    if (offloaded(sb, l)) {
+      const std::int64_t bytes = s.n * s.h * s.e;
+      const TensorId host = sb.graph.tensor(layer_name(l, "checkpoint.in.host"), bytes, kAct, Place::Host);  // [n, h] e
+      const int o = sb.graph.op(layer_name(l, "checkpoint.pack"), Phase::Forward, l, {x}, {host});
+      sb.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+      layers.host[static_cast<std::size_t>(l)] = host;
     }
     // A checkpointed layer runs without saving anything: its tensors die with their last
     // reader in forward, as the graph writes them when nothing in backward reads them.
@@ -166,10 +186,20 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
       // its inner backward returns; non-reentrant stops once the last tensor is saved, unless
       // early stop is off (torchtitan's ptd_checkpoint_wrapper: ACConfig.early_stop False),
       // when it runs the whole layer and drops its output.
-      const TensorId in = a.in;
+      TensorId in = a.in;
+      if (offloaded(sb, l)) {
+        // The unpacked input [n, h] e, a new device tensor.
+        const std::int64_t bytes = s.n * s.h * s.e;
+        in = sb.graph.tensor(layer_name(l, "checkpoint.in.unpacked"), bytes, kAct);
+        const int o = sb.graph.op(layer_name(l, "checkpoint.unpack"), kB, l, {layers.host[li]}, {in});
+        sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+      }
       a = layer_forward(sb, l, in, Phase::Backward, true,
                         reentrant(sb) || torchtitan(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved);
       sb.graph.add_input(sb.graph.last_op(), d_out);
+      // Non-reentrant: the unpacked input is the recompute's argument, held until it returns
+      // (and after, by what the recompute saved of it).
+      if (offloaded(sb, l)) sb.graph.add_input(sb.graph.last_op(), in);
     }
     d_x = layer_backward(sb, l, a, d_x, sb.grads[li]);
     if (recomputed) {
@@ -186,7 +216,11 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
       if (reentrant(sb)) {
         sb.graph.add_input(last, a.out);
         sb.graph.add_input(last, d_out);
+        // CheckpointFunction.backward holds its unpacked inputs until it returns.
+        if (offloaded(sb, l)) sb.graph.add_input(last, a.in);
       }
+      // The pinned copy lives as long as the checkpoint's saved inputs.
+      if (offloaded(sb, l)) sb.graph.add_input(last, layers.host[li]);
     }
     // The block's post-backward runs once its input's gradient is made.
     if (fsdp2(sb)) fsdp2_post_backward(sb, l);
@@ -200,6 +234,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
     sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
+    if (trl_chunked_loss(sb)) trl_tied_grad(sb);
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
@@ -248,6 +283,7 @@ void optimizer_step(StepBuild& sb) {
 // fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
 // The model's output, which holds the logits and the cache, is dropped after the loss.
 NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
+  if (trl_chunked_loss(sb)) return trl_loss_forward(sb, final_x);
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   HfModelActs& m = sb.hf_model;
@@ -294,6 +330,7 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
 // NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e),
 // lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and d_xf.
 TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
+  if (trl_chunked_loss(sb)) return trl_loss_backward(sb, f);
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   const Phase B = Phase::Backward;

@@ -111,6 +111,16 @@ void build_step(StepBuild& sb);
 NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight);
 TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight);
 
+// TRL SFTTrainer's chunked loss (trl_loss.cpp; footprint/trl.h), which loss_forward and
+// loss_backward run when the stack's loss is trl-chunked-nll: the backbone without a cache,
+// lm_head and the cross-entropy 256 rows at a time, each chunk checkpointed. With tied
+// embeddings the summed lm_head gradient waits for the embedding's; trl_tied_grad then makes
+// the table's gradient from it.
+bool trl_chunked_loss(const StepBuild& sb);
+NormActs trl_loss_forward(StepBuild& sb, TensorId final_x);
+TensorId trl_loss_backward(StepBuild& sb, const NormActs& f);
+void trl_tied_grad(StepBuild& sb);
+
 // torchtitan's Llama 3 step (the torchtitan stack, 0.2.2: models/llama3/model/model.py,
 // components/loss.py, distributed/activation_checkpoint.py), which these functions write
 // where it differs from transformers' sdpa step: RoPE by complex multiplication on the

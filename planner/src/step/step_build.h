@@ -70,6 +70,16 @@ struct HfModelActs {
   Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
 };
 
+// TRL's chunked loss (planner/src/step/trl_loss.cpp): what its chunks' checkpoint frames and
+// the gather's backward keep from the forward to the backward.
+struct TrlLossActs {
+  TensorId gathered = -1;   // hidden[order] [N, h] e, held by every chunk's saved inputs
+  TensorId labels = -1;     // labels[order] [N] int64, likewise
+  TensorId order = -1;      // the argsort [N] int64, saved by IndexBackward0
+  TensorId rng_last = -1;   // the last chunk's RNG state, until its backward (the first to run)
+  TensorId rng_rest = -1;   // the other chunks', until the first chunk's backward
+};
+
 // The torchtitan stack across ranks: FSDP2's buffers per parameter group (torchtitan_fsdp2.cpp).
 struct Fsdp2Acts {
   std::vector<TensorId> gathered;   // per group: all_gather_output [world * shard] e, while held
@@ -102,6 +112,7 @@ struct StepBuild {
   std::vector<std::array<TensorId, kParamTable.size()>> param_copies;
   OuterActs outer;
   HfModelActs hf_model;
+  TrlLossActs trl_loss;
   Fsdp2Acts fsdp2;
   // The arctic stack: DeepSpeed's hook on each parameter's gradient, called with the gradient
   // [numel] e just after the op that made it (planner/src/step/arctic_zero.cpp); unset elsewhere.

@@ -35,6 +35,7 @@ struct ClusterRequest {
   std::string hf_checkpointing;      // --stack hf: non-reentrant (default) | reentrant
   bool hf_no_attention_mask = false;  // --stack hf: the batch has no attention_mask
   std::string hf_optimizer;           // --stack hf: adamw_torch_fused (default) | adamw_torch
+  std::string hf_loss;                // --stack hf: transformers (default) | trl-chunked-nll
 };
 
 // The model the request names: its config text when given, else the preset or config.json.

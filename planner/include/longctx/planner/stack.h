@@ -38,6 +38,12 @@ enum class HfCheckpointing { NonReentrant, Reentrant };
 // temporaries) or plain (`adamw_torch`: a parameter at a time on the CPU, foreach on CUDA).
 enum class HfOptimizer { AdamWTorchFused, AdamWTorch };
 
+// How the loss is computed: by the model (`transformers`: lm_head over every position, then
+// ForCausalLMLoss on the [n, V] logits), or by TRL's SFTTrainer with `loss_type="chunked_nll"`
+// (`trl-chunked-nll`, TRL 1.10 to 1.14.2: the backbone's hidden states, lm_head and the
+// cross-entropy 256 tokens at a time, each chunk checkpointed, so the [n, V] logits never exist).
+enum class HfLoss { Transformers, TrlChunkedNll };
+
 struct StackSpec {
   StackKind kind = StackKind::Longctx;
   HfAttention attention = HfAttention::Sdpa;           // hf only
@@ -47,6 +53,7 @@ struct StackSpec {
   // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/src/step/hf_model.cpp).
   bool attention_mask = true;
   HfOptimizer optimizer = HfOptimizer::AdamWTorchFused;  // hf only
+  HfLoss loss = HfLoss::Transformers;                    // hf only
   ArcticModel arctic_model = ArcticModel::Liger;          // arctic only
   bool operator==(const StackSpec&) const = default;
 };
@@ -56,11 +63,13 @@ std::string to_string(HfAttention a);      // "sdpa", "eager"
 std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
 std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"
 std::string to_string(ArcticModel m);      // "liger", "huggingface"
+std::string to_string(HfLoss l);           // "transformers", "trl-chunked-nll"
 // Each error names `field` and lists the words it takes.
 Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field);
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field);
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field);
 Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field);
+Result<HfLoss> parse_hf_loss(const std::string& text, const std::string& field);
 Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field);
 
 // The stack's defaults: arctic's attention is flash_attention_2 and its checkpointing

@@ -83,7 +83,9 @@ std::int64_t checkpoint_rng_state_bytes(const StepShapes& s);
 std::int64_t adamw_state_bytes(const StepShapes& s, int group, bool fused);
 // Scratch of one group's update on the CPU, where torch.optim picks no foreach kernels
 // (_single_tensor_adamw): a parameter at a time, `exp_avg_sq.sqrt()` and its quotient by the
-// bias correction [elems] e each, the group's largest parameter's.
+// bias correction [elems] e each, beside the previous parameter's quotient (`denom`, a loop
+// local until it is replaced): the largest such sum over the group's parameters, in the order
+// transformers registers them.
 std::int64_t adamw_single_tensor_workspace(const StepShapes& s, int group);
 // Scratch of the whole update on CUDA (foreach, _multi_tensor_adamw): `torch._foreach_sqrt`
 // of every parameter's exp_avg_sq at once, divided and added to in place: all the model's
