@@ -195,6 +195,11 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
   if (c.world() == 1 && t.dtype != DType::FP32)
     return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32, or "
                                 "shard across GPUs with FSDP2 (its param_dtype)");
+  // Its selective mode wraps layers K-1, 2K-1, ...: none of a model with fewer than K layers.
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every > m.layers)
+    return refuse(t, "--checkpoint", fmt::format("checkpoints every K-th of the model's {} layers, none for every:{}: "
+                                                 "give K of at most {}, or none",
+                                                 m.layers, p.checkpoint.every, m.layers));
   return refuse_runtime_knobs(t, p);
 }
 
@@ -272,9 +277,12 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
   // with collectives; one rank has nothing to shard or exchange with (zero3 there is the
   // parameter-offload path: shards streamed from the host).
   if (c.world() == 1 && (p.sharding == Sharding::Zero1 || p.sharding == Sharding::Zero2))
-    return Error::bad_input("--sharding", fmt::format("{} shards over several ranks; use none (or zero3 with "
-                                                      "--offload-params) for one GPU",
-                                                      to_string(p.sharding)));
+    return Error::bad_input("--sharding", t.stack.kind == StackKind::Longctx
+                                              ? fmt::format("{} shards over several ranks; use none (or zero3 with "
+                                                            "--offload-params) for one GPU",
+                                                            to_string(p.sharding))
+                                              : fmt::format("{} shards over several ranks; use none for one GPU",
+                                                            to_string(p.sharding)));
   if (p.offload_params && p.sharding != Sharding::Zero3)
     return Error::bad_input("--offload-params", "needs --sharding zero3: only parameter shards are offloaded");
   // Tiles may be uneven (tile_split), but each needs a row: at most the tokens per rank.

@@ -123,6 +123,19 @@ Result<TechniqueSet> allowed_techniques(const ClusterRequest& r, const Plan& bas
   return techniques;
 }
 
+// ArcticTraining always runs ZeRO-3, torchtitan across GPUs always FSDP2: a search without
+// zero3 has nothing to try.
+Result<bool> check_searchable(const Plan& base, const TechniqueSet& techniques) {
+  const StackKind kind = base.train.stack.kind;
+  if ((kind == StackKind::Arctic || (kind == StackKind::Torchtitan && base.cluster.shape.world() > 1)) &&
+      !has(techniques, Technique::Zero3))
+    return Error::bad_input("--techniques", fmt::format("--stack {} shards with {}{}: allow zero3 (or give all)",
+                                                        to_string(kind),
+                                                        kind == StackKind::Arctic ? "DeepSpeed ZeRO-3" : "FSDP2",
+                                                        kind == StackKind::Arctic ? "" : " across GPUs"));
+  return true;
+}
+
 Result<bool> check_fixed_for_hardware(const Plan& base, const Knobs& knobs) {
   if (hf_offload_refused(base) && knobs.offload_checkpoints.value_or(false))
     return Error::bad_input("--offload-checkpoints", "--stack hf offloads checkpoints as transformers does, to pinned host "
@@ -144,6 +157,8 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
     auto valid = validate(a.found.best.model, a.found.best.cluster.shape, a.found.best.train, a.found.best.parallel);
     if (!valid) return valid.error();
   } else {
+    LONGCTX_TRY(auto searchable, check_searchable(base, techniques));
+    (void)searchable;
     LONGCTX_TRY(a.found, best_plan(base, techniques, r.knobs));
   }
   a.evaluation = evaluate(a.found.best);
@@ -154,6 +169,8 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
 Result<MaxContextResult> answer_max_context(const ClusterRequest& r, bool with_ladder) {
   LONGCTX_TRY(const Plan base, resolve_cluster(r));
   LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r, base));
+  LONGCTX_TRY(auto searchable, check_searchable(base, techniques));
+  (void)searchable;
   return max_context(base, techniques, with_ladder);
 }
 

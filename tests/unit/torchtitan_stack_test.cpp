@@ -47,6 +47,10 @@ TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
       {"tiny-gqa", "--head-chunk", [](PlanRequest& r) { r.knobs.head_chunk = 1; }},
       {"tiny-gqa", "--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},
       {"tiny-gqa", "--dtype", [](PlanRequest& r) { r.cluster.gpu = "h100-80gb"; r.cluster.dtype = "bf16"; }},
+      // Its selective mode would wrap none of tiny-gqa's two layers.
+      {"tiny-gqa", "--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::every_k(3); }},
+      // A search that may not shard has nothing to try across GPUs.
+      {"tiny-gqa", "--techniques", [](PlanRequest& r) { r.cluster.gpus = 4; r.cluster.techniques = "none"; r.no_search = false; }},
   };
   for (const auto& [model, field, edit] : cases) {
     PlanRequest r = torchtitan_request(model);
@@ -56,6 +60,13 @@ TEST(TorchtitanStack, RefusesWhatTorchtitanCannotExpressNamingTheOption) {
     EXPECT_EQ(a.error().field, field) << a.error().message;
     EXPECT_NE(a.error().message.find("--stack torchtitan"), std::string::npos) << a.error().message;
   }
+  // One GPU: zero1 is refused without pointing at parameter offload, which torchtitan has not.
+  PlanRequest r = torchtitan_request("tiny-gqa");
+  r.knobs.sharding = Sharding::Zero1;
+  const auto a = answer_plan(r);
+  ASSERT_FALSE(a.ok());
+  EXPECT_EQ(a.error().field, "--sharding");
+  EXPECT_EQ(a.error().message.find("offload"), std::string::npos) << a.error().message;
 }
 
 // llama3's freqs_cis [S, d/2] complex64 and qwen3's rope_cache [S, 2d] fp32 are buffers of
@@ -86,13 +97,13 @@ TEST(TorchtitanStack, SelectiveCheckpointingRecomputesTheLayersTorchtitanWraps) 
 
 TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
   PlanRequest r = torchtitan_request("tiny-gqa");
-  r.knobs.checkpoint = CheckpointPolicy::every_k(3);
+  r.knobs.checkpoint = CheckpointPolicy::every_k(2);
   const Plan p = answer_plan(r).value().recorded;
   const auto files = export_plan(p, Stack::Torchtitan);
   ASSERT_TRUE(files.ok()) << files.error().message;
   ASSERT_EQ(files.value().files.size(), 1u);
   const std::string& toml = files.value().files.at(kTorchtitanJobFile);
-  EXPECT_NE(toml.find("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"3\"\n"), std::string::npos) << toml;
+  EXPECT_NE(toml.find("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n"), std::string::npos) << toml;
   EXPECT_NE(toml.find("seq_len = 1024\n"), std::string::npos) << toml;
   EXPECT_TRUE(files.value().approximations.empty());
   for (Stack other : {Stack::Arctic, Stack::HF, Stack::DeepSpeed}) {
