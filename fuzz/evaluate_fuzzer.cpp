@@ -128,7 +128,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     par.head_chunk = 0;
     if (par.mlp_tiles > 1 && longctx::stack_tiles_defined(p.model, p.train, par.ulysses))
       par.mlp_tiles = static_cast<int>(*longctx::stack_tile_count(p.model, p.train, par.ulysses, false));
-    longctx::conform_to_stack(p.model, p.train, par);
+    longctx::conform_to_stack(p.model, p.cluster.shape, p.train, par);
   }
 
   // Now and then the torchtitan stack, mostly on one GPU in fp32 with its checkpointing modes.
@@ -140,6 +140,8 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       const longctx::CheckpointPolicy checkpoint = par.checkpoint;
       par = longctx::ParallelConfig{};
       par.checkpoint = checkpoint;
+    } else if (p.cluster.shape.world() > 1) {
+      p.train.grad_dtype = longctx::DType::FP32;  // FSDP2's gradient shards
     }
   }
 

@@ -125,7 +125,7 @@ std::vector<KnobValue> chunk_options(const Plan& p, bool allowed) {
     probe.ulysses = p.parallel.ulysses;
     probe.ring = p.parallel.ring;
     probe.head_chunk = static_cast<int>(c);
-    conform_to_stack(p.model, p.train, probe);
+    conform_to_stack(p.model, p.cluster.shape, p.train, probe);
     if (validate(p.model, p.cluster.shape, p.train, probe).ok()) out.push_back(c);
   }
   return out;
@@ -141,7 +141,7 @@ std::vector<KnobValue> ulysses_options(const Plan& p, const TechniqueSet& allowe
     probe.ulysses = static_cast<int>(u);
     TrainConfig t = p.train;
     if (t.seq < 1) t.seq = u;  // only the head rules matter here
-    conform_to_stack(p.model, t, probe);
+    conform_to_stack(p.model, p.cluster.shape, t, probe);
     if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(u);
   }
   return out;
@@ -159,7 +159,7 @@ std::vector<KnobValue> ring_options(const Plan& p, const TechniqueSet& allowed) 
     probe.ring = static_cast<int>(r);
     TrainConfig t = p.train;
     if (t.seq < 1) t.seq = 2 * u * r;
-    conform_to_stack(p.model, t, probe);
+    conform_to_stack(p.model, p.cluster.shape, t, probe);
     if (validate(p.model, p.cluster.shape, t, probe).ok()) out.push_back(r);
   }
   return out;
@@ -335,7 +335,7 @@ Plan with_knobs(Plan base, const Knobs& fixed) {
       set_knob(base, k.rule.needs->knob, k.rule.needs->value);
   // The knobs the stack decides (stack_tiles.h), unless fixed otherwise (validate() says why not).
   ParallelConfig conformed = base.parallel;
-  conform_to_stack(base.model, base.train, conformed);
+  conform_to_stack(base.model, base.cluster.shape, base.train, conformed);
   if (!fixed.sharding) base.parallel.sharding = conformed.sharding;
   if (!fixed.loss_tiles) base.parallel.loss_tiles = conformed.loss_tiles;
   return base;

@@ -67,7 +67,7 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
     p.parallel.ulysses = static_cast<int>(u);
     p.parallel.ring = 1;
     p.train.seq = u * min_tile_tokens(base.model);
-    conform_to_stack(p.model, p.train, p.parallel);
+    conform_to_stack(p.model, p.cluster.shape, p.train, p.parallel);
     auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
     if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
   }
@@ -122,7 +122,7 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
     one.seq = 1;
     one.micro_batch = 1;
     ParallelConfig plain;
-    conform_to_stack(base.model, one, plain);
+    conform_to_stack(base.model, base.cluster.shape, one, plain);
     LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, plain));
     (void)ok;
   }

@@ -190,17 +190,25 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
   if (c.world() > 1 && p.sharding != Sharding::Zero3)
     return refuse(t, "--sharding", "shards across GPUs with FSDP2 (its data-parallel replication is not modelled): "
                                    "give zero3");
-  if (c.world() == 1 && p.sharding != Sharding::None && p.sharding != Sharding::Zero3)
-    return refuse(t, "--sharding", "runs one GPU without sharding: give none (or zero3, which shards nothing there)");
+  if (c.world() == 1 && p.sharding != Sharding::None)
+    return refuse(t, "--sharding", "applies no FSDP on one GPU: give none");
   if (c.world() == 1 && t.dtype != DType::FP32)
     return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32, or "
                                 "shard across GPUs with FSDP2 (its param_dtype)");
+  // FSDP2's gradients are its sharded parameters' dtype, fp32 (the unsharded bf16 ones are
+  // reduce-scattered into them); on one GPU autograd's, the parameters'.
+  const DType grads = c.world() > 1 ? DType::FP32 : t.dtype;
+  if (t.grad_dtype != grads)
+    return refuse(t, "--grad-dtype", fmt::format("keeps {} gradients{}: leave --grad-dtype out or give {}", to_string(grads),
+                                                 c.world() > 1 ? " (FSDP2's sharded gradients)" : "", to_string(grads)));
   // Its selective mode wraps layers K-1, 2K-1, ...: none of a model with fewer than K layers.
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every > m.layers)
     return refuse(t, "--checkpoint", fmt::format("checkpoints every K-th of the model's {} layers, none for every:{}: "
                                                  "give K of at most {}, or none",
                                                  m.layers, p.checkpoint.every, m.layers));
-  return refuse_runtime_knobs(t, p);
+  TrainConfig same_grads = t;  // checked above
+  same_grads.grad_dtype = t.dtype;
+  return refuse_runtime_knobs(same_grads, p);
 }
 
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {

@@ -102,6 +102,8 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     // each backward phase up to 14% over the caching allocator's peak), as transformers does;
     // DeepSpeed's ZeRO-3 reduces bf16 gradients (its fp32 copies live beside the optimizer).
     p.train.grad_dtype = p.train.dtype;
+    // torchtitan's FSDP2 across GPUs keeps fp32 gradient shards beside its fp32 parameter shards.
+    if (stack == StackKind::Torchtitan && p.cluster.shape.world() > 1) p.train.grad_dtype = DType::FP32;
   }
   return p;
 }

@@ -45,7 +45,7 @@ std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, co
   std::vector<Plan> out;
   for (const Plan& c : coarse_choices(base, allowed, fixed)) {
     Plan shape = with_fine(c, 0, 1, 1);
-    conform_to_stack(shape.model, shape.train, shape.parallel);
+    conform_to_stack(shape.model, shape.cluster.shape, shape.train, shape.parallel);
     if (!valid(shape)) continue;
     const auto chunks = knob_candidates(KnobId::head_chunk, shape, allowed, fixed);
     const auto mlps = knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed);

@@ -34,10 +34,10 @@ bool stack_always_tiles_loss(const TrainConfig& t) {
   return t.stack.kind == StackKind::Arctic && t.stack.arctic_model == ArcticModel::Liger;
 }
 
-void conform_to_stack(const ModelConfig& m, const TrainConfig& t, ParallelConfig& p) {
-  // torchtitan shards with FSDP2 whenever it runs on more than one rank (on one, zero3 shards
-  // nothing: validate() takes it there as it takes none).
-  if (t.stack.kind == StackKind::Torchtitan) p.sharding = Sharding::Zero3;
+void conform_to_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p) {
+  // torchtitan shards with FSDP2 whenever it runs on more than one rank; on one it applies no
+  // FSDP at all.
+  if (t.stack.kind == StackKind::Torchtitan) p.sharding = c.world() > 1 ? Sharding::Zero3 : Sharding::None;
   if (t.stack.kind != StackKind::Arctic) return;
   p.sharding = Sharding::Zero3;
   if (!stack_tiles_defined(m, t, p.ulysses)) return;

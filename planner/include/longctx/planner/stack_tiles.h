@@ -36,10 +36,10 @@ bool stack_tiles_defined(const ModelConfig& m, const TrainConfig& t, int ulysses
 bool stack_always_tiles_loss(const TrainConfig& t);
 
 // Sets the knobs the plan's stack decides itself: the arctic stack's ZeRO-3, torchtitan's
-// FSDP2 (zero3), and the loss
+// FSDP2 (zero3 on several ranks of cluster c, none on one), and the loss
 // chunks of one that always tiles its loss (for p's Ulysses degree and t's length). What
 // every probe of a configuration starts from, so that validate() judges the knob probed. A
 // configuration outside stack_tile_count's requirements is left as it is, for validate().
-void conform_to_stack(const ModelConfig& m, const TrainConfig& t, ParallelConfig& p);
+void conform_to_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p);
 
 }  // namespace longctx
