@@ -21,7 +21,8 @@ struct ExportOptions {
 };
 
 // Where each file goes: `output` itself when it names one file (the stack writes one and
-// `output` is not a folder), else `output`/name, the folder made when missing.
+// `output` is neither a folder nor ends in '/'), else `output`/name, the folder made when
+// missing.
 Result<std::filesystem::path> destination_folder(const std::string& output) {
   std::error_code ec;
   if (std::filesystem::is_directory(output, ec)) return std::filesystem::path(output);
@@ -32,9 +33,14 @@ Result<std::filesystem::path> destination_folder(const std::string& output) {
   return std::filesystem::path(output);
 }
 
-int write_files(const ExportedFiles& e, const std::string& output) {
+// Whether `output` asks for a folder: an existing one, or a path ending in a separator.
+bool names_a_folder(const std::string& output) {
   std::error_code ec;
-  if (e.files.size() == 1 && !std::filesystem::is_directory(output, ec)) {
+  return std::filesystem::is_directory(output, ec) || (!output.empty() && output.back() == '/');
+}
+
+int write_files(const ExportedFiles& e, const std::string& output) {
+  if (e.files.size() == 1 && !names_a_folder(output)) {
     const auto& [name, text] = *e.files.begin();
     if (auto w = write_text_atomically(output, "-o", text); !w) return report(w.error());
     fmt::print("wrote {} ({})\n", output, name);
@@ -76,7 +82,8 @@ Command add_export_command(CLI::App& app) {
                   "TrainingArguments JSON and, under DeepSpeed, ds_config.json")
       ->required();
   sub->add_option("-o,--output", o->output,
-                  "File (one-file stacks) or folder to write; without it the files are printed");
+                  "File (one-file stacks) or folder (made if missing; end it in '/' for a one-file stack) to write; "
+                  "without it the files are printed");
   return {sub, [o] { return run_export(*o); }};
 }
 

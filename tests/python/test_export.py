@@ -259,6 +259,9 @@ def test_without_output_the_files_are_printed_under_their_names(tmp_path):
     assert json.loads(alone)["zero_optimization"]["stage"] == 2  # one file: its text alone
     missing = cli("export", str(plan), "--stack", "deepspeed", "-o", str(tmp_path / "no" / "such" / "ds.json"), check=False)
     assert missing.returncode == 2 and "-o" in missing.stderr
+    # A path ending in '/' asks for a folder, made if missing, even for a one-file stack.
+    cli("export", str(plan), "--stack", "deepspeed", "-o", str(tmp_path / "fresh") + "/")
+    assert json.loads((tmp_path / "fresh" / "ds_config.json").read_text())["zero_optimization"]["stage"] == 2
 
 
 def read_torchtitan_job(path):
