@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "longctx/planner/toml_text.h"
+#include "longctx/planner/torchtitan_models.h"
 #include "longctx/planner/yaml_text.h"
 
 namespace longctx {
@@ -150,16 +151,8 @@ Result<bool> check_torchtitan_runs(const Plan& p) {
   const ParallelConfig& par = p.parallel;
   const std::int64_t world = p.cluster.shape.world();
   const char* replan = "re-plan with --stack torchtitan to see what torchtitan can run";
-  if (m.qkv_bias || m.o_bias || m.mlp_bias)
-    return Error::bad_input("model", fmt::format("--stack torchtitan has no model with biases (its llama3 and qwen3 "
-                                                 "models have none); {}", replan));
-  if (!m.qk_norm && (m.tie_embeddings || m.head_dim * m.heads != m.hidden))
-    return Error::bad_input("model", fmt::format("--stack torchtitan runs a model without q/k norms as its llama3 "
-                                                 "model, which neither ties its embeddings nor takes a head_dim other "
-                                                 "than hidden / heads; {}", replan));
-  if (m.tie_embeddings && world > 1)
-    return Error::bad_input("model", fmt::format("--stack torchtitan's sharding of tied embeddings across GPUs is not "
-                                                 "modelled; {}", replan));
+  if (const auto no = torchtitan_model_refusal(m, world))
+    return Error::bad_input("model", fmt::format("--stack torchtitan {}; {}", no->reason, replan));
   if (world > 1 && par.sharding == Sharding::None)
     return Error::bad_input("parallel.sharding", fmt::format("--stack torchtitan replicates with DDP without sharding, "
                                                              "which longctx does not model; re-plan with --sharding "

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 
 #include "longctx/planner/stack_tiles.h"
+#include "longctx/planner/torchtitan_models.h"
 
 #include "longctx/planner/limits.h"
 
@@ -175,18 +176,7 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 // when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp), which is not
 // modelled: fp32 only.
 Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
-  if (m.qkv_bias || m.o_bias || m.mlp_bias)
-    return refuse(t, "--model", "runs torchtitan's llama3 and qwen3 models, which have no biases: pick a model without them");
-  if (!m.qk_norm && m.tie_embeddings)
-    return refuse(t, "--model", "runs torchtitan's llama3 model for a model without q/k norms, whose embedding and "
-                                "output are not tied");
-  if (!m.qk_norm && m.head_dim * m.heads != m.hidden)
-    return refuse(t, "--model", fmt::format("runs torchtitan's llama3 model for a model without q/k norms, whose heads "
-                                            "are hidden / heads = {} wide, not {}", m.hidden / m.heads, m.head_dim));
-  // With tied weights torchtitan's apply_fsdp would shard the one weight in the embedding's
-  // group and again under [norm, output]; how FSDP2 resolves it is not modelled.
-  if (m.tie_embeddings && c.world() > 1)
-    return refuse(t, "--gpus", "shards a model with tied embeddings across GPUs in a way not modelled: give --gpus 1");
+  if (const auto no = torchtitan_model_refusal(m, c.world())) return refuse(t, no->about_gpus ? "--gpus" : "--model", no->reason);
   if (c.world() > 1 && p.sharding != Sharding::Zero3)
     return refuse(t, "--sharding", "shards across GPUs with FSDP2 (its data-parallel replication is not modelled): "
                                    "give zero3");
