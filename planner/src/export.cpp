@@ -416,10 +416,13 @@ StackConfig hf_training_arguments(const Plan& p) {
     c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
                                            to_string(p.train.stack.attention),
                                            p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
-    if (p.train.stack.loss == HfLoss::TrlChunkedNll)
-      c.approximations.push_back("train.stack.loss: train with TRL's SFTTrainer, SFTConfig(loss_type=\"chunked_nll\") "
-                                 "(TRL 1.10 to 1.14.2), these arguments among its own; the Trainer alone computes "
-                                 "transformers' loss over the full logits");
+    if (p.train.stack.loss == HfLoss::TrlChunkedNll) {
+      // trl.SFTConfig (TRL 1.10 to 1.14.2, trl/trainer/sft_config.py): its chunked loss, and
+      // max_length at the plan's length (its default, 1024, would truncate every sample).
+      j["loss_type"] = "chunked_nll";
+      j["max_length"] = p.train.seq;
+      j["packing"] = false;
+    }
     return c;
   }
   if (par.loss_tiles > 1) {
@@ -542,7 +545,8 @@ Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
       const StackConfig args = hf_training_arguments(p), accel = accelerate_config(p);
       take(args);
       take(accel);
-      out.files[kTrainingArgumentsFile] = dump_json(args.value);
+      const bool sft = p.train.stack.kind == StackKind::HF && p.train.stack.loss == HfLoss::TrlChunkedNll;
+      out.files[sft ? kSftConfigFile : kTrainingArgumentsFile] = dump_json(args.value);
       out.files[kAccelerateConfigFile] = to_yaml(accel.value, header);
       if (!hf_uses_fsdp2(p) && p.train.stack.kind != StackKind::HF)
         out.files[kDeepSpeedConfigFile] = dump_json(deepspeed_config(p, stack).value);

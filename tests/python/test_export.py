@@ -206,6 +206,25 @@ def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):
         assert refused.returncode == 2 and "--stack" in refused.stderr and "train.stack hf" in refused.stderr
 
 
+def test_an_hf_stack_plan_with_trls_loss_exports_an_sft_config_trl_reads(tmp_path):
+    """TRL's chunked loss is SFTTrainer's: the plan exports SFTConfig's arguments, which TRL
+    itself takes, with the loss and the plan's length (SFTConfig truncates to 1024 otherwise)."""
+    trl = pytest.importorskip("trl")
+    plan = tmp_path / "trl_plan.json"
+    cli("plan", "--model", "llama-3.2-1b", "--gpus", "1", "--gpu", "h100-80gb", "--seq", "65536", "--no-search",
+        "--stack", "hf", "--hf-loss", "trl-chunked-nll", "--checkpoint", "full", "--offload-checkpoints", "-o", str(plan))
+    out = tmp_path / "trl"
+    export(plan, "hf", out)
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "sft_config.json"]
+    args = json.loads((out / "sft_config.json").read_text())
+    args["output_dir"] = str(tmp_path / "run")
+    assert args["bf16"] is True
+    args["bf16"] = False  # SFTConfig checks bf16 against the machine, which has no GPU here
+    config = trl.SFTConfig(**args)
+    assert (config.loss_type, config.max_length, config.packing) == ("chunked_nll", 65536, False)
+    assert config.gradient_checkpointing and config.gradient_checkpointing_kwargs["offload"] is True
+
+
 def test_an_arctic_stack_plan_exports_the_recipe_it_predicted(tmp_path):
     """A plan of `--stack arctic` predicted ArcticTraining with its model type and attention:
     its recipe says exactly that, approximates nothing, and no other stack takes it."""

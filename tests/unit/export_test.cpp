@@ -155,8 +155,8 @@ TEST(Export, HeadChunkIsRefusedEverywhereAndCheckpointOffloadByHf) {
 }
 
 // An hf-stack plan predicted transformers' own checkpoint offload and, where it says so,
-// TRL's loss: the first is exported (transformers 5.17's "offload"), the second noted.
-TEST(Export, HfStackPlansExportTheirOffloadAndNameTrlsLoss) {
+// TRL's loss: both are exported (transformers 5.17's "offload", TRL's SFTConfig).
+TEST(Export, HfStackPlansExportTheirOffloadAndTrlsLoss) {
   Plan p = testing::cpu_plan("llama-3.2-1b", 1, 16384);
   p.train.dtype = DType::BF16;
   p.train.stack = default_stack(StackKind::HF);
@@ -168,9 +168,14 @@ TEST(Export, HfStackPlansExportTheirOffloadAndNameTrlsLoss) {
   EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["offload"], true);
   EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["use_reentrant"], false);
   EXPECT_TRUE(mentions(args.approximations, "parallel.offload_checkpoints"));
-  EXPECT_TRUE(mentions(args.approximations, "train.stack.loss"));
+  // TRL's loss is SFTConfig's: its file, with the loss and the plan's length.
+  EXPECT_EQ(args.value["loss_type"], "chunked_nll");
+  EXPECT_EQ(args.value["max_length"], 16384);
+  const auto files = export_plan(p, Stack::HF).value().files;
+  EXPECT_TRUE(files.count(kSftConfigFile) == 1 && files.count(kTrainingArgumentsFile) == 0);
   p.train.stack.loss = HfLoss::Transformers;
-  EXPECT_FALSE(mentions(hf_training_arguments(p).approximations, "train.stack.loss"));
+  EXPECT_FALSE(hf_training_arguments(p).value.contains("loss_type"));
+  EXPECT_EQ(export_plan(p, Stack::HF).value().files.count(kTrainingArgumentsFile), 1u);
 }
 
 TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {

@@ -45,6 +45,9 @@ inline constexpr const char* kDeepSpeedConfigFile = "ds_config.json";
 inline constexpr const char* kArcticRecipeFile = "arctic_recipe.yaml";
 inline constexpr const char* kAccelerateConfigFile = "accelerate_config.yaml";
 inline constexpr const char* kTrainingArgumentsFile = "training_args.json";
+// An hf-stack plan with TRL's chunked loss: trl.SFTConfig's keyword arguments instead (its
+// TrainingArguments' and TRL's own).
+inline constexpr const char* kSftConfigFile = "sft_config.json";
 inline constexpr const char* kTorchtitanJobFile = "torchtitan_job.toml";
 
 // BadInput naming the knob ("parallel.head_chunk") and `stack` when the stack cannot run
