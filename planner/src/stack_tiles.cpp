@@ -37,7 +37,9 @@ bool stack_always_tiles_loss(const TrainConfig& t) {
 void conform_to_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p) {
   // torchtitan shards with FSDP2 whenever it runs on more than one rank; on one it applies no
   // FSDP at all.
-  if (t.stack.kind == StackKind::Torchtitan) p.sharding = c.world() > 1 ? Sharding::Zero3 : Sharding::None;
+  // (No product of the cluster's sizes: probes run before validate() bounds them.)
+  if (t.stack.kind == StackKind::Torchtitan)
+    p.sharding = c.nodes > 1 || c.gpus_per_node > 1 ? Sharding::Zero3 : Sharding::None;
   if (t.stack.kind != StackKind::Arctic) return;
   p.sharding = Sharding::Zero3;
   if (!stack_tiles_defined(m, t, p.ulysses)) return;
