@@ -36,40 +36,40 @@ struct Refusal {
 
 const std::vector<Refusal>& refusals() {
   static const std::vector<Refusal> table = {
-      {"parallel.ring", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ring > 1; }, {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
+      {"parallel.ring", [](const Plan& p) { return p.parallel.ring > 1; }, {Stack::Arctic, Stack::HF, Stack::DeepSpeed},
        "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
        "the tokens the plan predicts in attention",
        "re-plan with --ring 1"},
-      {"parallel.ring", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ring > 1; }, {Stack::Torchtitan},
+      {"parallel.ring", [](const Plan& p) { return p.parallel.ring > 1; }, {Stack::Torchtitan},
        "run the plan's ring attention: its context parallelism all-gathers k and v by default "
        "(context_parallel_rotate_method) and keeps other buffers than the plan predicts",
        "re-plan with --ring 1"},
-      {"parallel.ulysses", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.ulysses > 1; }, {Stack::Torchtitan},
+      {"parallel.ulysses", [](const Plan& p) { return p.parallel.ulysses > 1; }, {Stack::Torchtitan},
        "run Ulysses sequence parallelism (it has none): each rank would attend over the whole sequence",
        "re-plan with --ulysses 1"},
-      {"parallel.head_chunk", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.head_chunk > 0; },
+      {"parallel.head_chunk", [](const Plan& p) { return p.parallel.head_chunk > 0; },
        {Stack::Arctic, Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more "
        "than the plan predicts",
        "re-plan with --head-chunk 0"},
-      {"parallel.mlp_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.mlp_tiles > 1; },
+      {"parallel.mlp_tiles", [](const Plan& p) { return p.parallel.mlp_tiles > 1; },
        {Stack::HF, Stack::DeepSpeed, Stack::Torchtitan},
        "tile the MLP (that is model code, not configuration): the untiled MLP holds more than the plan predicts",
        "use --stack arctic (tiled_mlp_compute) or re-plan with --mlp-tiles 1"},
-      {"parallel.loss_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.loss_tiles > 1; }, {Stack::DeepSpeed},
+      {"parallel.loss_tiles", [](const Plan& p) { return p.parallel.loss_tiles > 1; }, {Stack::DeepSpeed},
        "tile the loss (a DeepSpeed config has no loss setting): full logits hold more than the plan predicts",
        "use --stack arctic or --stack hf (Liger's fused cross-entropy) or re-plan with --loss-tiles 1"},
-      {"parallel.loss_tiles", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.loss_tiles > 1; }, {Stack::Torchtitan},
+      {"parallel.loss_tiles", [](const Plan& p) { return p.parallel.loss_tiles > 1; }, {Stack::Torchtitan},
        "tile the loss (its cross_entropy_loss takes the full logits): they hold more than the plan predicts",
        "re-plan with --loss-tiles 1"},
       // An hf-stack plan predicted transformers' own offload (5.17 on): it is exported.
       {"parallel.offload_checkpoints",
-       [](const Plan& q) { return q.parallel.offload_checkpoints && q.train.stack.kind != StackKind::HF; }, {Stack::HF},
+       [](const Plan& p) { return p.parallel.offload_checkpoints && p.train.stack.kind != StackKind::HF; }, {Stack::HF},
        "offload longctx's checkpoints: transformers' offload (5.17 on) keeps other tensors than longctx's runtime, "
        "which this plan predicts",
        "re-plan with --stack hf, use --stack arctic (activation_checkpoint_cpu_offload), or re-plan without "
        "--offload-checkpoints"},
-      {"parallel.offload_checkpoints", [](const Plan& q) { const ParallelConfig& p = q.parallel; return p.offload_checkpoints; },
+      {"parallel.offload_checkpoints", [](const Plan& p) { return p.parallel.offload_checkpoints; },
        {Stack::Torchtitan},
        "offload checkpoints: its activation checkpointing keeps them on the device, more than the plan predicts",
        "re-plan without --offload-checkpoints"},
@@ -381,6 +381,16 @@ bool hf_uses_fsdp2(const Plan& p) {
          p.train.grad_dtype == DType::FP32;
 }
 
+namespace {
+
+// An hf-stack plan with TRL's chunked loss runs under TRL's SFTTrainer: its arguments are
+// trl.SFTConfig's.
+bool exports_sft_config(const Plan& p) {
+  return p.train.stack.kind == StackKind::HF && p.train.stack.loss == HfLoss::TrlChunkedNll;
+}
+
+}  // namespace
+
 StackConfig hf_training_arguments(const Plan& p) {
   // transformers/training_args.py TrainingArguments.
   StackConfig c;
@@ -416,7 +426,7 @@ StackConfig hf_training_arguments(const Plan& p) {
     c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
                                            to_string(p.train.stack.attention),
                                            p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
-    if (p.train.stack.loss == HfLoss::TrlChunkedNll) {
+    if (exports_sft_config(p)) {
       // trl.SFTConfig (TRL 1.10 to 1.14.2, trl/trainer/sft_config.py): its chunked loss, and
       // max_length at the plan's length (its default, 1024, would truncate every sample).
       j["loss_type"] = "chunked_nll";
@@ -545,8 +555,7 @@ Result<ExportedFiles> export_plan(const Plan& p, Stack stack) {
       const StackConfig args = hf_training_arguments(p), accel = accelerate_config(p);
       take(args);
       take(accel);
-      const bool sft = p.train.stack.kind == StackKind::HF && p.train.stack.loss == HfLoss::TrlChunkedNll;
-      out.files[sft ? kSftConfigFile : kTrainingArgumentsFile] = dump_json(args.value);
+      out.files[exports_sft_config(p) ? kSftConfigFile : kTrainingArgumentsFile] = dump_json(args.value);
       out.files[kAccelerateConfigFile] = to_yaml(accel.value, header);
       if (!hf_uses_fsdp2(p) && p.train.stack.kind != StackKind::HF)
         out.files[kDeepSpeedConfigFile] = dump_json(deepspeed_config(p, stack).value);

@@ -61,32 +61,26 @@ std::int64_t adamw_state_bytes(const StepShapes& s, int group, bool fused) {
 
 namespace {
 
-// A group's parameter sizes in the order model.parameters() yields them, as transformers'
-// modules register them: a decoder layer's attention (q, k, v, o with their biases, then
-// Qwen3's q_norm and k_norm), its MLP (gate, up, down), then input_layernorm and
-// post_attention_layernorm; the model's embedding first, its final norm and lm_head last.
+// The parameters in the order model.parameters() yields them, as transformers' modules
+// register them: the embedding; per decoder layer its attention (q, k, v, o with their
+// biases, then Qwen3's q_norm and k_norm), its MLP (gate, up, down with theirs), then
+// input_layernorm and post_attention_layernorm; the final norm and lm_head last.
+constexpr ParamRole kRegistrationOrder[] = {
+    ParamRole::Embed, ParamRole::Wq, ParamRole::Bq, ParamRole::Wk, ParamRole::Bk, ParamRole::Wv,
+    ParamRole::Bv, ParamRole::Wo, ParamRole::Bo, ParamRole::QNorm, ParamRole::KNorm, ParamRole::Gate,
+    ParamRole::BGate, ParamRole::Up, ParamRole::BUp, ParamRole::Down, ParamRole::BDown, ParamRole::AttnNorm,
+    ParamRole::MlpNorm, ParamRole::FinalNorm, ParamRole::Output};
+
+// A group's parameter sizes in that order (the table's shapes and presence rules).
 std::vector<std::int64_t> registration_order(const StepShapes& s, int group) {
-  if (group == embed_group(s)) return {s.V * s.h};
-  if (group == head_group(s)) {
-    std::vector<std::int64_t> v = {s.h};
-    if (!s.tied) v.push_back(s.V * s.h);
-    return v;
+  const ParamGroupKind kind = group == embed_group(s)  ? ParamGroupKind::Embedding
+                              : group == head_group(s) ? ParamGroupKind::Head
+                                                       : ParamGroupKind::Layer;
+  std::vector<std::int64_t> v;
+  for (const ParamRole role : kRegistrationOrder) {
+    const ParamSpec& p = kParamTable[static_cast<std::size_t>(role)];
+    if (p.group == kind && param_copy_bytes(s, p) > 0) v.push_back(param_copy_bytes(s, p) / s.e);
   }
-  const std::int64_t q = s.H * s.d, kv = s.K * s.d;
-  std::vector<std::int64_t> v = {q * s.h};
-  if (s.qkv_bias) v.push_back(q);
-  for (int i = 0; i < 2; ++i) {
-    v.push_back(kv * s.h);
-    if (s.qkv_bias) v.push_back(kv);
-  }
-  v.push_back(s.h * q);
-  if (s.o_bias) v.push_back(s.h);
-  if (s.qk_norm) v.insert(v.end(), {s.d, s.d});
-  for (const std::int64_t rows : {s.I, s.I, s.h}) {
-    v.push_back(rows * (rows == s.h ? s.I : s.h));
-    if (s.mlp_bias) v.push_back(rows);
-  }
-  v.insert(v.end(), {s.h, s.h});
   return v;
 }
 

@@ -279,6 +279,19 @@ void optimizer_step(StepBuild& sb) {
 
 }  // namespace
 
+NormActs final_norm_forward(StepBuild& sb, TensorId final_x) {
+  OuterActs& o = sb.outer;
+  const HfModelActs& m = sb.hf_model;
+  o.final_x = final_x;
+  const NormActs f = norm_forward(sb, final_norm_spec(sb.shapes), final_x, Phase::Loss, false);
+  o.xf = f.y;
+  // LlamaModel.forward returns here: its cache_position and causal mask go.
+  if (m.positions >= 0) sb.graph.add_input(sb.graph.last_op(), m.positions);
+  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
+  for (const TensorId t : m.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
+  return f;
+}
+
 // The final norm, lm_head and ForCausalLMLoss: logits [n, V] e (`.float()` copies them to
 // fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
 // The model's output, which holds the logits and the cache, is dropped after the loss.
@@ -288,14 +301,8 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
   OuterActs& o = sb.outer;
   HfModelActs& m = sb.hf_model;
   const Phase L = Phase::Loss;
-  o.final_x = final_x;
   if (fsdp2(sb)) fsdp2_unshard_forward(sb, head_group(s), L);
-  const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
-  o.xf = f.y;
-  // LlamaModel.forward returns here: its cache_position and causal mask go.
-  if (m.positions >= 0) sb.graph.add_input(sb.graph.last_op(), m.positions);
-  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
-  for (const TensorId t : m.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
+  const NormActs f = final_norm_forward(sb, final_x);
   const TensorId model_logits = sb.graph.tensor(step_name("loss.logits"), s.n * s.V * s.e, kTr);
   sb.graph.op(step_name("loss.lm_head"), L, -1, {o.xf}, {model_logits}, {.flops = matmul_flops(s.n, s.h, s.V)});
   if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);

@@ -106,6 +106,9 @@ TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o
 
 // The whole step (hf_model.cpp).
 void build_step(StepBuild& sb);
+// The model's final norm over the last layer's output (outer.final_x, outer.xf), where
+// LlamaModel.forward returns and its position tensors, mask and locals go.
+NormActs final_norm_forward(StepBuild& sb, TensorId final_x);
 // Its final norm, lm_head and ForCausalLMLoss, and their backward (returning the last
 // layer's output gradient). `head_weight`: lm_head's weight gathered for the op (ZeRO-3), or -1.
 NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight);

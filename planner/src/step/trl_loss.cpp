@@ -48,17 +48,10 @@ double chunk_flops(const StepShapes& s, std::int64_t c) { return matmul_flops(c,
 NormActs trl_loss_forward(StepBuild& sb, TensorId final_x) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
-  HfModelActs& m = sb.hf_model;
   TrlLossActs& t = sb.trl_loss;
   const Phase L = Phase::Loss;
   const std::int64_t N = loss_rows(s), k = chunk_count(s);
-  o.final_x = final_x;
-  const NormActs f = norm_forward(sb, final_norm_spec(s), final_x, L, false);
-  o.xf = f.y;
-  // The backbone returns here: its cache_position and causal mask go.
-  if (m.positions >= 0) sb.graph.add_input(sb.graph.last_op(), m.positions);
-  if (m.mask >= 0) sb.graph.add_input(sb.graph.last_op(), m.mask);
-  for (const TensorId x : m.model_locals) sb.graph.add_input(sb.graph.last_op(), x);
+  const NormActs f = final_norm_forward(sb, final_x);  // the backbone returns
   TensorId hidden = o.xf, labels = o.targets;
   if (s.b > 1) {
     // The [b, S-1, h] slice is not contiguous: reshape copies it, and the labels.
