@@ -98,6 +98,11 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   par.offload_params = in.ConsumeBool();
   par.mlp_tiles = small_int(in, 64);
   par.loss_tiles = small_int(in, 64);
+  // Ring attention now and then, with either k/v exchange.
+  if (in.ConsumeIntegralInRange<int>(0, 3) == 0) {
+    par.ring = small_int(in, 8);
+    par.ring_exchange = in.ConsumeBool() ? longctx::RingExchange::AllGather : longctx::RingExchange::P2p;
+  }
 
   // Now and then the hf stack, mostly with the knobs it accepts (one GPU, no sharding, tiling
   // or offload, gradients in the parameters' dtype) so that its graph gets built.

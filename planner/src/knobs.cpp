@@ -37,6 +37,12 @@ struct Codec<Sharding> : WordCodec<Sharding, parse_sharding> {
 };
 
 template <>
+struct Codec<RingExchange> : WordCodec<RingExchange, parse_ring_exchange> {
+  static KnobValue encode(RingExchange e) { return static_cast<KnobValue>(e); }
+  static RingExchange decode(KnobValue v) { return static_cast<RingExchange>(v); }
+};
+
+template <>
 struct Codec<CheckpointPolicy> : WordCodec<CheckpointPolicy, parse_checkpoint> {
   static KnobValue encode(const CheckpointPolicy& c) {
     return c.kind == CheckpointPolicy::Kind::None ? 0 : c.kind == CheckpointPolicy::Kind::Full ? 1 : c.every;
@@ -430,7 +436,7 @@ std::string describe_knobs(const Plan& p, bool all_rows) {
     if (k.kind == KnobKind::Switch) {
       if (v) parts.emplace_back(k.rule.label);
     } else if (v == k.plain && k.rule.plain_text) {
-      parts.emplace_back(k.rule.plain_text);
+      if (*k.rule.plain_text) parts.emplace_back(k.rule.plain_text);  // "": nothing to say
     } else {
       parts.push_back(fmt::format("{} {}", k.rule.label, format_knob(k.id, v)));
     }

@@ -90,8 +90,13 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
                           BoundCache& cache) {
   const int u = plan.parallel.ulysses, r = plan.parallel.ring;
   const std::int64_t world = base.cluster.shape.world();
-  const std::string shape = r > 1 && u > 1 ? fmt::format("hybrid ulysses {} x ring {}", u, r)
-                            : r > 1        ? fmt::format("ring {}", r)
+  // With a ring, how its k/v travel: the search weighs the gathered exchange's r pairs of
+  // memory against its single collective each way.
+  const std::string exchange = plan.parallel.ring_exchange == RingExchange::AllGather
+                                   ? " (k/v all-gathered)"
+                                   : " (k/v passed hop by hop)";
+  const std::string shape = r > 1 && u > 1 ? fmt::format("hybrid ulysses {} x ring {}{}", u, r, exchange)
+                            : r > 1        ? fmt::format("ring {}{}", r, exchange)
                             : u > 1        ? fmt::format("ulysses {}", u)
                                            : std::string("no sequence parallelism");
   if (!has(allowed, Technique::Ring) || world == 1) return shape;

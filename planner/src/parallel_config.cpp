@@ -54,6 +54,14 @@ Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::st
   return Error::bad_input(field, fmt::format("'{}' is unknown; use none, full or every:K (K >= 1)", text));
 }
 
+std::string to_string(RingExchange e) { return e == RingExchange::AllGather ? "allgather" : "p2p"; }
+
+Result<RingExchange> parse_ring_exchange(const std::string& text, const std::string& field) {
+  if (text == "p2p") return RingExchange::P2p;
+  if (text == "allgather") return RingExchange::AllGather;
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use p2p or allgather", text));
+}
+
 int bytes_of(DType t) { return t == DType::BF16 ? 2 : 4; }
 std::string to_string(DType t) { return t == DType::BF16 ? "bf16" : "fp32"; }
 Result<DType> parse_dtype(const std::string& text, const std::string& field) {
@@ -248,6 +256,8 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
   if (p.ring > kMaxGpus || c.world() % (u * p.ring) != 0)
     return Error::bad_input("--ring", fmt::format("{} x ulysses {} does not divide the {} GPUs (world = dp x ring x ulysses)",
                                                   p.ring, u, c.world()));
+  if (p.ring_exchange != RingExchange::P2p && p.ring == 1)
+    return Error::bad_input("--ring-exchange", "chooses how ring attention exchanges k/v: give --ring above 1, or leave it out");
   if (t.seq < 1) return Error::bad_input("--seq", "must be at least 1 token");
   const std::int64_t local_heads = m.heads / u;
   if (p.head_chunk < 0 || p.head_chunk > local_heads)

@@ -55,6 +55,7 @@ LlamaStep::LlamaStep(const ModelConfig& m, const ParallelConfig& p, std::int64_t
                              weights.embed.scalar_type(), device)),
       attn_shape_{m.heads, m.kv_heads, m.head_dim, m.rms_norm_eps},
       checkpoints_(std::make_unique<CheckpointStore>(p.offload_checkpoints)) {
+  ring_.exchange = p.ring_exchange;
   checkpoint_prefetch_.store = checkpoints_.get();
   choose_executors();
 }

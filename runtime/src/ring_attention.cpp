@@ -122,30 +122,126 @@ Hop start_hop(const RingGroup& ring, const std::vector<Tensor>& out) {
   return h;
 }
 
-// Waits for the hop within the ring's timeout (a peer that died throws instead of hanging)
-// and returns what it received; on Gloo until its thread lets go of the sent tensors
-// (process_group.h, wait_gloo_and_release).
-std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
+// Waits for one exchange of the ring within its timeout (a peer that died throws instead of
+// hanging); on Gloo until its thread lets go of the tensors (process_group.h,
+// wait_gloo_and_release).
+void finish(const c10::intrusive_ptr<c10d::Work>& w, bool nccl, const RingGroup& ring, const char* what) {
   try {
-    for (auto& w : h.works) {
-      if (h.nccl) {
-        w->wait();
-        continue;
-      }
+    if (nccl)
+      w->wait();
+    else
       wait_gloo_and_release(w, ring.timeout);
-    }
   } catch (const std::exception& e) {
-    throw std::runtime_error(fmt::format("ring attention's hop failed on ring rank {} of {} (a peer rank died or "
+    throw std::runtime_error(fmt::format("ring attention's {} failed on ring rank {} of {} (a peer rank died or "
                                          "stalled): {}",
-                                         ring.rank, ring.size, e.what()));
+                                         what, ring.rank, ring.size, e.what()));
   }
+}
+
+// Waits for the hop and returns what it received.
+std::vector<Tensor> land(Hop& h, const RingGroup& ring) {
+  for (auto& w : h.works) finish(w, h.nccl, ring, "hop");
   h.works.clear();
   return std::move(h.in);
+}
+
+// The all-gather exchange's buffer [r, 2, b, n, K, d] in k's dtype, gathering: this rank's
+// slot holds its own k and v, the others arrive while the caller computes.
+struct Gather {
+  Tensor all;
+  c10::intrusive_ptr<c10d::Work> work;
+  bool nccl = false;
+};
+
+// REQUIRES: ring.size > 1; k and v [b, n, K, d] alike.
+Gather start_gather(const RingGroup& ring, const Tensor& k, const Tensor& v) {
+  std::vector<std::int64_t> sizes = {ring.size, 2};
+  for (auto d : k.sizes()) sizes.push_back(d);
+  Gather g;
+  g.nccl = k.is_cuda();
+  // Gloo sums the slots over the ranks in place: zeros where the others' pairs land.
+  g.all = g.nccl ? torch::empty(sizes, k.options()) : torch::zeros(sizes, k.options());
+  Tensor slot = g.all[ring.rank];
+  slot[0].copy_(k);
+  slot[1].copy_(v);
+  if (g.nccl) {
+    g.work = ring.group->_allgather_base(g.all, slot);  // in place: the input is the output's slot
+  } else {
+    std::vector<Tensor> ts = {g.all};
+    g.work = ring.group->allreduce(ts);
+  }
+  return g;
+}
+
+// [2, b, n, K, d] fp32: the sum over the ring's ranks of slot `ring.rank` of `all`
+// [r, 2, b, n, K, d] fp32. On Gloo `all` is summed in place (it holds the whole sum after).
+Tensor reduce_scatter_slots(Tensor& all, const RingGroup& ring) {
+  Tensor mine = torch::empty(all[0].sizes(), all.options());
+  if (all.is_cuda()) {
+    finish(ring.group->_reduce_scatter_base(mine, all), true, ring, "reduce-scatter of dk/dv");
+  } else {
+    std::vector<Tensor> ts = {all};
+    finish(ring.group->allreduce(ts), false, ring, "reduce-scatter of dk/dv");
+    mine.copy_(all[ring.rank]);
+  }
+  return mine;
+}
+
+// The all-gather exchange (ring_attention.h). The rank's own blocks run while the gather
+// travels; every other holder's come from the gathered buffer.
+RingResult gathered_forward(const Tensor& q, const Tensor& k, const Tensor& v, const RingGroup& ring) {
+  const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
+  Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
+  Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
+  Tensor kc = k.contiguous(), vc = v.contiguous();
+  Gather g = start_gather(ring, kc, vc);
+  for (int t = 0; t < ring.size; ++t) {
+    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
+    if (t == 1) finish(g.work, g.nccl, ring, "all-gather of k/v");
+    const Tensor kh = t == 0 ? kc : g.all[holder][0], vh = t == 0 ? vc : g.all[holder][1];
+    for (const auto& p : blocks_at(ring.rank, holder, ring.size))
+      attend_block(q.narrow(1, p.q_half * c, c), kh.narrow(1, p.kv_half * c, c), vh.narrow(1, p.kv_half * c, c),
+                   p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
+  }
+  g.all = Tensor();
+  return {acc.to(q.scalar_type()), lse};
+}
+
+std::tuple<Tensor, Tensor, Tensor> gathered_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
+                                                     const Tensor& v, const Tensor& out, const Tensor& lse,
+                                                     const RingGroup& ring) {
+  const auto c = q.size(1) / 2;
+  Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
+  Tensor kc = k.contiguous(), vc = v.contiguous();
+  Gather g = start_gather(ring, kc, vc);
+  Tensor dkv_all = torch::zeros(g.all.sizes(), g.all.options().dtype(torch::kFloat));  // [r, 2, b, n, K, d]
+  for (int t = 0; t < ring.size; ++t) {
+    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
+    if (t == 1) finish(g.work, g.nccl, ring, "all-gather of k/v");
+    const Tensor kh = t == 0 ? kc : g.all[holder][0], vh = t == 0 ? vc : g.all[holder][1];
+    const Tensor dkh = dkv_all[holder][0], dvh = dkv_all[holder][1];
+    for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
+      const auto qs = p.q_half * c, ks = p.kv_half * c;
+      block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kh.narrow(1, ks, c), vh.narrow(1, ks, c),
+                     out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dkh.narrow(1, ks, c),
+                     dvh.narrow(1, ks, c));
+    }
+  }
+  g.all = Tensor();
+  Tensor dkv = reduce_scatter_slots(dkv_all, ring);  // [2, b, n, K, d] fp32
+  dkv_all = Tensor();
+  // The outputs in the inputs' dtype, dq first (fp32 runs: the accumulators themselves).
+  Tensor dq_out = dq.to(q.scalar_type());
+  dq = Tensor();
+  Tensor dk_out = dkv[0].to(k.scalar_type());
+  Tensor dv_out = dkv[1].to(v.scalar_type());
+  return {dq_out, dk_out, dv_out};
 }
 
 }  // namespace
 
 RingResult ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, const RingGroup& ring) {
+  if (ring.size > 1 && ring.exchange == RingExchange::AllGather) return gathered_forward(q, k, v, ring);
   const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
   // The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
   // log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
@@ -173,6 +269,8 @@ RingResult ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, const
 
 std::tuple<Tensor, Tensor, Tensor> ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& out, const Tensor& lse, const RingGroup& ring) {
+  if (ring.size > 1 && ring.exchange == RingExchange::AllGather)
+    return gathered_backward(dout, q, k, v, out, lse, ring);
   const auto n = q.size(1), c = n / 2;
   Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
   Tensor kc = k.contiguous(), vc = v.contiguous();
@@ -222,6 +320,7 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     ctx->saved_data["rank"] = static_cast<std::int64_t>(ring.rank);
     ctx->saved_data["size"] = static_cast<std::int64_t>(ring.size);
     ctx->saved_data["timeout_ms"] = static_cast<std::int64_t>(ring.timeout.count());
+    ctx->saved_data["exchange"] = static_cast<std::int64_t>(ring.exchange);
     {
       std::lock_guard<std::mutex> lock(ring_mutex_);
       ring_of_[ctx] = ring.group;
@@ -233,7 +332,8 @@ class RingAttentionFn : public torch::autograd::Function<RingAttentionFn> {
     auto s = ctx->get_saved_variables();
     RingGroup ring{nullptr, static_cast<int>(ctx->saved_data["rank"].toInt()),
                    static_cast<int>(ctx->saved_data["size"].toInt()),
-                   std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt())};
+                   std::chrono::milliseconds(ctx->saved_data["timeout_ms"].toInt()),
+                   static_cast<RingExchange>(ctx->saved_data["exchange"].toInt())};
     {
       std::lock_guard<std::mutex> lock(ring_mutex_);
       ring.group = ring_of_[ctx];

@@ -135,6 +135,18 @@ std::vector<Case> cases() {
          p.mlp_tiles = 3;
          p.loss_tiles = 2;
        })},
+      // The all-gather exchange: alone at 2 and 3 ranks, in the hybrid, and inside untied
+      // stages with checkpointing.
+      {"GqaRing2Gathered", "tiny-gqa", 2, ring(2, 1, [](auto& p) { p.ring_exchange = RingExchange::AllGather; })},
+      {"OddRing3GatheredPadded61", "tiny-odd", 3, ring(3, 1, [](auto& p) { p.ring_exchange = RingExchange::AllGather; }),
+       61},
+      {"GqaRing2TimesUlysses2Gathered", "tiny-gqa", 4,
+       ring(2, 2, [](auto& p) { p.ring_exchange = RingExchange::AllGather; })},
+      {"OddRing2HeadChunk1GatheredCheckpointed", "tiny-odd", 2, ring(2, 1, [](auto& p) {
+         p.ring_exchange = RingExchange::AllGather;
+         p.head_chunk = 1;
+         p.checkpoint = CheckpointPolicy::full();
+       })},
   };
 }
 

@@ -26,6 +26,7 @@ struct Case {
   int ranks;
   std::int64_t heads, kv_heads, head_dim, seq;
   torch::ScalarType dtype = torch::kFloat;
+  RingExchange exchange = RingExchange::P2p;
 };
 void PrintTo(const Case& c, std::ostream* os) { *os << c.name; }
 
@@ -64,7 +65,7 @@ TEST_P(RingAttention, EqualsPlainCausalAttention) {
     threads.emplace_back([&, r] {
       try {
         torch::set_num_threads(1);
-        RingGroup ring{nullptr, r, c.ranks};
+        RingGroup ring{nullptr, r, c.ranks, {}, c.exchange};
         if (c.ranks > 1) {
           ProcessGroupOptions o;
           o.timeout = std::chrono::seconds(60);
@@ -100,7 +101,14 @@ INSTANTIATE_TEST_SUITE_P(Ranks, RingAttention,
                          ::testing::Values(Case{"OneRank", 1, 4, 2, 16, 32}, Case{"TwoRanksGqa", 2, 4, 2, 16, 64},
                                            Case{"ThreeRanksOddHeads", 3, 6, 3, 12, 72},
                                            Case{"FourRanksMha", 4, 3, 3, 20, 96},
-                                           Case{"TwoRanksBf16", 2, 4, 1, 16, 64, torch::kBFloat16}),
+                                           Case{"TwoRanksBf16", 2, 4, 1, 16, 64, torch::kBFloat16},
+                                           // The all-gather exchange: k/v gathered, dk/dv reduce-scattered.
+                                           Case{"TwoRanksGqaGathered", 2, 4, 2, 16, 64, torch::kFloat, RingExchange::AllGather},
+                                           Case{"ThreeRanksOddHeadsGathered", 3, 6, 3, 12, 72, torch::kFloat,
+                                                RingExchange::AllGather},
+                                           Case{"FourRanksMhaGathered", 4, 3, 3, 20, 96, torch::kFloat, RingExchange::AllGather},
+                                           Case{"TwoRanksBf16Gathered", 2, 4, 1, 16, 64, torch::kBFloat16,
+                                                RingExchange::AllGather}),
                          [](const auto& info) { return info.param.name; });
 
 }  // namespace

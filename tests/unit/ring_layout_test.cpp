@@ -79,6 +79,57 @@ TEST(RingLayout, PlanFileWritesTheRingOnlyAboveOne) {
   EXPECT_EQ(plan_from_json(j).error().field, "parallel.ring");
 }
 
+// The k/v exchange: a knob of the ring, refused without one, written only when not p2p, and
+// searched beside the ring's degree.
+TEST(RingLayout, ExchangeIsARingKnobWrittenOnlyWhenGathered) {
+  Plan p = testing::cpu_plan("tiny-gqa", 4, 1000);
+  p.parallel.ring_exchange = RingExchange::AllGather;
+  EXPECT_EQ(validate(p.model, p.cluster.shape, p.train, p.parallel).error().field, "--ring-exchange");  // no ring
+  p.parallel.ring = 2;
+  ASSERT_TRUE(validate(p.model, p.cluster.shape, p.train, p.parallel).ok());
+  nlohmann::json j = plan_to_json(p);
+  EXPECT_EQ(j["parallel"]["ring_exchange"], "allgather");
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().what();
+  EXPECT_EQ(back->parallel.ring_exchange, RingExchange::AllGather);
+  j["parallel"]["ring_exchange"] = "rotate";
+  EXPECT_EQ(plan_from_json(j).error().field, "parallel.ring_exchange");
+  p.parallel.ring_exchange = RingExchange::P2p;
+  EXPECT_FALSE(plan_to_json(p)["parallel"].contains("ring_exchange"));  // p2p plans' files read as before
+  EXPECT_EQ(knob_candidates(KnobId::ring_exchange, p, all_techniques(), {}), (std::vector<KnobValue>{0, 1}));
+  EXPECT_EQ(knob_candidates(KnobId::ring_exchange, p, *parse_techniques("ulysses"), {}), (std::vector<KnobValue>{0}));
+  p.parallel.ring = 1;
+  EXPECT_EQ(knob_candidates(KnobId::ring_exchange, p, all_techniques(), {}), (std::vector<KnobValue>{0}));
+  // Fixed alone, it brings a ring of 2 with it, as checkpoint offload brings checkpointing.
+  Knobs fixed;
+  fixed.ring_exchange = RingExchange::AllGather;
+  const Plan with = with_knobs(p, fixed);
+  EXPECT_EQ(with.parallel.ring, 2);
+}
+
+// What the gathered exchange costs in memory: r pairs beside every block where hops keep one
+// or two, every holder's accumulators in backward. At ring 4 on 4 GPUs of tiny-gqa (bf16)
+// forward's attention op holds (4 - 2) more pairs, and backward more than (4 - 1) more
+// accumulators' worth.
+TEST(RingLayout, GatheredExchangeHoldsEveryRanksPairs) {
+  Plan p = testing::cpu_plan("tiny-gqa", 4, 4096);
+  p.parallel.ring = 4;
+  p.train.dtype = p.train.grad_dtype = DType::BF16;
+  auto op_workspace = [](const Plan& plan, const std::string& name) -> std::int64_t {
+    const Evaluation e = evaluate(plan);
+    for (const OpSpec& op : e.graph.ops())
+      if (format(op.name) == name) return op.workspace_bytes;
+    ADD_FAILURE() << "no op " << name;
+    return 0;
+  };
+  const std::int64_t hops_f = op_workspace(p, "layer.0.attn.ring"), hops_b = op_workspace(p, "layer.0.attn.ring.bwd");
+  p.parallel.ring_exchange = RingExchange::AllGather;
+  const std::int64_t gathered_f = op_workspace(p, "layer.0.attn.ring"), gathered_b = op_workspace(p, "layer.0.attn.ring.bwd");
+  const std::int64_t rows = 4096 / 4, P = 2 * rows * p.model.kv_heads * p.model.head_dim * 2, A = 2 * P;
+  EXPECT_EQ(gathered_f - hops_f, 2 * P);
+  EXPECT_GE(gathered_b - hops_b, 3 * A);
+}
+
 TEST(RingLayout, CandidatesAreTheDegreesThatDivideTheGpusBesideUlysses) {
   Plan p = testing::cpu_plan("tiny-gqa", 8, 4096);
   p.parallel.ulysses = 2;

@@ -274,6 +274,11 @@ class LoopbackRing : public c10d::Backend {
     in_flight_.erase(tag);
     return c10::make_intrusive<Done>();
   }
+  // The all-gather exchange's gather and reduce-scatter (in-place sums on the CPU): the peers'
+  // slots keep what they hold, which changes no allocation.
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<Tensor>&, const c10d::AllreduceOptions&) override {
+    return c10::make_intrusive<Done>();
+  }
 
  private:
   struct Done : c10d::Work {
@@ -288,16 +293,19 @@ TEST_P(OpFootprint, RingAttentionEachRankOfTheRing) {
   // Blocks of 50, 34 (padded 204), 25 and 100 rows: the CPU kernel's 32- and 64-row blocks;
   // one sample (a query half's output gradient is contiguous) and two (it is not).
   for (const Case c : {Case{2, 200, 2, false}, Case{3, 200, 2, true}, Case{4, 200, 1, false}, Case{2, 400, 1, false},
-                       Case{3, 401, 2, false}}) {
+                       Case{3, 401, 2, false}})
+   for (const RingExchange exchange : {RingExchange::P2p, RingExchange::AllGather}) {
     auto s = shapes(GetParam(), c.qk_norm);
     s.S = c.seq;
     s.b = c.b;
     s.p.ring = c.ring;
+    s.p.ring_exchange = exchange;
     const auto g = s.graph();
     const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, Sr = padded_seq(s.S, s.p) / c.ring;
     for (int rank = 0; rank < c.ring; ++rank) {
-      const std::string what = fmt::format("ring {} rank {} seq {} {}", c.ring, rank, c.seq, name());
-      runtime::RingGroup ring{c10::make_intrusive<LoopbackRing>(rank, c.ring), rank, c.ring};
+      const std::string what =
+          fmt::format("ring {} {} rank {} seq {} {}", c.ring, to_string(exchange), rank, c.seq, name());
+      runtime::RingGroup ring{c10::make_intrusive<LoopbackRing>(rank, c.ring), rank, c.ring, {}, exchange};
       Tensor q = s.randn({s.b, Sr, H, d}), k = s.randn({s.b, Sr, K, d}), v = s.randn({s.b, Sr, K, d});
       Tensor o;
       expect_equal(measure([&] { o = runtime::ring_attention(q, k, v, ring); }), planned(g, "layer.0.attn.ring", ""),
@@ -312,11 +320,14 @@ TEST_P(OpFootprint, HeadChunkedAttention) {
   // Without a ring, and as ring 2's rank 1 and ring 3's rank 0 (the peers played by
   // LoopbackRing): each stage's attention a ring's.
   for (int r : {1, 2, 3}) {
+   for (const RingExchange exchange : {RingExchange::P2p, RingExchange::AllGather}) {
+    if (r == 1 && exchange != RingExchange::P2p) continue;
     for (bool qk_norm : {false, true}) {
       for (int chunk : {1, 3, 6}) {  // within a kv group, one whole group, every head
         auto s = shapes(GetParam(), qk_norm);
         s.p.head_chunk = chunk;
         s.p.ring = r;
+        s.p.ring_exchange = exchange;
         const auto g = s.graph();
         const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, h = s.m.hidden;
         const std::int64_t n = padded_seq(s.S, s.p) / r;  // this rank's tokens of each sample
@@ -324,11 +335,12 @@ TEST_P(OpFootprint, HeadChunkedAttention) {
         const auto layout = runtime::UlyssesLayout::make(s.m, nullptr);
         const runtime::AttentionShape shape{H, K, d, 1e-6};
         runtime::RingGroup ring;
-        if (r > 1) ring = {c10::make_intrusive<LoopbackRing>(r - 2, r), r - 2, r};
+        if (r > 1) ring = {c10::make_intrusive<LoopbackRing>(r - 2, r), r - 2, r, {}, exchange};
         runtime::AttentionWeights w{s.randn({H * d, h}), s.randn({K * d, h}), s.randn({K * d, h}),
                                     qk_norm ? s.norm_weight(d) : Tensor(), qk_norm ? s.norm_weight(d) : Tensor()};
         Tensor x = s.randn({s.b, n, h});
-        const std::string tag = fmt::format("{} ring {} chunk {}{}", name(), r, chunk, qk_norm ? " qk-norm" : "");
+        const std::string tag =
+            fmt::format("{} ring {} {} chunk {}{}", name(), r, to_string(exchange), chunk, qk_norm ? " qk-norm" : "");
         Tensor o;
         expect_equal(measure([&] { o = runtime::head_chunked_attention(x, w, shape, tables, layout, chunk, ring); }),
                      planned(g, "layer.0.attn.untied", ""), "head-chunked attention " + tag);
@@ -338,6 +350,7 @@ TEST_P(OpFootprint, HeadChunkedAttention) {
                      planned(g, "layer.0.attn.untied.bwd", ""), "head-chunked attention backward " + tag);
       }
     }
+   }
   }
 }
 

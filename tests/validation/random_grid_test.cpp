@@ -153,20 +153,27 @@ TEST(ValidationGrid, UnevenTilesAndPaddedLengthsArePredictedWithinOnePercent) {
 // Ring attention's layouts (`longctx plan --ring R --ulysses U`, `longctx run --nproc`): ring
 // 2 and 3 alone, and the hybrid Ulysses 2 x ring 2 on 4 ranks, with and without head chunks
 // inside the ring's steps; lengths 2*r*u does not divide (padded), GQA with odd head_dim,
-// checkpointing, two samples and bf16.
+// checkpointing, two samples and bf16; both k/v exchanges (p2p hops, all-gather).
 TEST(ValidationGrid, RingAndHybridLayoutsArePredictedWithinOnePercent) {
   torch::set_num_threads(1);
-  struct Point { const char* model; int ring, ulysses; std::int64_t seq; DType dtype; bool checkpoint; int head_chunk; };
+  struct Point {
+    const char* model; int ring, ulysses; std::int64_t seq; DType dtype; bool checkpoint; int head_chunk;
+    RingExchange exchange = RingExchange::P2p;
+  };
   for (const Point& pt : {Point{"tiny-odd", 2, 1, 3001, DType::FP32, false, 0}, Point{"tiny-gqa", 3, 1, 2999, DType::BF16, true, 0},
-                          Point{"tiny-odd", 2, 2, 3001, DType::FP32, true, 0}, Point{"tiny-odd", 2, 2, 2999, DType::BF16, false, 1}}) {
+                          Point{"tiny-odd", 2, 2, 3001, DType::FP32, true, 0}, Point{"tiny-odd", 2, 2, 2999, DType::BF16, false, 1},
+                          Point{"tiny-gqa", 3, 1, 3001, DType::FP32, true, 0, RingExchange::AllGather},
+                          Point{"tiny-odd", 2, 2, 2999, DType::BF16, false, 1, RingExchange::AllGather}}) {
     const std::int64_t world = std::int64_t{pt.ring} * pt.ulysses;
-    hold_fixed_point(pt.model, world, fmt::format("ring-{}-{}-{}-{}", pt.ring, pt.ulysses, pt.seq, pt.head_chunk),
+    hold_fixed_point(pt.model, world,
+                     fmt::format("ring-{}-{}-{}-{}-{}", pt.ring, pt.ulysses, pt.seq, pt.head_chunk, to_string(pt.exchange)),
                      [&](Plan& plan) {
       plan.train.seq = pt.seq;
       plan.train.micro_batch = 2;
       plan.train.dtype = plan.train.grad_dtype = pt.dtype;
       plan.parallel.ring = pt.ring;
       plan.parallel.ulysses = pt.ulysses;
+      plan.parallel.ring_exchange = pt.exchange;
       if (pt.checkpoint) plan.parallel.checkpoint = CheckpointPolicy::full();
       plan.parallel.head_chunk = pt.head_chunk;
     });

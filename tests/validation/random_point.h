@@ -138,6 +138,7 @@ inline std::string describe(const Plan& p) {
                               std::string(m.qk_norm ? " qk-norm" : "") + (m.qkv_bias ? " attn-bias" : "") + (m.mlp_bias ? " mlp-bias" : ""), world, q.ulysses,
                               q.ring, world / sequence_ranks(q), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                               to_string(q.checkpoint));
+  if (q.ring_exchange != RingExchange::P2p) s += " ring-" + to_string(q.ring_exchange);
   if (q.offload_checkpoints) s += " offload-ckpt";
   if (const auto pad = padding_tokens(p.train.seq, q); pad > 0) s += fmt::format(" (padded +{})", pad);
   if (q.mlp_tiles > 1) s += fmt::format(" mlp-tiles={}", q.mlp_tiles);

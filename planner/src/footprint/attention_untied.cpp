@@ -118,6 +118,10 @@ double untied_ring_forward_sent_bytes(const StepShapes& s, std::int64_t c) {
   return s.r > 1 ? double(untied_stages(s, c)) * ring_forward_sent_bytes(stage_ring(s, c)) : 0;
 }
 
+double untied_ring_forward_overlapped_bytes(const StepShapes& s, std::int64_t c) {
+  return s.r > 1 ? double(untied_stages(s, c)) * ring_forward_overlapped_bytes(stage_ring(s, c)) : 0;
+}
+
 double untied_ring_backward_sent_bytes(const StepShapes& s, std::int64_t c) {
   return s.r > 1 ? double(untied_stages(s, c)) * ring_backward_sent_bytes(stage_ring(s, c)) : 0;
 }

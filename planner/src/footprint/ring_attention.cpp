@@ -26,9 +26,12 @@ namespace {
 std::int64_t local_rows(const StepShapes& s) { return s.b * (s.S / s.r); }     // b * Sr
 std::int64_t kv_pair(const StepShapes& s) { return 2 * local_rows(s) * s.kvr * s.d * s.e; }  // P
 std::int64_t accumulators(const StepShapes& s) { return 2 * local_rows(s) * s.kvr * s.d * 4; }  // A: dk, dv fp32
-// Beside every block, the next pair arriving (all but the last step) and the pair attended
-// (all but the first, which attends the op's own k and v).
-std::int64_t pairs_beside_a_block(const StepShapes& s) { return (s.r > 2 ? 2 : 1) * kv_pair(s); }
+// Beside every block: p2p, the next pair arriving (all but the last step) and the pair
+// attended (all but the first, which attends the op's own k and v); all-gather, the gathered
+// buffer [r, 2, b, Sr, kvr, d] e, the rank's own pair copied into its slot.
+std::int64_t pairs_beside_a_block(const StepShapes& s) {
+  return s.ring_gather ? s.r * kv_pair(s) : (s.r > 2 ? 2 : 1) * kv_pair(s);
+}
 
 }  // namespace
 
@@ -71,6 +74,14 @@ std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout)
   const std::int64_t dk32 = to32 * s.b * c * s.kvr * s.d * 4;
   const std::int64_t accumulate = std::max(G + to32 * s.b * c * s.hl * s.d * 4, G - gq + kv_sum + dk32);
   const std::int64_t block = std::max(kernel, accumulate);
+  if (s.ring_gather) {
+    // dq fp32, the gathered pairs and every holder's dk/dv accumulators [r, 2, b, Sr, kvr, d]
+    // fp32 through the blocks; then the pairs freed, this rank's sums received beside the
+    // accumulators; then the outputs made from dq and the sums (fp32: they are the outputs).
+    const std::int64_t blocks = dq32 + s.r * P + s.r * A + block, scatter = dq32 + s.r * A + A;
+    if (s.e == 4) return std::max(blocks, scatter) - (dq32 + A);
+    return std::max({blocks, scatter, dq32 + A + dq_e, dq_e + A + dkv_e}) - (dq_e + dkv_e);
+  }
   const std::int64_t live = dq32 + A;
   // Beside every block the pairs as in forward; after a step's blocks the accumulators hop,
   // received beside the ones sent and the pair the next step attends (the last hop: beside
@@ -86,7 +97,20 @@ double ring_forward_sent_bytes(const StepShapes& s) { return double(s.r - 1) * d
 
 double ring_backward_sent_bytes(const StepShapes& s) {
   const double A = double(accumulators(s));
+  // All-gather: the pairs gathered again, then every holder's accumulators reduce-scattered
+  // ((r-1)/r of r accumulators sent).
+  if (s.ring_gather) return double(s.r - 1) * (double(kv_pair(s)) + A);
   return double(s.r - 1) * (double(kv_pair(s)) + A) + A;
+}
+
+int ring_forward_calls(const StepShapes& s) { return s.ring_gather ? 1 : static_cast<int>(s.r); }
+int ring_backward_calls(const StepShapes& s) { return s.ring_gather ? 2 : static_cast<int>(s.r + 1); }
+
+double ring_forward_overlapped_bytes(const StepShapes& s) {
+  // p2p: every hop beside a block. All-gather: the rank's own blocks run while the gather
+  // travels, a 1/r share of the op's work; not credited (cost_model.h bounds hidden bytes by a
+  // whole layer's compute, which would hide the gather behind blocks that wait for it).
+  return s.ring_gather ? 0.0 : ring_forward_sent_bytes(s);
 }
 
 }  // namespace longctx::footprint

@@ -10,6 +10,7 @@ StepShapes step_shapes(const StepInputs& in) {
   s.b = in.train.micro_batch;
   s.u = in.parallel.ulysses;
   s.r = in.parallel.ring;
+  s.ring_gather = s.r > 1 && in.parallel.ring_exchange == RingExchange::AllGather;
   s.S = padded_seq(in.train.seq, in.parallel);
   s.n = s.b * s.S / (s.u * s.r);
   s.world = in.cluster.world();

@@ -65,10 +65,11 @@ void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, 
   if (s.r > 1) {
     const int o = sb.graph.op(layer_name(l, "attn.ring", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
                               {.workspace = ring_forward_workspace(s), .flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl),
-                               .kind = OpKind::Attention, .launches = static_cast<int>(s.r)});
-    // Every k/v hop travels beside the attention of the block before it.
+                               .kind = OpKind::Attention, .launches = ring_forward_calls(s)});
+    // Every k/v hop travels beside the attention of the block before it (all-gather: the
+    // gather beside the rank's own blocks, not credited: ring_forward_overlapped_bytes).
     sb.graph.set_comm(o, CommKind::SendRecv, ring_forward_sent_bytes(s), static_cast<int>(s.u * s.r),
-                      ring_forward_sent_bytes(s));
+                      ring_forward_overlapped_bytes(s));
   } else {
     sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {a.q_sp, a.k_sp, a.v_sp}, {a.o_sp, a.lse},
                 {.workspace = flash_op_forward_workspace(s), .workspace_sequence = flash_op_forward_workspace_sequence(s),
@@ -125,10 +126,10 @@ void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, Tensor
     const int o = sb.graph.op(layer_name(l, "attn.ring.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse},
                               {dq, dk, dv},
                               {.workspace = ring_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl),
-                               .kind = OpKind::Attention, .launches = static_cast<int>(s.r + 1)});
+                               .kind = OpKind::Attention, .launches = ring_backward_calls(s)});
     // The k/v hops travel beside the blocks' gradients; the accumulators' follow them.
     sb.graph.set_comm(o, CommKind::SendRecv, ring_backward_sent_bytes(s), static_cast<int>(s.u * s.r),
-                      ring_forward_sent_bytes(s));
+                      ring_forward_overlapped_bytes(s));
   } else {
     sb.graph.op(layer_name(l, "attn.flash.bwd"), B, l, {d_osp, a.q_sp, a.k_sp, a.v_sp, a.o_sp, a.lse}, {dq, dk, dv},
                 {.workspace = flash_op_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl),

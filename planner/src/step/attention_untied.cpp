@@ -48,7 +48,7 @@ void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, b
                             {.workspace = untied_forward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 4, 2, 2), .repeats = static_cast<int>(untied_stages(s, c)), .projects = true});
   set_stage_comm(sb, o, untied_forward_sent_bytes(s), untied_ring_forward_sent_bytes(s, c),
-                 untied_ring_forward_sent_bytes(s, c));
+                 untied_ring_forward_overlapped_bytes(s, c));
 }
 
 void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
@@ -70,7 +70,7 @@ void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorI
                             {.workspace = untied_backward_workspace(s, c), .flops = flops, .kernel_flops = kernel, .kind = OpKind::Attention,
                              .launches = stage_launches(s, c, 10, 4, 4), .repeats = static_cast<int>(untied_stages(s, c)), .projects = true});
   set_stage_comm(sb, o, untied_backward_sent_bytes(s), untied_ring_backward_sent_bytes(s, c),
-                 untied_ring_forward_sent_bytes(s, c));
+                 untied_ring_forward_overlapped_bytes(s, c));
   // HeadChunkedAttentionFn saves the projections' weights and the q and k norms.
   frees_param_copies(sb, l, o, {ParamRole::Wq, ParamRole::Wk, ParamRole::Wv, ParamRole::QNorm, ParamRole::KNorm});
 }

@@ -95,6 +95,10 @@ struct KnobRule {
       .label = "ring", .help = "Ring-attention (context-parallel) degree r: u x r ranks share a sample",           \
       .technique = {Technique::Ring, "ring"}, .candidates = Candidates::Ring, .plain_text = "no ring",            \
       .min = 1, .max = limits::kMaxGpus, .optional_in_file = true}))                                               \
+  ROW(ring_exchange, RingExchange, parallel, (KnobRule{                                                            \
+      .label = "ring exchange", .help = "p2p|allgather: k/v passed round the ring, or gathered whole (--ring > 1)", \
+      .technique = {Technique::Ring, "ring"}, .listed = {0, 1}, .needs = Requirement{KnobId::ring, 2, false},     \
+      .plain_text = "", .optional_in_file = true}))                                                                \
   ROW(checkpoint, CheckpointPolicy, parallel, (KnobRule{                                                           \
       .label = "checkpoint", .help = "none|full|every:K",                                                         \
       .technique = {Technique::Checkpoint, "checkpoint"}, .listed = {0, 2, 1}}))                                   \

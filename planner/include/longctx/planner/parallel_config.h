@@ -34,6 +34,20 @@ struct CheckpointPolicy {
 std::string to_string(const CheckpointPolicy& c);  // "none", "full", "every:2"
 Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::string& field);
 
+// How the key/value blocks of ring attention reach the ring's ranks.
+//   P2p:       pass-to-neighbour: each step sends the pair held to the next rank while the
+//              current one is attended (ring-flash-attention, torch's context parallel
+//              "alltoall" rotation); backward sends the pair again, the fp32 dk/dv
+//              accumulators following it round the ring.
+//   AllGather: every rank gathers the ring's whole k/v once (r pairs live), then attends its
+//              blocks from the gathered buffer; backward gathers again and reduce-scatters
+//              dk/dv accumulated for every holder (r accumulators live): Megatron-Core's and
+//              TransformerEngine's all-gather context parallelism (cp_comm_type "all_gather").
+//              Fewer, larger exchanges than the ring's r-1 hops, for r-fold k/v memory.
+enum class RingExchange { P2p, AllGather };
+std::string to_string(RingExchange e);  // "p2p", "allgather"
+Result<RingExchange> parse_ring_exchange(const std::string& text, const std::string& field);
+
 enum class DType { BF16, FP32 };
 int bytes_of(DType t);
 std::string to_string(DType t);
@@ -53,6 +67,7 @@ struct ParallelConfig {
   Sharding sharding = Sharding::None;
   int ulysses = 1;     // sequence-parallel degree u: each rank holds padded_seq/(u*ring) tokens
   int ring = 1;        // context-parallel (ring attention) degree r: r groups of u ranks share a sample
+  RingExchange ring_exchange = RingExchange::P2p;  // with ring > 1: how k/v reach the ring's ranks
   int head_chunk = 0;  // 0: attention over all local heads at once; c >= 1: Untied Ulysses stages of c heads
   CheckpointPolicy checkpoint;
   bool offload_checkpoints = false;

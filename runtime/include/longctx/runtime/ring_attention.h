@@ -21,6 +21,17 @@
 //   out and lse, which is exact: a block's dq, dk, dv depend on the other blocks only through
 //   those two. Every allocation is the planner's (footprint/ring_attention.h).
 //
+// The all-gather exchange (ring.exchange == RingExchange::AllGather; parallel_config.h): no
+// hops. Forward gathers the ring's k and v into one buffer [r, 2, b, n, K, d] while the rank
+// attends its own blocks with its own k and v, then attends every other holder's from that
+// buffer. Backward gathers again, accumulates dk/dv for every holder in [r, 2, b, n, K, d]
+// fp32, and reduce-scatters them: each rank keeps the sum for its own k and v [2, b, n, K, d]
+// fp32, from which its outputs are made. On Gloo the gather is an in-place all-reduce of the
+// buffer with zeros outside the rank's slot, and the reduce-scatter an in-place all-reduce
+// then the rank's slot (Gloo's own all-gather and reduce-scatter copy the whole buffer;
+// communicator.h, gather_in_place); on NCCL _allgather_base in place and
+// _reduce_scatter_base.
+//
 // REQUIRES: every rank of the ring calls it with the same shapes, n even; K divides H.
 #include <chrono>
 #include <cstdint>
@@ -28,6 +39,8 @@
 #include <c10/util/intrusive_ptr.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
+
+#include "longctx/planner/parallel_config.h"
 
 namespace longctx::runtime {
 
@@ -38,6 +51,7 @@ struct RingGroup {
   // How long a hop waits for its peers on Gloo (0: Gloo's default); NCCL's watchdog enforces
   // the group's own timeout.
   std::chrono::milliseconds timeout{0};
+  RingExchange exchange = RingExchange::P2p;  // how k/v reach the ring's ranks
 };
 
 // The chunks ring rank i holds of a sequence cut into 2r chunks: {i, 2r-1-i}.

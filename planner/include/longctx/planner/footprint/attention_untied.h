@@ -73,5 +73,7 @@ double untied_backward_sent_bytes(const StepShapes& s);
 // (ring_attention.h), every stage's; 0 without a ring.
 double untied_ring_forward_sent_bytes(const StepShapes& s, std::int64_t c);
 double untied_ring_backward_sent_bytes(const StepShapes& s, std::int64_t c);
+// Of the stages' forward ring bytes, those beside their blocks (ring_forward_overlapped_bytes).
+double untied_ring_forward_overlapped_bytes(const StepShapes& s, std::int64_t c);
 
 }  // namespace longctx::footprint

@@ -51,9 +51,25 @@ std::int64_t ring_forward_workspace(const StepShapes& s);
 // whatever b is.
 std::int64_t ring_backward_workspace(const StepShapes& s, bool head_sliced_dout = false);
 
-// Bytes one rank sends round the ring in forward (k and v, r-1 hops) and in backward (k, v
-// and their fp32 gradient accumulators, r-1 hops, and the accumulators once more).
+// All-gather exchange (s.ring_gather; runtime ring_attention.h): forward, the gathered pairs
+// [r, 2, b, Sr, kvr, d] e live through the blocks in place of the pairs in flight. Backward:
+// dq fp32, the gathered pairs and every holder's accumulators [r, 2, b, Sr, kvr, d] fp32
+// through the blocks; then the pairs are freed and this rank's sums [2, b, Sr, kvr, d] fp32
+// received beside the accumulators (the reduce-scatter); then the outputs made from dq and
+// the sums, dq first.
+
+// Bytes one rank sends round the ring in forward (k and v, r-1 hops; all-gather: (r-1)/r of
+// the gathered pairs) and in backward (k, v and their fp32 gradient accumulators, r-1 hops,
+// and the accumulators once more; all-gather: the pairs gathered again and (r-1)/r of every
+// holder's accumulators reduce-scattered).
 double ring_forward_sent_bytes(const StepShapes& s);
 double ring_backward_sent_bytes(const StepShapes& s);
+// The exchanges each direction issues, each paying a collective's latency (OpSpec::launches):
+// p2p, a hop per step (backward: and the accumulators' last); all-gather, the gather (backward:
+// and the reduce-scatter).
+int ring_forward_calls(const StepShapes& s);
+int ring_backward_calls(const StepShapes& s);
+// Of the forward's bytes, those that travel beside the blocks' compute (cost_model.h).
+double ring_forward_overlapped_bytes(const StepShapes& s);
 
 }  // namespace longctx::footprint

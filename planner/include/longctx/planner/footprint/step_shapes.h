@@ -14,6 +14,7 @@ namespace longctx::footprint {
 //         (parallel_config.h, padded_seq)
 //   u     Ulysses degree (sequence-parallel ranks)
 //   r     ring (context-parallel) degree: 1 without ring attention
+//   ring_gather  the ring's k/v all-gathered rather than passed hop by hop (RingExchange)
 //   n     = b*S/(u*r), tokens on this rank (padding included)
 //   world ranks of the job (the collectives' group; N in the docs)
 //   h     hidden size
@@ -40,6 +41,7 @@ namespace longctx::footprint {
 //                graphs and asks for them at every gather and reduction)
 struct StepShapes {
   std::int64_t b = 0, S = 0, u = 0, r = 1, n = 0, world = 0;
+  bool ring_gather = false;
   std::int64_t h = 0, I = 0, V = 0, H = 0, K = 0, d = 0, hl = 0, kvr = 0;
   std::int64_t e = 0, g = 0;
   std::int64_t layers = 0;
