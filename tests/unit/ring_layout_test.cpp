@@ -128,6 +128,14 @@ TEST(RingLayout, GatheredExchangeHoldsEveryRanksPairs) {
   const std::int64_t rows = 4096 / 4, P = 2 * rows * p.model.kv_heads * p.model.head_dim * 2, A = 2 * P;
   EXPECT_EQ(gathered_f - hops_f, 2 * P);
   EXPECT_GE(gathered_b - hops_b, 3 * A);
+  // Never less memory than hops, so the longest-length search leaves it out (max_seq.cpp).
+  for (int r : {2, 4}) {
+    p.parallel.ring = r;
+    p.parallel.ring_exchange = RingExchange::P2p;
+    const std::int64_t hops = evaluate(p).sim.peak_device_bytes;
+    p.parallel.ring_exchange = RingExchange::AllGather;
+    EXPECT_GE(evaluate(p).sim.peak_device_bytes, hops) << "ring " << r;
+  }
 }
 
 TEST(RingLayout, CandidatesAreTheDegreesThatDivideTheGpusBesideUlysses) {
