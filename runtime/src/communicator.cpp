@@ -139,27 +139,10 @@ Communicator::Pending Communicator::all_gather_async(torch::Tensor& full, const 
     return p;
   }
   count_collective();
-  if (backend_ == CommBackend::Gloo) {
-    p.work_ = gather_in_place(full, shard);
-  } else {
-    torch::Tensor in = shard;
-    p.work_ = world_group_->_allgather_base(full, in);
-  }
+  p.work_ = start_gather_in_place(*world_group_, backend_, rank_, full, shard);
   p.what_ = "ZeRO parameter all-gather";
   p.comm_ = this;
   return p;
-}
-
-c10::intrusive_ptr<c10d::Work> Communicator::gather_in_place(torch::Tensor& full, const torch::Tensor& shard) {
-  const auto n = shard.numel();
-  TORCH_CHECK(full.numel() == world_ * n, "all_gather: full must be [world * n]");
-  // Zeros around this rank's slot, the shard in it (unless it already is that slot).
-  full.narrow(0, 0, rank_ * n).zero_();
-  full.narrow(0, (rank_ + 1) * n, (world_ - rank_ - 1) * n).zero_();
-  torch::Tensor slot = full.narrow(0, rank_ * n, n);
-  if (slot.data_ptr() != shard.data_ptr()) slot.copy_(shard.reshape({-1}));
-  std::vector<torch::Tensor> ts = {full};
-  return world_group_->allreduce(ts);
 }
 
 void Communicator::Pending::complete() {
@@ -178,7 +161,8 @@ void Communicator::reduce_scatter_sum(torch::Tensor& shard, torch::Tensor& full)
   }
   count_collective();
   if (backend_ == CommBackend::Gloo) {
-    // The sum over ranks in place (Gloo's own reduce-scatter clones full: gather_in_place),
+    // The sum over ranks in place (Gloo's own reduce-scatter clones full: process_group.h,
+    // start_gather_in_place),
     // then this rank's slice.
     std::vector<torch::Tensor> ts = {full};
     wait(world_group_->allreduce(ts), "ZeRO gradient reduce-scatter");

@@ -120,4 +120,20 @@ void wait_gloo_and_release(const c10::intrusive_ptr<c10d::Work>& work, std::chro
   while (work.use_count() > 1 && std::chrono::steady_clock::now() < until) std::this_thread::yield();
 }
 
+c10::intrusive_ptr<c10d::Work> start_gather_in_place(c10d::Backend& group, CommBackend backend, int rank,
+                                                     torch::Tensor& full, const torch::Tensor& shard) {
+  torch::Tensor flat = full.view({-1});
+  const auto n = shard.numel();
+  TORCH_CHECK(flat.numel() == group.getSize() * n, "all_gather: full must hold size * n elements");
+  torch::Tensor in = shard.reshape({-1});
+  if (backend == CommBackend::Nccl) return group._allgather_base(flat, in);
+  // Zeros around this rank's slot, the shard in it (unless it already is that slot).
+  flat.narrow(0, 0, rank * n).zero_();
+  flat.narrow(0, (rank + 1) * n, (group.getSize() - rank - 1) * n).zero_();
+  torch::Tensor slot = flat.narrow(0, rank * n, n);
+  if (slot.data_ptr() != shard.data_ptr()) slot.copy_(in);
+  std::vector<torch::Tensor> ts = {flat};
+  return group.allreduce(ts);
+}
+
 }  // namespace longctx::runtime

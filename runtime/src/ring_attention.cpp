@@ -94,6 +94,38 @@ std::vector<BlockPair> blocks_at(std::int64_t rank, std::int64_t holder, std::in
   return pairs;
 }
 
+// The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
+// log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
+// reads it. A partial result merged in q's dtype would round at every step.
+RingResult running_output(const Tensor& q) {
+  const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
+  return {torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat)),
+          torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat))};
+}
+
+// Every block of this rank's queries q [b,n,H,d] against the k, v [b,n,K,d] of ring rank
+// `holder`, merged into the running output and log-sum-exp.
+void attend_holder(const Tensor& q, const Tensor& kh, const Tensor& vh, std::int64_t holder, const RingGroup& ring,
+                   const RingResult& running) {
+  const auto c = q.size(1) / 2;
+  for (const auto& p : blocks_at(ring.rank, holder, ring.size))
+    attend_block(q.narrow(1, p.q_half * c, c), kh.narrow(1, p.kv_half * c, c), vh.narrow(1, p.kv_half * c, c),
+                 p.causal, running.out.narrow(1, p.q_half * c, c), running.lse[p.q_half]);
+}
+
+// Those blocks' gradients, accumulated into dq [b,n,H,d] and the holder's dk, dv [b,n,K,d] fp32.
+void backward_holder(const Tensor& dout, const Tensor& q, const Tensor& kh, const Tensor& vh, const Tensor& out,
+                     const Tensor& lse, std::int64_t holder, const RingGroup& ring, const Tensor& dq, const Tensor& dkh,
+                     const Tensor& dvh) {
+  const auto c = q.size(1) / 2;
+  for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
+    const auto qs = p.q_half * c, ks = p.kv_half * c;
+    block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kh.narrow(1, ks, c), vh.narrow(1, ks, c),
+                   out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dkh.narrow(1, ks, c),
+                   dvh.narrow(1, ks, c));
+  }
+}
+
 // A hop in flight: `out` sent to the next ring rank, as many same-shaped tensors being
 // received from the previous one. Gloo posts both sides before anyone waits, so the ring
 // cannot deadlock; NCCL's sends and receives are one coalesced group (ProcessGroupNCCL's
@@ -159,17 +191,11 @@ Gather start_gather(const RingGroup& ring, const Tensor& k, const Tensor& v) {
   for (auto d : k.sizes()) sizes.push_back(d);
   Gather g;
   g.nccl = k.is_cuda();
-  // Gloo sums the slots over the ranks in place: zeros where the others' pairs land.
-  g.all = g.nccl ? torch::empty(sizes, k.options()) : torch::zeros(sizes, k.options());
+  g.all = torch::empty(sizes, k.options());
   Tensor slot = g.all[ring.rank];
   slot[0].copy_(k);
   slot[1].copy_(v);
-  if (g.nccl) {
-    g.work = ring.group->_allgather_base(g.all, slot);  // in place: the input is the output's slot
-  } else {
-    std::vector<Tensor> ts = {g.all};
-    g.work = ring.group->allreduce(ts);
-  }
+  g.work = start_gather_in_place(*ring.group, g.nccl ? CommBackend::Nccl : CommBackend::Gloo, ring.rank, g.all, slot);
   return g;
 }
 
@@ -190,27 +216,21 @@ Tensor reduce_scatter_slots(Tensor& all, const RingGroup& ring) {
 // The all-gather exchange (ring_attention.h). The rank's own blocks run while the gather
 // travels; every other holder's come from the gathered buffer.
 RingResult gathered_forward(const Tensor& q, const Tensor& k, const Tensor& v, const RingGroup& ring) {
-  const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
-  Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
-  Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
+  const RingResult running = running_output(q);
   Tensor kc = k.contiguous(), vc = v.contiguous();
   Gather g = start_gather(ring, kc, vc);
   for (int t = 0; t < ring.size; ++t) {
     const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
     if (t == 1) finish(g.work, g.nccl, ring, "all-gather of k/v");
-    const Tensor kh = t == 0 ? kc : g.all[holder][0], vh = t == 0 ? vc : g.all[holder][1];
-    for (const auto& p : blocks_at(ring.rank, holder, ring.size))
-      attend_block(q.narrow(1, p.q_half * c, c), kh.narrow(1, p.kv_half * c, c), vh.narrow(1, p.kv_half * c, c),
-                   p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
+    attend_holder(q, t == 0 ? kc : g.all[holder][0], t == 0 ? vc : g.all[holder][1], holder, ring, running);
   }
   g.all = Tensor();
-  return {acc.to(q.scalar_type()), lse};
+  return {running.out.to(q.scalar_type()), running.lse};
 }
 
 std::tuple<Tensor, Tensor, Tensor> gathered_backward(const Tensor& dout, const Tensor& q, const Tensor& k,
                                                      const Tensor& v, const Tensor& out, const Tensor& lse,
                                                      const RingGroup& ring) {
-  const auto c = q.size(1) / 2;
   Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
   Tensor kc = k.contiguous(), vc = v.contiguous();
   Gather g = start_gather(ring, kc, vc);
@@ -218,14 +238,8 @@ std::tuple<Tensor, Tensor, Tensor> gathered_backward(const Tensor& dout, const T
   for (int t = 0; t < ring.size; ++t) {
     const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
     if (t == 1) finish(g.work, g.nccl, ring, "all-gather of k/v");
-    const Tensor kh = t == 0 ? kc : g.all[holder][0], vh = t == 0 ? vc : g.all[holder][1];
-    const Tensor dkh = dkv_all[holder][0], dvh = dkv_all[holder][1];
-    for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
-      const auto qs = p.q_half * c, ks = p.kv_half * c;
-      block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kh.narrow(1, ks, c), vh.narrow(1, ks, c),
-                     out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dkh.narrow(1, ks, c),
-                     dvh.narrow(1, ks, c));
-    }
+    backward_holder(dout, q, t == 0 ? kc : g.all[holder][0], t == 0 ? vc : g.all[holder][1], out, lse, holder, ring, dq,
+                    dkv_all[holder][0], dkv_all[holder][1]);
   }
   g.all = Tensor();
   Tensor dkv = reduce_scatter_slots(dkv_all, ring);  // [2, b, n, K, d] fp32
@@ -242,36 +256,27 @@ std::tuple<Tensor, Tensor, Tensor> gathered_backward(const Tensor& dout, const T
 
 RingResult ring_forward(const Tensor& q, const Tensor& k, const Tensor& v, const RingGroup& ring) {
   if (ring.size > 1 && ring.exchange == RingExchange::AllGather) return gathered_forward(q, k, v, ring);
-  const auto b = q.size(0), n = q.size(1), H = q.size(2), d = q.size(3), c = n / 2;
-  // The running output [b,n,H,d] fp32 (in fp32 runs it becomes the output itself) and the
-  // log-sum-exp per query half [2,b,H,c] fp32: each half's contiguous, as the CUDA backward
-  // reads it. A partial result merged in q's dtype would round at every step.
-  Tensor acc = torch::zeros({b, n, H, d}, q.options().dtype(torch::kFloat));
-  Tensor lse = torch::full({2, b, H, c}, -std::numeric_limits<float>::infinity(), q.options().dtype(torch::kFloat));
+  const RingResult running = running_output(q);
   Tensor kc = k.contiguous(), vc = v.contiguous();
   for (int t = 0; t < ring.size; ++t) {
     // The next block travels while this one is attended.
     std::optional<Hop> next;
     if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
-    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
-    for (const auto& p : blocks_at(ring.rank, holder, ring.size))
-      attend_block(q.narrow(1, p.q_half * c, c), kc.narrow(1, p.kv_half * c, c), vc.narrow(1, p.kv_half * c, c),
-                   p.causal, acc.narrow(1, p.q_half * c, c), lse[p.q_half]);
+    attend_holder(q, kc, vc, (ring.rank - t + ring.size) % ring.size, ring, running);
     if (next) {
       auto in = land(*next, ring);
       kc = in[0], vc = in[1];
     }
   }
   kc = vc = Tensor();
-  Tensor out = acc.to(q.scalar_type());  // [b,n,H,d]; acc itself in fp32
-  return {out, lse};
+  Tensor out = running.out.to(q.scalar_type());  // [b,n,H,d]; the running output itself in fp32
+  return {out, running.lse};
 }
 
 std::tuple<Tensor, Tensor, Tensor> ring_backward(const Tensor& dout, const Tensor& q, const Tensor& k, const Tensor& v,
                                                  const Tensor& out, const Tensor& lse, const RingGroup& ring) {
   if (ring.size > 1 && ring.exchange == RingExchange::AllGather)
     return gathered_backward(dout, q, k, v, out, lse, ring);
-  const auto n = q.size(1), c = n / 2;
   Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
   Tensor kc = k.contiguous(), vc = v.contiguous();
   Tensor dk = torch::zeros(k.sizes(), k.options().dtype(torch::kFloat));
@@ -282,13 +287,7 @@ std::tuple<Tensor, Tensor, Tensor> ring_backward(const Tensor& dout, const Tenso
     // accumulators move, which brings each home to the rank that holds its k/v.
     std::optional<Hop> next;
     if (t + 1 < ring.size) next = start_hop(ring, {kc, vc});
-    const std::int64_t holder = (ring.rank - t + ring.size) % ring.size;
-    for (const auto& p : blocks_at(ring.rank, holder, ring.size)) {
-      const auto qs = p.q_half * c, ks = p.kv_half * c;
-      block_backward(dout.narrow(1, qs, c), q.narrow(1, qs, c), kc.narrow(1, ks, c), vc.narrow(1, ks, c),
-                     out.narrow(1, qs, c), lse[p.q_half], p.causal, dq.narrow(1, qs, c), dk.narrow(1, ks, c),
-                     dv.narrow(1, ks, c));
-    }
+    backward_holder(dout, q, kc, vc, out, lse, (ring.rank - t + ring.size) % ring.size, ring, dq, dk, dv);
     if (ring.size == 1) break;
     if (next) {
       auto in = land(*next, ring);

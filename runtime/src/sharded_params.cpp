@@ -252,7 +252,7 @@ void ShardedParams::finish_step() {
   for (std::size_t gi = 0; gi < groups_.size(); ++gi) {
     Group& g = groups_[gi];
     // The shard is already this rank's slot of the flat buffer: gathered in place, no copy
-    // (Gloo: Communicator::gather_in_place; NCCL gathers in place when the input is that slot).
+    // (process_group.h, start_gather_in_place; NCCL gathers in place when the input is that slot).
     Tensor send = shards_[gi].detach();
     comm_.all_gather(g.flat, send);
   }

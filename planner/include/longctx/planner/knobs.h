@@ -69,7 +69,7 @@ struct KnobRule {
   Candidates candidates = Candidates::Listed;
   std::vector<KnobValue> listed = {};  // Listed: in the order the search tries them
   std::optional<Requirement> needs = {};
-  const char* plain_text = nullptr;   // description at the plain value, instead of "<label> <value>"
+  const char* plain_text = nullptr;   // description at the plain value, instead of "<label> <value>" ("": none)
   std::int64_t min = 0, max = 0;      // integer knobs: the bounds a plan file may hold (limits.h)
   bool fine = false;                  // searched inside each choice of the others, by search.h's bounds
   // Newer than plan files: written only away from its plain value, read as plain when absent,

@@ -82,7 +82,7 @@ class Communicator {
   // one-element tensor on the communicator's device; returns once the sum is on the host.
   double all_reduce_sum(double value);
   // World: full [world * n] <- every rank's shard [n], in rank order. Allocates nothing
-  // beyond the caller's tensors (see gather_in_place).
+  // beyond the caller's tensors (process_group.h, start_gather_in_place).
   void all_gather(torch::Tensor& full, const torch::Tensor& shard);
   // World: shard [n] <- sum over ranks of full's rank-th slice [world * n]. full is the
   // send buffer and is consumed: on Gloo it is overwritten with the whole sum. Allocates
@@ -112,12 +112,6 @@ class Communicator {
  private:
   Communicator() = default;
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const;
-  // Gloo's all-gather fills a full-size flat tensor of its own on its worker thread, and its
-  // reduce-scatter clones the whole input (ProcessGroupGloo.cpp): a send buffer's worth of
-  // bytes no plan counts, freed on that thread whenever it lets go. On Gloo both are an
-  // in-place all-reduce of the caller's full buffer instead: full <- shard in its slot and
-  // zeros elsewhere, summed over ranks. Returns the all-reduce's work.
-  c10::intrusive_ptr<c10d::Work> gather_in_place(torch::Tensor& full, const torch::Tensor& shard);
   // Throws CollectivePlacementError unless t is on device_ and contiguous.
   void check_placement(const torch::Tensor& t, const char* collective, const char* role) const;
 

@@ -74,4 +74,15 @@ Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c1
 // would differ run to run. (NCCL's watchdog holds its work until the GPU finishes: not for it.)
 void wait_gloo_and_release(const c10::intrusive_ptr<c10d::Work>& work, std::chrono::milliseconds timeout);
 
+// Starts gathering every rank's shard into `full` over `group` (this rank is `rank`): full
+// [size * n] elements (contiguous, any shape) <- each rank's shard [n] in rank order,
+// allocating nothing beyond the caller's tensors. `shard` may be this rank's slot of `full`
+// itself (then it is not copied). NCCL: _allgather_base. Gloo: its all-gather fills a
+// full-size flat tensor of its own on its worker thread (ProcessGroupGloo.cpp,
+// AsyncAllgatherWork), a send buffer's worth of bytes no plan counts; instead full <- shard
+// in its slot and zeros elsewhere, summed over the ranks by an in-place all-reduce.
+// Returns the work; `full` is complete once it is waited for.
+c10::intrusive_ptr<c10d::Work> start_gather_in_place(c10d::Backend& group, CommBackend backend, int rank,
+                                                     torch::Tensor& full, const torch::Tensor& shard);
+
 }  // namespace longctx::runtime

@@ -26,11 +26,10 @@
 // attends its own blocks with its own k and v, then attends every other holder's from that
 // buffer. Backward gathers again, accumulates dk/dv for every holder in [r, 2, b, n, K, d]
 // fp32, and reduce-scatters them: each rank keeps the sum for its own k and v [2, b, n, K, d]
-// fp32, from which its outputs are made. On Gloo the gather is an in-place all-reduce of the
-// buffer with zeros outside the rank's slot, and the reduce-scatter an in-place all-reduce
-// then the rank's slot (Gloo's own all-gather and reduce-scatter copy the whole buffer;
-// communicator.h, gather_in_place); on NCCL _allgather_base in place and
-// _reduce_scatter_base.
+// fp32, from which its outputs are made. The gather is process_group.h's
+// start_gather_in_place (Gloo: an in-place all-reduce with zeros outside the rank's slot);
+// the reduce-scatter on Gloo an in-place all-reduce then the rank's slot (Gloo's own clones
+// the whole buffer), on NCCL _reduce_scatter_base.
 //
 // REQUIRES: every rank of the ring calls it with the same shapes, n even; K divides H.
 #include <chrono>
