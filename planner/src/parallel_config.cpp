@@ -136,20 +136,28 @@ Result<bool> validate_arctic(const ModelConfig& m, const TrainConfig& t, const P
   return true;
 }
 
+// What a stack keeps of the knobs below: the dtype of its gradients (and why), and whether
+// checkpoint offload is its own (transformers 5.17's).
+struct StackKeeps {
+  DType grads;
+  const char* grads_why;  // " (FSDP2's sharded gradients)"
+  bool checkpoint_offload = false;
+};
+
 // The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses,
-// tiles, checkpoint offload (unless `checkpoint_offload`: transformers' own) and state
-// offload, gradients in another dtype than the parameters.
-Result<bool> refuse_runtime_knobs(const TrainConfig& t, const ParallelConfig& p, bool checkpoint_offload = false) {
+// tiles, checkpoint offload (unless the stack's own) and state offload, gradients in another
+// dtype than the stack keeps.
+Result<bool> refuse_runtime_knobs(const TrainConfig& t, const ParallelConfig& p, const StackKeeps& keeps) {
   if (p.ulysses != 1) return refuse(t, "--ulysses", "has no sequence parallelism of its own: give 1");
   if (p.mlp_tiles != 1) return refuse(t, "--mlp-tiles", "has no tiled MLP: give 1");
   if (p.loss_tiles != 1) return refuse(t, "--loss-tiles", "computes the loss over the full logits: give 1");
-  if (p.offload_checkpoints && !checkpoint_offload)
+  if (p.offload_checkpoints && !keeps.checkpoint_offload)
     return refuse(t, "--offload-checkpoints", "does not offload checkpoints: leave it out");
   if (p.offload_optimizer || p.offload_params)
     return refuse(t, p.offload_optimizer ? "--offload-optimizer" : "--offload-params", "keeps its model states on the GPU");
-  if (t.grad_dtype != t.dtype)
-    return refuse(t, "--grad-dtype", fmt::format("keeps gradients in the parameters' dtype ({}): leave --grad-dtype out "
-                                                 "or give {}", to_string(t.dtype), to_string(t.dtype)));
+  if (t.grad_dtype != keeps.grads)
+    return refuse(t, "--grad-dtype", fmt::format("keeps {} gradients{}: leave --grad-dtype out or give {}",
+                                                 to_string(keeps.grads), keeps.grads_why, to_string(keeps.grads)));
   return true;
 }
 
@@ -159,7 +167,7 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
                                     "modelled for --stack arctic)");
   if (c.world() != 1) return refuse(t, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
   if (p.sharding != Sharding::None) return refuse(t, "--sharding", "runs without ZeRO sharding: give none");
-  LONGCTX_TRY(auto plain, refuse_runtime_knobs(t, p, /*checkpoint_offload=*/true));
+  LONGCTX_TRY(auto plain, refuse_runtime_knobs(t, p, {t.dtype, " (the parameters' dtype)", /*checkpoint_offload=*/true}));
   (void)plain;
   // Eager attention materializes [b, H, S, S] scores a few times over, and a batch without an
   // attention_mask may get a [b, 1, S, S] mask: bound them as validate() bounds the rest.
@@ -193,20 +201,16 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
   if (c.world() == 1 && t.dtype != DType::FP32)
     return refuse(t, "--dtype", "on one GPU trains bf16 under torch.autocast, which is not modelled: give fp32, or "
                                 "shard across GPUs with FSDP2 (its param_dtype)");
-  // FSDP2's gradients are its sharded parameters' dtype, fp32 (the unsharded bf16 ones are
-  // reduce-scattered into them); on one GPU autograd's, the parameters'.
-  const DType grads = c.world() > 1 ? DType::FP32 : t.dtype;
-  if (t.grad_dtype != grads)
-    return refuse(t, "--grad-dtype", fmt::format("keeps {} gradients{}: leave --grad-dtype out or give {}", to_string(grads),
-                                                 c.world() > 1 ? " (FSDP2's sharded gradients)" : "", to_string(grads)));
   // Its selective mode wraps layers K-1, 2K-1, ...: none of a model with fewer than K layers.
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every > m.layers)
     return refuse(t, "--checkpoint", fmt::format("checkpoints every K-th of the model's {} layers, none for every:{}: "
                                                  "give K of at most {}, or none",
                                                  m.layers, p.checkpoint.every, m.layers));
-  TrainConfig same_grads = t;  // checked above
-  same_grads.grad_dtype = t.dtype;
-  return refuse_runtime_knobs(same_grads, p);
+  // FSDP2's gradients are its sharded parameters' dtype, fp32 (the unsharded bf16 ones are
+  // reduce-scattered into them); on one GPU autograd's, the parameters'.
+  const StackKeeps keeps = c.world() > 1 ? StackKeeps{DType::FP32, " (FSDP2's sharded gradients)"}
+                                         : StackKeeps{t.dtype, " (the parameters' dtype)"};
+  return refuse_runtime_knobs(t, p, keeps);
 }
 
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
