@@ -15,6 +15,7 @@ TRANSFORMERS_VERSION=4.57.1
 DEEPSPEED_VERSION=0.19.8
 TORCHTITAN_VERSION=0.2.2
 TRL_VERSION=1.14.2
+ACCELERATE_VERSION=1.15.0
 
 log() { printf '[python_env] %s\n' "$*" >&2; }
 
@@ -27,22 +28,32 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "pytest>=7" "scikit-build-core>=0.10" "nanobind>=2.0" >&2
 
 if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
+  # torch's CUDA libraries come from the toolkit and LibTorch's prefix (setup.sh fetches the
+  # wheel LibTorch is unpacked from and prints the prefix), not from PyPI's nvidia-* wheels:
+  # importing torch here, and in scripts/python_tests.sh, needs this path.
+  torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
+  export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$torch_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
   if ! "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
-    # setup.sh fetches the torch wheel LibTorch is unpacked from, and keeps only that version's.
-    bash "$root/scripts/setup.sh" >/dev/null
     wheel=$(ls "$CACHE_ROOT"/wheels/torch-*.whl | head -n 1)
     log "installing torch from $wheel and transformers $TRANSFORMERS_VERSION"
-    # The wheel's CUDA libraries come from /usr/local/cuda and LibTorch's cache
-    # (LD_LIBRARY_PATH in scripts/python_tests.sh), not from PyPI's nvidia-* wheels.
     "${pip[@]}" install --no-deps "$wheel" >&2
+    log "pip reports torch's nvidia-* requirements as not installed from here on: as intended"
+    # Everything that requires torch goes in without its dependencies, and theirs are named
+    # here: pip's resolver otherwise walks the installed torch's requirements and downloads
+    # the 3 GB of nvidia-* wheels this environment is built to do without.
     "${pip[@]}" install filelock typing-extensions sympy networkx jinja2 fsspec numpy \
-      "transformers==$TRANSFORMERS_VERSION" "accelerate>=0.26" >&2
+      "transformers==$TRANSFORMERS_VERSION" psutil pyyaml "huggingface-hub>=0.34,<1.0" \
+      "safetensors>=0.4.3" >&2
+    "${pip[@]}" install --no-deps "accelerate==$ACCELERATE_VERSION" >&2
   fi
   # DeepSpeed's config parser, for `longctx export`'s tests: DS_BUILD_OPS=0 builds none of its
-  # kernels (pure Python, seconds), which reading a config needs none of.
+  # kernels (pure Python, seconds), which reading a config needs none of. Its setup.py imports
+  # torch, so it builds against this environment's (no build isolation).
   if ! "$venv/bin/python" -c "import deepspeed" 2>/dev/null; then
     log "installing deepspeed $DEEPSPEED_VERSION (no ops)"
-    DS_BUILD_OPS=0 "${pip[@]}" install "deepspeed==$DEEPSPEED_VERSION" >&2
+    "${pip[@]}" install einops hjson msgpack ninja py-cpuinfo "pydantic>=2.0" tqdm wheel >&2
+    DS_BUILD_OPS=0 "${pip[@]}" install --no-deps --no-build-isolation \
+      "deepspeed==$DEEPSPEED_VERSION" >&2
   fi
   # torchtitan's Llama 3 model, activation checkpointing and loss, for the torchtitan stack's
   # tests: the package without its dependencies (one of which pins a torch nightly), and only
@@ -50,7 +61,11 @@ if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
   # imported by the package's __init__s). huggingface-hub stays below 1.0 for transformers.
   if ! "$venv/bin/python" -c "import torchtitan.models.llama3.model.model" 2>/dev/null; then
     log "installing torchtitan $TORCHTITAN_VERSION (its model code and what importing it needs)"
-    "${pip[@]}" install --no-deps "torchtitan==$TORCHTITAN_VERSION" "torchdata==0.11.0" >&2
+    # Its modules import triton: the version the torch wheel pins (a wheel of no dependencies).
+    triton_pin=$("$venv/bin/python" -c 'import importlib.metadata as m
+print(next(r.split(";")[0].replace(" ", "") for r in m.requires("torch") if r.startswith("triton")))')
+    "${pip[@]}" install --no-deps "torchtitan==$TORCHTITAN_VERSION" "torchdata==0.11.0" \
+      "$triton_pin" >&2
     "${pip[@]}" install "tyro==1.0.17" "tomli>=1.1" "tensorboard==2.21.0" "datasets==5.0.1" "huggingface-hub>=0.34,<1.0" >&2
   fi
   # TRL's SFTTrainer chunked loss, for the hf stack's `--hf-loss trl-chunked-nll` tests: the
@@ -59,6 +74,13 @@ if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
   if ! "$venv/bin/python" -c "import trl.trainer.sft_trainer" 2>/dev/null; then
     log "installing trl $TRL_VERSION (no dependencies)"
     "${pip[@]}" install --no-deps "trl==$TRL_VERSION" >&2
+  fi
+  # The guard for the paragraph above: a dependency that slips torch's requirements back in
+  # costs every clean run 3 GB of downloads and disk, which is how a full disk fails CI.
+  if "${pip[@]}" list 2>/dev/null | grep -qi '^nvidia-'; then
+    log "error: nvidia-* wheels were installed into $venv; install the package that"
+    log "required them with --no-deps in scripts/python_env.sh, then delete $venv"
+    exit 1
   fi
 fi
 

@@ -4,7 +4,8 @@
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 python=$(bash "$root/scripts/python_env.sh" | tail -n 1)
-# torch's CUDA libraries: the toolkit's and those LibTorch's prefix holds (setup.sh prints it).
+# torch's CUDA libraries: the toolkit's and those LibTorch's prefix holds (setup.sh prints it),
+# as in python_env.sh, whose environment this process does not inherit.
 torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
 export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$torch_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 cd "$root"
