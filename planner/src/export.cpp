@@ -337,6 +337,7 @@ StackConfig torchtitan_job(const Plan& p) {
   if (par.checkpoint.kind == CheckpointPolicy::Kind::Full) ac = {{"mode", "full"}};
   if (par.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
     ac = {{"mode", "selective"}, {"selective_ac_option", std::to_string(par.checkpoint.every)}};
+  if (par.checkpoint.kind == CheckpointPolicy::Kind::Ops) ac = {{"mode", "selective"}, {"selective_ac_option", "op"}};
   c.value = {
       {"job", {{"description", fmt::format("longctx plan: {}, {} tokens", p.model.name, p.train.seq)}}},
       {"model", {{"name", torchtitan_model_name(p.model)}, {"flavor", flavor.empty() ? p.model.name : flavor}}},

@@ -45,9 +45,16 @@ struct Codec<RingExchange> : WordCodec<RingExchange, parse_ring_exchange> {
 template <>
 struct Codec<CheckpointPolicy> : WordCodec<CheckpointPolicy, parse_checkpoint> {
   static KnobValue encode(const CheckpointPolicy& c) {
-    return c.kind == CheckpointPolicy::Kind::None ? 0 : c.kind == CheckpointPolicy::Kind::Full ? 1 : c.every;
+    switch (c.kind) {
+      case CheckpointPolicy::Kind::None: return 0;
+      case CheckpointPolicy::Kind::Full: return 1;
+      case CheckpointPolicy::Kind::EveryK: return c.every;
+      case CheckpointPolicy::Kind::Ops: return kCheckpointOps;
+    }
+    return 0;
   }
   static CheckpointPolicy decode(KnobValue v) {
+    if (v == kCheckpointOps) return CheckpointPolicy::ops();
     return v == 0 ? CheckpointPolicy::none() : CheckpointPolicy::every_k(static_cast<int>(v));
   }
 };

@@ -36,6 +36,7 @@ std::string to_string(const CheckpointPolicy& c) {
     case CheckpointPolicy::Kind::None: return "none";
     case CheckpointPolicy::Kind::Full: return "full";
     case CheckpointPolicy::Kind::EveryK: return fmt::format("every:{}", c.every);
+    case CheckpointPolicy::Kind::Ops: return "op";
   }
   return "none";
 }
@@ -43,6 +44,7 @@ std::string to_string(const CheckpointPolicy& c) {
 Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::string& field) {
   if (text == "none") return CheckpointPolicy::none();
   if (text == "full") return CheckpointPolicy::full();
+  if (text == "op") return CheckpointPolicy::ops();
   if (text.rfind("every:", 0) == 0) {
     int k = 0;
     const char* b = text.data() + 6;
@@ -51,7 +53,7 @@ Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::st
     if (ec == std::errc() && ptr == e && k >= 1)
       return k == 1 ? CheckpointPolicy::full() : CheckpointPolicy::every_k(k);
   }
-  return Error::bad_input(field, fmt::format("'{}' is unknown; use none, full or every:K (K >= 1)", text));
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use none, full, every:K (K >= 1) or op (--stack torchtitan)", text));
 }
 
 std::string to_string(RingExchange e) { return e == RingExchange::AllGather ? "allgather" : "p2p"; }
@@ -185,8 +187,8 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 // torchtitan's training (torchtitan 0.2.2) of its llama3 model (models/llama3: no biases, no
 // q/k norms, no tied embeddings, heads of hidden/heads) or, for a model with q/k norms, its
 // qwen3 model (models/qwen3: any head_dim, embeddings tied or not, no biases); the
-// checkpointing policies are its `activation_checkpoint` modes (full, or selective every K
-// layers: --checkpoint every:K). Across GPUs it shards with FSDP2 (data_parallel_shard_degree
+// checkpointing policies are its `activation_checkpoint` modes (full, selective every K
+// layers: --checkpoint every:K, or selective per op: --checkpoint op). Across GPUs it shards with FSDP2 (data_parallel_shard_degree
 // = the ranks: --sharding zero3) in the plan's dtype as param_dtype; DDP and its CPU offload
 // are not modelled. One GPU runs without FSDP, and there torchtitan trains under torch.autocast
 // when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp), which is not
@@ -283,6 +285,12 @@ Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig&
   (void)window;
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK && p.checkpoint.every < 1)
     return Error::bad_input("--checkpoint", "every:K needs K >= 1");
+  // Per-op selective checkpointing keeps what torchtitan's save list names; no other stack
+  // (longctx's runtime included) has one.
+  if (p.checkpoint.kind == CheckpointPolicy::Kind::Ops && t.stack.kind != StackKind::Torchtitan)
+    return Error::bad_input("--checkpoint", fmt::format("op (per-op selective checkpointing) is torchtitan's policy, not "
+                                                        "--stack {}'s: give full or every:K, or --stack torchtitan",
+                                                        to_string(t.stack.kind)));
   if (p.offload_checkpoints && !p.checkpoint.any())
     return Error::bad_input("--offload-checkpoints", "needs checkpointing (--checkpoint full or every:K): only checkpointed layer inputs are offloaded");
   // zero1 and zero2 shard optimizer state and gradients over the ranks and exchange them

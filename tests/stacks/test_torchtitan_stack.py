@@ -71,7 +71,11 @@ def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
         # A torchtitan run builds its model once; its layer counter is module state.
         ac_module._layer_sac_count = 0
         mode, option = ("full", "2") if ac == "full" else ("selective", ac.split(":")[1])
-        ac_module.apply_ac(model, job_config.ActivationCheckpoint(mode=mode, selective_ac_option=option))
+        # Per-op selective checkpointing keeps the outputs of the ops on the model's own save
+        # list, which its parallelize function passes to apply_ac.
+        save_list = (qwen3_parallelize if qwen3 else parallelize)._op_sac_save_list
+        ac_module.apply_ac(model, job_config.ActivationCheckpoint(mode=mode, selective_ac_option=option),
+                           op_sac_save_list=save_list)
     if world > 1:
         mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
         # qwen3's parallelize applies llama4's apply_fsdp, which for a dense model wraps as llama3's does.
@@ -115,7 +119,7 @@ def check(tmp_path, args, batch, ac, world=1, dtype="fp32"):
         model = profile_second_step(args, batch, ac, trace, world, dtype)
     knobs = {"micro_batch": batch, "sharding": "zero3" if world > 1 else "none"}
     if ac != "none":
-        knobs["checkpoint"] = ac.replace("selective:", "every:")
+        knobs["checkpoint"] = "op" if ac == "selective:op" else ac.replace("selective:", "every:")
     plan = longctx.plan(hf_config(args, model), gpus=world, gpu="cpu", seq=args.max_seq_len, no_search=True,
                         techniques="checkpoint,zero3", stack="torchtitan", dtype=dtype, **knobs)
     assert_phases_within(longctx.compare(plan, trace))
@@ -132,6 +136,11 @@ CASES = [
     # A small vocabulary: the layers' tensors, not the logits, make most of the peak.
     (128, 3, 8, 2, 96, 32, 512, 1, "none"),
     (128, 2, 4, 2, 64, 32, 384, 2, "full"),
+    # Per-op selective: every block's wq, wv, w1 and w2 outputs kept (the CPU's attention
+    # kernel is not on the save list).
+    (64, 2, 4, 2, 512, 16, 256, 1, "selective:op"),
+    (96, 3, 6, 3, 320, 24, 160, 2, "selective:op"),
+    (128, 3, 8, 2, 96, 32, 512, 1, "selective:op"),
 ]
 
 
@@ -149,6 +158,7 @@ FSDP_CASES = [
     (3, "bf16", (96, 3, 6, 3, 320, 24, 160, 1, "selective:2")),
     (4, "bf16", (80, 2, 5, 5, 256, 16, 224, 2, "none")),
     (3, "fp32", (128, 2, 8, 2, 100, 32, 384, 1, "full")),
+    (2, "bf16", (80, 3, 5, 5, 256, 16, 224, 1, "selective:op")),
 ]
 
 
@@ -167,6 +177,7 @@ QWEN3_CASES = [
     (64, 3, 6, 3, 20, 160, 384, 192, 2, "full", True, 1, "fp32"),
     (96, 2, 4, 2, 32, 256, 320, 160, 1, "selective:2", False, 2, "bf16"),
     (64, 2, 4, 1, 24, 176, 256, 224, 1, "none", False, 3, "bf16"),
+    (64, 2, 4, 2, 20, 160, 384, 192, 1, "selective:op", True, 1, "fp32"),
 ]
 
 
@@ -183,7 +194,7 @@ def drawn_case(seed):
     heads = kv * rng.choice([1, 2, 3])
     dim = heads * 2 * rng.randint(2, 8)
     layers = rng.randint(1, 4)
-    ac = rng.choice(["none", "full"] + [f"selective:{k}" for k in range(2, layers + 1)])
+    ac = rng.choice(["none", "full", "selective:op"] + [f"selective:{k}" for k in range(2, layers + 1)])
     return (dim, layers, heads, kv, 64 * rng.randint(2, 10), 8 * rng.randint(1, 4), 32 * rng.randint(2, 8),
             rng.choice([1, 1, 2, 3]), ac)
 

@@ -4,6 +4,9 @@
 // exports its job file. The memory it predicts is held to torchtitan itself in tests/stacks.
 #include <gtest/gtest.h>
 
+#include <set>
+#include <string>
+
 #include "longctx/planner/export.h"
 #include "longctx/planner/param_layout.h"
 #include "longctx/planner/memory_model.h"
@@ -95,6 +98,62 @@ TEST(TorchtitanStack, SelectiveCheckpointingRecomputesTheLayersTorchtitanWraps) 
   for (std::int64_t l = 0; l < p.model.layers; ++l) EXPECT_EQ(recomputed[static_cast<std::size_t>(l)], (l + 1) % 2 == 0) << l;
 }
 
+// _apply_op_sac keeps every odd-numbered aten.mm of a block (wq, wv, w1, w2) and, on a GPU,
+// the attention kernel's outputs: the recompute runs only the rest, and the kept tensors live
+// from the forward to the recompute's readers. Each case's recomputed ops per layer.
+TEST(TorchtitanStack, PerOpSelectiveCheckpointingRecomputesWhatItDoesNotKeep) {
+  struct Case {
+    int gpus;
+    const char* gpu;
+    const char* dtype;
+    bool attention_recomputed;  // the CPU's kernel is not on the save list
+  };
+  for (const Case c : {Case{1, "cpu", "fp32", true}, Case{2, "h100-80gb", "bf16", false}}) {
+    PlanRequest r = torchtitan_request("tiny-gqa");
+    r.cluster.gpus = c.gpus;
+    r.cluster.gpu = c.gpu;
+    r.cluster.dtype = c.dtype;
+    r.knobs.checkpoint = CheckpointPolicy::ops();
+    const auto a = answer_plan(r);
+    ASSERT_TRUE(a.ok()) << a.error().message;
+    const Plan& p = a.value().recorded;
+    EXPECT_EQ(p.parallel.checkpoint, CheckpointPolicy::ops());
+    const StepGraph g = build_step(step_inputs(p));
+    for (std::int64_t l = 0; l < p.model.layers; ++l) {
+      std::set<std::string> recomputed;
+      for (const auto& o : g.ops())
+        if (o.phase == Phase::Backward && o.layer == l && o.name.recompute) recomputed.insert(std::string(o.name.base));
+      for (const char* kept : {"attn.q_proj", "attn.v_proj", "mlp.gate_proj", "mlp.down_proj"})
+        EXPECT_EQ(recomputed.count(kept), 0u) << c.gpu << " layer " << l << " " << kept;
+      for (const char* again : {"attn.k_proj", "attn.o_proj", "mlp.up_proj", "mlp.silu", "attn.rope_q"})
+        EXPECT_EQ(recomputed.count(again), 1u) << c.gpu << " layer " << l << " " << again;
+      EXPECT_EQ(recomputed.count("attn.sdpa"), c.attention_recomputed ? 1u : 0u) << c.gpu << " layer " << l;
+    }
+    // The forward's q projection is read again in backward, by the recompute's rotation.
+    bool q_read_in_backward = false;
+    for (const auto& o : g.ops())
+      if (o.phase == Phase::Backward && o.layer == 0)
+        for (const auto t : o.inputs) q_read_in_backward |= format(g.tensors()[static_cast<std::size_t>(t)].name) == "layer.0.attn.q";
+    EXPECT_TRUE(q_read_in_backward) << c.gpu;
+  }
+}
+
+// Per-op selective checkpointing is torchtitan's: the other stacks refuse it naming the flag.
+TEST(TorchtitanStack, OnlyTorchtitanTakesPerOpSelectiveCheckpointing) {
+  for (const char* stack : {"longctx", "hf"}) {
+    PlanRequest r = torchtitan_request("tiny-gqa");
+    r.cluster.stack = stack;
+    r.knobs.checkpoint = CheckpointPolicy::ops();
+    const auto a = answer_plan(r);
+    ASSERT_FALSE(a.ok()) << stack;
+    EXPECT_EQ(a.error().field, "--checkpoint") << a.error().message;
+    EXPECT_NE(a.error().message.find("--stack torchtitan"), std::string::npos) << a.error().message;
+  }
+  const auto parsed = parse_checkpoint("op", "--checkpoint");
+  ASSERT_TRUE(parsed.ok());
+  EXPECT_EQ(to_string(parsed.value()), "op");
+}
+
 TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
   PlanRequest r = torchtitan_request("tiny-gqa");
   r.knobs.checkpoint = CheckpointPolicy::every_k(2);
@@ -111,6 +170,16 @@ TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.error().field, "--stack");
   }
+  // Per-op selective checkpointing is its selective mode's "op" option, and survives the plan file.
+  r.knobs.checkpoint = CheckpointPolicy::ops();
+  const Plan ops = answer_plan(r).value().recorded;
+  const auto back = plan_from_json(plan_to_json(ops));
+  ASSERT_TRUE(back.ok()) << back.error().message;
+  EXPECT_EQ(back.value().parallel.checkpoint, CheckpointPolicy::ops());
+  const auto op_files = export_plan(ops, Stack::Torchtitan);
+  ASSERT_TRUE(op_files.ok()) << op_files.error().message;
+  EXPECT_NE(op_files.value().files.at(kTorchtitanJobFile).find("mode = \"selective\"\nselective_ac_option = \"op\"\n"),
+            std::string::npos);
 }
 
 // FSDP2 across ranks: each parameter chunked on dim 0 (padded to a multiple of the ranks), the

@@ -324,8 +324,18 @@ NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
 TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
                  std::int64_t out, Phase phase, bool rc, Category category) {
   const StepShapes& s = sb.shapes;
-  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, category);
+  // Per-op selective checkpointing keeps every odd-numbered aten.mm's output (step_build.h):
+  // the recompute takes the kept tensor and runs no matmul.
+  OpSac& sac = sb.op_sac;
+  const bool kept = sac.mode != OpSac::Mode::Off && ++sac.mm_count % 2 == 1;
+  if (kept && sac.mode == OpSac::Mode::Replay) {
+    const TensorId y = sac.kept.front();
+    sac.kept.pop_front();
+    return y;
+  }
+  const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, kept ? kAct : category);
   sb.graph.op(layer_name(l, name, rc), phase, l, {x}, {y}, {.flops = proj_flops(s, in, out)});
+  if (kept) sac.kept.push_back(y);
   return y;
 }
 
@@ -462,6 +472,18 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
     sb.hf_model.cache.push_back(kc);
     sb.hf_model.cache.push_back(vc);
   }
+  // Per-op selective checkpointing on a GPU keeps the attention kernel's output and
+  // log-sum-exp; its recompute takes them and runs no attention (step_build.h). The CPU's
+  // kernel is not on the save list: recomputed.
+  OpSac& sac = sb.op_sac;
+  const bool kept = sac.mode != OpSac::Mode::Off && !s.cpu && sb.in.train.stack.attention != HfAttention::Eager;
+  if (kept && sac.mode == OpSac::Mode::Replay) {
+    a.o = sac.kept.front();
+    sac.kept.pop_front();
+    a.lse = sac.kept.front();
+    sac.kept.pop_front();
+    return;
+  }
   a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, S, H, d] e
   const double flops = attention_flops(s, s.H);
   if (sb.in.train.stack.attention != HfAttention::Eager) {
@@ -484,6 +506,10 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
       reads.push_back(a.mask);
     }
     a.lse = sb.graph.tensor(layer_name(l, "attn.lse", rc), s.b * s.H * s.S * 4, kAct);  // [b, H, S] fp32
+    if (kept) {
+      sac.kept.push_back(a.o);
+      sac.kept.push_back(a.lse);
+    }
     // LlamaAttention.forward's key_states and value_states hold the unrepeated k, v until it returns.
     if (a.k_rep >= 0) {
       reads.push_back(a.k);

@@ -7,6 +7,8 @@
 // (loss/loss_utils.py), autograd's backward, and torch.optim.AdamW (optim/adamw.py:
 // _fused_adamw, the Trainer's default; or _single_tensor_adamw on the CPU and
 // _multi_tensor_adamw on CUDA). Footprints: footprint/hf.h.
+#include <deque>
+
 #include "hf_step.h"
 
 #include "longctx/planner/footprint/embedding.h"
@@ -116,7 +118,21 @@ struct Layers {
   std::vector<HfLayerActs> acts;
   std::vector<TensorId> rng;   // checkpointed: torch.get_rng_state() kept per layer
   std::vector<TensorId> host;  // offloaded: the layer input's pinned host copy
+  std::vector<std::deque<TensorId>> kept;  // per-op selective checkpointing: what each block kept
 };
+
+bool op_selective(const StepBuild& sb) { return sb.parallel.checkpoint.kind == CheckpointPolicy::Kind::Ops; }
+
+// Writes block l's pass under per-op selective checkpointing (step_build.h): `kept` receives
+// what the forward keeps, or gives the recompute what it takes back.
+HfLayerActs op_selective_pass(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass,
+                              std::deque<TensorId>& kept) {
+  sb.op_sac = {.mode = rc ? OpSac::Mode::Replay : OpSac::Mode::Keep, .mm_count = 0, .kept = std::move(kept)};
+  const HfLayerActs a = layer_forward(sb, l, x, phase, rc, pass);
+  kept = std::move(sb.op_sac.kept);
+  sb.op_sac = {};
+  return a;
+}
 
 // transformers' checkpoint offload (modeling_utils.py, `_activation_checkpointing_enable` with
 // offload=True, transformers 5.17 on; TrainingArguments' `gradient_checkpointing_kwargs`
@@ -134,6 +150,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.rng.assign(static_cast<std::size_t>(count), -1);
   layers.host.assign(static_cast<std::size_t>(count), -1);
+  layers.kept.assign(static_cast<std::size_t>(count), {});
   for (int l = 0; l < count; ++l) {
     if (fsdp2(sb) && s.qk_norm && s.e != 4) {
       // The block's pre-forward casts rope_cache to param_dtype (before its all-gather).
@@ -158,8 +175,9 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
     }
     // A checkpointed layer runs without saving anything: its tensors die with their last
     // reader in forward, as the graph writes them when nothing in backward reads them.
-    const HfLayerActs a =
-        layer_forward(sb, l, x, Phase::Forward, false, layer_checkpointed(sb, l) ? LayerPass::Checkpointed : LayerPass::Plain);
+    const LayerPass pass = layer_checkpointed(sb, l) ? LayerPass::Checkpointed : LayerPass::Plain;
+    const HfLayerActs a = op_selective(sb) ? op_selective_pass(sb, l, x, Phase::Forward, false, pass, layers.kept[static_cast<std::size_t>(l)])
+                                           : layer_forward(sb, l, x, Phase::Forward, false, pass);
     layers.acts[static_cast<std::size_t>(l)] = a;
     if (fsdp2(sb)) fsdp2_reshard(sb, l, Phase::Forward);
     x = a.out;
@@ -194,8 +212,9 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
         const int o = sb.graph.op(layer_name(l, "checkpoint.unpack"), kB, l, {layers.host[li]}, {in});
         sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
       }
-      a = layer_forward(sb, l, in, Phase::Backward, true,
-                        reentrant(sb) || torchtitan(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved);
+      const LayerPass pass = reentrant(sb) || torchtitan(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved;
+      a = op_selective(sb) ? op_selective_pass(sb, l, in, Phase::Backward, true, pass, layers.kept[li])
+                           : layer_forward(sb, l, in, Phase::Backward, true, pass);
       sb.graph.add_input(sb.graph.last_op(), d_out);
       // Non-reentrant: the unpacked input is the recompute's argument, held until it returns
       // (and after, by what the recompute saved of it).

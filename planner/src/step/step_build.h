@@ -3,6 +3,7 @@
 // the graph, and the tensors one technique produces and another reads (parameters,
 // gradients, the activations a layer's backward reads). Shapes: footprint/step_shapes.h.
 #include <array>
+#include <deque>
 #include <functional>
 #include <vector>
 
@@ -91,6 +92,22 @@ struct Fsdp2Acts {
   std::vector<TensorId> cast_inputs;
 };
 
+// torchtitan's per-op selective checkpointing (CheckpointPolicy::Ops) of the block being
+// written (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac's _custom_policy
+// with the models' _op_sac_save_list, models/llama3/infra/parallelize.py): its policy counts
+// the block's aten.mm calls and keeps the output of every odd-numbered one (wq, wv, w1, w2),
+// and on a GPU the outputs of the attention kernel (the flash, efficient and cuDNN kernels are
+// on the list; the CPU's _scaled_dot_product_flash_attention_for_cpu is not). The block's
+// recompute takes those tensors back in the same order instead of running their ops
+// (torch.utils.checkpoint's _CachedTorchDispatchMode), so each lives from its forward op to
+// its last reader in the recompute.
+struct OpSac {
+  enum class Mode { Off, Keep, Replay };
+  Mode mode = Mode::Off;
+  int mm_count = 0;            // the block's aten.mm calls so far, this pass
+  std::deque<TensorId> kept;   // Keep: appended in op order; Replay: taken from the front
+};
+
 struct StepBuild {
   explicit StepBuild(const StepInputs& inputs);
 
@@ -114,6 +131,7 @@ struct StepBuild {
   HfModelActs hf_model;
   TrlLossActs trl_loss;
   Fsdp2Acts fsdp2;
+  OpSac op_sac;  // the torchtitan stack's per-op selective checkpointing, while a block is written
   // The arctic stack: DeepSpeed's hook on each parameter's gradient, called with the gradient
   // [numel] e just after the op that made it (planner/src/step/arctic_zero.cpp); unset elsewhere.
   std::function<void(TensorId grad, std::int64_t numel)> grad_ready;

@@ -33,8 +33,10 @@ using TechniqueSet = std::bitset<kTechniques>;
 
 // A knob's value as one integer, so the search can hold any knob's candidates alike: the
 // number itself for counts, 0/1 for switches, the enumerator for Sharding, and for
-// checkpointing 0 (none), 1 (full) or K (every:K).
+// checkpointing 0 (none), 1 (full), K (every:K) or kCheckpointOps (op: above every K a model
+// may have, so it too needs the `checkpoint` technique).
 using KnobValue = std::int64_t;
+inline constexpr KnobValue kCheckpointOps = limits::kMaxLayers + 1;
 
 // How a row's candidates are found when the knob is not fixed. Listed: the row's `listed`
 // values. Ulysses: every degree that divides the GPUs and passes the head rules. Ring: every
@@ -100,8 +102,8 @@ struct KnobRule {
       .technique = {Technique::Ring, "ring"}, .listed = {0, 1}, .needs = Requirement{KnobId::ring, 2, false},     \
       .plain_text = "", .optional_in_file = true}))                                                                \
   ROW(checkpoint, CheckpointPolicy, parallel, (KnobRule{                                                           \
-      .label = "checkpoint", .help = "none|full|every:K",                                                         \
-      .technique = {Technique::Checkpoint, "checkpoint"}, .listed = {0, 2, 1}}))                                   \
+      .label = "checkpoint", .help = "none|full|every:K|op (op: torchtitan's per-op selective, --stack torchtitan)",  \
+      .technique = {Technique::Checkpoint, "checkpoint"}, .listed = {0, 2, 1, kCheckpointOps}}))                                   \
   ROW(offload_checkpoints, bool, parallel, (KnobRule{                                                              \
       .label = "checkpoints offloaded", .help = "Keep checkpointed layer inputs in host memory",                  \
       .technique = {Technique::OffloadCheckpoints, "offload-checkpoints"}, .listed = {0, 1},                      \

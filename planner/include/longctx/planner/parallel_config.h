@@ -15,8 +15,11 @@ std::string to_string(Sharding s);
 Result<Sharding> parse_sharding(const std::string& text, const std::string& field);
 
 // Activation checkpointing as a small type: which layers keep only their input.
+//   Ops: every layer checkpointed, but the outputs of the ops on the stack's save list kept
+//   from forward and handed to the recompute instead of being recomputed: torchtitan's
+//   per-op selective checkpointing (`selective_ac_option = "op"`; the torchtitan stack only).
 struct CheckpointPolicy {
-  enum class Kind { None, Full, EveryK };
+  enum class Kind { None, Full, EveryK, Ops };
   Kind kind = Kind::None;
   int every = 1;  // EveryK: layers l with l % every == 0 are checkpointed (the torchtitan
                   // stack: (l + 1) % every == 0, as its selective mode picks them)
@@ -25,13 +28,14 @@ struct CheckpointPolicy {
   static CheckpointPolicy full() { return {Kind::Full, 1}; }
   // every:1 is full: one canonical form, so a policy equals itself read back from a plan file.
   static CheckpointPolicy every_k(int k) { return k == 1 ? full() : CheckpointPolicy{Kind::EveryK, k}; }
+  static CheckpointPolicy ops() { return {Kind::Ops, 1}; }
   bool checkpoints_layer(std::int64_t layer) const {
-    return kind == Kind::Full || (kind == Kind::EveryK && layer % every == 0);
+    return kind == Kind::Full || kind == Kind::Ops || (kind == Kind::EveryK && layer % every == 0);
   }
   bool any() const { return kind != Kind::None; }
   bool operator==(const CheckpointPolicy&) const = default;
 };
-std::string to_string(const CheckpointPolicy& c);  // "none", "full", "every:2"
+std::string to_string(const CheckpointPolicy& c);  // "none", "full", "every:2", "op"
 Result<CheckpointPolicy> parse_checkpoint(const std::string& text, const std::string& field);
 
 // How the key/value blocks of ring attention reach the ring's ranks.
