@@ -53,6 +53,11 @@ def arctic(r):
     return "arctictraining" in str(r.get("framework", "")).lower()
 
 
+def torchtitan(r):
+    """Whether the record ran torchtitan's trainer: its own stack in longctx (--stack torchtitan)."""
+    return str(r.get("framework", "")).lower().startswith("torchtitan")
+
+
 def hf_trainer(r):
     """Whether the record ran transformers' own step in one process (TRL's SFTTrainer or the
     Trainer, no DeepSpeed, FSDP or sequence parallelism): the hf stack (--stack hf)."""
@@ -95,6 +100,14 @@ def configuration(r):
         knobs["arctic_model"] = "liger" if liger else "huggingface"
         knobs["expandable_segments"] = True
         return knobs, *_dtype_gpu(r), notes
+    if torchtitan(r):
+        # torchtitan's trainer: FSDP2 across the GPUs, its activation_checkpoint mode (full,
+        # selective every K, or selective per op), nothing else of longctx's knobs.
+        granularity = str(ac.get("granularity", "")).lower()
+        knobs = {"stack": "torchtitan", "sharding": knobs["sharding"], "checkpoint": knobs["checkpoint"]}
+        if ac.get("enabled") and "selective op" in granularity:
+            knobs["checkpoint"] = "op"
+        return knobs, *_dtype_gpu(r), notes
     if hf_trainer(r):
         # transformers' step as the record ran it: its default attention (sdpa) unless it names
         # flash attention, non-reentrant checkpointing (transformers 5's default), the checkpoint
@@ -126,6 +139,8 @@ def _dtype_gpu(r):
 
 
 def published_bytes(r):
+    if r.get("value_GiB") is not None:
+        return int(r["value_GiB"] * GIB)
     if r.get("value_MiB") is not None:
         return int(r["value_MiB"] * (1 << 20))
     if r.get("value_GB") is not None:
@@ -172,7 +187,9 @@ def predict(r, cli):
         path = os.path.join(d, "config.json")
         with open(path, "w") as f:
             json.dump(model_dict(r), f)
-        pred, err = plan_json(cli, path, r, knobs, dtype, gpu, None)
+        # A card of other memory than the preset's (torchtitan's 96 GB H100s): its size as the budget.
+        budget = f"{r['gpu_memory_GiB']}GiB" if r.get("gpu_memory_GiB") else None
+        pred, err = plan_json(cli, path, r, knobs, dtype, gpu, budget)
         if pred is not None and not pred["feasible"]:
             notes.append("does not fit the GPU in longctx's model")
         if pred is None:
