@@ -188,11 +188,11 @@ Result<bool> validate_hf(const ModelConfig& m, const Cluster& c, const TrainConf
 // q/k norms, no tied embeddings, heads of hidden/heads) or, for a model with q/k norms, its
 // qwen3 model (models/qwen3: any head_dim, embeddings tied or not, no biases); the
 // checkpointing policies are its `activation_checkpoint` modes (full, selective every K
-// layers: --checkpoint every:K, or selective per op: --checkpoint op). Across GPUs it shards with FSDP2 (data_parallel_shard_degree
-// = the ranks: --sharding zero3) in the plan's dtype as param_dtype; DDP and its CPU offload
-// are not modelled. One GPU runs without FSDP, and there torchtitan trains under torch.autocast
-// when mixed_precision_param is bf16 (distributed/utils.py, maybe_enable_amp), which is not
-// modelled: fp32 only.
+// layers: --checkpoint every:K, or selective per op: --checkpoint op). Across GPUs it shards
+// with FSDP2 (data_parallel_shard_degree = the ranks: --sharding zero3) in the plan's dtype as
+// param_dtype; DDP and its CPU offload are not modelled. One GPU runs without FSDP, and there
+// torchtitan trains under torch.autocast when mixed_precision_param is bf16 (distributed/utils.py,
+// maybe_enable_amp), which is not modelled: fp32 only.
 Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (const auto no = torchtitan_model_refusal(m, c.world())) return refuse(t, no->about_gpus ? "--gpus" : "--model", no->reason);
   if (c.world() > 1 && p.sharding != Sharding::Zero3)

@@ -328,11 +328,7 @@ TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, T
   // the recompute takes the kept tensor and runs no matmul.
   OpSac& sac = sb.op_sac;
   const bool kept = sac.mode != OpSac::Mode::Off && ++sac.mm_count % 2 == 1;
-  if (kept && sac.mode == OpSac::Mode::Replay) {
-    const TensorId y = sac.kept.front();
-    sac.kept.pop_front();
-    return y;
-  }
+  if (kept && sac.mode == OpSac::Mode::Replay) return sac.take();
   const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), s.n * out * s.e, kept ? kAct : category);
   sb.graph.op(layer_name(l, name, rc), phase, l, {x}, {y}, {.flops = proj_flops(s, in, out)});
   if (kept) sac.kept.push_back(y);
@@ -478,10 +474,8 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
   OpSac& sac = sb.op_sac;
   const bool kept = sac.mode != OpSac::Mode::Off && !s.cpu && sb.in.train.stack.attention != HfAttention::Eager;
   if (kept && sac.mode == OpSac::Mode::Replay) {
-    a.o = sac.kept.front();
-    sac.kept.pop_front();
-    a.lse = sac.kept.front();
-    sac.kept.pop_front();
+    a.o = sac.take();
+    a.lse = sac.take();
     return;
   }
   a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, S, H, d] e

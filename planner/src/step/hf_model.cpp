@@ -121,12 +121,11 @@ struct Layers {
   std::vector<std::deque<TensorId>> kept;  // per-op selective checkpointing: what each block kept
 };
 
-bool op_selective(const StepBuild& sb) { return sb.parallel.checkpoint.kind == CheckpointPolicy::Kind::Ops; }
-
-// Writes block l's pass under per-op selective checkpointing (step_build.h): `kept` receives
+// Writes block l's pass. Under per-op selective checkpointing (step_build.h) `kept` receives
 // what the forward keeps, or gives the recompute what it takes back.
-HfLayerActs op_selective_pass(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass,
-                              std::deque<TensorId>& kept) {
+HfLayerActs layer_pass(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass,
+                       std::deque<TensorId>& kept) {
+  if (sb.parallel.checkpoint.kind != CheckpointPolicy::Kind::Ops) return layer_forward(sb, l, x, phase, rc, pass);
   sb.op_sac = {.mode = rc ? OpSac::Mode::Replay : OpSac::Mode::Keep, .mm_count = 0, .kept = std::move(kept)};
   const HfLayerActs a = layer_forward(sb, l, x, phase, rc, pass);
   kept = std::move(sb.op_sac.kept);
@@ -176,8 +175,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
     // A checkpointed layer runs without saving anything: its tensors die with their last
     // reader in forward, as the graph writes them when nothing in backward reads them.
     const LayerPass pass = layer_checkpointed(sb, l) ? LayerPass::Checkpointed : LayerPass::Plain;
-    const HfLayerActs a = op_selective(sb) ? op_selective_pass(sb, l, x, Phase::Forward, false, pass, layers.kept[static_cast<std::size_t>(l)])
-                                           : layer_forward(sb, l, x, Phase::Forward, false, pass);
+    const HfLayerActs a = layer_pass(sb, l, x, Phase::Forward, false, pass, layers.kept[static_cast<std::size_t>(l)]);
     layers.acts[static_cast<std::size_t>(l)] = a;
     if (fsdp2(sb)) fsdp2_reshard(sb, l, Phase::Forward);
     x = a.out;
@@ -213,8 +211,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
         sb.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
       }
       const LayerPass pass = reentrant(sb) || torchtitan(sb) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved;
-      a = op_selective(sb) ? op_selective_pass(sb, l, in, Phase::Backward, true, pass, layers.kept[li])
-                           : layer_forward(sb, l, in, Phase::Backward, true, pass);
+      a = layer_pass(sb, l, in, Phase::Backward, true, pass, layers.kept[li]);
       sb.graph.add_input(sb.graph.last_op(), d_out);
       // Non-reentrant: the unpacked input is the recompute's argument, held until it returns
       // (and after, by what the recompute saved of it).

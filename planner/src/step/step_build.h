@@ -106,6 +106,13 @@ struct OpSac {
   Mode mode = Mode::Off;
   int mm_count = 0;            // the block's aten.mm calls so far, this pass
   std::deque<TensorId> kept;   // Keep: appended in op order; Replay: taken from the front
+
+  // Replay: the next kept tensor, in the order the forward kept them.
+  TensorId take() {
+    const TensorId t = kept.front();
+    kept.pop_front();
+    return t;
+  }
 };
 
 struct StepBuild {
