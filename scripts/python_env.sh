@@ -28,11 +28,9 @@ pip=("$venv/bin/python" -m pip --disable-pip-version-check -q)
 "${pip[@]}" install "pytest>=7" "scikit-build-core>=0.10" "nanobind>=2.0" >&2
 
 if [ "${LONGCTX_PYTHON_HF:-1}" = 1 ]; then
-  # torch's CUDA libraries come from the toolkit and LibTorch's prefix (setup.sh fetches the
-  # wheel LibTorch is unpacked from and prints the prefix), not from PyPI's nvidia-* wheels:
-  # importing torch here, and in scripts/python_tests.sh, needs this path.
-  torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
-  export LD_LIBRARY_PATH="/usr/local/cuda/lib64:$torch_prefix/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+  # Importing torch here, to see what is installed, needs its CUDA libraries on the path.
+  # shellcheck source=scripts/torch_libraries.sh
+  . "$root/scripts/torch_libraries.sh"
   if ! "$venv/bin/python" -c "import torch, transformers" 2>/dev/null; then
     wheel=$(ls "$CACHE_ROOT"/wheels/torch-*.whl | head -n 1)
     log "installing torch from $wheel and transformers $TRANSFORMERS_VERSION"
