@@ -4,6 +4,9 @@
 
 #include <chrono>
 #include <thread>
+#include <vector>
+
+#include <ATen/record_function.h>
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
@@ -59,6 +62,9 @@ Communicator::~Communicator() = default;
 
 
 void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) const {
+  // The time the rank waits for the exchange, the peers' lateness included, as an operator
+  // that `run --op-times` (op_timer.h) counts in the phase: "c10d::wait(Ulysses all-to-all)".
+  RECORD_FUNCTION("c10d::wait(" + what + ")", std::vector<c10::IValue>());
   try {
     if (backend_ == CommBackend::Nccl) {
       // No timeout: WorkNCCL::wait(timeout) blocks the host until the GPU has finished the

@@ -199,6 +199,40 @@ TEST_F(RunCommand, OpTimesListEachPhasesOperatorsBesideThePlannersOps) {
   EXPECT_NE(std::find(names.begin(), names.end(), "layer.0.attn.flash"), names.end());
 }
 
+// --op-times across ranks: each rank's wait for its exchanges is listed as an operator of the
+// phase, one call for each collective the phase issues (the Ulysses layer's three all-to-alls
+// for q, k, v and one for its output; the optimizer's gradient all-reduces), so a phase's time
+// beyond its operators' shows where a rank waited on the other.
+TEST_F(RunCommand, OpTimesCountEachRanksWaitsForItsExchanges) {
+  ParallelConfig p;
+  p.ulysses = 2;
+  Plan plan = testing::tiny_plan("tiny-gqa", 64, 1, p);
+  plan.cluster.shape = {1, 2};
+  auto o = run_cli("run --plan " + write(plan, "u2.json") + " --nproc 2 --steps 2 --threads 1 --json --op-times " +
+                   path("ops.json"));
+  ASSERT_EQ(o.status, 0) << o.err;
+  const auto run = nlohmann::json::parse(o.out);
+  for (const std::string file : {"ops.json", "ops.rank1.json"}) {
+    const auto j = nlohmann::json::parse(testing::slurp(path(file)));
+    std::map<std::string, std::int64_t> waits;
+    for (const auto& phase : j["phases"])
+      for (const auto& op : phase["ops"]) {
+        const auto name = op["op"].get<std::string>();
+        if (name.rfind("c10d::wait(", 0) != 0) continue;
+        EXPECT_GE(op["self_s"].get<double>(), 0.0) << op;
+        waits[phase["phase"].get<std::string>() + " " + name] += op["calls"].get<std::int64_t>();
+      }
+    EXPECT_EQ(waits["forward.layer.0 c10d::wait(Ulysses all-to-all)"], 4) << file;
+    EXPECT_EQ(waits["backward.layer.1 c10d::wait(Ulysses all-to-all)"], 4) << file;
+    // Every collective the runtime counts in the optimizer phase is waited for there.
+    std::int64_t optimizer_collectives = -1;
+    for (const auto& ph : run["ranks"][0]["measured"]["phases"])
+      if (ph["name"] == "optimizer") optimizer_collectives = ph["collectives"].get<std::int64_t>();
+    EXPECT_GT(optimizer_collectives, 0);
+    EXPECT_EQ(waits["optimizer c10d::wait(gradient all-reduce)"], optimizer_collectives) << file;
+  }
+}
+
 // --trace and --allocation-log: refused on a device (exit 2), and on a full disk (a
 // file-size limit, see training_state_test) an error naming the file, with neither the
 // file nor a temporary left.

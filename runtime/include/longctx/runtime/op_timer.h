@@ -10,7 +10,9 @@
 // name: calls, and self time (its time less that of the operators it called, so a
 // composite such as aten::linear is not counted twice). Autograd's backward nodes
 // ("MulBackward0", ...) are scopes of their own; their self time is the engine's work
-// between the operators they call.
+// between the operators they call. The communicator's waits for its exchanges are scopes too
+// ("c10d::wait(Ulysses all-to-all)", communicator.cpp): the time a rank spends in the
+// exchange and waiting for the slowest of its peers, which no operator shows.
 //
 // The observers cost about a microsecond an operator, so a timed step is slower than an
 // untimed one by that much per call: use it to see where time goes, not to time the step.
