@@ -157,10 +157,25 @@ void datasheet_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff
   }
 }
 
+// Whether the step's ranks meet at an exchange each waits for (a collective across ranks the
+// step does not issue on a side stream): there the faster ranks wait for the slowest.
+bool ranks_synchronize(const StepGraph& g) {
+  for (const OpSpec& op : g.ops())
+    if (op.comm != CommKind::None && op.comm != CommKind::HostToDevice && op.comm != CommKind::DeviceToHost &&
+        op.comm_group > 1 && !op.comm_async)
+      return true;
+  return false;
+}
+
 // As datasheet_time, each op at the rates measured on the machine (estimate_measured_step_time).
+// Where the ranks synchronize, every segment's compute is followed by the wait for the slowest
+// rank (MeasuredRates::rank_lag of it), counted as exposed exchange time: each synchronous
+// exchange ends when the slowest rank reaches it, and one is never far ahead (a layer's
+// all-to-alls, a ring's hops, the gradients' reductions).
 template <class OnSegment>
 void measured_time(const Plan& p, const StepGraph& g, StepTime& t, OnSegment on_segment) {
   const MeasuredRates& m = p.cluster.hardware.measured;
+  const double lag = m.rank_lag > 0 && ranks_synchronize(g) ? m.rank_lag : 0.0;
   struct Segment { int first_op = 0; double compute = 0, hidden_comm = 0, exposed_comm = 0; };
   const auto segments = by_segment<Segment>(g, [&](const OpSpec& op, Segment& s) {
     const double comm = measured_comm_seconds(op, m);
@@ -176,7 +191,7 @@ void measured_time(const Plan& p, const StepGraph& g, StepTime& t, OnSegment on_
     s.exposed_comm += comm - hidden;
   });
   for (const auto& [key, s] : segments) {
-    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute);
+    const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute) + lag * s.compute;
     t.compute_s += s.compute;
     t.exposed_comm_s += exposed;
     on_segment(s.first_op, s.compute + exposed);

@@ -67,7 +67,8 @@ const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_mea
   static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
       {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s},
       {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s},
-      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s}};
+      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s},
+      {"rank_lag", &MeasuredRates::rank_lag}};
   return fields;
 }
 
@@ -130,8 +131,10 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     for (const auto& [key, field] : optional_measured_rate_fields()) {
       if (!m.contains(key)) continue;
       LONGCTX_TRY(r.*field, get_number(m, mp, key));
-      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be positive; calibrate again");
     }
+    // A slowest rank ten times the average's pace is a machine to mend, not a lag to plan for.
+    if (r.rank_lag >= 10) return Error::bad_input(mp + ".rank_lag", "must be below 10 (the slowest rank's excess over the average, a fraction); calibrate again");
     LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
     r.ranks = static_cast<int>(ranks);
   }

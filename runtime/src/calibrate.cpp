@@ -224,6 +224,45 @@ struct Probes {
     return {(sent / a2a + sent / ag + sent / rs) / 3, latency};
   }
 
+  // How much later the slowest rank finishes the same work than the average rank does, as a
+  // fraction of the work (MeasuredRates::rank_lag): every rank runs the MLP's up projection
+  // at the step's shape, repeated to about kLagIntervalS (the span of a layer's compute between
+  // two of its exchanges), between barriers; each round's times are summed across the ranks
+  // into one vector, and max / mean - 1 averaged over `rounds`. Ranks that share cores,
+  // caches or memory bandwidth (with each other or other tenants) run the same work at
+  // different speeds from moment to moment, and a synchronous exchange ends with the slowest.
+  double rank_lag(int rounds) {
+    constexpr double kLagIntervalS = 0.01;
+    const auto& m = o.model;
+    auto x = torch::randn({o.seq, m.hidden}, opts(torch::kFloat)), up = torch::randn({m.intermediate, m.hidden}, opts(torch::kFloat));
+    torch::Tensor y;
+    auto work = [&] { y = torch::linear(x, up); };
+    work();
+    synchronize(device);
+    auto t0 = Clock::now();
+    work();
+    synchronize(device);
+    const double once = std::max(std::chrono::duration<double>(Clock::now() - t0).count(), 1e-7);
+    // Every rank must run the same repetitions: the mean of each rank's count, rounded up.
+    const double mine = std::clamp(std::ceil(kLagIntervalS / once), 1.0, 10000.0);
+    const int reps = static_cast<int>(std::ceil(comm.all_reduce_sum(mine) / double(comm.world())));
+    auto times = torch::zeros({comm.world()}, opts(torch::kDouble));
+    double lag = 0;
+    for (int r = 0; r < rounds; ++r) {
+      comm.barrier();
+      t0 = Clock::now();
+      for (int i = 0; i < reps; ++i) work();
+      synchronize(device);
+      const double took = std::chrono::duration<double>(Clock::now() - t0).count();
+      times.zero_();
+      times[comm.rank()].fill_(took);
+      comm.all_reduce_sum(times);
+      const auto all = times.cpu();
+      lag += all.max().item<double>() / all.mean().item<double>() - 1;
+    }
+    return lag / rounds;
+  }
+
   // The step's gradient all-reduces (runner.cpp, sum_gradients): one per parameter tensor of
   // the model, back to back; bytes a rank sends a second beyond `latency` a call, as the
   // planner counts them (footprint::all_reduce_sent_bytes). 0 where the calls take no longer
@@ -295,6 +334,11 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
                            "rank sends",
                            o.seq, m.hidden, comm.world()));
       p.record("collective_latency_s", latency, "s", fmt::format("all-reduce of one element across {} ranks", comm.world()));
+      if (const double lag = p.rank_lag(20); lag > 0)
+        p.record("rank_lag", lag, "fraction",
+                 fmt::format("the slowest of {} ranks' time over the average's, less 1: x [{}, {}] fp32 through the "
+                             "MLP's up weights, repeated to about 10 ms on every rank between barriers, mean of 20 rounds",
+                             comm.world(), o.seq, m.hidden));
       if (const double all_reduce = p.all_reduce_rate(10, latency); all_reduce > 0)
         p.record("all_reduce_bytes_per_s", all_reduce, "byte/s",
                  fmt::format("all-reduce of each of {}'s parameter tensors back to back across {} ranks, as the step "

@@ -40,15 +40,15 @@ TEST_F(Calibrate, WritesAPresetThatPlans) {
   // The scalar rates, the optional ones (the host's elementwise rate, SiLU's), and forward and
   // backward at five head dims.
   // The gradients' all-reduces have no peer on one rank: absent, all-reduces then take the
-  // collective rate.
+  // collective rate; nor is there a slower rank to wait for.
   for (const auto& [key, field] : optional_measured_rate_fields()) {
-    if (std::string(key) == "all_reduce_bytes_per_s") {
-      EXPECT_FALSE(j["measured"].contains(key)) << "one rank has no all-reduce to time";
+    if (std::string(key) == "all_reduce_bytes_per_s" || std::string(key) == "rank_lag") {
+      EXPECT_FALSE(j["measured"].contains(key)) << "one rank has no peer: " << key;
       continue;
     }
     EXPECT_GT(j["measured"][key].get<double>(), 0) << key;
   }
-  EXPECT_EQ(j["measurements"].size(), measured_rate_fields().size() + optional_measured_rate_fields().size() - 1 + 2 * 5);
+  EXPECT_EQ(j["measurements"].size(), measured_rate_fields().size() + optional_measured_rate_fields().size() - 2 + 2 * 5);
   // The step's elementwise ops write fresh outputs; the optimizer's passes write in place.
   std::map<std::string, std::string> how;
   for (const auto& m : j["measurements"]) how[m["key"]] = m["how"];
@@ -80,6 +80,10 @@ TEST_F(Calibrate, MeasuresCollectivesAcrossRanks) {
   // tiny-gqa the tensors are small enough that they may not).
   if (j["measured"].contains("all_reduce_bytes_per_s")) EXPECT_GT(j["measured"]["all_reduce_bytes_per_s"].get<double>(), 0);
   EXPECT_NE(o.err.find("gradient all-reduces back to back"), std::string::npos) << o.err;
+  // The slowest rank's lag over the same work: never behind the average, and recorded.
+  ASSERT_TRUE(j["measured"].contains("rank_lag")) << j["measured"].dump();
+  const double lag = j["measured"]["rank_lag"];
+  EXPECT_TRUE(lag > 0 && lag < 10) << lag;
 }
 
 TEST_F(Calibrate, BadInputExitsTwoNamingTheField) {

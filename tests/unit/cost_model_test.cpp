@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
 
 #include <nlohmann/json.hpp>
 
@@ -150,6 +151,30 @@ TEST(MeasuredCostModel, ExchangesTheRankWaitsForAreExposedAndEachCallPaysTheLate
   }
 }
 
+// rank_lag: where the ranks meet at exchanges they wait for, each segment's compute is
+// followed by the wait for the slowest rank, that fraction of it, counted as exposed exchange
+// time; one rank, or a preset that did not measure it, waits for no one.
+TEST(MeasuredCostModel, RanksWaitForTheSlowestAtEachSynchronousExchange) {
+  for (const std::int64_t ranks : {1, 2}) {
+    Plan p = testing::cpu_plan("tiny-gqa", ranks, 2048);
+    p.parallel.ulysses = static_cast<int>(ranks);
+    p.cluster.hardware.measured = rates();
+    p.cluster.hardware.measured.ranks = static_cast<int>(ranks);
+    const StepTime base = time_of(p);
+    Plan lagged = p;
+    lagged.cluster.hardware.measured.rank_lag = 0.1;
+    const StepTime t = time_of(lagged);
+    EXPECT_EQ(t.compute_s, base.compute_s) << "the ops' own work is unchanged";
+    const double wait = ranks > 1 ? 0.1 * base.compute_s : 0.0;
+    EXPECT_NEAR(t.exposed_comm_s - base.exposed_comm_s, wait, 1e-9 * base.total_s) << ranks << " ranks";
+    EXPECT_NEAR(t.total_s - base.total_s, wait, 1e-9 * base.total_s) << ranks << " ranks";
+    // The phases carry the waits they end in: still summing to the step.
+    double sum = 0;
+    for (const auto& [name, seconds] : phase_step_times(lagged, evaluate(lagged).graph)) sum += seconds;
+    EXPECT_NEAR(sum, t.total_s, 1e-9 * t.total_s);
+  }
+}
+
 TEST(MeasuredCostModel, PhaseTimesAddUpToTheStepUnderTheRuntimesPhaseNames) {
   for (const bool measured : {true, false}) {
     for (Plan p : {testing::cpu_plan("tiny-gqa", 1, 2048), testing::cpu_plan("tiny-odd", 2, 1536)}) {
@@ -221,13 +246,20 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
   EXPECT_EQ(back->measured.transcendental_elems_per_s, 0) << "absent: not used";
   for (const auto& [key, field] : optional_measured_rate_fields()) {
     auto with = j;
-    with["measured"][key] = 7e9;
-    EXPECT_EQ(hardware_from_json(with)->measured.*field, 7e9) << key;
-    EXPECT_EQ(hardware_to_json(*hardware_from_json(with))["measured"][key], 7e9) << key;
+    const double value = std::string(key) == "rank_lag" ? 0.07 : 7e9;  // a fraction, not a rate
+    with["measured"][key] = value;
+    EXPECT_EQ(hardware_from_json(with)->measured.*field, value) << key;
+    EXPECT_EQ(hardware_to_json(*hardware_from_json(with))["measured"][key], value) << key;
     with["measured"][key] = -1;
     ASSERT_FALSE(hardware_from_json(with).ok()) << key;
     EXPECT_NE(hardware_from_json(with).error().field.find(key), std::string::npos) << key;
   }
+
+  // A slowest rank ten times the average's pace is refused, naming the field.
+  auto lag = j;
+  lag["measured"]["rank_lag"] = 10;
+  ASSERT_FALSE(hardware_from_json(lag).ok());
+  EXPECT_EQ(hardware_from_json(lag).error().field, "cluster.hardware.measured.rank_lag");
 
   // A rate that is not positive is refused naming it.
   auto bad = j;

@@ -47,6 +47,12 @@ struct MeasuredRates {
   // all-reduces queued one after another run far below the rate of one large exchange (Gloo
   // on loopback: 40 KB each, about 1 ms a call back to back, 0.3 ms after a barrier).
   double all_reduce_bytes_per_s = 0;
+  // How much longer the slowest of `ranks` ranks takes than their average over the same
+  // work, as a fraction of it: the same matmuls on every rank between barriers, max over the
+  // ranks / mean - 1, averaged over rounds (calibrate.h). A synchronous exchange ends when the
+  // slowest rank reaches it, so a step across ranks waits that much beyond its compute. 0 where
+  // not measured: one rank, and presets written before it (or from datasheets).
+  double rank_lag = 0;
   // The rate all-reduces are charged at: their own where measured, else the collectives'.
   double all_reduce_rate() const { return all_reduce_bytes_per_s > 0 ? all_reduce_bytes_per_s : collective_bytes_per_s; }
 

@@ -44,6 +44,10 @@
 //                               sends (2 (w-1)/w of each tensor's) over the time beyond one
 //                               collective_latency_s a call; absent on one rank, or where
 //                               the calls took no longer than their latency
+//   rank_lag                    x [n,h] by the MLP's up weights, repeated to about 10 ms on
+//                               every rank between barriers: the slowest rank's time over the
+//                               mean, less 1, averaged over 20 rounds (a fraction); absent on
+//                               one rank
 #include <cstdio>
 #include <string>
 #include <vector>
