@@ -148,16 +148,34 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   }
 }
 
+// Every knob's value, in the table's order: one order on plans that faster() finds equal.
+std::vector<KnobValue> knob_values(const Plan& p) {
+  std::vector<KnobValue> v;
+  for (const Knob& k : knob_table()) v.push_back(knob_value(p, k.id));
+  return v;
+}
+
+bool same_choice(const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }
+
 SearchResult summarize(const Plan& best, Evaluator& ev) {
   SearchResult r;
   r.best = best;
   r.evaluated = ev.evaluated;
   auto& all = ev.feasible;
-  std::sort(all.begin(), all.end(), faster);
-  all.erase(std::unique(all.begin(), all.end(), [](const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }),
-            all.end());
+  // Fastest first, plans equally fast (faster() rounds the speed) in the order of their knobs:
+  // a plan the search evaluated twice then lies beside its repeat, which unique() drops, and
+  // the runners-up come out in the same order on every platform. Before, repeats of one plan
+  // could sit apart among equally fast others and be listed twice, the best among them.
+  std::sort(all.begin(), all.end(), [](const Plan& a, const Plan& b) {
+    if (faster(a, b) || faster(b, a)) return faster(a, b);
+    return knob_values(a) < knob_values(b);
+  });
+  all.erase(std::unique(all.begin(), all.end(), same_choice), all.end());
   r.feasible = static_cast<int>(all.size());
-  for (std::size_t i = 1; i < all.size() && r.runners_up.size() < 5; ++i) r.runners_up.push_back(all[i]);
+  for (const Plan& p : all) {
+    if (r.runners_up.size() == 5) break;
+    if (!same_choice(p, best)) r.runners_up.push_back(p);
+  }
   // Pareto front over (peak device memory, tokens/s): in speed order, keep each plan that
   // needs less memory than every faster one.
   std::int64_t least = INT64_MAX;

@@ -1,6 +1,8 @@
 // The search against brute force, and the max-context query's guarantees.
 #include <gtest/gtest.h>
 
+#include <tuple>
+
 #include <nlohmann/json.hpp>
 
 #include "longctx/planner/memory_model.h"
@@ -54,6 +56,44 @@ TEST(Search, ReturnedPlansReevaluateAsFeasible) {
   // The Pareto front: each plan needs less memory than every faster one.
   for (std::size_t i = 1; i < r->pareto.size(); ++i)
     EXPECT_LT(r->pareto[i].prediction.peak_device_bytes, r->pareto[i - 1].prediction.peak_device_bytes);
+}
+
+// The runners-up are other plans than the best and each is listed once, also where many
+// plans tie on speed (tile counts that cost the same) and the search evaluated some twice.
+TEST(Search, RunnersUpAreDistinctAndNeverTheBest) {
+  int listed = 0;
+  for (const bool measured : {false, true})
+    for (const auto& [model, gpus, seq, budget] : {std::tuple{"tiny-bias", 2, 8192, 48LL << 20}, std::tuple{"tiny-gqa", 1, 8192, 64LL << 20},
+                                                   std::tuple{"tiny-odd", 2, 4096, 24LL << 20}}) {
+      Plan base = cpu_plan(model, gpus, seq);
+      base.cluster.device_budget_bytes = budget;
+      if (measured) {
+        // Rates of the kind calibrate writes for two ranks of the development machine.
+        MeasuredRates& m = base.cluster.hardware.measured;
+        m.present = true;
+        m.ranks = 2;
+        m.matmul_fp32_flops = 9.4e10, m.matmul_bf16_flops = 2.1e11;
+        m.attention_forward.points = {{8, 2e9}, {64, 1.5e10}};
+        m.attention_backward.points = {{8, 2e9}, {64, 1.2e10}};
+        m.memory_bytes_per_s = 8.9e10, m.op_overhead_s = 4.4e-6, m.copy_bytes_per_s = 4.6e10;
+        m.collective_bytes_per_s = 5e8, m.collective_latency_s = 2e-4;
+      }
+      auto r = best_plan(base, all_techniques());
+      ASSERT_TRUE(r.ok()) << model << ": " << r.error().what();
+      for (std::size_t i = 0; i < r->runners_up.size(); ++i) {
+        const Plan& a = r->runners_up[i];
+        EXPECT_FALSE(a.parallel == r->best.parallel && a.train.micro_batch == r->best.train.micro_batch)
+            << model << ": the best is among its runners-up";
+        for (std::size_t j = i + 1; j < r->runners_up.size(); ++j)
+          EXPECT_FALSE(a.parallel == r->runners_up[j].parallel && a.train.micro_batch == r->runners_up[j].train.micro_batch)
+              << model << ": runner-up " << i << " listed again at " << j;
+        // No faster beyond the three digits plans are ranked by (a runner-up as fast may need
+        // less memory: the search stops at the fewest tiles that fit).
+        EXPECT_LE(a.prediction.tokens_per_s, r->best.prediction.tokens_per_s * 1.005) << model << ": a runner-up is faster than the best";
+        ++listed;
+      }
+    }
+  EXPECT_GE(listed, 10);
 }
 
 TEST(Search, NoFitNamesTheSmallestPeak) {
