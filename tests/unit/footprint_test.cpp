@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "longctx/planner/footprint/attention.h"
+#include "longctx/planner/footprint/flash_attn.h"
 #include "longctx/planner/footprint/loss.h"
 #include "longctx/planner/footprint/mlp.h"
 #include "longctx/planner/footprint/norm.h"
@@ -64,6 +65,38 @@ TEST(Footprint, TheFlashOpsBlocksPeakAtItsWorkspace) {
       }
       ASSERT_EQ(std::count(sequence.begin(), sequence.end(), 0), 1) << at;
       EXPECT_EQ(sequence_peak(sequence).peak, footprint::flash_op_forward_workspace(s)) << at;
+    }
+}
+
+// flash-attn's backward asks for its outputs, then each scratch buffer in mha_bwd's order,
+// and holds them all until it returns: the sequence's peak is the workspace the simulation
+// books. Llama-3.1-8B at 600,000 tokens (32 query heads, 8 kv heads, d 128), the sizes from
+// the shapes in hopper/flash_api.cpp and csrc/flash_attn/flash_api.cpp written out by hand.
+TEST(Footprint, FlashAttnsBackwardAsksForItsBuffersInItsOrder) {
+  footprint::StepShapes s = shapes_of("llama-3.1-8b", 600000, 1, 1);
+  s.e = 2;
+  const std::vector<std::int64_t> fa3 = footprint::flash::fa3_backward_workspace_sequence(s, 32, 8);
+  const std::int64_t softmax = 32LL * 600000 * 4, dq_accum = 32LL * 600000 * 128 * 4,
+                     kv_accum = 8LL * 600064 * 128 * 4;  // keys rounded up to 128
+  EXPECT_EQ(fa3, (std::vector<std::int64_t>{0, softmax, softmax, dq_accum, kv_accum, kv_accum}));
+  const std::vector<std::int64_t> fa2 = footprint::flash::fa2_backward_workspace_sequence(s, 32, 8);
+  const std::int64_t softmax_d = 32LL * 600064 * 4, dq_accum2 = 600064LL * 32 * 128 * 4,
+                     expanded = 600000LL * 32 * 128 * 2;  // dk, dv over the query heads, bf16
+  EXPECT_EQ(fa2, (std::vector<std::int64_t>{0, softmax_d, dq_accum2, expanded, expanded}));
+  for (const char* model : {"tiny-gqa", "tiny-odd", "llama-3.2-1b", "llama-3.1-8b"})
+    for (const std::int64_t seq : {1000, 4099, 65536}) {
+      const footprint::StepShapes t = shapes_of(model, seq, 1, 1);
+      for (const std::int64_t kv : {t.kvr, t.hl}) {  // grouped, and one kv head per query head
+        const std::string at = std::string(model) + " seq " + std::to_string(seq) + " kv " + std::to_string(kv);
+        const auto three = footprint::flash::fa3_backward_workspace_sequence(t, t.hl, kv);
+        const auto two = footprint::flash::fa2_backward_workspace_sequence(t, t.hl, kv);
+        ASSERT_FALSE(three.empty()) << at;
+        EXPECT_EQ(three.front(), 0) << at;
+        EXPECT_EQ(two.front(), 0) << at;
+        EXPECT_EQ(three.size(), kv == t.hl ? 4U : 6U) << at;
+        EXPECT_EQ(sequence_peak(three).peak, footprint::flash::fa3_backward_workspace(t, t.hl, kv)) << at;
+        EXPECT_EQ(sequence_peak(two).peak, footprint::flash::fa2_backward_workspace(t, t.hl, kv)) << at;
+      }
     }
 }
 

@@ -1,5 +1,7 @@
 #include "longctx/planner/footprint/flash_attn.h"
 
+#include <vector>
+
 namespace longctx::footprint::flash {
 
 namespace {
@@ -14,17 +16,40 @@ std::int64_t fa2_softmax_d_bytes(std::int64_t b, std::int64_t rows, std::int64_t
   return b * heads * round_up(rows, 128) * 4;
 }
 
+std::vector<std::int64_t> fa2_backward_workspace_sequence(const StepShapes& s, std::int64_t heads,
+                                                           std::int64_t kv_heads) {
+  // mha_bwd: softmax_d, dq_accum (its `loop`, seqlen_k above one block of keys), and under GQA
+  // dk_expanded, dv_expanded [b, S, heads, d] e, summed into dk, dv by at::sum_out.
+  std::vector<std::int64_t> seq = {0, fa2_softmax_d_bytes(s.b, s.S, heads), fa2_dq_accum_bytes(s.b, s.S, heads, s.d)};
+  if (heads != kv_heads) seq.insert(seq.end(), 2, s.b * s.S * heads * s.d * s.e);
+  return seq;
+}
+
+std::vector<std::int64_t> fa3_backward_workspace_sequence(const StepShapes& s, std::int64_t heads,
+                                                           std::int64_t kv_heads) {
+  // hopper/flash_api.cpp, mha_bwd: softmax_d, softmax_lse_log2, dq_accum, then under GQA
+  // dk_accum and dv_accum (torch::zeros).
+  const std::int64_t q_rows = round_up(s.S, 64), k_rows = round_up(s.S, 128);
+  const std::int64_t softmax = s.b * heads * q_rows * 4;
+  std::vector<std::int64_t> seq = {0, softmax, softmax, s.b * heads * q_rows * s.d * 4};
+  if (heads != kv_heads) seq.insert(seq.end(), 2, s.b * kv_heads * k_rows * s.d * 4);
+  return seq;
+}
+
+namespace {
+std::int64_t sum(const std::vector<std::int64_t>& blocks) {
+  std::int64_t total = 0;
+  for (const std::int64_t b : blocks) total += b;
+  return total;
+}
+}  // namespace
+
 std::int64_t fa2_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads) {
-  const std::int64_t expanded = heads != kv_heads ? 2 * s.b * s.S * heads * s.d * s.e : 0;
-  return fa2_softmax_d_bytes(s.b, s.S, heads) + fa2_dq_accum_bytes(s.b, s.S, heads, s.d) + expanded;
+  return sum(fa2_backward_workspace_sequence(s, heads, kv_heads));
 }
 
 std::int64_t fa3_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads) {
-  const std::int64_t q_rows = round_up(s.S, 64), k_rows = round_up(s.S, 128);
-  const std::int64_t softmax = 2 * s.b * heads * q_rows * 4;
-  const std::int64_t dq_accum = s.b * heads * q_rows * s.d * 4;
-  const std::int64_t kv_accum = heads != kv_heads ? 2 * s.b * kv_heads * k_rows * s.d * 4 : 0;
-  return softmax + dq_accum + kv_accum;
+  return sum(fa3_backward_workspace_sequence(s, heads, kv_heads));
 }
 
 }  // namespace longctx::footprint::flash

@@ -25,6 +25,14 @@ namespace {
 
 bool ulysses(const StepShapes& s) { return s.u > 1; }
 
+// The kernel's scratch blocks in the order mha_bwd asks for them (flash_attn.h).
+std::vector<std::int64_t> flash_backward_workspace_sequence(const StepBuild& sb) {
+  const StepShapes& s = sb.shapes;
+  return sb.in.train.stack.attention == HfAttention::FlashAttention3
+             ? flash::fa3_backward_workspace_sequence(s, s.hl, s.kvr)
+             : flash::fa2_backward_workspace_sequence(s, s.hl, s.kvr);
+}
+
 std::int64_t flash_backward_workspace(const StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   return sb.in.train.stack.attention == HfAttention::FlashAttention3 ? flash::fa3_backward_workspace(s, s.hl, s.kvr)
@@ -108,7 +116,8 @@ TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId 
   TensorId dk = sb.graph.tensor(layer_name(l, "attn.k_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
   TensorId dv = sb.graph.tensor(layer_name(l, "attn.v_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
   sb.graph.op(layer_name(l, "attn.flash.bwd"), kB, l, {d_o_sp, at.q_sp, at.k_sp, at.v_sp, at.o_sp, a.lse}, {dq, dk, dv},
-              {.workspace = flash_backward_workspace(sb), .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
+              {.workspace = flash_backward_workspace(sb), .workspace_sequence = flash_backward_workspace_sequence(sb),
+               .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   if (ulysses(s)) {
     // The exchanges back to the rank's tokens; replicated kv heads' gradients summed over
     // their replicas (the received [n, u*kvr*d] beside the sum).

@@ -10,7 +10,7 @@ namespace longctx::step {
 // What an op costs beyond the tensors it reads and writes.
 struct OpCost {
   std::int64_t workspace = 0;   // device scratch live only inside the op
-  std::vector<std::int64_t> workspace_sequence;  // OpSpec::workspace_sequence
+  std::vector<std::int64_t> workspace_sequence = {};  // OpSpec::workspace_sequence
   double flops = 0;             // per rank; an op with flops, no kind, traffic or transcendentals is a matmul
   double kernel_flops = 0;      // OpSpec::kernel_flops
   OpKind kind = OpKind::Memory;

@@ -6,6 +6,7 @@
 // allocates only its outputs, out [b*S, heads, d] e and softmax_lse [b, heads, S] fp32.
 // Shapes: step_shapes.h.
 #include <cstdint>
+#include <vector>
 
 #include "longctx/planner/footprint/step_shapes.h"
 
@@ -27,5 +28,14 @@ std::int64_t fa2_softmax_d_bytes(std::int64_t b, std::int64_t rows, std::int64_t
 // [b, heads, S64 * d] fp32, and under GQA dk_accum, dv_accum [b, kv_heads, S128 * d] fp32 each
 // (no copies over the query heads).
 std::int64_t fa3_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+
+// Each backward's scratch as mha_bwd asks the caching allocator for it
+// (OpSpec::workspace_sequence): the op's outputs dq, dk, dv first (0: the interface's
+// torch.empty_like before the call), then the buffers above in the order listed, every one
+// held until mha_bwd returns. As one block the scratch would need a hole as large as their
+// sum (FA3 on 600K tokens of Llama-3.1-8B: 14.9 GB) where the pieces fit in smaller ones.
+// The sums are fa2_backward_workspace and fa3_backward_workspace.
+std::vector<std::int64_t> fa2_backward_workspace_sequence(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
+std::vector<std::int64_t> fa3_backward_workspace_sequence(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
 
 }  // namespace longctx::footprint::flash
