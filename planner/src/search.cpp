@@ -29,15 +29,15 @@ struct Evaluator {
   }
 };
 
-// Speed to three significant digits: differences below that are inside the cost model's
-// error, and should not buy a plan that needs more memory. Rounding is monotone, so the
-// search's bounds still hold.
+}  // namespace
+
+// Differences below three digits are inside the cost model's error, and should not buy a plan
+// that needs more memory. Rounding is monotone, so the search's bounds still hold.
 double rounded_speed(double tokens_per_s) {
   if (tokens_per_s <= 0) return 0;
   const double scale = std::pow(10.0, std::floor(std::log10(tokens_per_s)) - 2);
   return std::round(tokens_per_s / scale) * scale;
 }
-}  // namespace
 
 bool faster(const Plan& a, const Plan& b) {
   const double sa = rounded_speed(a.prediction.tokens_per_s), sb = rounded_speed(b.prediction.tokens_per_s);
@@ -161,15 +161,20 @@ SearchResult summarize(const Plan& best, Evaluator& ev) {
   SearchResult r;
   r.best = best;
   r.evaluated = ev.evaluated;
-  auto& all = ev.feasible;
-  // Fastest first, plans equally fast (faster() rounds the speed) in the order of their knobs:
-  // a plan the search evaluated twice then lies beside its repeat, which unique() drops, and
-  // the runners-up come out in the same order on every platform. Before, repeats of one plan
-  // could sit apart among equally fast others and be listed twice, the best among them.
-  std::sort(all.begin(), all.end(), [](const Plan& a, const Plan& b) {
-    if (faster(a, b) || faster(b, a)) return faster(a, b);
-    return knob_values(a) < knob_values(b);
+  // Fastest first, plans equally fast (faster() rounds the speed, then prefers less memory)
+  // in the order of their knobs: a plan the search evaluated twice then lies beside its
+  // repeat, which unique() drops, and the runners-up come out in the same order on every
+  // platform. Each plan's knobs are read once, not at every comparison.
+  std::vector<std::pair<std::vector<KnobValue>, Plan>> keyed;
+  keyed.reserve(ev.feasible.size());
+  for (Plan& p : ev.feasible) keyed.emplace_back(knob_values(p), std::move(p));
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    if (faster(a.second, b.second) || faster(b.second, a.second)) return faster(a.second, b.second);
+    return a.first < b.first;
   });
+  std::vector<Plan> all;
+  all.reserve(keyed.size());
+  for (auto& [key, p] : keyed) all.push_back(std::move(p));
   all.erase(std::unique(all.begin(), all.end(), same_choice), all.end());
   r.feasible = static_cast<int>(all.size());
   for (const Plan& p : all) {

@@ -60,7 +60,7 @@ TEST(Search, ReturnedPlansReevaluateAsFeasible) {
 
 // The runners-up are other plans than the best and each is listed once, also where many
 // plans tie on speed (tile counts that cost the same) and the search evaluated some twice.
-TEST(Search, RunnersUpAreDistinctAndNeverTheBest) {
+TEST(Search, RunnersUpAreDistinctAndNeverFasterThanTheBest) {
   int listed = 0;
   for (const bool measured : {false, true})
     for (const auto& [model, gpus, seq, budget] : {std::tuple{"tiny-bias", 2, 8192, 48LL << 20}, std::tuple{"tiny-gqa", 1, 8192, 64LL << 20},
@@ -87,9 +87,12 @@ TEST(Search, RunnersUpAreDistinctAndNeverTheBest) {
         for (std::size_t j = i + 1; j < r->runners_up.size(); ++j)
           EXPECT_FALSE(a.parallel == r->runners_up[j].parallel && a.train.micro_batch == r->runners_up[j].train.micro_batch)
               << model << ": runner-up " << i << " listed again at " << j;
-        // No faster beyond the three digits plans are ranked by (a runner-up as fast may need
-        // less memory: the search stops at the fewest tiles that fit).
-        EXPECT_LE(a.prediction.tokens_per_s, r->best.prediction.tokens_per_s * 1.005) << model << ": a runner-up is faster than the best";
+        // None faster to three digits. One as fast may need less memory: among equally fast
+        // plans the search keeps the fewest tiles that fit, where faster() would take the
+        // smaller (the 8-GPU answer for Llama-3.1-8B would go from 16 MLP tiles to 964, each a
+        // launch the rounding hides); the user sees both.
+        EXPECT_LE(rounded_speed(a.prediction.tokens_per_s), rounded_speed(r->best.prediction.tokens_per_s))
+            << model << ": runner-up " << i << " is faster than the best";
         ++listed;
       }
     }

@@ -65,8 +65,12 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
 // force the tests hold the search against.
 std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
 
+// Tokens per second to three significant digits: the speed plans are ranked by.
+double rounded_speed(double tokens_per_s);
 // Better: more tokens per second (to three significant digits); at equal speed, less device
-// memory.
+// memory. The search walks tile counts up from the fewest and stops at the first that fits
+// (more tiles are never faster: a launch each, which the rounding may hide), so a runner-up of
+// more tiles, as fast to three digits, may need less memory than the best.
 bool faster(const Plan& a, const Plan& b);
 
 // The search's block of `plan --json`: "ran": true, its counts, runners-up and Pareto front.
