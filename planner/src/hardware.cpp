@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdlib>
+#include <limits>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -63,12 +64,15 @@ const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rat
   return fields;
 }
 
-const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_measured_rate_fields() {
-  static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
-      {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s},
-      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s},
-      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s},
-      {"rank_lag", &MeasuredRates::rank_lag}};
+const std::vector<OptionalMeasuredField>& optional_measured_rate_fields() {
+  constexpr double none = std::numeric_limits<double>::infinity();
+  static const std::vector<OptionalMeasuredField> fields = {
+      {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s, none, ""},
+      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s, none, ""},
+      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s, none, ""},
+      // A slowest rank ten times the average's pace is a machine to mend, not a lag to plan for.
+      {"rank_lag", &MeasuredRates::rank_lag, 10,
+       "the slowest rank's excess over the average, a fraction"}};
   return fields;
 }
 
@@ -128,13 +132,13 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     for (const auto& [key, table] : attention_rate_tables(r)) {
       LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
     }
-    for (const auto& [key, field] : optional_measured_rate_fields()) {
-      if (!m.contains(key)) continue;
-      LONGCTX_TRY(r.*field, get_number(m, mp, key));
-      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be positive; calibrate again");
+    for (const auto& f : optional_measured_rate_fields()) {
+      if (!m.contains(f.key)) continue;
+      LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
+      if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
+      if (!(r.*f.field < f.below))
+        return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
     }
-    // A slowest rank ten times the average's pace is a machine to mend, not a lag to plan for.
-    if (r.rank_lag >= 10) return Error::bad_input(mp + ".rank_lag", "must be below 10 (the slowest rank's excess over the average, a fraction); calibrate again");
     LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
     r.ranks = static_cast<int>(ranks);
   }
@@ -162,8 +166,8 @@ nlohmann::json hardware_to_json(const Hardware& h) {
   if (h.measured.present) {
     auto& m = j["measured"];
     for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;
-    for (const auto& [key, field] : optional_measured_rate_fields())
-      if (h.measured.*field > 0) m[key] = h.measured.*field;
+    for (const auto& f : optional_measured_rate_fields())
+      if (h.measured.*f.field > 0) m[f.key] = h.measured.*f.field;
     auto measured = h.measured;
     for (const auto& [key, table] : attention_rate_tables(measured)) {
       auto& t = m[key] = nlohmann::json::object();

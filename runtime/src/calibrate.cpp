@@ -364,9 +364,10 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
   for (const auto& probe : p.out) {
     if (!(probe.value > 0) || !std::isfinite(probe.value))
       return Error{ErrorKind::Internal, "calibrate", fmt::format("{} came out as {}", probe.key, probe.value)};
-    for (const auto& fields : {measured_rate_fields(), optional_measured_rate_fields()})
-      for (const auto& [key, field] : fields)
-        if (probe.key == key) r.*field = probe.value;
+    for (const auto& [key, field] : measured_rate_fields())
+      if (probe.key == key) r.*field = probe.value;
+    for (const auto& f : optional_measured_rate_fields())
+      if (probe.key == f.key) r.*f.field = probe.value;
   }
   for (const auto& [d, rates] : p.attention_points) {
     r.attention_forward.points.emplace_back(d, rates.first);

@@ -41,7 +41,7 @@ TEST_F(Calibrate, WritesAPresetThatPlans) {
   // backward at five head dims.
   // The gradients' all-reduces have no peer on one rank: absent, all-reduces then take the
   // collective rate; nor is there a slower rank to wait for.
-  for (const auto& [key, field] : optional_measured_rate_fields()) {
+  for (const auto& [key, field, below, limit] : optional_measured_rate_fields()) {
     if (std::string(key) == "all_reduce_bytes_per_s" || std::string(key) == "rank_lag") {
       EXPECT_FALSE(j["measured"].contains(key)) << "one rank has no peer: " << key;
       continue;

@@ -244,7 +244,7 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
   EXPECT_EQ(back->measured.host_rate(), h.measured.memory_bytes_per_s)
       << "a preset without the host's rate takes the device's (the CPU virtual device's host)";
   EXPECT_EQ(back->measured.transcendental_elems_per_s, 0) << "absent: not used";
-  for (const auto& [key, field] : optional_measured_rate_fields()) {
+  for (const auto& [key, field, below, limit] : optional_measured_rate_fields()) {
     auto with = j;
     const double value = std::string(key) == "rank_lag" ? 0.07 : 7e9;  // a fraction, not a rate
     with["measured"][key] = value;
@@ -255,11 +255,21 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
     EXPECT_NE(hardware_from_json(with).error().field.find(key), std::string::npos) << key;
   }
 
-  // A slowest rank ten times the average's pace is refused, naming the field.
-  auto lag = j;
-  lag["measured"]["rank_lag"] = 10;
-  ASSERT_FALSE(hardware_from_json(lag).ok());
-  EXPECT_EQ(hardware_from_json(lag).error().field, "cluster.hardware.measured.rank_lag");
+  // A figure at its ceiling is refused, naming the field (a slowest rank ten times the
+  // average's pace: rank_lag's); one just under it is taken.
+  int bounded = 0;
+  for (const auto& [key, field, below, limit] : optional_measured_rate_fields()) {
+    if (!std::isfinite(below)) continue;
+    ++bounded;
+    auto at = j;
+    at["measured"][key] = below;
+    ASSERT_FALSE(hardware_from_json(at).ok()) << key;
+    EXPECT_EQ(hardware_from_json(at).error().field, std::string("cluster.hardware.measured.") + key);
+    EXPECT_NE(hardware_from_json(at).error().what().find(limit), std::string::npos) << key;
+    at["measured"][key] = below * 0.99;
+    EXPECT_TRUE(hardware_from_json(at).ok()) << key;
+  }
+  EXPECT_EQ(bounded, 1) << "rank_lag has its ceiling";
 
   // A rate that is not positive is refused naming it.
   auto bad = j;

@@ -64,8 +64,15 @@ struct MeasuredRates {
 // Each scalar rate's key in a preset's "measured" object, with its field; the attention
 // rates are objects keyed by head dimension ("attention_forward_flops": {"16": r, ...}).
 const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rate_fields();
-// The rates a preset may leave out (0 when absent; positive when present).
-const std::vector<std::pair<const char*, double MeasuredRates::*>>& optional_measured_rate_fields();
+// A figure a preset may leave out (0 when absent): positive when present, and below `below`
+// where the figure is a fraction with a sane ceiling (rank_lag) rather than a rate.
+struct OptionalMeasuredField {
+  const char* key;
+  double MeasuredRates::* field;
+  double below;       // exclusive upper bound; infinity: none
+  const char* limit;  // why the bound, for the refusal's fix ("" without one)
+};
+const std::vector<OptionalMeasuredField>& optional_measured_rate_fields();
 
 struct Hardware {
   std::string name;
