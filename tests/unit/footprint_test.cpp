@@ -77,8 +77,15 @@ TEST(Footprint, FlashAttnsBackwardAsksForItsBuffersInItsOrder) {
   s.e = 2;
   const std::vector<std::int64_t> fa3 = footprint::flash::fa3_backward_workspace_sequence(s, 32, 8);
   const std::int64_t softmax = 32LL * 600000 * 4, dq_accum = 32LL * 600000 * 128 * 4,
-                     kv_accum = 8LL * 600064 * 128 * 4;  // keys rounded up to 128
-  EXPECT_EQ(fa3, (std::vector<std::int64_t>{0, softmax, softmax, dq_accum, kv_accum, kv_accum}));
+                     kv_accum = 8LL * 600064 * 128 * 4,  // keys rounded up to 128
+      semaphore = 600000LL / 64 * 32 * 4;
+  EXPECT_EQ(fa3, (std::vector<std::int64_t>{0, softmax, softmax, dq_accum, kv_accum, kv_accum, semaphore}));
+  // The accumulators' head size rounded up as round_up_headdim rounds it.
+  for (const auto& [d, rounded] : std::vector<std::pair<std::int64_t, std::int64_t>>{{16, 64}, {80, 96}, {128, 128}, {160, 192}, {200, 256}}) {
+    footprint::StepShapes u = s;
+    u.d = d;
+    EXPECT_EQ(footprint::flash::fa3_backward_workspace_sequence(u, 32, 8)[3], 32LL * 600000 * rounded * 4) << d;
+  }
   const std::vector<std::int64_t> fa2 = footprint::flash::fa2_backward_workspace_sequence(s, 32, 8);
   const std::int64_t softmax_d = 32LL * 600064 * 4, dq_accum2 = 600064LL * 32 * 128 * 4,
                      expanded = 600000LL * 32 * 128 * 2;  // dk, dv over the query heads, bf16
@@ -93,7 +100,7 @@ TEST(Footprint, FlashAttnsBackwardAsksForItsBuffersInItsOrder) {
         ASSERT_FALSE(three.empty()) << at;
         EXPECT_EQ(three.front(), 0) << at;
         EXPECT_EQ(two.front(), 0) << at;
-        EXPECT_EQ(three.size(), kv == t.hl ? 4U : 6U) << at;
+        EXPECT_EQ(three.size(), kv == t.hl ? 5U : 7U) << at;
         EXPECT_EQ(sequence_peak(three).peak, footprint::flash::fa3_backward_workspace(t, t.hl, kv)) << at;
         EXPECT_EQ(sequence_peak(two).peak, footprint::flash::fa2_backward_workspace(t, t.hl, kv)) << at;
       }

@@ -25,8 +25,10 @@ std::int64_t fa2_softmax_d_bytes(std::int64_t b, std::int64_t rows, std::int64_t
 
 // FlashAttention-3 (hopper/flash_api.cpp, mha_bwd, head_dim <= 128, causal: blocks of 64 query
 // rows and 128 keys): softmax_d and softmax_lse_log2 [b, heads, S64] fp32 each, dq_accum
-// [b, heads, S64 * d] fp32, and under GQA dk_accum, dv_accum [b, kv_heads, S128 * d] fp32 each
-// (no copies over the query heads).
+// [b, heads, S64 * D] fp32, under GQA dk_accum, dv_accum [b, kv_heads, S128 * D] fp32 each (no
+// copies over the query heads), and dq_semaphore [S64 / 64, b, heads] int32; D is the head
+// size rounded up to 64, 96, 128, 192 or 256 (fa3_rounded_head_dim).
+std::int64_t fa3_rounded_head_dim(std::int64_t d);
 std::int64_t fa3_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads);
 
 // Each backward's scratch as mha_bwd asks the caching allocator for it
