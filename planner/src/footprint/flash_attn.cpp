@@ -1,5 +1,6 @@
 #include "longctx/planner/footprint/flash_attn.h"
 
+#include <numeric>
 #include <vector>
 
 namespace longctx::footprint::flash {
@@ -45,20 +46,14 @@ std::vector<std::int64_t> fa3_backward_workspace_sequence(const StepShapes& s, s
   return seq;
 }
 
-namespace {
-std::int64_t sum(const std::vector<std::int64_t>& blocks) {
-  std::int64_t total = 0;
-  for (const std::int64_t b : blocks) total += b;
-  return total;
-}
-}  // namespace
-
 std::int64_t fa2_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads) {
-  return sum(fa2_backward_workspace_sequence(s, heads, kv_heads));
+  const auto blocks = fa2_backward_workspace_sequence(s, heads, kv_heads);
+  return std::accumulate(blocks.begin(), blocks.end(), std::int64_t{0});
 }
 
 std::int64_t fa3_backward_workspace(const StepShapes& s, std::int64_t heads, std::int64_t kv_heads) {
-  return sum(fa3_backward_workspace_sequence(s, heads, kv_heads));
+  const auto blocks = fa3_backward_workspace_sequence(s, heads, kv_heads);
+  return std::accumulate(blocks.begin(), blocks.end(), std::int64_t{0});
 }
 
 }  // namespace longctx::footprint::flash

@@ -8,6 +8,8 @@
 // Shapes: n = b*S/u tokens of the rank; the attention runs on b*S tokens of hl query heads
 // and kvr kv heads (Ulysses' degree u; 1: no exchange).
 #include <algorithm>
+#include <numeric>
+#include <utility>
 
 #include "arctic_step.h"
 #include "longctx/planner/footprint/attention.h"
@@ -25,18 +27,13 @@ namespace {
 
 bool ulysses(const StepShapes& s) { return s.u > 1; }
 
-// The kernel's scratch blocks in the order mha_bwd asks for them (flash_attn.h).
+// The kernel's scratch blocks in the order mha_bwd asks for them, all held until it returns
+// (flash_attn.h): the workspace is their sum.
 std::vector<std::int64_t> flash_backward_workspace_sequence(const StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   return sb.in.train.stack.attention == HfAttention::FlashAttention3
              ? flash::fa3_backward_workspace_sequence(s, s.hl, s.kvr)
              : flash::fa2_backward_workspace_sequence(s, s.hl, s.kvr);
-}
-
-std::int64_t flash_backward_workspace(const StepBuild& sb) {
-  const StepShapes& s = sb.shapes;
-  return sb.in.train.stack.attention == HfAttention::FlashAttention3 ? flash::fa3_backward_workspace(s, s.hl, s.kvr)
-                                                                     : flash::fa2_backward_workspace(s, s.hl, s.kvr);
 }
 
 // UlyssesSPAttentionHF._combine_local_sequences on q (heads = H) or k, v: the local
@@ -115,8 +112,10 @@ TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId 
   TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_sp.grad"), s.b * s.S * s.hl * s.d * s.e, kTr);
   TensorId dk = sb.graph.tensor(layer_name(l, "attn.k_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
   TensorId dv = sb.graph.tensor(layer_name(l, "attn.v_sp.grad"), s.b * s.S * s.kvr * s.d * s.e, kTr);
+  std::vector<std::int64_t> scratch = flash_backward_workspace_sequence(sb);
+  const std::int64_t scratch_bytes = std::accumulate(scratch.begin(), scratch.end(), std::int64_t{0});
   sb.graph.op(layer_name(l, "attn.flash.bwd"), kB, l, {d_o_sp, at.q_sp, at.k_sp, at.v_sp, at.o_sp, a.lse}, {dq, dk, dv},
-              {.workspace = flash_backward_workspace(sb), .workspace_sequence = flash_backward_workspace_sequence(sb),
+              {.workspace = scratch_bytes, .workspace_sequence = std::move(scratch),
                .flops = 2.5 * attention_flops(s, s.hl), .kernel_flops = 2.5 * attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   if (ulysses(s)) {
     // The exchanges back to the rank's tokens; replicated kv heads' gradients summed over
