@@ -90,6 +90,16 @@ CASES = [
     ("qwen3", "eager", "reentrant", True, 64, 3, {"head_dim": 24, "tie_word_embeddings": True}),
     ("qwen2", "sdpa", "non-reentrant", True, 256, 1, {}),
     ("mistral", "sdpa", "none", False, 128, 1, {}),
+    # One key/value head: repeat_kv is a stride-0 view, not a copy.
+    ("mistral", "eager", "non-reentrant", False, 256, 1, {"num_key_value_heads": 1, "num_attention_heads": 3,
+                                                         "hidden_size": 128, "head_dim": 8, "num_hidden_layers": 3}),
+    # A micro-batch over one head: torch.matmul's batch fold copies q, and the stride-0 k and v.
+    ("llama", "eager", "none", True, 256, 2, {"num_key_value_heads": 1}),
+    # Unrepeated k and v without the cache's contiguous copies fold by copy too.
+    ("qwen3", "eager", "non-reentrant", False, 224, 2, {"num_key_value_heads": 3, "num_attention_heads": 3, "head_dim": 24}),
+    # A wide MLP in a checkpointed layer: the decoder layer's `_` keeps eager's weights alive through it.
+    ("llama", "eager", "reentrant", False, 224, 1, {"num_key_value_heads": 1, "num_attention_heads": 1, "hidden_size": 48,
+                                                   "head_dim": 12, "intermediate_size": 216, "num_hidden_layers": 3}),
 ]
 
 

@@ -146,13 +146,36 @@ TensorId head_major_copy(StepBuild& sb, int l, const char* name, const char* out
 }
 
 // repeat_kv (modeling_llama.py): k and v copied to the query heads, [n, H*d] e each, into
-// a.k_rep and a.v_rep.
+// a.k_rep and a.v_rep. With one key/value head the reshape of the expanded [b, 1, H, S, d]
+// view merges a size-1 dimension with a stride-0 one, which aten's reshape does as a view
+// (computeStride succeeds), so nothing is copied: a.k_rep and a.v_rep are k and v, read by
+// the kernels through stride-0 heads. Their gradients still come back over the query heads
+// and are summed (repeat_kv_backward), as the profiler shows.
 void repeat_kv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
+  if (s.K == 1) {
+    a.k_rep = a.k;
+    a.v_rep = a.v;
+    return;
+  }
   a.k_rep = sb.graph.tensor(layer_name(l, "attn.k_repeated", rc), s.n * s.H * s.d * s.e, kAct);
   sb.graph.op(layer_name(l, "attn.repeat_k", rc), phase, l, {a.k}, {a.k_rep});
   a.v_rep = sb.graph.tensor(layer_name(l, "attn.v_repeated", rc), s.n * s.H * s.d * s.e, kAct);
   sb.graph.op(layer_name(l, "attn.repeat_v", rc), phase, l, {a.v}, {a.v_rep});
+}
+
+// torch.matmul on 4-D operands (_matmul_impl, aten/src/ATen/native/LinearAlgebra.cpp) folds
+// [b, H] into bmm's one batch dimension with reshape, a view only where the two dimensions
+// merge: q (and k, v where repeat_kv copied nothing) are transposed views of their
+// projection's [b, S, heads, d], so with b > 1 and more than one head the fold is a
+// contiguous copy [b*H, S, d] e, which the bmm saves for its backward. `strided` says `t`
+// is laid out that way; repeat_kv's copies and the softmax's output fold as views.
+TensorId eager_matmul_operand(StepBuild& sb, int l, const char* name, TensorId t, bool strided, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  if (!strided || s.b == 1 || s.H == 1) return t;
+  const TensorId folded = sb.graph.tensor(layer_name(l, name, rc), s.n * s.H * s.d * s.e, kAct);
+  sb.graph.op(layer_name(l, name, rc), phase, l, {t}, {folded});
+  return folded;
 }
 
 // Its ExpandBackward0s: v's gradient summed over each group, then k's, [n, K*d] e each.
@@ -505,7 +528,7 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
       sac.kept.push_back(a.lse);
     }
     // LlamaAttention.forward's key_states and value_states hold the unrepeated k, v until it returns.
-    if (a.k_rep >= 0) {
+    if (a.k_rep >= 0 && a.k_rep != a.k) {
       reads.push_back(a.k);
       reads.push_back(a.v);
     }
@@ -514,14 +537,20 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
                  .kind = OpKind::Attention});
     return;
   }
-  // eager_attention_forward: repeat_kv copies k and v to the query heads (none for one group),
+  // eager_attention_forward: repeat_kv copies k and v to the query heads (none for one group,
+  // none for one key/value head),
   // scores = q @ k^T * scaling + mask [b, H, S, S] e, softmax in fp32 (saved), cast back in
   // bf16 (saved by the matmul), @ v, and the output made contiguous [b, S, H, d] e.
   a.k_rep = a.k;
   a.v_rep = a.v;
   if (s.H != s.K) repeat_kv(sb, l, a, phase, rc);
+  a.q_mm = eager_matmul_operand(sb, l, "attn.q.matmul_fold", a.q, true, phase, rc);
+  // k and v fold as views where they are contiguous: repeat_kv's copies, or (unrepeated) the
+  // cache's torch.cat copies. One key/value head repeats as a stride-0 view, which never folds.
+  const bool kv_strided = s.K == 1 || (s.K == s.H && !cache);
+  a.k_mm = eager_matmul_operand(sb, l, "attn.k.matmul_fold", a.k_rep, kv_strided, phase, rc);
   const TensorId sc = sb.graph.tensor(layer_name(l, "attn.scores", rc), eager_scores_bytes(s), kTr);
-  sb.graph.op(layer_name(l, "attn.qk", rc), phase, l, {a.q, a.k_rep}, {sc}, {.flops = flops});
+  sb.graph.op(layer_name(l, "attn.qk", rc), phase, l, {a.q_mm, a.k_mm}, {sc}, {.flops = flops});
   const TensorId scaled = sb.graph.tensor(layer_name(l, "attn.scores.scaled", rc), eager_scores_bytes(s), kTr);
   sb.graph.op(layer_name(l, "attn.scale", rc), phase, l, {sc}, {scaled});
   const TensorId masked = sb.graph.tensor(layer_name(l, "attn.scores.masked", rc), eager_scores_bytes(s), kTr);
@@ -535,8 +564,9 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
     a.probs = sb.graph.tensor(layer_name(l, "attn.probs", rc), eager_scores_bytes(s), kAct);
     sb.graph.op(layer_name(l, "attn.probs.to_dtype", rc), phase, l, {a.probs32}, {a.probs});
   }
+  a.v_mm = eager_matmul_operand(sb, l, "attn.v.matmul_fold", a.v_rep, kv_strided, phase, rc);
   const TensorId pv = sb.graph.tensor(layer_name(l, "attn.pv", rc), s.n * qw * s.e, kTr);  // [b, H, S, d] e
-  sb.graph.op(layer_name(l, "attn.pv", rc), phase, l, {a.probs, a.v_rep}, {pv}, {.flops = flops});
+  sb.graph.op(layer_name(l, "attn.pv", rc), phase, l, {a.probs, a.v_mm}, {pv}, {.flops = flops});
   // eager_attention_forward's locals hold the repeated k, v until it returns.
   sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {pv, a.k_rep, a.v_rep}, {a.o});
 }
@@ -564,10 +594,17 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     // the projection's layout (both as the profiler shows them, tests/stacks).
     k_copy = a.mask >= 0;
   } else {
+    // The output's gradient reaches the bmm through the transpose's view [b, H, S, d] of
+    // [b, S, H, d]; UnsafeViewBackward0 folds it to [b*H, S, d], a copy where q's fold is one.
+    TensorId d_pv = d_o;
+    if (a.q_mm != a.q) {
+      d_pv = sb.graph.tensor(layer_name(l, "attn.pv.grad.matmul_fold"), s.n * qw * s.e, kTr);
+      sb.graph.op(layer_name(l, "attn.pv.matmul_fold.bwd"), kB, l, {d_o}, {d_pv});
+    }
     // BmmBackward0 of probs @ v: d_v_rep [b, H, S, d] e and d_probs [b, H, S, S] e.
     const TensorId d_vrep = sb.graph.tensor(layer_name(l, "attn.v_repeated.grad"), s.n * qw * s.e, kTr);
     TensorId d_probs = sb.graph.tensor(layer_name(l, "attn.probs.grad"), eager_scores_bytes(s), kTr);
-    sb.graph.op(layer_name(l, "attn.pv.bwd"), kB, l, {d_o, a.probs, a.v_rep}, {d_vrep, d_probs}, {.flops = 2 * flops});
+    sb.graph.op(layer_name(l, "attn.pv.bwd"), kB, l, {d_pv, a.probs, a.v_mm}, {d_vrep, d_probs}, {.flops = 2 * flops});
     if (s.e != 4) {
       const TensorId up = sb.graph.tensor(layer_name(l, "attn.probs.grad.fp32"), eager_probs_bytes(s), kTr);
       sb.graph.op(layer_name(l, "attn.probs.to_dtype.bwd"), kB, l, {d_probs}, {up});
@@ -586,7 +623,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
     sb.graph.op(layer_name(l, "attn.scale.bwd"), kB, l, {d_masked}, {d_sc});
     dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * qw * s.e, kTr);
     TensorId d_krep = sb.graph.tensor(layer_name(l, "attn.k_repeated.grad"), s.n * qw * s.e, kTr);
-    sb.graph.op(layer_name(l, "attn.qk.bwd"), kB, l, {d_sc, a.q, a.k_rep}, {dq, d_krep}, {.flops = 2 * flops});
+    sb.graph.op(layer_name(l, "attn.qk.bwd"), kB, l, {d_sc, a.q_mm, a.k_mm}, {dq, d_krep}, {.flops = 2 * flops});
     dv = d_vrep;
     dk = d_krep;
     if (s.H != s.K) repeat_kv_backward(sb, l, dk, dv);
@@ -663,6 +700,10 @@ HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc
   const Name out = l + 1 < s.layers ? layer_name(l + 1, "in", rc) : step_name("loss.final_norm.in", rc);
   a.out = sb.graph.tensor(out, s.n * s.h * s.e, kAct);
   a.last_forward_op = sb.graph.op(layer_name(l, "mlp.residual", rc), phase, l, {a.mid, a.down}, {a.out});
+  // LlamaDecoderLayer.forward's `hidden_states, _ = self.self_attn(...)`: `_` holds eager
+  // attention's returned weights (the probabilities in the compute dtype) until the layer
+  // returns, which a forward without a graph (checkpointed) would otherwise have freed.
+  if (a.probs >= 0) sb.graph.add_input(a.last_forward_op, a.probs);
   return a;
 }
 

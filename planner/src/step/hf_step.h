@@ -51,6 +51,9 @@ struct HfLayerActs {
   NormActs norm1, q_norm, k_norm, norm2;
   TensorId q = -1, k = -1, v = -1;   // after RoPE (k, v: the cache's copies when it is kept)
   TensorId k_rep = -1, v_rep = -1;   // eager, or sdpa with a mask: repeated to the query heads
+  // eager: what the bmms read and save, [b*H, S, d] e: q, k_rep, v_rep, or torch.matmul's
+  // contiguous copies of them where its batch fold cannot be a view (eager_matmul_operand).
+  TensorId q_mm = -1, k_mm = -1, v_mm = -1;
   TensorId mask = -1;                // sdpa with a mask: the additive mask its backward saves
   TensorId probs32 = -1, probs = -1;  // eager: softmax output fp32, and cast (bf16)
   TensorId o = -1;                   // attention output [n, H*d] e
