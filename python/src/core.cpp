@@ -21,6 +21,7 @@
 #include "../../cli/plan_output.h"
 #include "longctx/planner/comparison.h"
 #include "longctx/planner/export.h"
+#include "longctx/planner/footprint/torch_ring_attention.h"
 #include "longctx/planner/knobs.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/model_config.h"
@@ -172,4 +173,25 @@ NB_MODULE(_core, m) {
     return out;
   });
   m.def("version", [] { return std::string(LONGCTX_VERSION); });
+  // The footprint of PyTorch's ring attention on one rank (footprint/torch_ring_attention.h),
+  // for the tests that hold it to torch itself. grad_out_bshd None: grad_out laid out as the
+  // forward's output (ones_like(out)).
+  m.def(
+      "torch_ring_attention_memory",
+      [](std::int64_t b, std::int64_t q_heads, std::int64_t kv_heads, std::int64_t local_seq, std::int64_t head_dim,
+         std::int64_t elem, int world, int rank, bool load_balance, const std::string& rotate, bool qkv_transposed,
+         std::optional<bool> grad_out_bshd, bool cpu, std::int64_t cpu_threads) {
+        namespace tr = longctx::footprint::torch_ring;
+        tr::RingShape s{.b = b, .q_heads = q_heads, .kv_heads = kv_heads, .local_seq = local_seq, .head_dim = head_dim,
+                        .elem = elem, .world = world, .rank = rank, .load_balance = load_balance,
+                        .rotate = rotate == "alltoall" ? tr::Rotate::AllToAll : tr::Rotate::AllGather,
+                        .qkv_transposed = qkv_transposed, .grad_out_bshd = true, .cpu = cpu, .cpu_threads = cpu_threads};
+        s.grad_out_bshd = grad_out_bshd.value_or(tr::forward_output_bshd(s));
+        const tr::RingMemory f = tr::forward_memory(s), g = tr::backward_memory(s);
+        return std::map<std::string, std::int64_t>{{"forward_peak", f.peak}, {"forward_returned", f.returned},
+                                                   {"backward_peak", g.peak}, {"backward_returned", g.returned}};
+      },
+      nb::arg("b"), nb::arg("q_heads"), nb::arg("kv_heads"), nb::arg("local_seq"), nb::arg("head_dim"), nb::arg("elem"),
+      nb::arg("world"), nb::arg("rank"), nb::arg("load_balance"), nb::arg("rotate"), nb::arg("qkv_transposed"),
+      nb::arg("grad_out_bshd").none(), nb::arg("cpu"), nb::arg("cpu_threads"));
 }

@@ -11,6 +11,7 @@
 #include "longctx/planner/footprint/loss.h"
 #include "longctx/planner/footprint/mlp.h"
 #include "longctx/planner/footprint/norm.h"
+#include "longctx/planner/footprint/torch_ring_attention.h"
 #include "longctx/planner/footprint/zero.h"
 #include "longctx/planner/row_chunk.h"
 
@@ -213,6 +214,42 @@ TEST(Footprint, NormAndSwigluScratchIsOneRowChunkAtAnyLength) {
   // A norm shorter than a chunk is one chunk of all its rows.
   EXPECT_EQ(footprint::rms_norm_forward_workspace(a_cpu, 100, a.h), 100 * a.h * 4);
   EXPECT_EQ(footprint::rms_norm_forward_workspace(a, 100, a.h), 100 * a.e);
+}
+
+
+// PyTorch's ring attention returns out and lse (forward), dq and the dk/dv pair (backward), and
+// lets everything else go, whatever the ring, the rank, the exchange or the device; byte-exact
+// against torch itself in tests/stacks/test_torch_ring_attention.py.
+TEST(TorchRingAttention, ReturnsItsOutputsAndNothingElse) {
+  namespace tr = footprint::torch_ring;
+  for (int world : {1, 2, 3, 4})
+    for (int rank = 0; rank < world; ++rank)
+      for (bool lb : {false, true})
+        for (tr::Rotate rotate : {tr::Rotate::AllGather, tr::Rotate::AllToAll})
+          for (std::int64_t e : {2, 4})
+            for (bool cpu : {false, true}) {
+              const tr::RingShape s{.b = 2, .q_heads = 6, .kv_heads = 2, .local_seq = 96, .head_dim = 16, .elem = e,
+                                    .world = world, .rank = rank, .load_balance = lb, .rotate = rotate, .cpu = cpu};
+              const std::int64_t out = 2 * 6 * 96 * 16 * e, lse = 2 * 6 * 96 * 4, kv = 2 * 2 * 96 * 16 * e;
+              const tr::RingMemory f = tr::forward_memory(s), g = tr::backward_memory(s);
+              EXPECT_EQ(f.returned, out + lse) << world << " " << rank;
+              EXPECT_EQ(g.returned, out + 2 * kv) << world << " " << rank;
+              EXPECT_GE(f.peak, f.returned);
+              EXPECT_GE(g.peak, g.returned);
+            }
+}
+
+// All-gather holds every rank's k/v pair through the forward; all-to-all one pair in flight.
+TEST(TorchRingAttention, AllGatherHoldsEveryRanksPair) {
+  namespace tr = footprint::torch_ring;
+  tr::RingShape s{.b = 1, .q_heads = 8, .kv_heads = 8, .local_seq = 4096, .head_dim = 128, .elem = 2, .world = 8,
+                  .rank = 3, .rotate = tr::Rotate::AllGather};
+  const std::int64_t pair = 2 * 8 * 4096 * 128 * 2;
+  const std::int64_t gathered = tr::forward_memory(s).peak;
+  EXPECT_GE(gathered, 8 * pair);
+  // All-to-all: the copies of k and v, the pair sent, the pair received and the one attended.
+  s.rotate = tr::Rotate::AllToAll;
+  EXPECT_LT(tr::forward_memory(s).peak, gathered - 3 * pair);
 }
 
 }  // namespace
