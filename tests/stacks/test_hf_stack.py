@@ -16,7 +16,7 @@ import random
 import pytest
 
 import longctx
-from conftest import profile_second_step_of, TOLERANCE, assert_phases_within
+from conftest import profile_second_step_of, TOLERANCE, assert_phases_within, strip_cpu_gemm_scratch
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -44,13 +44,14 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimize
     model.train()
     # The Trainer's `optim`: adamw_torch_fused (its default) or adamw_torch (torch's defaults).
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=optimizer == "adamw_torch_fused" or None)
-    ids = torch.randint(0, config.vocab_size, (batch, seq))
-    # The Trainer's tokenized batches carry an attention_mask; a bare loop often passes none.
-    inputs = {"input_ids": ids, "labels": ids}
-    if mask:
-        inputs["attention_mask"] = torch.ones_like(ids)
-
     def step():
+        # Each step's batch is new, as the Trainer's dataloader hands it over, and held until
+        # the step returns: input_ids, labels as the collator copies them, and the
+        # attention_mask the Trainer's tokenized batches carry (a bare loop often passes none).
+        ids = torch.randint(0, config.vocab_size, (batch, seq))
+        inputs = {"input_ids": ids, "labels": ids.clone()}
+        if mask:
+            inputs["attention_mask"] = torch.ones_like(ids)
         # The output (and with TRL's loss its metrics' graph) is dropped before backward, as
         # the Trainer's compute_loss returns the loss alone.
         model(**inputs).loss.backward()
@@ -65,6 +66,8 @@ def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32"
           loss="transformers"):
     trace = tmp_path / "profile.json"
     profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace)
+    if dtype == "bf16":
+        print(f"CPU GEMM scratch set aside: up to {strip_cpu_gemm_scratch(trace)} bytes")
     knobs = {"micro_batch": batch} if checkpointing == "none" else {"micro_batch": batch, "checkpoint": "full"}
     plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf", dtype=dtype,
                         attention=config._attn_implementation,

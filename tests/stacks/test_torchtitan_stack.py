@@ -20,7 +20,7 @@ import random
 import pytest
 
 import longctx
-from conftest import profile_second_step_of, assert_phases_within
+from conftest import profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -83,10 +83,11 @@ def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
                                reduce_dtype=torch.float32, pp_enabled=False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, foreach=False)
-    ids = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
-    labels = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
-
     def step():
+        # Each step's batch is new, as torchtitan's train_step takes it from the data loader,
+        # and held until the step returns.
+        ids = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
+        labels = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
         pred = model(ids)
         loss = loss_module.cross_entropy_loss(pred, labels) / labels.numel()
         del pred
@@ -117,6 +118,8 @@ def check(tmp_path, args, batch, ac, world=1, dtype="fp32"):
     trace = tmp_path / "profile.json"
     with fake_ranks(world):
         model = profile_second_step(args, batch, ac, trace, world, dtype)
+    if dtype == "bf16":
+        print(f"CPU GEMM scratch set aside: up to {strip_cpu_gemm_scratch(trace)} bytes")
     knobs = {"micro_batch": batch, "sharding": "zero3" if world > 1 else "none"}
     if ac != "none":
         knobs["checkpoint"] = "op" if ac == "selective:op" else ac.replace("selective:", "every:")

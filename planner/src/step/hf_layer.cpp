@@ -704,6 +704,10 @@ HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc
   // attention's returned weights (the probabilities in the compute dtype) until the layer
   // returns, which a forward without a graph (checkpointed) would otherwise have freed.
   if (a.probs >= 0) sb.graph.add_input(a.last_forward_op, a.probs);
+  // The model's loop (`hidden_states = decoder_layer(hidden_states, ...)`, torchtitan's
+  // `h = layer(h, ...)`) holds the layer's input until the layer returns, which matters where
+  // nothing saves it (bf16: the norms save fp32 copies).
+  sb.graph.add_input(a.last_forward_op, a.in);
   return a;
 }
 

@@ -81,6 +81,7 @@ TensorId model_inputs(StepBuild& sb) {
   const bool attention_mask = sb.in.train.stack.attention_mask;
   if (attention_mask) batch.push_back(sb.graph.tensor(step_name("batch.attention_mask"), s.n * 8, kAct));  // [n] int64
   sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
+  sb.hf_model.batch = batch;
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
   if (fsdp2(sb)) fsdp2_unshard_forward(sb, embed_group(s), Phase::Forward);
   sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {o.tokens}, {x0});
@@ -291,6 +292,9 @@ void optimizer_step(StepBuild& sb) {
   }
   for (int g = 0; g < groups; ++g)
     sb.graph.op(sb.group_name(g, "optim.zero_grad"), Phase::Optimizer, -1, sb.grads[static_cast<std::size_t>(g)], {});
+  // The training loop holds its batch until the step returns: the Trainer's `inputs` through
+  // optimizer.step(), torchtitan's train_step its `input_dict, labels`.
+  for (const TensorId t : sb.hf_model.batch) sb.graph.add_input(sb.graph.last_op(), t);
 }
 
 }  // namespace

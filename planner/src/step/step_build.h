@@ -69,6 +69,7 @@ struct HfModelActs {
   TensorId labels = -1;     // ForCausalLMLoss's shifted labels [b, S+1] int64, until nll's backward
   std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
   Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
+  Ids batch;                    // input_ids, labels (and an attention_mask), held until the step returns
 };
 
 // TRL's chunked loss (planner/src/step/trl_loss.cpp): what its chunks' checkpoint frames and
