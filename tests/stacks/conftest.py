@@ -30,16 +30,20 @@ def strip_cpu_gemm_scratch(trace_path):
     events = trace["traceEvents"]
     gemms = [(e["ts"], e["ts"] + e["dur"]) for e in events if e.get("ph") == "X" and e.get("name") in _GEMMS]
     memory = sorted((e for e in events if e.get("name") == "[memory]"), key=lambda e: e["ts"])
-    stripped, largest = set(), 0
-    for i, alloc in enumerate(memory):
-        if alloc["args"]["Bytes"] <= 0:
+    stripped, largest, open_blocks = set(), 0, {}
+    for e in memory:
+        addr, nbytes = e["args"].get("Addr"), e["args"]["Bytes"]
+        if nbytes == 0:
             continue
-        free = next((f for f in memory[i + 1:] if f["args"].get("Addr") == alloc["args"].get("Addr")), None)
-        if free is None or free["args"]["Bytes"] != -alloc["args"]["Bytes"]:
+        if nbytes > 0:
+            open_blocks[addr] = e
             continue
-        if any(b <= alloc["ts"] and free["ts"] <= e for b, e in gemms):
-            stripped.update((id(alloc), id(free)))
-            largest = max(largest, alloc["args"]["Bytes"])
+        alloc = open_blocks.pop(addr, None)
+        if alloc is None or alloc["args"]["Bytes"] != -nbytes:
+            continue
+        if any(b <= alloc["ts"] and e["ts"] <= end for b, end in gemms):
+            stripped.update((id(alloc), id(e)))
+            largest = max(largest, -nbytes)
     held = 0
     for e in memory:
         if id(e) in stripped:

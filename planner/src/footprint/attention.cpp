@@ -66,21 +66,29 @@ double attention_kernel_flops(const StepShapes& s, std::int64_t heads) {
   return causal * pairs / rank_pairs;
 }
 
-std::int64_t flash_forward_scratch(const StepShapes& s) {
-  if (!s.cpu) return 0;
-  const std::int64_t qs = cpu_flash_q_block(s), ks = cpu_flash_kv_block(s);
+std::int64_t cpu_flash_forward_scratch(std::int64_t q_rows, std::int64_t keys, std::int64_t d, std::int64_t e,
+                                       std::int64_t threads) {
+  const std::int64_t qs = cpu_q_block(q_rows), ks = cpu_kv_block(keys);
   // Per thread: scores [qs, ks], max and sum [qs] each, out accumulator [qs, d], fp32;
   // bf16: scores [qs, ks] e.
-  return s.cpu_threads * ((qs * ks + 2 * qs + qs * s.d) * 4 + (s.e == 4 ? 0 : qs * ks * s.e));
+  return threads * ((qs * ks + 2 * qs + qs * d) * 4 + (e == 4 ? 0 : qs * ks * e));
+}
+
+std::int64_t cpu_flash_backward_scratch(std::int64_t q_rows, std::int64_t keys, std::int64_t e, std::int64_t threads) {
+  const std::int64_t qs = cpu_q_block(q_rows), ks = cpu_kv_block(keys);
+  // Per thread: probabilities and their gradient [qs, ks] fp32 each (bf16: e each too), row
+  // sums of dO*O [qs] fp32.
+  return threads * (2 * qs * ks * 4 + (e == 4 ? 0 : 2 * qs * ks * e) + qs * 4);
+}
+
+std::int64_t flash_forward_scratch(const StepShapes& s) {
+  return s.cpu ? cpu_flash_forward_scratch(s.S, s.S, s.d, s.e, s.cpu_threads) : 0;
 }
 
 std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads) {
   // CUDA: dq_accum, and the row sums of dO*O (softmax_d) [b, q_heads, S128] fp32.
   if (!s.cpu) return dq_accumulator(s, q_heads) + flash::fa2_softmax_d_bytes(s.b, s.S, q_heads);
-  const std::int64_t qs = cpu_flash_q_block(s), ks = cpu_flash_kv_block(s);
-  // Per thread: probabilities and their gradient [qs, ks] fp32 each (bf16: e each too), row
-  // sums of dO*O [qs] fp32.
-  return s.cpu_threads * (2 * qs * ks * 4 + (s.e == 4 ? 0 : 2 * qs * ks * s.e) + qs * 4);
+  return cpu_flash_backward_scratch(s.S, s.S, s.e, s.cpu_threads);
 }
 
 std::int64_t flash_op_forward_workspace(const StepShapes& s) {

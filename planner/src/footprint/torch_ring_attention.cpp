@@ -1,5 +1,6 @@
 #include "longctx/planner/footprint/torch_ring_attention.h"
 
+#include <algorithm>
 #include <initializer_list>
 #include <map>
 #include <string>
@@ -7,7 +8,6 @@
 
 #include "longctx/planner/footprint/attention.h"
 #include "longctx/planner/footprint/flash_attn.h"
-#include "longctx/planner/footprint/step_shapes.h"
 
 namespace longctx::footprint::torch_ring {
 namespace {
@@ -29,20 +29,10 @@ class Replay {
   bool holds(const std::string& name) const { return held(name) != kNone; }
   // Every name but `kept` lets go (a function returns what `kept` name).
   void drop_all_but(std::initializer_list<const char*> kept) {
-    std::map<std::string, int> keep;
-    for (const char* k : kept) {
-      keep[k] = held(k);
-      if (keep[k] != kNone) ++blocks_[static_cast<std::size_t>(keep[k])].refs;
-    }
-    for (auto it = names_.begin(); it != names_.end();) {
-      const int block = it->second;
-      it = names_.erase(it);
-      release(block);
-    }
-    for (const auto& [name, block] : keep) {
-      if (block == kNone) continue;
-      names_[name] = block;  // the reference taken above
-    }
+    std::vector<std::string> going;
+    for (const auto& [name, block] : names_)
+      if (std::find(kept.begin(), kept.end(), name) == kept.end()) going.push_back(name);
+    for (const std::string& name : going) drop(name);
   }
   std::int64_t peak() const { return peak_; }
   std::int64_t live() const { return live_; }
@@ -90,27 +80,18 @@ bool skipped(const RingShape& s, int i) {
 // The block step i attends: query rows, key rows, and whether only the second half of the
 // queries is merged (load balancing: steps up to the rank read the first half of the keys,
 // later ones only the second half of the queries).
-struct Block {
+struct StepBlock {
   std::int64_t q_rows, kv_rows;
   bool partial;
 };
-Block block_of(const RingShape& s, int i) {
+StepBlock block_of(const RingShape& s, int i) {
   const std::int64_t Sl = s.local_seq;
   if (i == 0 || !s.load_balance) return {Sl, Sl, false};
   if (i <= s.rank) return {Sl, Sl / 2, false};
   return {Sl - Sl / 2, Sl, true};
 }
 
-// The CPU kernel's blocks (attention.h) for `rows` query rows and `keys` key rows.
-StepShapes rows_shapes(std::int64_t rows) {
-  StepShapes blk;
-  blk.S = rows;
-  return blk;
-}
-std::int64_t q_block(std::int64_t rows) { return cpu_flash_q_block(rows_shapes(rows)); }
-std::int64_t kv_block(std::int64_t keys) { return cpu_flash_kv_block(rows_shapes(keys)); }
-
-// The k/v pair's exchange at step i (all steps but the last): cat(k, v) into `var`, then the
+// The k/v pair's exchange at a step (all but the last): cat(k, v) held by next_kv, then the
 // rotater's receive buffer. All-gather gathers once, at the first step.
 void exchange_kv(Replay& m, const RingShape& s, std::int64_t pair_bytes) {
   m.hold("next_kv", pair_bytes);
@@ -190,16 +171,13 @@ RingMemory forward_memory(const RingShape& s) {
       m.drop("next_kv");  // next_kv = rotater.exchange_buffers(...) returns None
     }
     if (skipped(s, i)) continue;
-    const Block blk = block_of(s, i);
+    const StepBlock blk = block_of(s, i);
     m.alias("k", "key");
     m.alias("v", "value");
     // The kernel: out (q's rows) and lse [b, H, rows] fp32, then its scratch (CPU).
     m.hold("kernel_out", b * H * blk.q_rows * d * e);
     m.hold("kernel_lse", b * H * blk.q_rows * 4);
-    if (s.cpu) {
-      const std::int64_t qs = q_block(blk.q_rows), ks = kv_block(blk.kv_rows);
-      m.scratch(s.cpu_threads * ((qs * ks + 2 * qs + qs * d) * 4 + (e == 4 ? 0 : qs * ks * e)));
-    }
+    if (s.cpu) m.scratch(cpu_flash_forward_scratch(blk.q_rows, blk.kv_rows, d, e, s.cpu_threads));
     // out, logsumexp, *rest = op(...): the previous block's let go here
     m.alias("block_out", "kernel_out");
     m.alias("block_lse", "kernel_lse");
@@ -238,7 +216,7 @@ RingMemory backward_memory(const RingShape& s) {
     }
     if (i != s.world - 1) exchange_kv(m, s, 2 * kv);  // next_kv keeps the cat until reassigned
     const bool skip = skipped(s, i);
-    const Block blk = skip ? Block{Sl, Sl, false} : block_of(s, i);
+    const StepBlock blk = skip ? StepBlock{Sl, Sl, false} : block_of(s, i);
     if (!skip) {
       m.alias("k", "key");
       m.alias("v", "value");
@@ -254,13 +232,7 @@ RingMemory backward_memory(const RingShape& s) {
       if (s.cpu) {
         const bool dout_copied = !(s.grad_out_bshd || H == 1) || (blk.partial && b > 1);
         if (dout_copied) m.hold("grad_out_contig", b * H * blk.q_rows * d * e);
-        const std::int64_t qs = q_block(blk.q_rows), ks = kv_block(blk.kv_rows);
-        m.hold("buf", s.cpu_threads * 2 * qs * ks * 4);
-        if (e != 4) m.hold("buf_reduced", s.cpu_threads * 2 * qs * ks * e);
-        m.hold("dsum", s.cpu_threads * qs * 4);
-        m.drop("dsum");
-        m.drop("buf_reduced");
-        m.drop("buf");
+        m.scratch(cpu_flash_backward_scratch(blk.q_rows, blk.kv_rows, e, s.cpu_threads));
         m.drop("grad_out_contig");
       } else {
         // PyTorch's copy of FlashAttention-2's mha_bwd: softmax_d and dq_accum; under GQA dk and

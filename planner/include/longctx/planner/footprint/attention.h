@@ -65,12 +65,19 @@ std::int64_t cpu_flash_kv_block(const StepShapes& s);
 // each, its output accumulator [qs, d] fp32, and for bf16 inputs the scores in bf16 too
 // [qs, ks] e. On CUDA nothing beyond the outputs (0).
 std::int64_t flash_forward_scratch(const StepShapes& s);
+// The CPU kernel's forward scratch for `q_rows` query rows against `keys` keys (blocks as
+// above, from each), d the head size, e the element size, on `threads` threads.
+std::int64_t cpu_flash_forward_scratch(std::int64_t q_rows, std::int64_t keys, std::int64_t d, std::int64_t e,
+                                       std::int64_t threads);
 
 // The kernel's backward scratch (runtime/src/attention.cpp, flash_backward). CPU, per thread
 // T: a block's probabilities and their gradient [qs, ks] fp32 each (bf16: in bf16 too,
 // [qs, ks] e each), and the rows' sums of dO*O [qs] fp32. CUDA: the dq accumulator
 // (dq_accumulator) and the row sums of dO*O, [b, q_heads, S] fp32.
 std::int64_t flash_backward_scratch(const StepShapes& s, std::int64_t q_heads);
+// The CPU kernel's backward scratch for `q_rows` query rows against `keys` keys: its buffer
+// (and for bf16 the buffer's copy in e) and row sums, all held until it returns.
+std::int64_t cpu_flash_backward_scratch(std::int64_t q_rows, std::int64_t keys, std::int64_t e, std::int64_t threads);
 
 // attn.flash (runtime/src/attention.cpp, AttentionFn::forward): the kv expansion to this
 // rank's hl query heads beside the kernel's forward scratch.
