@@ -40,10 +40,13 @@ const std::vector<Refusal>& refusals() {
        "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
        "the tokens the plan predicts in attention",
        "re-plan with --ring 1"},
-      {"parallel.ring", [](const Plan& p) { return p.parallel.ring > 1; }, {Stack::Torchtitan},
-       "run the plan's ring attention: its context parallelism all-gathers k and v by default "
-       "(context_parallel_rotate_method) and keeps other buffers than the plan predicts",
-       "re-plan with --ring 1"},
+      // A torchtitan-stack plan predicted torchtitan's own context parallel: it is exported.
+      {"parallel.ring",
+       [](const Plan& p) { return p.parallel.ring > 1 && p.train.stack.kind != StackKind::Torchtitan; },
+       {Stack::Torchtitan},
+       "run longctx's ring attention: its context parallelism (torch's ring attention) all-gathers k and v "
+       "and keeps other buffers than the plan predicts",
+       "re-plan with --stack torchtitan to predict its context parallel, or with --ring 1"},
       {"parallel.ulysses", [](const Plan& p) { return p.parallel.ulysses > 1; }, {Stack::Torchtitan},
        "run Ulysses sequence parallelism (it has none): each rank would attend over the whole sequence",
        "re-plan with --ulysses 1"},
@@ -348,10 +351,14 @@ StackConfig torchtitan_job(const Plan& p) {
         {"mixed_precision_param", bf16 ? "bfloat16" : "float32"},
         {"mixed_precision_reduce", "float32"},
         {"enable_cpu_offload", par.offload_optimizer || par.offload_params}}},
+      // FSDP2 shards over data_parallel_shard x context_parallel (parallel_dims.py's dp_shard_cp):
+      // over every rank, as the plan's zero3 does.
       {"parallelism",
-       {{"data_parallel_shard_degree", par.sharding == Sharding::None ? 1 : world},
-        {"data_parallel_replicate_degree", par.sharding == Sharding::None ? world : 1},
-        {"context_parallel_degree", 1},
+       {{"data_parallel_shard_degree", par.sharding == Sharding::None ? 1 : world / par.ring},
+        {"data_parallel_replicate_degree", par.sharding == Sharding::None ? world / par.ring : 1},
+        {"context_parallel_degree", par.ring},
+        {"context_parallel_load_balancer", "headtail"},
+        {"context_parallel_rotate_method", "allgather"},
         {"tensor_parallel_degree", 1},
         {"pipeline_parallel_degree", 1}}},
       {"activation_checkpoint", ac},

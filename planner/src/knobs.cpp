@@ -280,7 +280,8 @@ TechniqueSet stack_techniques(const StackSpec& stack) {
     case StackKind::Torchtitan:
       return TechniqueSet()
           .set(static_cast<std::size_t>(Technique::Checkpoint))
-          .set(static_cast<std::size_t>(Technique::Zero3));
+          .set(static_cast<std::size_t>(Technique::Zero3))
+          .set(static_cast<std::size_t>(Technique::Ring));
     case StackKind::Arctic: break;
   }
   // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
@@ -351,6 +352,7 @@ Plan with_knobs(Plan base, const Knobs& fixed) {
   conform_to_stack(base.model, base.cluster.shape, base.train, conformed);
   if (!fixed.sharding) base.parallel.sharding = conformed.sharding;
   if (!fixed.loss_tiles) base.parallel.loss_tiles = conformed.loss_tiles;
+  if (!fixed.ring_exchange) base.parallel.ring_exchange = conformed.ring_exchange;
   return base;
 }
 

@@ -107,8 +107,10 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
   if (r > 1 && umax < world)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses stops at degree {} of the {} "
-                       "GPUs: the heads' rules)",
-                       shape, tokens, alone.tokens, umax, world);
+                       "GPUs: {})",
+                       shape, tokens, alone.tokens, umax, world,
+                       has(allowed, Technique::Ulysses) ? "the heads' rules" : "Ulysses is not among the techniques allowed "
+                                                                              "(or the stack has none)");
   if (r > 1)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
                        "ring's layout holds less at this length)",

@@ -113,14 +113,15 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
 // host memory only grows when offloaded gradients arrive during backward, as zero2's do),
 // and the ring's all-gather exchange: the same step as with hops but for every rank's k/v
 // and every holder's dk/dv accumulators held where hops hold two of each
-// (footprint/ring_attention.h), so it never reaches further.
+// (footprint/ring_attention.h), so it never reaches further; except under torchtitan, whose
+// context parallel trains with all-gather only.
 std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
   Knobs k;
   k.micro_batch = 1;
   std::vector<Plan> out;
   for (const Plan& c : coarse_choices(base, a, k)) {
     const ParallelConfig& p = c.parallel;
-    if (p.ring_exchange == RingExchange::AllGather) continue;
+    if (p.ring_exchange == RingExchange::AllGather && base.train.stack.kind != StackKind::Torchtitan) continue;
     if (p.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
     if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
     if (p.sharding == Sharding::None && has(a, Technique::Zero2) && !p.offload_optimizer) continue;

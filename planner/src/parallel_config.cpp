@@ -208,6 +208,25 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
     return refuse(t, "--checkpoint", fmt::format("checkpoints every K-th of the model's {} layers, none for every:{}: "
                                                  "give K of at most {}, or none",
                                                  m.layers, p.checkpoint.every, m.layers));
+  // Context parallel (parallelism.context_parallel_degree): torch's ring attention under
+  // FSDP2 over the dp_shard x cp mesh, the batch cut by its head-tail load balancer into
+  // 2 x cp chunks (torchtitan does not pad), k/v exchanged by all-gather (the trainer never
+  // calls set_rotate_method: context_parallel_rotate_method reaches only its validator).
+  if (p.ring > 1) {
+    if (c.world() == 1) return refuse(t, "--ring", "needs more than one GPU for context parallel: give 1");
+    if (p.ring_exchange != RingExchange::AllGather)
+      return refuse(t, "--ring-exchange", "trains context parallel with torch's all-gather of k/v (its "
+                                          "context_parallel_rotate_method reaches only validation): give allgather");
+    if (m.qk_norm)
+      return refuse(t, "--ring", "runs context parallel here for its llama3 model only (qwen3's rope_cache indexed by "
+                                 "positions is not modelled): give 1");
+    if (p.checkpoint.kind == CheckpointPolicy::Kind::Ops)
+      return refuse(t, "--checkpoint", "under context parallel with per-op selective checkpointing is not modelled: "
+                                       "give full, every:K or none");
+    if (t.seq % (2 * std::int64_t{p.ring}) != 0)
+      return refuse(t, "--seq", fmt::format("cuts each sample into 2 x ring = {} chunks and pads nothing: give a "
+                                            "--seq divisible by {}", 2 * p.ring, 2 * p.ring));
+  }
   // FSDP2's gradients are its sharded parameters' dtype, fp32 (the unsharded bf16 ones are
   // reduce-scattered into them); on one GPU autograd's, the parameters'.
   const StackKeeps keeps = c.world() > 1 ? StackKeeps{DType::FP32, " (FSDP2's sharded gradients)"}
@@ -217,10 +236,10 @@ Result<bool> validate_torchtitan(const ModelConfig& m, const Cluster& c, const T
 
 Result<bool> validate_stack(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p) {
   if (t.stack.kind == StackKind::Longctx) return true;
-  if (p.ring != 1) return refuse(t, "--ring", "has no ring attention modelled: give 1");
   // Each wraps decoder layers whole: no head-chunked attention.
   if (p.head_chunk != 0) return refuse(t, "--head-chunk", "has no head-chunked attention: give 0");
   if (t.stack.kind == StackKind::Torchtitan) return validate_torchtitan(m, c, t, p);
+  if (p.ring != 1) return refuse(t, "--ring", "has no ring attention modelled: give 1 (--stack torchtitan has its context parallel)");
   if (p.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
     return refuse(t, "--checkpoint", "checkpoints every decoder layer or none: give full or none");
   return t.stack.kind == StackKind::Arctic ? validate_arctic(m, t, p) : validate_hf(m, c, t, p);

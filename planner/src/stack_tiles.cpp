@@ -38,8 +38,11 @@ void conform_to_stack(const ModelConfig& m, const Cluster& c, const TrainConfig&
   // torchtitan shards with FSDP2 whenever it runs on more than one rank; on one it applies no
   // FSDP at all.
   // (No product of the cluster's sizes: probes run before validate() bounds them.)
-  if (t.stack.kind == StackKind::Torchtitan)
+  // Its context parallel exchanges k/v by all-gather only (parallel_config.cpp).
+  if (t.stack.kind == StackKind::Torchtitan) {
     p.sharding = c.nodes > 1 || c.gpus_per_node > 1 ? Sharding::Zero3 : Sharding::None;
+    if (p.ring > 1) p.ring_exchange = RingExchange::AllGather;
+  }
   if (t.stack.kind != StackKind::Arctic) return;
   p.sharding = Sharding::Zero3;
   if (!stack_tiles_defined(m, t, p.ulysses)) return;

@@ -322,6 +322,34 @@ def test_a_torchtitan_fsdp2_plan_exports_its_sharding_and_param_dtype(tmp_path):
     assert job.activation_checkpoint.mode == "full"
 
 
+def test_a_context_parallel_plan_exports_its_degree_and_shards_the_rest(tmp_path):
+    plan = tmp_path / "cp.json"
+    cli("plan", "--stack", "torchtitan", "--model", "llama-3.1-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq", "65536",
+        "--ring", "4", "--ring-exchange", "allgather", "--checkpoint", "full", "--no-search", "--budget", "1TiB",
+        "-o", str(plan))
+    out = tmp_path / "job.toml"
+    run = export(plan, "torchtitan", out)
+    assert "approximation" not in run.stderr
+    job = read_torchtitan_job(out)
+    # FSDP2 over dp_shard x cp: every rank, as the plan's zero3.
+    assert (job.parallelism.context_parallel_degree, job.parallelism.data_parallel_shard_degree) == (4, 2)
+    assert job.parallelism.context_parallel_load_balancer == "headtail"
+    assert job.parallelism.context_parallel_rotate_method == "allgather"
+    # torchtitan trains with all-gather and pads nothing: the other exchange and an indivisible
+    # sequence are refused when planned.
+    for knobs, field in ((["--ring-exchange", "p2p", "--seq", "65536"], "--ring-exchange"),
+                         (["--ring-exchange", "allgather", "--seq", "65540"], "--seq")):
+        refused = cli("plan", "--stack", "torchtitan", "--model", "llama-3.1-8b", "--gpus", "8", "--ring", "4",
+                      "--no-search", *knobs, check=False)
+        assert refused.returncode == 2 and field in refused.stderr, refused.stderr
+    # A longctx plan's ring is longctx's own: torchtitan would keep other buffers.
+    ours = tmp_path / "ring.json"
+    cli("plan", "--model", "tiny-gqa", "--gpus", "8", "--seq", "4096", "--sharding", "zero3", "--ring", "2",
+        "--no-search", "--budget", "1TiB", "-o", str(ours))
+    refused = cli("export", str(ours), "--stack", "torchtitan", check=False)
+    assert refused.returncode == 2 and "parallel.ring" in refused.stderr, refused.stderr
+
+
 def test_a_qwen3_plan_exports_torchtitans_qwen3_model_and_flavor(tmp_path):
     plan = tmp_path / "q3.json"
     cli("plan", "--stack", "torchtitan", "--model", "qwen3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq", "8192",

@@ -20,7 +20,7 @@ import random
 import pytest
 
 import longctx
-from conftest import profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
+from conftest import TOLERANCE, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -30,6 +30,7 @@ ac_module = pytest.importorskip("torchtitan.distributed.activation_checkpoint")
 loss_module = pytest.importorskip("torchtitan.components.loss")
 job_config = pytest.importorskip("torchtitan.config.job_config")
 parallelize = pytest.importorskip("torchtitan.models.llama3.infra.parallelize")
+context_parallel = pytest.importorskip("torchtitan.distributed.context_parallel")
 qwen3_model = pytest.importorskip("torchtitan.models.qwen3.model.model")
 qwen3_args = pytest.importorskip("torchtitan.models.qwen3.model.args")
 qwen3_parallelize = pytest.importorskip("torchtitan.models.qwen3.infra.parallelize")
@@ -59,14 +60,87 @@ def hf_config(args, model):
                                     vocab_size=args.vocab_size, tie_word_embeddings=False)
 
 
-def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
+# Context parallel on the CPU. torch's dispatcher hands scaled_dot_product_attention on
+# DTensors to its ring attention for the CUDA kernels only (_context_parallel/_attention.py:
+# _enable_cp_dtensor_dispatcher's handlers, and _sharding_rules.register_cp_sharding_rules for
+# their output placements); the CPU's flash kernel and its backward get the same treatment here:
+# unwrap to local tensors, run _templated_ring_attention(_backward) with the CPU op, as
+# _scaled_dot_product_ring_flash_attention(_backward) does with the CUDA one, and wrap the
+# results sharded on the sequence, Shard(2), which is what the CUDA ops' rules give them.
+def _bound_arguments(op_call, args, kwargs):
+    bound = {a.name: a.default_value for a in op_call._schema.arguments if a.has_default_value()}
+    bound.update(zip((a.name for a in op_call._schema.arguments), args))
+    bound.update(kwargs)
+    return bound
+
+
+def _sequence_sharded(mesh, local):
+    from torch.distributed.tensor import Shard
+    from torch.distributed.tensor._dtensor_spec import DTensorSpec, TensorMeta
+    shape = list(local.shape)
+    shape[2] *= mesh.size()
+    stride = torch._prims_common.make_contiguous_strides_for(shape)
+    return DTensorSpec(mesh, (Shard(2),), tensor_meta=TensorMeta(torch.Size(shape), tuple(stride), local.dtype))
+
+
+def _cpu_ring_handler(backward):
+    from torch.distributed.tensor import DTensor
+    ring = pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
+    aten = torch.ops.aten
+
+    def handler(op_call, args, kwargs):
+        info = DTensor._op_dispatcher.unwrap_to_op_info(op_call, args, kwargs)
+        a = _bound_arguments(op_call, info.local_args, info.local_kwargs)
+        assert a["attn_mask"] is None, "torch's ring attention takes no mask"
+        mesh = info.compute_mesh
+        common = dict(query=a["query"], key=a["key"], value=a["value"], is_causal=a["is_causal"],
+                      dropout_p=a["dropout_p"], scale=a["scale"])
+        if backward:
+            results = ring._templated_ring_attention_backward(
+                mesh.get_group(), 2, aten._scaled_dot_product_flash_attention_for_cpu_backward.default,
+                grad_out=a["grad_out"], grad_out_name="grad_out", out=a["out"], logsumexp=a["logsumexp"], **common)[:3]
+        else:
+            results = ring._templated_ring_attention(mesh.get_group(), 2, aten._scaled_dot_product_flash_attention_for_cpu,
+                                                     **common)[:2]
+        return DTensor._op_dispatcher.wrap(tuple(results), tuple(_sequence_sharded(mesh, r) for r in results))
+    return handler
+
+
+@contextlib.contextmanager
+def cpu_ring_attention():
+    """The CPU flash kernel's ring handlers beside torch's, and torch's context-parallel state
+    (the dispatcher, load balancing) put back after."""
+    from torch.distributed.tensor import DTensor
+    ring = pytest.importorskip("torch.distributed.tensor.experimental._context_parallel._attention")
+    handlers, balance = DTensor._op_dispatcher._custom_op_handlers, ring._cp_options.enable_load_balance
+    yield {torch.ops.aten._scaled_dot_product_flash_attention_for_cpu.default: _cpu_ring_handler(False),
+           torch.ops.aten._scaled_dot_product_flash_attention_for_cpu_backward.default: _cpu_ring_handler(True)}
+    ring._disable_context_parallel_dispatcher()
+    DTensor._op_dispatcher._custom_op_handlers = handlers
+    ring._cp_options.enable_load_balance = balance
+
+
+def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32", cp=1, cpu_handlers=None):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     qwen3 = isinstance(args, qwen3_args.Qwen3ModelArgs)
     model = qwen3_model.Qwen3Model(args) if qwen3 else model_module.Transformer(args)
     with torch.no_grad():
         model.init_weights()
-    # parallelize_llama's order: activation checkpointing, then FSDP.
+    fsdp_mesh = cp_mesh = None
+    if world > 1:
+        # parallel_dims.py: FSDP2 over dp_shard x cp flattened, context parallel over cp.
+        if cp == 1:
+            fsdp_mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
+        else:
+            mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world // cp, cp), mesh_dim_names=("dp_shard", "cp"))
+            fsdp_mesh, cp_mesh = mesh["dp_shard", "cp"]._flatten("dp_shard_cp"), mesh["cp"]
+    # parallelize_llama's order: context parallel, activation checkpointing, then FSDP.
+    if cp_mesh is not None:
+        context_parallel.apply_cp_to_attention_module([block.attention.inner_attention for block in model.layers.values()],
+                                                      cp_mesh, "sdpa")
+        from torch.distributed.tensor import DTensor
+        DTensor._op_dispatcher._custom_op_handlers = {**DTensor._op_dispatcher._custom_op_handlers, **cpu_handlers}
     if ac != "none":
         # A torchtitan run builds its model once; its layer counter is module state.
         ac_module._layer_sac_count = 0
@@ -77,21 +151,31 @@ def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
         ac_module.apply_ac(model, job_config.ActivationCheckpoint(mode=mode, selective_ac_option=option),
                            op_sac_save_list=save_list)
     if world > 1:
-        mesh = torch.distributed.device_mesh.init_device_mesh("cpu", (world,))
         # qwen3's parallelize applies llama4's apply_fsdp, which for a dense model wraps as llama3's does.
-        (qwen3_parallelize if qwen3 else parallelize).apply_fsdp(model, mesh, param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype],
+        (qwen3_parallelize if qwen3 else parallelize).apply_fsdp(model, fsdp_mesh, param_dtype={"fp32": torch.float32, "bf16": torch.bfloat16}[dtype],
                                reduce_dtype=torch.float32, pp_enabled=False)
     model.train()
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3, fused=True, foreach=False)
+
+    def forward_backward(inputs, labels):
+        # train.py forward_backward_step: post_dataloading_process shards the batch under
+        # context parallel; its inputs, labels and extra_kwargs go when it returns.
+        extra_kwargs = {}
+        if cp_mesh is not None:
+            inputs, labels, extra_kwargs = context_parallel.prepare_context_parallel_input(
+                inputs, labels, extra_kwargs, cp_mesh, torch.device("cpu"), "headtail")
+        pred = model(inputs, **extra_kwargs)
+        loss = loss_module.cross_entropy_loss(pred, labels) / labels.numel()
+        del pred
+        loss.backward()
+        return loss
+
     def step():
         # Each step's batch is new, as torchtitan's train_step takes it from the data loader,
         # and held until the step returns.
         ids = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
         labels = torch.randint(0, args.vocab_size, (batch, args.max_seq_len))
-        pred = model(ids)
-        loss = loss_module.cross_entropy_loss(pred, labels) / labels.numel()
-        del pred
-        loss.backward()
+        loss = forward_backward(ids, labels)
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
@@ -101,31 +185,58 @@ def profile_second_step(args, batch, ac, trace_path, world=1, dtype="fp32"):
 
 
 @contextlib.contextmanager
-def fake_ranks(world):
-    """Rank 0 of `world` ranks whose collectives allocate nothing."""
+def fake_ranks(world, rank=0):
+    """Rank `rank` of `world` ranks whose collectives allocate nothing."""
     if world == 1:
         yield
         return
     from torch.testing._internal.distributed.fake_pg import FakeStore
-    torch.distributed.init_process_group("fake", store=FakeStore(), rank=0, world_size=world)
+    torch.distributed.init_process_group("fake", store=FakeStore(), rank=rank, world_size=world)
     try:
         yield
     finally:
         torch.distributed.destroy_process_group()
 
 
-def check(tmp_path, args, batch, ac, world=1, dtype="fp32"):
-    trace = tmp_path / "profile.json"
-    with fake_ranks(world):
-        model = profile_second_step(args, batch, ac, trace, world, dtype)
-    if dtype == "bf16":
-        print(f"CPU GEMM scratch set aside: up to {strip_cpu_gemm_scratch(trace)} bytes")
+def most_of_any_rank(comparisons):
+    """The ring's ranks but the last differ only inside their attention (which blocks each
+    skips); the plan is the most any of them holds: each phase's measured peak as the most of
+    any of them."""
+    worst = dict(comparisons[0])
+    phases = {p["phase"]: dict(p) for p in worst["phases"]}
+    for c in comparisons[1:]:
+        for p in c["phases"]:
+            phases[p["phase"]]["measured_bytes"] = max(phases[p["phase"]]["measured_bytes"], p["measured_bytes"])
+    worst["phases"] = list(phases.values())
+    worst["measured_peak_bytes"] = max(c["measured_peak_bytes"] for c in comparisons)
+    worst["error"] = (worst["predicted_peak_bytes"] - worst["measured_peak_bytes"]) / worst["measured_peak_bytes"]
+    return worst
+
+
+def check(tmp_path, args, batch, ac, world=1, dtype="fp32", cp=1):
     knobs = {"micro_batch": batch, "sharding": "zero3" if world > 1 else "none"}
     if ac != "none":
         knobs["checkpoint"] = "op" if ac == "selective:op" else ac.replace("selective:", "every:")
-    plan = longctx.plan(hf_config(args, model), gpus=world, gpu="cpu", seq=args.max_seq_len, no_search=True,
-                        techniques="checkpoint,zero3", stack="torchtitan", dtype=dtype, **knobs)
-    assert_phases_within(longctx.compare(plan, trace))
+    if cp > 1:
+        knobs.update(ring=cp, ring_exchange="allgather")
+    comparisons = []
+    for rank in range(cp):  # every position in the ring (the ranks of one dp_shard group)
+        trace = tmp_path / f"profile.{rank}.json"
+        with fake_ranks(world, rank), cpu_ring_attention() as handlers:
+            model = profile_second_step(args, batch, ac, trace, world, dtype, cp, handlers)
+        if dtype == "bf16":
+            print(f"CPU GEMM scratch set aside: up to {strip_cpu_gemm_scratch(trace)} bytes")
+        plan = longctx.plan(hf_config(args, model), gpus=world, gpu="cpu", seq=args.max_seq_len, no_search=True,
+                            techniques="checkpoint,zero3,ring", stack="torchtitan", dtype=dtype, **knobs)
+        comparisons.append(longctx.compare(plan, trace))
+    if cp == 1:
+        assert_phases_within(comparisons[0])
+        return
+    # The plan is the step of every rank but the last, whose attention output is not copied
+    # (footprint/torchtitan.h); the last must hold no more than it.
+    assert_phases_within(most_of_any_rank(comparisons[:-1]))
+    last = comparisons[-1]
+    assert last["measured_peak_bytes"] <= last["predicted_peak_bytes"] * (1 + TOLERANCE), last
 
 
 CASES = [
@@ -191,6 +302,28 @@ def test_torchtitan_stack_matches_torchtitans_qwen3(tmp_path, case):
     check(tmp_path, qwen3_model_args(dim, layers, heads, kv, head_dim, hidden, vocab, seq, tied), batch, ac, world, dtype)
 
 
+# Context parallel (torch's ring attention, load balanced, k/v all-gathered) under FSDP2 over
+# dp_shard x cp: ranks, cp degree, dtype, and a llama3 case (heads of one to three key/value
+# groups; sequences divisible by 2 x cp).
+CP_CASES = [
+    (2, 2, "fp32", (64, 2, 4, 2, 512, 16, 256, 1, "none")),
+    (2, 2, "fp32", (64, 2, 4, 4, 384, 16, 192, 2, "full")),
+    (3, 3, "fp32", (96, 3, 6, 3, 320, 24, 288, 1, "selective:2")),
+    (4, 2, "fp32", (80, 2, 5, 5, 256, 16, 224, 2, "none")),
+    (4, 4, "fp32", (64, 2, 4, 1, 448, 16, 256, 1, "full")),
+    (2, 2, "bf16", (64, 2, 4, 2, 512, 16, 256, 1, "full")),
+    (4, 2, "bf16", (96, 3, 6, 2, 320, 24, 192, 2, "selective:3")),
+    (3, 3, "bf16", (128, 2, 8, 2, 96, 32, 384, 1, "none")),
+]
+
+
+@pytest.mark.parametrize("world,cp,dtype,case", CP_CASES,
+                         ids=[f"cp{c}of{w}-{dt}-d{k[0]}-h{k[2]}kv{k[3]}-{k[6]}x{k[7]}-{k[8]}" for w, c, dt, k in CP_CASES])
+def test_torchtitan_stack_matches_torchtitan_under_context_parallel(tmp_path, world, cp, dtype, case):
+    dim, layers, heads, kv, vocab, multiple_of, seq, batch, ac = case
+    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype, cp)
+
+
 def drawn_case(seed):
     rng = random.Random(seed)
     kv = rng.choice([1, 2, 3])
@@ -214,8 +347,14 @@ def test_torchtitan_stack_on_a_drawn_shape(tmp_path):
         print(f"seed {seed}: qwen3 dim {dim}, layers {layers}, heads {heads}/{kv} of {head_dim}, hidden {hidden}, "
               f"vocab {vocab}, seq {seq} x {batch}, {ac}, tied {tied}; {world} rank(s), {dtype}")
         args = qwen3_model_args(dim, layers, heads, kv, head_dim, hidden, vocab, seq, tied)
-    else:
-        print(f"seed {seed}: llama3 dim, layers, heads, kv heads, vocab, multiple_of, seq, micro-batch, ac = {case}; "
-              f"{world} rank(s), {dtype}")
-        args = model_args(dim, layers, heads, kv, vocab, multiple_of, seq)
-    check(tmp_path, args, batch, ac, world, dtype)
+        check(tmp_path, args, batch, ac, world, dtype)
+        return
+    # Context parallel over some of the ranks (not with per-op selective checkpointing), the
+    # sequence a multiple of 2 x cp.
+    cp = 1
+    if world > 1 and ac != "selective:op" and rng.random() < 0.5:
+        cp = rng.choice([c for c in range(2, world + 1) if world % c == 0])
+        seq = 2 * cp * rng.randint(3, 24)
+    print(f"seed {seed}: llama3 dim, layers, heads, kv heads, vocab, multiple_of, micro-batch, ac = "
+          f"{(dim, layers, heads, kv, vocab, multiple_of, batch, ac)}, seq {seq}; {world} rank(s), {dtype}, cp {cp}")
+    check(tmp_path, model_args(dim, layers, heads, kv, vocab, multiple_of, seq), batch, ac, world, dtype, cp)

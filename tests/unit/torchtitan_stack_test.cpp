@@ -8,6 +8,8 @@
 #include <string>
 
 #include "longctx/planner/export.h"
+#include "longctx/planner/footprint/step_shapes.h"
+#include "longctx/planner/footprint/torchtitan.h"
 #include "longctx/planner/param_layout.h"
 #include "longctx/planner/memory_model.h"
 #include "longctx/planner/plan.h"
@@ -224,6 +226,77 @@ TEST(TorchtitanStack, ShardsWithFsdp2AcrossRanks) {
   EXPECT_EQ(reduces, 1);
 }
 
+// Context parallel: torch's ring, load balanced, k/v all-gathered, over torchtitan's llama3
+// model, the sequence in 2 x R chunks; what torchtitan does not run is refused naming the option.
+PlanRequest context_parallel_request(const std::string& model, int ring) {
+  PlanRequest r = torchtitan_request(model);
+  r.cluster.gpus = 4;
+  r.knobs.ring = ring;
+  r.knobs.ring_exchange = RingExchange::AllGather;
+  return r;
+}
+
+TEST(TorchtitanStack, ContextParallelRefusesWhatTorchtitanDoesNotRun) {
+  const std::tuple<const char*, const char*, void (*)(PlanRequest&)> cases[] = {
+      {"tiny-gqa", "--ring-exchange", [](PlanRequest& r) { r.knobs.ring_exchange = RingExchange::P2p; }},
+      {"tiny-gqa", "--seq", [](PlanRequest& r) { r.seq = "1028"; }},  // not a multiple of 2 x 4
+      {"tiny-gqa", "--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::ops(); }},
+      {"qwen3-8b", "--ring", [](PlanRequest&) {}},  // qwen3's rope_cache by positions
+      {"tiny-gqa", "--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; r.knobs.ring = 2; }},
+  };
+  for (const auto& [model, field, edit] : cases) {
+    PlanRequest r = context_parallel_request(model, 4);
+    edit(r);
+    const auto a = answer_plan(r);
+    ASSERT_FALSE(a.ok()) << model << " " << field;
+    EXPECT_EQ(a.error().field, field) << a.error().message;
+    EXPECT_NE(a.error().message.find("--stack torchtitan"), std::string::npos) << a.error().message;
+  }
+  const auto a = answer_plan(context_parallel_request("tiny-gqa", 4));
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_EQ(a.value().recorded.parallel.ring, 4);
+  // Its one exchange is the stack's default where none is given.
+  PlanRequest r = context_parallel_request("tiny-gqa", 4);
+  r.knobs.ring_exchange.reset();
+  const auto d = answer_plan(r);
+  ASSERT_TRUE(d.ok()) << d.error().message;
+  EXPECT_EQ(d.value().recorded.parallel.ring_exchange, RingExchange::AllGather);
+}
+
+TEST(TorchtitanStack, ContextParallelShardsTheBatchAndPlansTheRanksButTheLast) {
+  const Plan p = answer_plan(context_parallel_request("tiny-gqa", 4)).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  const footprint::StepShapes s = footprint::step_shapes(step_inputs(p));
+  ASSERT_EQ(s.n, 1024 / 4);
+  auto tensor_bytes = [&](const std::string& name) {
+    for (const auto& t : g.tensors())
+      if (format(t.name) == name) return t.bytes;
+    ADD_FAILURE() << "no tensor " << name;
+    return std::int64_t{-1};
+  };
+  // The data loader's whole batch, and the rank's shards of it.
+  EXPECT_EQ(tensor_bytes("batch.tokens"), 1024 * 8);
+  EXPECT_EQ(tensor_bytes("cp.shard.inputs"), 256 * 8);
+  EXPECT_EQ(tensor_bytes("cp.shard.positions"), 256 * 4);
+  // freqs_cis at the rank's positions, per block; the ring's output and its copy for wo.
+  EXPECT_EQ(tensor_bytes("layer.0.attn.freqs_cis.positions"), 256 * (s.d / 2) * 8);
+  EXPECT_EQ(tensor_bytes("layer.0.attn.out.heads"), tensor_bytes("layer.0.attn.out"));
+  // The ring's temporaries: the most of ranks 0 to 2, the last rank left out.
+  std::int64_t most = 0;
+  for (int rank = 0; rank < 3; ++rank) {
+    const auto m = footprint::torch_ring::forward_memory(footprint::torchtitan::ring_shape(s, rank));
+    most = std::max(most, m.peak - m.returned);
+  }
+  int rings = 0;
+  for (const auto& o : g.ops())
+    if (format(o.name) == "layer.0.attn.ring") {
+      ++rings;
+      EXPECT_EQ(o.workspace_bytes, most);
+      EXPECT_EQ(o.comm, CommKind::AllGather);
+    }
+  EXPECT_EQ(rings, 1);
+}
+
 TEST(TorchtitanStack, MaxContextAnswersOnEightGpus) {
   ClusterRequest r;
   r.model = "llama-3.1-8b";
@@ -235,6 +308,10 @@ TEST(TorchtitanStack, MaxContextAnswersOnEightGpus) {
   EXPECT_GT(a.value().max_tokens, 8192);
   EXPECT_EQ(a.value().plan.train.stack.kind, StackKind::Torchtitan);
   EXPECT_EQ(a.value().plan.parallel.sharding, Sharding::Zero3);
+  // Its context parallel reaches past what the full logits of one rank's whole sequence allow.
+  EXPECT_GT(a.value().plan.parallel.ring, 1);
+  EXPECT_EQ(a.value().plan.parallel.ring_exchange, RingExchange::AllGather);
+  EXPECT_GT(a.value().max_tokens, 131072);
 }
 
 // The llama3 flavors torchtitan registers are matched by shape: Llama-3.1-8B is "8B".

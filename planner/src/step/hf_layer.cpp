@@ -288,9 +288,17 @@ void torchtitan_project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, b
   TensorId k = project(sb, l, "attn.k_proj", "attn.k", a.norm1.y, s.h, kw, phase, rc);
   a.v = project(sb, l, "attn.v_proj", "attn.v", a.norm1.y, s.h, kw, phase, rc);
   if (!s.qk_norm) {
+    Ids table;
+    if (s.r > 1) {  // context parallel: freqs_cis at the rank's positions, saved by both products
+      a.rope_table = sb.graph.tensor(layer_name(l, "attn.freqs_cis.positions", rc), footprint::torchtitan::cp_freqs_bytes(s), kAct);
+      sb.graph.op(layer_name(l, "attn.freqs_cis.index", rc), phase, l, {sb.hf_model.cp_positions}, {a.rope_table},
+                  {.workspace = footprint::torchtitan::cp_freqs_workspace(s)});
+      table = {a.rope_table};
+    }
     TensorId q32 = -1, k32 = -1;
-    a.q = complex_rope(sb, l, "attn.rope_q", "attn.q.fp32", "attn.q_rotated", q, {}, s.H, phase, rc, q32);
+    a.q = complex_rope(sb, l, "attn.rope_q", "attn.q.fp32", "attn.q_rotated", q, table, s.H, phase, rc, q32);
     Ids held = {q};
+    if (a.rope_table >= 0) held.push_back(a.rope_table);
     if (q32 != q) held.push_back(q32);
     a.k = complex_rope(sb, l, "attn.rope_k", "attn.k.fp32", "attn.k_rotated", k, held, s.K, phase, rc, k32);
     return;
@@ -397,7 +405,8 @@ TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids 
   return y;
 }
 
-TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
+TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
+                       TensorId table) {
   const StepShapes& s = sb.shapes;
   if (liger(sb)) {  // rope_backward: rotates the gradient in place
     sb.graph.op(layer_name(l, name), kB, l, {grad, sb.hf_model.cos, sb.hf_model.sin}, {},
@@ -408,7 +417,9 @@ TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_n
     // MulBackward0 of view_as_complex(x) * freqs_cis: grad * freqs_cis.conj() [n, heads*d]
     // (complex64, viewed as fp32; cast back in bf16).
     const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
-    sb.graph.op(layer_name(l, name), kB, l, {grad}, {d_x},
+    Ids reads = {grad};
+    if (table >= 0) reads.push_back(table);
+    sb.graph.op(layer_name(l, name), kB, l, reads, {d_x},
                 {.workspace = footprint::torchtitan::rope_backward_workspace(s, heads),
                  .flops = 6.0 * double(s.n * heads * s.d)});
     return d_x;
@@ -474,11 +485,68 @@ TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, Tensor
   return d_x;
 }
 
+// torchtitan's context parallel: torch's ring backward returns dq [b, H, Sl, d] and dk, dv as
+// views of one pair [2, b, K, Sl, d], all laid out head-major. The rotations' backward
+// (ViewAsRealBackward0) first copies k's and then q's gradient to the [b, Sl, heads, d] layout
+// it works in; v's view (ViewBackward0) copies v's, which frees the pair; then the engine runs
+// the projections, v's first (created last).
+TensorId ring_project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId pair, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
+  const TensorId dk = head_major_copy(sb, l, "attn.k.view_as_real.bwd", "attn.k_rotated.grad.contiguous", pair, s.K);
+  const TensorId dk_pre = rope_backward(sb, l, "attn.rope_k.bwd", "attn.k.grad.rotated", dk, s.K, a.rope_table);
+  const TensorId dq_c = head_major_copy(sb, l, "attn.q.view_as_real.bwd", "attn.q_rotated.grad.contiguous", dq, s.H);
+  const TensorId dq_pre = rope_backward(sb, l, "attn.rope_q.bwd", "attn.q.grad.rotated", dq_c, s.H, a.rope_table);
+  const TensorId dv = head_major_copy(sb, l, "attn.v.view.bwd", "attn.v.grad.contiguous", pair, s.K);
+  const TensorId x = a.norm1.y;
+  const TensorId d_xv = project_backward(sb, l, "attn.v_proj.bwd", "grad.attn.v", "attn_norm.out.grad.v", dv, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  const TensorId d_xk = project_backward(sb, l, "attn.k_proj.bwd", "grad.attn.k", "attn_norm.out.grad.k", dk_pre, x, s.h,
+                                         kw, s.qkv_bias, grads);
+  const TensorId d_x = sb.graph.tensor(layer_name(l, "attn_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(layer_name(l, "attn.proj.grad_sum"), kB, l, {d_xv, d_xk}, {d_x});
+  project_backward(sb, l, "attn.q_proj.bwd", "grad.attn.q", "", dq_pre, x, s.h, qw, s.qkv_bias, grads, d_x);
+  return d_x;
+}
+
+// torchtitan's context parallel (apply_cp_to_attention_module): the block's
+// scaled_dot_product_attention on DTensors sharded on the sequence, which torch's dispatcher
+// hands to its ring attention (footprint::torchtitan::ring_forward_workspace). Under load
+// balancing the ring's output is merged [b, H, Sl, d] (its torch.cat) on every rank but the
+// last, the plan's, so `output.transpose(1, 2).contiguous()` copies it [n, H*d] e for wo; the
+// ring's own output is saved for its backward.
+void ring_attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+  namespace tt = footprint::torchtitan;
+  const StepShapes& s = sb.shapes;
+  const std::int64_t qw = s.H * s.d;
+  a.o_heads = sb.graph.tensor(layer_name(l, "attn.out.heads", rc), s.n * qw * s.e, kAct);  // [b, H, Sl, d] e
+  a.lse = sb.graph.tensor(layer_name(l, "attn.lse", rc), s.n * s.H * 4, kAct);             // [b, H, Sl] fp32
+  const int o = sb.graph.op(layer_name(l, "attn.ring", rc), phase, l, {a.q, a.k, a.v}, {a.o_heads, a.lse},
+                            {.workspace = tt::ring_forward_workspace(s), .flops = attention_flops(s, s.H),
+                             .kernel_flops = attention_kernel_flops(s, s.H), .kind = OpKind::Attention});
+  sb.graph.set_comm(o, CommKind::AllGather, tt::ring_forward_sent_bytes(s), static_cast<int>(s.r));
+  a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, Sl, H, d] e
+  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {a.o_heads}, {a.o});
+}
+
+TensorId ring_attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+  namespace tt = footprint::torchtitan;
+  const StepShapes& s = sb.shapes;
+  const TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * s.H * s.d * s.e, kTr);
+  const TensorId pair = sb.graph.tensor(layer_name(l, "attn.kv_rotated.grad"), 2 * s.n * s.K * s.d * s.e, kTr);
+  const int o = sb.graph.op(layer_name(l, "attn.ring.bwd"), kB, l, {d_o, a.q, a.k, a.v, a.o_heads, a.lse}, {dq, pair},
+                            {.workspace = tt::ring_backward_workspace(s), .flops = 2.5 * attention_flops(s, s.H),
+                             .kernel_flops = 2.5 * attention_kernel_flops(s, s.H), .kind = OpKind::Attention});
+  sb.graph.set_comm(o, CommKind::AllToAll, tt::ring_backward_sent_bytes(s), static_cast<int>(s.r));
+  return ring_project_qkv_backward(sb, l, a, dq, pair, grads);
+}
+
 void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
   const StepShapes& s = sb.shapes;
   const HfModelActs& m = sb.hf_model;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
   project_qkv(sb, l, a, phase, rc);
+  if (torchtitan(sb) && s.r > 1) return ring_attention_forward(sb, l, a, phase, rc);
   if (cache) {
     // use_cache (no checkpointing): DynamicLayer.update concatenates k and v onto the empty
     // cache, copies [b, K, S, d] e each that replace them (the cache holds them until the
@@ -573,6 +641,7 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
 
 TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
   const StepShapes& s = sb.shapes;
+  if (torchtitan(sb) && s.r > 1) return ring_attention_backward(sb, l, a, d_o, grads);
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
   TensorId dq, dk, dv;
   const double flops = attention_flops(s, s.H);

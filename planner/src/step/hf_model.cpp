@@ -69,19 +69,52 @@ void model_states(StepBuild& sb) {
 
 bool checkpointed(const StepBuild& sb) { return sb.parallel.checkpoint.any(); }
 
+// torchtitan's context parallel: the whole batch [b, S] int64 each (the data loader's, held by
+// train_step), cut by prepare_context_parallel_input into the rank's shards
+// (footprint::torchtitan::cp_shard_workspace): its inputs and labels [b, Sl] int64 into
+// o.tokens and o.targets, its positions [b, Sl] int32.
+void context_parallel_batch(StepBuild& sb) {
+  namespace tt = footprint::torchtitan;
+  const StepShapes& s = sb.shapes;
+  OuterActs& o = sb.outer;
+  HfModelActs& m = sb.hf_model;
+  const TensorId ids = sb.graph.tensor(step_name("batch.tokens"), s.b * s.S * 8, kAct);
+  const TensorId labels = sb.graph.tensor(step_name("batch.targets"), s.b * s.S * 8, kAct);
+  sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, {ids, labels});
+  m.batch = {ids, labels};
+  const TensorId positions = sb.graph.tensor(step_name("cp.positions"), tt::cp_positions_bytes(s), kTr);
+  sb.graph.op(step_name("cp.positions"), Phase::Forward, -1, {}, {positions});
+  const TensorId indices = sb.graph.tensor(step_name("cp.balance_indices"), tt::cp_indices_bytes(s), kTr);
+  sb.graph.op(step_name("cp.balance_indices"), Phase::Forward, -1, {}, {indices});
+  auto shard = [&](const char* name, TensorId whole, std::int64_t elem) {
+    const TensorId local = sb.graph.tensor(step_name(name), s.n * elem, kAct);
+    sb.graph.op(step_name(name), Phase::Forward, -1, {whole, indices, positions}, {local},
+                {.workspace = tt::cp_shard_workspace(s, elem)});
+    return local;
+  };
+  o.tokens = shard("cp.shard.inputs", ids, 8);
+  o.targets = shard("cp.shard.labels", labels, 8);
+  m.cp_positions = shard("cp.shard.positions", positions, 4);
+  m.cp_shards = {o.tokens, o.targets, m.cp_positions};
+}
+
 // LlamaModel.forward up to the first layer: the embedding, cache_position = arange(S)
 // [S] int64 (position_ids is a view of it), eager's causal mask, and the RoPE tables.
 TensorId model_inputs(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   HfModelActs& m = sb.hf_model;
-  o.tokens = sb.graph.tensor(step_name("batch.tokens"), s.n * 8, kAct);   // [n] int64
-  o.targets = sb.graph.tensor(step_name("batch.targets"), s.n * 8, kAct);  // [n] int64
-  Ids batch = {o.tokens, o.targets};
   const bool attention_mask = sb.in.train.stack.attention_mask;
-  if (attention_mask) batch.push_back(sb.graph.tensor(step_name("batch.attention_mask"), s.n * 8, kAct));  // [n] int64
-  sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
-  sb.hf_model.batch = batch;
+  if (torchtitan(sb) && s.r > 1) {
+    context_parallel_batch(sb);
+  } else {
+    o.tokens = sb.graph.tensor(step_name("batch.tokens"), s.n * 8, kAct);   // [n] int64
+    o.targets = sb.graph.tensor(step_name("batch.targets"), s.n * 8, kAct);  // [n] int64
+    Ids batch = {o.tokens, o.targets};
+    if (attention_mask) batch.push_back(sb.graph.tensor(step_name("batch.attention_mask"), s.n * 8, kAct));  // [n] int64
+    sb.graph.op(step_name("batch.load"), Phase::Forward, -1, {}, batch);
+    sb.hf_model.batch = batch;
+  }
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
   if (fsdp2(sb)) fsdp2_unshard_forward(sb, embed_group(s), Phase::Forward);
   sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {o.tokens}, {x0});
@@ -228,7 +261,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
       // under FSDP2 in bf16 qwen3's cast rope_cache) until the block's backward is done.
       if (torchtitan(sb)) sb.graph.add_input(last, a.in);
       if (li < sb.fsdp2.cast_inputs.size() && sb.fsdp2.cast_inputs[li] >= 0) sb.graph.add_input(last, sb.fsdp2.cast_inputs[li]);
-      for (const TensorId t : {sb.hf_model.mask, sb.hf_model.positions})
+      for (const TensorId t : {sb.hf_model.mask, sb.hf_model.positions, sb.hf_model.cp_positions})
         if (t >= 0) sb.graph.add_input(last, t);
       if (reentrant(sb)) {
         sb.graph.add_input(last, a.out);
@@ -393,6 +426,9 @@ void build_step(StepBuild& sb) {
   const NormActs f = loss_forward(sb, final_x, -1);
   const TensorId d_x = loss_backward(sb, f, -1);
   backward_layers(sb, d_x, layers);
+  // torchtitan's forward_backward_step holds its inputs, labels and extra_kwargs (the context
+  // parallel shards) until it returns, after backward.
+  for (const TensorId t : sb.hf_model.cp_shards) sb.graph.add_input(sb.graph.last_op(), t);
   if (!sb.in.prefix_only) optimizer_step(sb);
 }
 

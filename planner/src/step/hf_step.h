@@ -57,8 +57,10 @@ struct HfLayerActs {
   TensorId mask = -1;                // sdpa with a mask: the additive mask its backward saves
   TensorId probs32 = -1, probs = -1;  // eager: softmax output fp32, and cast (bf16)
   TensorId o = -1;                   // attention output [n, H*d] e
+  TensorId o_heads = -1;             // torchtitan's ring: its output [b, H, Sl, d] e, saved; o is its copy
   TensorId lse = -1;                 // sdpa: [b, H, S] fp32
-  TensorId rope_table = -1;          // torchtitan's qwen3 under FSDP2 in bf16: rope_cache cast [S, 2d] e
+  TensorId rope_table = -1;          // torchtitan's qwen3 under FSDP2 in bf16: rope_cache cast [S, 2d] e;
+                                     // context parallel: freqs_cis at the rank's positions [n, d/2] complex64
   TensorId mid = -1;
   TensorId gate = -1, act = -1, up = -1, prod = -1;  // [n, I] e each
   TensorId down = -1;
@@ -87,7 +89,9 @@ TensorId project_backward(StepBuild& sb, int l, const char* name, const char* gr
 // apply_rotary_pos_emb on q or k of `heads` heads ([n, heads*d] e out), and its backward.
 TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
               bool rc);
-TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads);
+// `table`: the rotation's saved table where it is a tensor of the layer's (torchtitan's context parallel).
+TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
+                       TensorId table = -1);
 
 NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
 TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,

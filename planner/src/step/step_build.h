@@ -70,6 +70,10 @@ struct HfModelActs {
   std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
   Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
   Ids batch;                    // input_ids, labels (and an attention_mask), held until the step returns
+  // torchtitan's context parallel: the rank's positions [b, Sl] int32 (prepare_context_parallel_input),
+  // and its shards of the batch with them, which forward_backward_step holds until backward is done.
+  TensorId cp_positions = -1;
+  Ids cp_shards;
 };
 
 // TRL's chunked loss (planner/src/step/trl_loss.cpp): what its chunks' checkpoint frames and
