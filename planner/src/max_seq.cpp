@@ -342,6 +342,9 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
       if (fit != tokens) granularity = std::max(granularity, m.grid);
       tokens = std::max(fit, top.tokens);
     }
+    // torchtitan pads nothing: under its context parallel only multiples of 2 x R plan.
+    if (m.coarse.train.stack.kind == StackKind::Torchtitan && m.coarse.parallel.ring > 1)
+      granularity = std::max(granularity, u);
     found.emplace_back(tokens, m);
     best = std::max(best, tokens);
   }

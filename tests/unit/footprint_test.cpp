@@ -240,6 +240,30 @@ TEST(TorchRingAttention, ReturnsItsOutputsAndNothingElse) {
 }
 
 // All-gather holds every rank's k/v pair through the forward; all-to-all one pair in flight.
+// Runs of like steps cut to three replay as the whole ring does: the same peak and the same
+// outputs, on every rank of rings up to 13, either rotation, load balanced or not, GPU or CPU.
+TEST(TorchRingAttention, ReplayingRunsOfThreeStepsEqualsEveryStep) {
+  namespace tr = footprint::torch_ring;
+  for (int world = 2; world <= 13; ++world)
+    for (int rank = 0; rank < world; ++rank)
+      for (const auto rotate : {tr::Rotate::AllGather, tr::Rotate::AllToAll})
+        for (const bool balance : {true, false})
+          for (const bool cpu : {true, false})
+            for (const std::int64_t e : {2, 4}) {
+              tr::RingShape s{.b = 2, .q_heads = 6, .kv_heads = 2, .local_seq = 64, .head_dim = 16, .elem = e,
+                              .world = world, .rank = rank, .load_balance = balance, .rotate = rotate,
+                              .grad_out_bshd = false, .cpu = cpu};
+              tr::RingShape every = s;
+              every.every_step = true;
+              const auto f = tr::forward_memory(s), ff = tr::forward_memory(every);
+              const auto g = tr::backward_memory(s), gg = tr::backward_memory(every);
+              ASSERT_EQ(f.peak, ff.peak) << world << " " << rank;
+              ASSERT_EQ(f.returned, ff.returned) << world << " " << rank;
+              ASSERT_EQ(g.peak, gg.peak) << world << " " << rank;
+              ASSERT_EQ(g.returned, gg.returned) << world << " " << rank;
+            }
+}
+
 TEST(TorchRingAttention, AllGatherHoldsEveryRanksPair) {
   namespace tr = footprint::torch_ring;
   tr::RingShape s{.b = 1, .q_heads = 8, .kv_heads = 8, .local_seq = 4096, .head_dim = 128, .elem = 2, .world = 8,

@@ -297,6 +297,26 @@ TEST(TorchtitanStack, ContextParallelShardsTheBatchAndPlansTheRanksButTheLast) {
   EXPECT_EQ(rings, 1);
 }
 
+// The most of ranks 0 to r-2 taken from the classes of ranks that replay alike equals every
+// rank's, for rings up to 13.
+TEST(TorchtitanStack, ContextParallelRingTakesTheMostOfEveryRankButTheLast) {
+  footprint::StepShapes s;
+  s.b = 2, s.H = 6, s.K = 2, s.d = 16, s.e = 2, s.cpu = true;
+  for (std::int64_t r = 2; r <= 13; ++r) {
+    s.r = r;
+    s.n = s.b * 32;
+    std::int64_t forward = 0, backward = 0;
+    for (int rank = 0; rank + 1 < r; ++rank) {
+      const auto f = footprint::torch_ring::forward_memory(footprint::torchtitan::ring_shape(s, rank));
+      const auto g = footprint::torch_ring::backward_memory(footprint::torchtitan::ring_shape(s, rank));
+      forward = std::max(forward, f.peak - f.returned);
+      backward = std::max(backward, g.peak - g.returned);
+    }
+    EXPECT_EQ(footprint::torchtitan::ring_forward_workspace(s), forward) << r;
+    EXPECT_EQ(footprint::torchtitan::ring_backward_workspace(s), backward) << r;
+  }
+}
+
 TEST(TorchtitanStack, MaxContextAnswersOnEightGpus) {
   ClusterRequest r;
   r.model = "llama-3.1-8b";

@@ -91,6 +91,20 @@ StepBlock block_of(const RingShape& s, int i) {
   return {Sl - Sl / 2, Sl, true};
 }
 
+// The steps replayed (RingShape::every_step): 0, then the runs 1..rank and rank+1..world-1,
+// each cut to its first two steps and its last.
+std::vector<int> steps_of(const RingShape& s) {
+  std::vector<int> steps;
+  auto run = [&](int first, int last) {
+    for (int i = first; i <= last; ++i)
+      if (s.every_step || i < first + 2 || i == last) steps.push_back(i);
+  };
+  steps.push_back(0);
+  run(1, std::min(s.rank, s.world - 1));
+  run(std::max(s.rank + 1, 1), s.world - 1);
+  return steps;
+}
+
 // The k/v pair's exchange at a step (all but the last): cat(k, v) held by next_kv, then the
 // rotater's receive buffer. All-gather gathers once, at the first step.
 void exchange_kv(Replay& m, const RingShape& s, std::int64_t pair_bytes) {
@@ -159,7 +173,7 @@ RingMemory forward_memory(const RingShape& s) {
     m.hold("value", kv);
   }
   bool first = true;
-  for (int i = 0; i < s.world; ++i) {
+  for (const int i : steps_of(s)) {
     if (i > 0) {
       // next_kv = rotater.next_buffer(); key, value = its views
       m.alias("next_kv", "kv_rotater");
@@ -208,7 +222,7 @@ RingMemory backward_memory(const RingShape& s) {
     m.hold("key", kv);
     m.hold("value", kv);
   }
-  for (int i = 0; i < s.world; ++i) {
+  for (const int i : steps_of(s)) {
     if (i > 0) {
       m.alias("buffer", "kv_rotater");
       m.alias("key", "buffer");

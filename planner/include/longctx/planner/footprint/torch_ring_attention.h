@@ -46,6 +46,12 @@ struct RingShape {
   bool grad_out_bshd = true;
   bool cpu = false;
   std::int64_t cpu_threads = 1;
+  // Replay every one of the world's steps. By default a run of like steps (those before the
+  // rank's, those after it) is replayed up to three long: a step's allocations depend only on
+  // its kind, the previous step's and whether it is the last, so longer runs repeat the same
+  // state and peak alike (tests compare the two), and a ring of 2^20 ranks costs no more than
+  // one of eight.
+  bool every_step = false;
 };
 
 // Bytes beyond the op's inputs (q, k, v; in backward also grad_out, out, lse): the most
