@@ -2,8 +2,8 @@
 // (the goal: each max-context query under 200 ms on one core). Figures: docs/performance.md.
 #include <benchmark/benchmark.h>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/search.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
 
 namespace longctx {
 namespace {

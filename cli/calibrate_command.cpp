@@ -9,9 +9,9 @@
 #include <torch/torch.h>
 
 #include "commands.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/units.h"
+#include "common/atomic_file.h"
+#include "planner/search/request.h"
+#include "planner/core/units.h"
 #include "longctx/runtime/calibrate.h"
 #include "longctx/runtime/process_group.h"
 

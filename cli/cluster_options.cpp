@@ -3,7 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
-#include "longctx/planner/knobs.h"
+#include "planner/core/knobs.h"
 
 namespace longctx::cli {
 

@@ -2,7 +2,7 @@
 // Options that `plan` and `max-context` share: the model, the cluster and its budgets.
 #include <CLI/CLI.hpp>
 
-#include "longctx/planner/request.h"
+#include "planner/search/request.h"
 
 namespace longctx::cli {
 

@@ -7,10 +7,10 @@
 
 #include "cluster_options.h"
 #include "commands.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/comparison.h"
-#include "longctx/planner/prediction_drift.h"
-#include "longctx/planner/units.h"
+#include "common/atomic_file.h"
+#include "planner/io/comparison.h"
+#include "planner/io/prediction_drift.h"
+#include "planner/core/units.h"
 
 namespace longctx::cli {
 namespace {

@@ -4,10 +4,10 @@
 
 #include "cluster_options.h"
 #include "commands.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/phase_peaks.h"
-#include "longctx/planner/prediction_drift.h"
+#include "common/atomic_file.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
+#include "planner/io/prediction_drift.h"
 #include "plan_output.h"
 #include "timeline_svg.h"
 

@@ -8,8 +8,8 @@
 
 #include "cluster_options.h"
 #include "commands.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/export.h"
+#include "common/atomic_file.h"
+#include "planner/io/export.h"
 
 namespace longctx::cli {
 namespace {

@@ -6,8 +6,8 @@
 
 #include "cluster_options.h"
 #include "commands.h"
-#include "longctx/planner/search.h"
-#include "longctx/planner/units.h"
+#include "planner/search/search.h"
+#include "planner/core/units.h"
 #include "plan_output.h"
 
 namespace longctx::cli {

@@ -1,9 +1,9 @@
 #include <fmt/format.h>
 
 #include "commands.h"
-#include "longctx/planner/hardware.h"
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/units.h"
+#include "planner/core/hardware.h"
+#include "planner/core/model_config.h"
+#include "planner/core/units.h"
 
 namespace longctx::cli {
 

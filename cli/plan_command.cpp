@@ -7,11 +7,11 @@
 
 #include "cluster_options.h"
 #include "commands.h"
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/phase_peaks.h"
-#include "longctx/planner/search.h"
-#include "longctx/planner/units.h"
+#include "planner/core/knobs.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
+#include "planner/search/search.h"
+#include "planner/core/units.h"
 #include "plan_output.h"
 
 namespace longctx::cli {

@@ -3,8 +3,8 @@
 #include <algorithm>
 #include <fmt/format.h>
 
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/units.h"
+#include "planner/core/knobs.h"
+#include "planner/core/units.h"
 
 namespace longctx::cli {
 

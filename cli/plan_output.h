@@ -3,7 +3,7 @@
 // the live set there, and a memory timeline.
 #include <string>
 
-#include "longctx/planner/memory_model.h"
+#include "planner/search/memory_model.h"
 
 namespace longctx::cli {
 

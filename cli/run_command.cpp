@@ -17,11 +17,11 @@
 #include <nlohmann/json.hpp>
 
 #include "commands.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/prediction_drift.h"
-#include "longctx/planner/units.h"
+#include "common/atomic_file.h"
+#include "planner/core/knobs.h"
+#include "planner/core/plan.h"
+#include "planner/io/prediction_drift.h"
+#include "planner/core/units.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"

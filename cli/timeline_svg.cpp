@@ -6,7 +6,7 @@
 
 #include <fmt/format.h>
 
-#include "longctx/planner/units.h"
+#include "planner/core/units.h"
 
 namespace longctx::cli {
 namespace {

@@ -3,7 +3,7 @@
 // category over the step's ops, host bytes below, phases shaded, budget and peak marked.
 #include <string>
 
-#include "longctx/planner/memory_model.h"
+#include "planner/search/memory_model.h"
 
 namespace longctx::cli {
 

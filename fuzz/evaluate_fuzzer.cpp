@@ -15,11 +15,11 @@
 
 #include "contract.h"
 
-#include "longctx/planner/hardware.h"
-#include "longctx/planner/limits.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/stack_tiles.h"
+#include "planner/core/hardware.h"
+#include "planner/core/limits.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/stacks/stack_tiles.h"
 
 namespace {
 

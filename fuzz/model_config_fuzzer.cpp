@@ -12,7 +12,7 @@
 
 #include "contract.h"
 
-#include "longctx/planner/model_config.h"
+#include "planner/core/model_config.h"
 
 using longctx::fuzz::fail;
 

@@ -11,8 +11,8 @@
 
 #include "contract.h"
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
 
 using longctx::fuzz::fail;
 

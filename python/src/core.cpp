@@ -19,15 +19,15 @@
 #include <nlohmann/json.hpp>
 
 #include "../../cli/plan_output.h"
-#include "longctx/planner/comparison.h"
-#include "longctx/planner/export.h"
-#include "longctx/planner/footprint/torch_ring_attention.h"
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/search.h"
+#include "planner/io/comparison.h"
+#include "planner/io/export.h"
+#include "planner/footprint/torch_ring_attention.h"
+#include "planner/core/knobs.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/model_config.h"
+#include "planner/core/plan.h"
+#include "planner/search/request.h"
+#include "planner/search/search.h"
 
 namespace nb = nanobind;
 

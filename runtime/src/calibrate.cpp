@@ -12,8 +12,8 @@
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
-#include "longctx/planner/footprint/attention.h"
-#include "longctx/planner/footprint/step_shapes.h"
+#include "planner/footprint/attention.h"
+#include "planner/footprint/step_shapes.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/memory_meter.h"

@@ -2,8 +2,8 @@
 // inventory names, and each backward only its outputs plus the scratch it documents.
 #include <torch/torch.h>
 
-#include "longctx/planner/parallel_config.h"
-#include "longctx/planner/row_chunk.h"
+#include "planner/core/parallel_config.h"
+#include "planner/core/row_chunk.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/mlp.h"
 #include "longctx/runtime/norm_rope.h"

@@ -3,7 +3,7 @@
 
 #include <fmt/format.h>
 
-#include "longctx/planner/phase_names.h"
+#include "planner/core/phase_names.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/layer_executors.h"
 #include "longctx/runtime/loss.h"

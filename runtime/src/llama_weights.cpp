@@ -1,4 +1,4 @@
-// The weights, enumerated through the parameter table (longctx/planner/param_layout.h).
+// The weights, enumerated through the parameter table (planner/core/param_layout.h).
 #include "longctx/runtime/llama_weights.h"
 
 #include "longctx/runtime/param_home.h"

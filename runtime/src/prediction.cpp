@@ -1,8 +1,8 @@
 #include "longctx/runtime/prediction.h"
 
-#include "longctx/planner/cost_model.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/phase_peaks.h"
+#include "planner/graph/cost_model.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
 
 namespace longctx::runtime {
 

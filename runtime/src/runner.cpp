@@ -10,9 +10,9 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/phase_names.h"
-#include "longctx/planner/units.h"
+#include "common/atomic_file.h"
+#include "planner/core/phase_names.h"
+#include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/communicator.h"

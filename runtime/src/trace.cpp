@@ -2,7 +2,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/trace_schema.h"
+#include "planner/io/trace_schema.h"
 
 namespace longctx::runtime {
 

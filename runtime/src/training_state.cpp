@@ -19,9 +19,9 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/fingerprint.h"
-#include "longctx/planner/units.h"
+#include "common/atomic_file.h"
+#include "planner/core/fingerprint.h"
+#include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
 

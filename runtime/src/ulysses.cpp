@@ -2,7 +2,7 @@
 
 #include <algorithm>
 
-#include "longctx/planner/parallel_config.h"
+#include "planner/core/parallel_config.h"
 #include "longctx/runtime/loss.h"
 #include "longctx/runtime/ring_attention.h"
 

@@ -12,7 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli_fixture.h"
-#include "longctx/planner/hardware.h"
+#include "planner/core/hardware.h"
 
 namespace longctx::runtime {
 namespace {

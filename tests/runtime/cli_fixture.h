@@ -17,7 +17,7 @@
 #include <sstream>
 #include <string>
 
-#include "longctx/planner/plan.h"
+#include "planner/core/plan.h"
 
 namespace longctx::runtime::testing {
 

@@ -1,4 +1,4 @@
-// The runtime's weights follow the parameter table (longctx/planner/param_layout.h): the
+// The runtime's weights follow the parameter table (planner/core/param_layout.h): the
 // order, the shapes and the groups the optimizer, the checkpoints and ZeRO see.
 #include <gtest/gtest.h>
 #include <torch/torch.h>

@@ -6,8 +6,8 @@
 #include <algorithm>
 #include <cstdio>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/search.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
 #include "longctx/runtime/runner.h"
 
 namespace longctx::runtime {

@@ -8,7 +8,7 @@
 #include <c10/core/CPUAllocator.h>
 #include <torch/torch.h>
 
-#include "longctx/planner/memory_model.h"
+#include "planner/search/memory_model.h"
 #include "longctx/runtime/host_heap.h"
 #include "longctx/runtime/memory_meter.h"
 #include "longctx/runtime/op_timer.h"

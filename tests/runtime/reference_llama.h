@@ -6,9 +6,9 @@
 
 #include <torch/torch.h>
 
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/hardware.h"
+#include "planner/core/model_config.h"
+#include "planner/core/plan.h"
+#include "planner/core/hardware.h"
 #include "longctx/runtime/llama_weights.h"
 
 namespace longctx::runtime::testing {

@@ -18,7 +18,7 @@
 #include <thread>
 
 #include "cli_fixture.h"
-#include "longctx/planner/measured_trace.h"
+#include "planner/io/measured_trace.h"
 #include "reference_llama.h"
 
 namespace longctx::runtime {

@@ -1,8 +1,8 @@
 // The trace schema round trip: what `run --trace` writes, `compare` reads back unchanged.
 #include <gtest/gtest.h>
 
-#include "longctx/planner/measured_trace.h"
-#include "longctx/planner/phase_names.h"
+#include "planner/io/measured_trace.h"
+#include "planner/core/phase_names.h"
 #include "longctx/runtime/trace.h"
 
 namespace longctx::runtime {

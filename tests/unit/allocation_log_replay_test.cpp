@@ -6,12 +6,12 @@
 #include <cmath>
 #include <string>
 
-#include "longctx/planner/allocation_log_replay.h"
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/reserved_replay.h"
-#include "longctx/planner/step_builder.h"
+#include "planner/graph/allocation_log_replay.h"
+#include "common/atomic_file.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/graph/reserved_replay.h"
+#include "planner/stacks/step_builder.h"
 
 namespace longctx {
 namespace {

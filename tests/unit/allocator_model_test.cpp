@@ -2,7 +2,7 @@
 // of requests whose allocated and reserved bytes are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
-#include "longctx/planner/allocator_model.h"
+#include "planner/graph/allocator_model.h"
 
 namespace longctx {
 namespace {

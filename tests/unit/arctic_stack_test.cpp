@@ -6,12 +6,12 @@
 
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/presets.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/stack_tiles.h"
-#include "longctx/planner/step_builder.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/core/presets.h"
+#include "planner/search/request.h"
+#include "planner/stacks/stack_tiles.h"
+#include "planner/stacks/step_builder.h"
 
 namespace longctx {
 namespace {

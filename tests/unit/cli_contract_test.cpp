@@ -12,9 +12,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "longctx/planner/atomic_file.h"
-#include "longctx/planner/measured_trace.h"
-#include "longctx/planner/plan.h"
+#include "common/atomic_file.h"
+#include "planner/io/measured_trace.h"
+#include "planner/core/plan.h"
 
 namespace {
 

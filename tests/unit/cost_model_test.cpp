@@ -8,8 +8,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/cost_model.h"
-#include "longctx/planner/memory_model.h"
+#include "planner/graph/cost_model.h"
+#include "planner/search/memory_model.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -1,12 +1,12 @@
-// The plan -> training-stack mapping (planner/src/export.cpp, docs/export.md): every knob
+// The plan -> training-stack mapping (planner/io/export.cpp, docs/export.md): every knob
 // lands on its stack's key, approximations are reported, refusals name the knob and stack.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
-#include "longctx/planner/export.h"
-#include "longctx/planner/toml_text.h"
-#include "longctx/planner/yaml_text.h"
+#include "planner/io/export.h"
+#include "planner/io/toml_text.h"
+#include "planner/io/yaml_text.h"
 #include "test_plans.h"
 
 namespace longctx {

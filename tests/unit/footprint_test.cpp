@@ -6,14 +6,14 @@
 #include <algorithm>
 #include <vector>
 
-#include "longctx/planner/footprint/attention.h"
-#include "longctx/planner/footprint/flash_attn.h"
-#include "longctx/planner/footprint/loss.h"
-#include "longctx/planner/footprint/mlp.h"
-#include "longctx/planner/footprint/norm.h"
-#include "longctx/planner/footprint/torch_ring_attention.h"
-#include "longctx/planner/footprint/zero.h"
-#include "longctx/planner/row_chunk.h"
+#include "planner/footprint/attention.h"
+#include "planner/footprint/flash_attn.h"
+#include "planner/footprint/loss.h"
+#include "planner/footprint/mlp.h"
+#include "planner/footprint/norm.h"
+#include "planner/footprint/torch_ring_attention.h"
+#include "planner/footprint/zero.h"
+#include "planner/core/row_chunk.h"
 
 namespace longctx {
 namespace {

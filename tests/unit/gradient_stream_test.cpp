@@ -6,7 +6,7 @@
 
 #include <algorithm>
 
-#include "longctx/planner/memory_model.h"
+#include "planner/search/memory_model.h"
 #include "test_plans.h"
 
 namespace longctx {

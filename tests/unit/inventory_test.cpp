@@ -5,7 +5,7 @@
 
 #include <map>
 
-#include "longctx/planner/memory_model.h"
+#include "planner/search/memory_model.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -6,10 +6,10 @@
 #include <limits>
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/limits.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/search.h"
+#include "planner/core/limits.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/search/search.h"
 #include "test_plans.h"
 
 namespace longctx {

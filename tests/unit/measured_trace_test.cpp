@@ -5,8 +5,8 @@
 #include <cstdio>
 #include <fstream>
 
-#include "longctx/planner/comparison.h"
-#include "longctx/planner/measured_trace.h"
+#include "planner/io/comparison.h"
+#include "planner/io/measured_trace.h"
 #include "test_plans.h"
 
 namespace longctx {

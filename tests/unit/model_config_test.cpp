@@ -5,9 +5,9 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/hardware.h"
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/param_layout.h"
+#include "planner/core/hardware.h"
+#include "planner/core/model_config.h"
+#include "planner/core/param_layout.h"
 
 namespace longctx {
 namespace {

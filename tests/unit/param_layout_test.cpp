@@ -3,7 +3,7 @@
 
 #include <numeric>
 
-#include "longctx/planner/param_layout.h"
+#include "planner/core/param_layout.h"
 
 namespace longctx {
 namespace {

@@ -10,7 +10,7 @@
 #include <string>
 #include <unistd.h>
 
-#include "longctx/planner/trace_schema.h"
+#include "planner/io/trace_schema.h"
 
 namespace {
 

@@ -7,11 +7,11 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/footprint/embedding.h"
-#include "longctx/planner/footprint/step_shapes.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/row_chunk.h"
-#include "longctx/planner/search.h"
+#include "planner/footprint/embedding.h"
+#include "planner/footprint/step_shapes.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/row_chunk.h"
+#include "planner/search/search.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -3,10 +3,10 @@
 // reserved figure plus what lives outside the allocator, and the device binding on it.
 #include <gtest/gtest.h>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/reserved_replay.h"
-#include "longctx/planner/search.h"
-#include "longctx/planner/simulator.h"
+#include "planner/search/memory_model.h"
+#include "planner/graph/reserved_replay.h"
+#include "planner/search/search.h"
+#include "planner/graph/simulator.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -5,11 +5,11 @@
 
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/search.h"
+#include "planner/core/knobs.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/search/request.h"
+#include "planner/search/search.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -5,8 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/search.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
 #include "test_plans.h"
 
 namespace longctx {

@@ -7,10 +7,10 @@
 #include <algorithm>
 #include <nlohmann/json.hpp>
 
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/step_builder.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/search/request.h"
+#include "planner/stacks/step_builder.h"
 
 namespace longctx {
 namespace {

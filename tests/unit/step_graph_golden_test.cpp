@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "longctx/planner/step_builder.h"
+#include "planner/stacks/step_builder.h"
 
 namespace longctx {
 namespace {

@@ -1,6 +1,6 @@
 #pragma once
 // Plans for planner tests: small models on the CPU virtual device (exact byte counts).
-#include "longctx/planner/plan.h"
+#include "planner/core/plan.h"
 
 namespace longctx::testing {
 

@@ -7,14 +7,14 @@
 #include <set>
 #include <string>
 
-#include "longctx/planner/export.h"
-#include "longctx/planner/footprint/step_shapes.h"
-#include "longctx/planner/footprint/torchtitan.h"
-#include "longctx/planner/param_layout.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/plan.h"
-#include "longctx/planner/request.h"
-#include "longctx/planner/step_builder.h"
+#include "planner/io/export.h"
+#include "planner/footprint/step_shapes.h"
+#include "planner/footprint/torchtitan.h"
+#include "planner/core/param_layout.h"
+#include "planner/search/memory_model.h"
+#include "planner/core/plan.h"
+#include "planner/search/request.h"
+#include "planner/stacks/step_builder.h"
 
 namespace longctx {
 namespace {

@@ -12,9 +12,9 @@
 #include <string>
 #include <vector>
 
-#include "longctx/planner/measured_trace.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/phase_peaks.h"
+#include "planner/io/measured_trace.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
 
 #ifndef LONGCTX_TRACES_DIR
 #error "LONGCTX_TRACES_DIR: the folder of the committed traces (tests/CMakeLists.txt)"

@@ -1,6 +1,6 @@
 #include <gtest/gtest.h>
 
-#include "longctx/planner/units.h"
+#include "planner/core/units.h"
 
 namespace longctx {
 namespace {

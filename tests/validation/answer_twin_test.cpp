@@ -13,7 +13,7 @@
 #include <cstdio>
 #include <regex>
 
-#include "longctx/planner/knobs.h"
+#include "planner/core/knobs.h"
 #include "rank_measure.h"
 
 namespace longctx::validation {

@@ -15,7 +15,7 @@
 
 #include <fmt/format.h>
 
-#include "longctx/planner/step_builder.h"
+#include "planner/stacks/step_builder.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/checkpoint_store.h"

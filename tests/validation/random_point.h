@@ -13,9 +13,9 @@
 
 #include <fmt/format.h>
 
-#include "longctx/planner/hardware.h"
-#include "longctx/planner/knobs.h"
-#include "longctx/planner/plan.h"
+#include "planner/core/hardware.h"
+#include "planner/core/knobs.h"
+#include "planner/core/plan.h"
 
 namespace longctx::validation {
 

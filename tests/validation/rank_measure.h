@@ -17,9 +17,9 @@
 
 #include <sys/wait.h>
 
-#include "longctx/planner/cost_model.h"
-#include "longctx/planner/memory_model.h"
-#include "longctx/planner/phase_peaks.h"
+#include "planner/graph/cost_model.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
 #include "longctx/runtime/runner.h"
 
 #ifndef LONGCTX_BINARY

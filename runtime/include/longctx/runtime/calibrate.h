@@ -54,9 +54,9 @@
 
 #include <nlohmann/json_fwd.hpp>
 
-#include "longctx/planner/hardware.h"
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/result.h"
+#include "planner/core/hardware.h"
+#include "planner/core/model_config.h"
+#include "common/result.h"
 #include "longctx/runtime/communicator.h"
 
 namespace longctx::runtime {

@@ -28,7 +28,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 #include <torch/torch.h>
 
-#include "longctx/planner/result.h"
+#include "common/result.h"
 #include "longctx/runtime/process_group.h"
 #include "longctx/runtime/ring_attention.h"
 

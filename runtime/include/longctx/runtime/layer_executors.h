@@ -7,7 +7,7 @@
 #include <functional>
 #include <memory>
 
-#include "longctx/planner/model_config.h"
+#include "planner/core/model_config.h"
 #include "longctx/runtime/checkpoint_store.h"
 #include "longctx/runtime/layer_executor.h"
 #include "longctx/runtime/param_home.h"

@@ -25,8 +25,8 @@
 
 #include <torch/torch.h>
 
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/parallel_config.h"
+#include "planner/core/model_config.h"
+#include "planner/core/parallel_config.h"
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/checkpoint_store.h"
 #include "longctx/runtime/layer_executor.h"

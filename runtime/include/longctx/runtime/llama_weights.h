@@ -1,14 +1,14 @@
 #pragma once
 // The parameters of a Llama-family model, laid out as Hugging Face names them
-// (longctx/planner/param_layout.h: the one table of their order and shapes), with a
+// (planner/core/param_layout.h: the one table of their order and shapes), with a
 // deterministic initialization from a seed.
 #include <cstdint>
 #include <vector>
 
 #include <torch/torch.h>
 
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/param_layout.h"
+#include "planner/core/model_config.h"
+#include "planner/core/param_layout.h"
 
 namespace longctx::runtime {
 

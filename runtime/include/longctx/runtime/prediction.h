@@ -7,8 +7,8 @@
 #include <string>
 #include <vector>
 
-#include "longctx/planner/cost_model.h"
-#include "longctx/planner/plan.h"
+#include "planner/graph/cost_model.h"
+#include "planner/core/plan.h"
 
 namespace longctx::runtime {
 

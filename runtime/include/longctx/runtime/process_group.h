@@ -10,7 +10,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
-#include "longctx/planner/result.h"
+#include "common/result.h"
 
 namespace c10d {
 class Work;

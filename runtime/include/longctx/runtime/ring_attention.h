@@ -39,7 +39,7 @@
 #include <torch/csrc/distributed/c10d/Backend.hpp>
 #include <torch/torch.h>
 
-#include "longctx/planner/parallel_config.h"
+#include "planner/core/parallel_config.h"
 
 namespace longctx::runtime {
 

@@ -9,8 +9,8 @@
 
 #include <memory>
 
-#include "longctx/planner/plan.h"
-#include "longctx/planner/result.h"
+#include "planner/core/plan.h"
+#include "common/result.h"
 #include "longctx/runtime/memory_meter.h"
 #include "longctx/runtime/training_state.h"
 

@@ -2,7 +2,7 @@
 // ZeRO over the world (docs/architecture.md: data- and sequence-parallel ranks hold the same
 // parameters, so they share the shards). Each parameter group (a layer; the embedding; the
 // head: final norm and output projection) is one flat vector padded to world x shard
-// elements, in the order of the parameter table (longctx/planner/param_layout.h);
+// elements, in the order of the parameter table (planner/core/param_layout.h);
 // rank r owns [r*shard, (r+1)*shard).
 //
 //   zero1  full parameters, re-laid as one flat buffer per group (the weights are views of
@@ -19,7 +19,7 @@
 
 #include <torch/torch.h>
 
-#include "longctx/planner/parallel_config.h"
+#include "planner/core/parallel_config.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_weights.h"
 #include "longctx/runtime/param_home.h"

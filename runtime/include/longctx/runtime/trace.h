@@ -6,7 +6,7 @@
 // trace of another plan.
 #include <string>
 
-#include "longctx/planner/measured_trace.h"
+#include "planner/io/measured_trace.h"
 #include "longctx/runtime/runner.h"
 
 namespace longctx::runtime {

@@ -48,8 +48,8 @@
 #include <string>
 #include <vector>
 
-#include "longctx/planner/plan.h"
-#include "longctx/planner/result.h"
+#include "planner/core/plan.h"
+#include "common/result.h"
 
 namespace at {
 class Tensor;

@@ -10,8 +10,8 @@
 // head side is copied.
 #include <torch/torch.h>
 
-#include "longctx/planner/model_config.h"
-#include "longctx/planner/parallel_config.h"
+#include "planner/core/model_config.h"
+#include "planner/core/parallel_config.h"
 #include "longctx/runtime/communicator.h"
 
 namespace longctx::runtime {

@@ -1,0 +1,197 @@
+#include "planner/core/hardware.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdlib>
+#include <limits>
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/core/json_fields.h"
+#include "common/atomic_file.h"
+#include "planner/core/limits.h"
+#include "planner/core/presets.h"
+
+namespace longctx {
+double RateByHeadDim::at(std::int64_t head_dim) const {
+  if (head_dim <= points.front().first) return points.front().second;
+  if (head_dim >= points.back().first) return points.back().second;
+  auto hi = std::lower_bound(points.begin(), points.end(), head_dim, [](const auto& p, std::int64_t d) { return p.first < d; });
+  if (hi->first == head_dim) return hi->second;
+  auto lo = hi - 1;
+  const double f = std::log(double(head_dim) / double(lo->first)) / std::log(double(hi->first) / double(lo->first));
+  return std::exp(std::log(lo->second) + f * (std::log(hi->second) - std::log(lo->second)));
+}
+
+namespace {
+
+std::vector<std::pair<const char*, RateByHeadDim*>> attention_rate_tables(MeasuredRates& r) {
+  return {{"attention_forward_flops", &r.attention_forward}, {"attention_backward_flops", &r.attention_backward}};
+}
+
+// {"16": rate, "64": rate, ...}: head dimensions from 1 to 4096, positive finite rates.
+Result<RateByHeadDim> rate_table_from_json(const nlohmann::json& m, const std::string& path, const char* key) {
+  const std::string field = path + "." + key;
+  if (!m.contains(key) || !m[key].is_object() || m[key].empty())
+    return Error::bad_input(field, "must be an object of rates by head dimension; calibrate again");
+  RateByHeadDim t;
+  for (const auto& [dim, rate] : m[key].items()) {
+    char* end = nullptr;
+    const long d = std::strtol(dim.c_str(), &end, 10);
+    if (dim.empty() || *end != '\0' || d < 1 || d > 4096)
+      return Error::bad_input(field, fmt::format("'{}' is not a head dimension (1 to 4096)", dim));
+    if (!rate.is_number() || !(rate.get<double>() > 0) || !std::isfinite(rate.get<double>()))
+      return Error::bad_input(field + "." + dim, "must be a positive rate; calibrate again");
+    t.points.emplace_back(d, rate.get<double>());
+  }
+  std::sort(t.points.begin(), t.points.end());
+  return t;
+}
+
+}  // namespace
+
+const std::vector<std::pair<const char*, double MeasuredRates::*>>& measured_rate_fields() {
+  static const std::vector<std::pair<const char*, double MeasuredRates::*>> fields = {
+      {"matmul_fp32_flops", &MeasuredRates::matmul_fp32_flops},
+      {"matmul_bf16_flops", &MeasuredRates::matmul_bf16_flops},
+      {"memory_bytes_per_s", &MeasuredRates::memory_bytes_per_s},
+      {"op_overhead_s", &MeasuredRates::op_overhead_s},
+      {"copy_bytes_per_s", &MeasuredRates::copy_bytes_per_s},
+      {"collective_bytes_per_s", &MeasuredRates::collective_bytes_per_s},
+      {"collective_latency_s", &MeasuredRates::collective_latency_s}};
+  return fields;
+}
+
+const std::vector<OptionalMeasuredField>& optional_measured_rate_fields() {
+  constexpr double none = std::numeric_limits<double>::infinity();
+  static const std::vector<OptionalMeasuredField> fields = {
+      {"host_memory_bytes_per_s", &MeasuredRates::host_memory_bytes_per_s, none, ""},
+      {"transcendental_elems_per_s", &MeasuredRates::transcendental_elems_per_s, none, ""},
+      {"all_reduce_bytes_per_s", &MeasuredRates::all_reduce_bytes_per_s, none, ""},
+      // A slowest rank ten times the average's pace is a machine to mend, not a lag to plan for.
+      {"rank_lag", &MeasuredRates::rank_lag, 10,
+       "the slowest rank's excess over the average, a fraction"}};
+  return fields;
+}
+
+std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::int64_t gpus_per_node) {
+  if (world < 2) return h.context_bytes;
+  const std::int64_t in_node = std::min(world, gpus_per_node) - 1;
+  const std::int64_t across = world > gpus_per_node ? 1 : 0;
+  return h.context_bytes + h.nccl_base_bytes + h.nccl_bytes_per_peer * (in_node + across);
+}
+
+Result<Hardware> hardware_from_json(const nlohmann::json& j) {
+  using namespace json_fields;
+  Hardware h;
+  const std::string p = "cluster.hardware";
+  LONGCTX_TRY(h.name, get_string(j, p, "name"));
+  LONGCTX_TRY(auto backend, get_string(j, p, "backend"));
+  if (backend == "cpu") h.backend = Backend::Cpu;
+  else if (backend == "cuda") h.backend = Backend::Cuda;
+  else return Error::bad_input(p + ".backend", fmt::format("'{}' is unknown; use cpu or cuda", backend));
+  LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes", 1, limits::kMaxBytes));
+  LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node", 1, limits::kMaxBytes));
+  LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node", 1, limits::kMaxGpusPerNode));
+  LONGCTX_TRY(h.peak_flops, get_number(j, p, "peak_bf16_flops"));
+  LONGCTX_TRY(h.hbm_bytes_per_s, get_number(j, p, "hbm_bytes_per_s"));
+  LONGCTX_TRY(h.nvlink_bytes_per_s, get_number(j, p, "nvlink_bytes_per_s"));
+  LONGCTX_TRY(h.internode_bytes_per_s, get_number(j, p, "internode_bytes_per_s"));
+  LONGCTX_TRY(h.pcie_bytes_per_s, get_number(j, p, "pcie_bytes_per_s"));
+  LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
+  if (j.contains("context_bytes")) {
+    LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
+  }
+  if (j.contains("nccl_base_bytes")) {
+    LONGCTX_TRY(h.nccl_base_bytes, get_int(j, p, "nccl_base_bytes", 0, limits::kMaxBytes));
+  }
+  if (j.contains("nccl_bytes_per_peer")) {
+    LONGCTX_TRY(h.nccl_bytes_per_peer, get_int(j, p, "nccl_bytes_per_peer", 0, limits::kMaxBytes));
+  }
+  if (j.contains("multiprocessors")) {
+    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 1, 100000));
+  }
+  if (j.contains("cublas_workspace_bytes")) {
+    LONGCTX_TRY(h.cublas_workspace_bytes, get_int(j, p, "cublas_workspace_bytes", 0, limits::kMaxBytes));
+  }
+  if (j.contains("threads")) {
+    LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
+  }
+  if (j.contains("measured")) {
+    const auto& m = j["measured"];
+    const std::string mp = p + ".measured";
+    if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
+    auto& r = h.measured;
+    r.present = true;
+    for (const auto& [key, field] : measured_rate_fields()) {
+      LONGCTX_TRY(r.*field, get_number(m, mp, key));
+      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+    }
+    for (const auto& [key, table] : attention_rate_tables(r)) {
+      LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
+    }
+    for (const auto& f : optional_measured_rate_fields()) {
+      if (!m.contains(f.key)) continue;
+      LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
+      if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
+      if (!(r.*f.field < f.below))
+        return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
+    }
+    LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
+    r.ranks = static_cast<int>(ranks);
+  }
+  return h;
+}
+
+nlohmann::json hardware_to_json(const Hardware& h) {
+  nlohmann::json j = {{"name", h.name},
+          {"backend", h.backend == Backend::Cpu ? "cpu" : "cuda"},
+          {"device_memory_bytes", h.device_memory_bytes},
+          {"host_memory_bytes_per_node", h.host_memory_bytes_per_node},
+          {"gpus_per_node", h.gpus_per_node},
+          {"peak_bf16_flops", h.peak_flops},
+          {"hbm_bytes_per_s", h.hbm_bytes_per_s},
+          {"nvlink_bytes_per_s", h.nvlink_bytes_per_s},
+          {"internode_bytes_per_s", h.internode_bytes_per_s},
+          {"pcie_bytes_per_s", h.pcie_bytes_per_s},
+          {"host_flops", h.host_flops},
+          {"context_bytes", h.context_bytes}};
+  if (h.nccl_base_bytes > 0) j["nccl_base_bytes"] = h.nccl_base_bytes;
+  if (h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
+  if (h.backend == Backend::Cpu) j["threads"] = h.threads;
+  if (h.multiprocessors > 0) j["multiprocessors"] = h.multiprocessors;
+  if (h.cublas_workspace_bytes > 0) j["cublas_workspace_bytes"] = h.cublas_workspace_bytes;
+  if (h.measured.present) {
+    auto& m = j["measured"];
+    for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;
+    for (const auto& f : optional_measured_rate_fields())
+      if (h.measured.*f.field > 0) m[f.key] = h.measured.*f.field;
+    auto measured = h.measured;
+    for (const auto& [key, table] : attention_rate_tables(measured)) {
+      auto& t = m[key] = nlohmann::json::object();
+      for (const auto& [d, rate] : table->points) t[std::to_string(d)] = rate;
+    }
+    m["ranks"] = h.measured.ranks;
+  }
+  return j;
+}
+
+Result<Hardware> load_hardware(const std::string& name) {
+  if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
+    LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
+    LONGCTX_TRY(auto fj, json_fields::parse(file_text, "--gpu"));
+    return hardware_from_json(fj);
+  }
+  auto text = presets::hardware(name);
+  if (!text)
+    return Error::bad_input("--gpu", fmt::format("'{}' is not a hardware preset; known: {}", name,
+                                                 fmt::join(hardware_preset_names(), ", ")));
+  LONGCTX_TRY(auto j, json_fields::parse(std::string(*text), "--gpu"));
+  return hardware_from_json(j);
+}
+
+std::vector<std::string> hardware_preset_names() { return presets::hardware_names(); }
+
+}  // namespace longctx

@@ -1,0 +1,78 @@
+#pragma once
+// Reading typed fields out of user JSON with errors that name the field.
+#include <cstdint>
+#include <limits>
+#include <string>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/result.h"
+
+namespace longctx::json_fields {
+
+// REQUIRES: j is an object. Missing, wrong-typed, too small or too large values are errors;
+// `max` is one of longctx::limits, so the message says it is longctx's bound.
+inline Result<std::int64_t> get_int(const nlohmann::json& j, const std::string& prefix,
+                                    const std::string& key, std::int64_t min = 1,
+                                    std::int64_t max = std::numeric_limits<std::int64_t>::max()) {
+  const std::string field = prefix.empty() ? key : prefix + "." + key;
+  auto it = j.find(key);
+  if (it == j.end()) return Error::bad_input(field, "missing; add it as an integer");
+  if (!it->is_number_integer())
+    return Error::bad_input(field, fmt::format("must be an integer, found {}", it->dump()));
+  // Unsigned values past INT64_MAX would wrap to negative numbers in get<std::int64_t>().
+  if (it->is_number_unsigned() && it->get<std::uint64_t>() > std::uint64_t(max))
+    return Error::bad_input(field, fmt::format("{} is above longctx's bound of {} (real models and clusters stay far below it)", it->dump(), max));
+  const std::int64_t v = it->get<std::int64_t>();
+  if (v < min) return Error::bad_input(field, fmt::format("must be at least {}, found {}", min, v));
+  if (v > max) return Error::bad_input(field, fmt::format("{} is above longctx's bound of {} (real models and clusters stay far below it)", v, max));
+  return v;
+}
+
+inline Result<double> get_number(const nlohmann::json& j, const std::string& prefix,
+                                 const std::string& key, bool positive = true) {
+  const std::string field = prefix.empty() ? key : prefix + "." + key;
+  auto it = j.find(key);
+  if (it == j.end()) return Error::bad_input(field, "missing; add it as a number");
+  if (!it->is_number()) return Error::bad_input(field, fmt::format("must be a number, found {}", it->dump()));
+  const double v = it->get<double>();
+  if (positive && !(v > 0)) return Error::bad_input(field, fmt::format("must be positive, found {}", v));
+  return v;
+}
+
+inline Result<bool> get_bool(const nlohmann::json& j, const std::string& prefix, const std::string& key) {
+  const std::string field = prefix.empty() ? key : prefix + "." + key;
+  auto it = j.find(key);
+  if (it == j.end()) return Error::bad_input(field, "missing; add true or false");
+  if (!it->is_boolean()) return Error::bad_input(field, fmt::format("must be true or false, found {}", it->dump()));
+  return it->get<bool>();
+}
+
+inline Result<std::string> get_string(const nlohmann::json& j, const std::string& prefix, const std::string& key) {
+  const std::string field = prefix.empty() ? key : prefix + "." + key;
+  auto it = j.find(key);
+  if (it == j.end()) return Error::bad_input(field, "missing; add it as a string");
+  if (!it->is_string()) return Error::bad_input(field, fmt::format("must be a string, found {}", it->dump()));
+  return it->get<std::string>();
+}
+
+inline Result<nlohmann::json> get_object(const nlohmann::json& j, const std::string& prefix, const std::string& key) {
+  const std::string field = prefix.empty() ? key : prefix + "." + key;
+  auto it = j.find(key);
+  if (it == j.end()) return Error::bad_input(field, "missing; add it as an object");
+  if (!it->is_object()) return Error::bad_input(field, fmt::format("must be an object, found {}", it->type_name()));
+  return *it;
+}
+
+// Parses text as JSON; a syntax error names the file and the byte offset.
+inline Result<nlohmann::json> parse(const std::string& text, const std::string& what) {
+  nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (j.is_discarded()) return Error::bad_input(what, "is not valid JSON; check the file's syntax");
+  if (!j.is_object()) return Error::bad_input(what, "must be a JSON object");
+  return j;
+}
+
+Result<std::string> read_file(const std::string& path, const std::string& what);
+
+}  // namespace longctx::json_fields

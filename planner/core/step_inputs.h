@@ -1,0 +1,32 @@
+#pragma once
+// What one rank's training step is built from: the model, the cluster, the training settings
+// and the parallel configuration, plus what the backend tells about itself. The step builders
+// (planner/stacks/) write the step from it; the footprints (planner/footprint/) size its
+// buffers from the shapes derived from it (footprint/step_shapes.h).
+#include <cstdint>
+
+#include "planner/core/hardware.h"
+#include "planner/core/model_config.h"
+#include "planner/core/parallel_config.h"
+
+namespace longctx {
+
+struct StepInputs {
+  ModelConfig model;
+  Cluster cluster;
+  Backend backend = Backend::Cuda;
+  TrainConfig train;
+  ParallelConfig parallel;
+  // Build only up to the end of the last layer's backward. Every op there has at most the
+  // live set it has in the whole step (later readers are missing, never extra), so a prefix
+  // over budget proves the step is: the search's cheap rejection.
+  bool prefix_only = false;
+  // CPU backend: intra-op threads (Hardware::threads), for the flash kernel's per-thread buffers.
+  std::int64_t cpu_threads = 1;
+  // CUDA: streaming multiprocessors (Hardware::multiprocessors), for per-SM partial buffers.
+  std::int64_t multiprocessors = 0;
+  // CUDA: one cuBLAS workspace (Hardware::cublas_workspace_bytes); 0: none modelled.
+  std::int64_t cublas_workspace_bytes = 0;
+};
+
+}  // namespace longctx

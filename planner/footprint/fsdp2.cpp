@@ -1,0 +1,31 @@
+#include "planner/footprint/fsdp2.h"
+
+#include "planner/footprint/zero.h"
+
+namespace longctx::footprint::fsdp2 {
+
+std::int64_t padded_shard_elems(const StepShapes& s, int group) {
+  std::int64_t elems = 0;
+  for (const auto& [rows, cols] : param_dims(s, group)) elems += (rows + s.world - 1) / s.world * cols;
+  return elems;
+}
+
+std::int64_t shard_bytes(const StepShapes& s, int group) { return padded_shard_elems(s, group) * 4; }
+
+std::int64_t all_gather_output_bytes(const StepShapes& s, int group) { return s.world * padded_shard_elems(s, group) * s.e; }
+
+std::int64_t all_gather_workspace(const StepShapes& s, int group) {
+  return s.e == 4 ? 0 : padded_shard_elems(s, group) * s.e;
+}
+
+std::int64_t unsharded_bytes(const StepShapes& s, int group) { return group_params(s, group) * s.e; }
+
+std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group) { return s.world * padded_shard_elems(s, group) * 4; }
+
+std::int64_t grad_shard_bytes(const StepShapes& s, int group) { return padded_shard_elems(s, group) * 4; }
+
+std::int64_t adamw_state_bytes(const StepShapes& s, int group) {
+  return 2 * shard_bytes(s, group) + 4 * static_cast<std::int64_t>(param_dims(s, group).size());
+}
+
+}  // namespace longctx::footprint::fsdp2

@@ -1,0 +1,152 @@
+#pragma once
+// What a backend's allocator does with requests.
+//
+// cpu: the runtime's counting allocator books exactly n bytes for a request of n.
+//
+// cuda: PyTorch's caching allocator (c10/cuda/CUDACachingAllocator.cpp: round_size,
+// get_pool, get_allocation_size, get_free_block, should_split, alloc_found_block,
+// free_block, and the retry chain of DeviceCachingAllocator::malloc), with one stream, no
+// garbage_collection_threshold and no power-of-two rounding (the defaults of
+// PYTORCH_CUDA_ALLOC_CONF), and max_split_size_mb and expandable_segments as choices.
+//  1. Every request is rounded up to a multiple of 512 bytes, at least 512.
+//  2. Rounded requests up to 1 MiB come from the small pool, whose segments (cudaMalloc
+//     calls) are 2 MiB; larger ones from the large pool, whose segments are 20 MiB for
+//     requests under 10 MiB, and the request rounded up to a multiple of 2 MiB otherwise.
+//  3. A request takes the smallest free block of its pool that fits it (the lowest address
+//     among equals), and reserves a new segment only when none fits.
+//  4. The block is split when what remains is at least 512 bytes (small pool) or more than
+//     1 MiB (large pool); the remainder becomes a free block of the pool. Otherwise the
+//     request gets the whole block, remainder included, and the whole block counts as
+//     allocated.
+//  5. A freed block merges with the free blocks next to it in its segment and returns to its
+//     pool. Segments stay reserved (cached) after their blocks are freed.
+//  6. Out of memory: when a new segment would take reserved memory past the capacity
+//     (cudaMalloc fails), every cached segment none of whose bytes is in use is released
+//     (release_cached_blocks), and the segment is asked for once more. If it still does not
+//     fit, the request fails: the model books it anyway and records the failure.
+// With max_split_size_mb (rule 9; get_free_block, should_split,
+// release_available_cached_blocks):
+//  9. A block of max_split_size or more is "oversize": it is never split, a request under
+//     max_split_size never takes one, and a larger request takes one only when it is less
+//     than 20 MiB too large. Out of memory first releases cached oversize blocks (the
+//     smallest one as large as the request, or else the largest ones until as many bytes
+//     are free), and only then every wholly free segment (rule 6).
+// With expandable_segments:True (the Note on expandable segments in that file;
+// find_expandable_block, map_block, unmap_block, try_allocate_expandable_block):
+//  7. Each pool is one virtual range, mapped to physical memory in pages of 2 MiB (small
+//     pool) or 20 MiB (large pool). Rules 1, 3 and 4 hold for mapped free blocks. When none
+//     fits, the lowest unmapped range that, with the mapped free block just before it, is
+//     large enough is mapped from its start, the shortfall rounded up to whole pages; the new
+//     pages join that free block.
+//  8. Out of memory releases every whole page inside a free block (unmapped), then maps
+//     once more; reserved memory is the pages mapped.
+// memory_allocated() is the sum of the sizes of the blocks in use; memory_reserved() the sum
+// of the segments (or pages mapped).
+//
+// The step simulation predicts allocated bytes on CUDA as each request rounded (rule 1):
+// exact when blocks are split or freshly reserved, lower by the unsplit remainder (under
+// 1 MiB each) when a large request reuses a free block that is up to 1 MiB too large.
+// reserved_replay.h replays a step's requests through this model for the reserved figure.
+#include <cstdint>
+#include <limits>
+#include <map>
+#include <set>
+#include <utility>
+#include <vector>
+
+#include "planner/core/hardware.h"
+
+namespace longctx {
+
+// Rule 1 on CUDA; the request itself on the CPU.
+std::int64_t allocated_bytes(Backend backend, std::int64_t requested);
+
+struct AllocatorSettings {
+  bool expandable_segments = false;  // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
+  // Bytes the allocator may reserve: the device's memory less what lives outside the
+  // allocator (CUDA context, NCCL buffers).
+  std::int64_t capacity = std::numeric_limits<std::int64_t>::max();
+  // PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N as bytes; the default splits every block.
+  std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max();
+};
+
+class CachingAllocatorModel {
+ public:
+  static constexpr std::int64_t kMinBlock = 512;                // rule 1
+  static constexpr std::int64_t kSmallSize = 1 << 20;           // largest small request
+  static constexpr std::int64_t kSmallSegment = 2 << 20;        // small pool segments and pages
+  static constexpr std::int64_t kLargeSegment = 20 << 20;       // for requests under kMinLargeAlloc; large pages
+  static constexpr std::int64_t kMinLargeAlloc = 10 << 20;
+  static constexpr std::int64_t kRoundLarge = 2 << 20;          // larger segments' rounding
+
+  explicit CachingAllocatorModel(AllocatorSettings settings = {});
+
+  // A request of `bytes` (> 0). Returns the handle free() takes.
+  int allocate(std::int64_t bytes);
+  // REQUIRES: `handle` came from allocate() and was not freed since.
+  void free(int handle);
+  // What torch.cuda.empty_cache() and rule 6 do: releases every cached segment (or, with
+  // expandable segments, every whole page) that holds no block in use.
+  void release_cached();
+
+  // The bytes it may reserve from now on (other streams' pools hold the rest of the device).
+  void set_capacity(std::int64_t capacity) { settings_.capacity = capacity; }
+
+  std::int64_t allocated() const { return allocated_; }
+  std::int64_t reserved() const { return reserved_; }
+  std::int64_t peak_allocated() const { return peak_allocated_; }
+  std::int64_t peak_reserved() const { return peak_reserved_; }
+  // Requests that failed even after releasing the cache (rule 6 or 8), booked anyway.
+  int failures() const { return failures_; }
+  // Size of the block a live handle holds (its rounded request, or more when unsplit).
+  std::int64_t block_size(int handle) const;
+  int segments() const { return static_cast<int>(segment_sizes_.size()) - released_segments_; }
+  // The largest cached block of the large pool no request holds (0 if none): the largest
+  // request the cache can serve without a new segment.
+  std::int64_t largest_free_block() const { return large_free_.empty() ? 0 : large_free_.rbegin()->first; }
+
+  static std::int64_t round_size(std::int64_t bytes);
+  static std::int64_t segment_size(std::int64_t rounded);
+
+ private:
+  struct Block {
+    std::int64_t size = 0;
+    int segment = 0;  // expandable: the pool's one segment
+    bool small = false;
+    bool free = true;
+    bool mapped = true;  // expandable segments only: an unmapped range is never a pool's free block
+  };
+  // Free mapped blocks of a pool, best fit first: (size, address).
+  using FreeSet = std::set<std::pair<std::int64_t, std::int64_t>>;
+  FreeSet& pool(bool small) { return small ? small_free_ : large_free_; }
+
+  // Takes the free block at `address` for a request of `size` (rules 3-4).
+  std::int64_t take(std::int64_t address, std::int64_t size, bool small);
+  // Rule 3 with rule 9: the free block a request takes, or -1.
+  std::int64_t best_fit(std::int64_t size, bool small);
+  // Rule 9's first release: true if it freed a block.
+  bool release_oversize(std::int64_t size);
+  void release_segment(std::int64_t address);
+  // Rule 2 and 6: a new segment's free block, or -1 when none could be had within capacity.
+  std::int64_t new_segment(std::int64_t size, bool small);
+  // Rule 7-8: a free mapped block of at least `size`, or -1.
+  std::int64_t map_expandable(std::int64_t size, bool small);
+  bool grow_reserved(std::int64_t bytes);  // false if over capacity
+  void book_failed(std::int64_t bytes);    // a request that failed, reserved anyway
+  void insert_free(std::int64_t address);
+  // Merges the free block at `address` with its neighbours of the same segment and mapping.
+  std::int64_t merge(std::int64_t address);
+
+  AllocatorSettings settings_;
+  std::map<std::int64_t, Block> blocks_;  // by address; segments are laid out one after another
+  FreeSet small_free_, large_free_;
+  std::vector<std::int64_t> segment_sizes_;
+  int released_segments_ = 0;
+  std::map<int, std::int64_t> live_;      // handle -> address
+  std::int64_t next_address_ = 0;
+  int next_handle_ = 0;
+  int failures_ = 0;
+  std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
+};
+
+}  // namespace longctx

@@ -1,0 +1,45 @@
+#pragma once
+// Walks a step graph in schedule order and accounts for every byte.
+//
+// At op i: the live set is every tensor produced before i and read at or after i, plus the
+// persistent ones. The op's outputs and its workspace are allocated at its start; its
+// workspace and every tensor whose last reader is i are freed at its end. The device figure
+// at op i is what is live while it runs; "after" is what is live once it has finished.
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "planner/core/hardware.h"
+#include "planner/graph/step_graph.h"
+
+namespace longctx {
+
+using CategoryBytes = std::array<std::int64_t, kCategories>;
+
+struct OpMemory {
+  std::int64_t device_during = 0;  // allocated while the op runs (allocator-rounded)
+  std::int64_t device_after = 0;
+  std::int64_t host_during = 0;    // per rank
+  CategoryBytes device_by_category_during{};
+};
+
+struct SimResult {
+  std::int64_t peak_device_bytes = 0;  // per rank, allocated
+  int peak_op = -1;
+  std::vector<int> live_at_peak;       // tensors live during the peak op, largest first
+  CategoryBytes breakdown{};           // at the peak, by category (workspace included)
+  std::int64_t peak_host_bytes_per_rank = 0;
+  int peak_host_op = -1;
+  std::vector<OpMemory> per_op;        // one entry per op, in schedule order
+};
+
+SimResult simulate(const StepGraph& graph, Backend backend);
+
+// Only the totals while each op runs (device, and host per rank): the search's inner loop.
+struct OpTotals {
+  std::vector<std::int64_t> device_during, host_during;
+};
+OpTotals simulate_totals(const StepGraph& graph, Backend backend);
+
+}  // namespace longctx

@@ -1,0 +1,111 @@
+#include "planner/graph/step_graph.h"
+
+#include "planner/core/phase_names.h"
+
+#include <boost/graph/adjacency_list.hpp>
+#include <boost/graph/topological_sort.hpp>
+#include <fmt/format.h>
+#include <stdexcept>
+
+namespace longctx {
+
+const char* to_string(Category c) {
+  switch (c) {
+    case Category::Params: return "params";
+    case Category::Grads: return "grads";
+    case Category::Optimizer: return "optimizer";
+    case Category::Activations: return "activations";
+    case Category::Transient: return "transient";
+    case Category::Workspace: return "workspace";
+  }
+  return "?";
+}
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::Forward: return "forward";
+    case Phase::Loss: return "loss";
+    case Phase::Backward: return "backward";
+    case Phase::Optimizer: return "optimizer";
+  }
+  return "?";
+}
+
+std::string format(const Name& n) {
+  std::string s;
+  if (n.scope >= 0) s = fmt::format("layer.{}.", n.scope);
+  else if (n.scope == Name::kEmbed) s = "embed.";
+  else if (n.scope == Name::kHead) s = "head.";
+  s += n.base;
+  if (n.recompute) s += ".recompute";
+  return s;
+}
+
+Ids::Ids(std::initializer_list<int> ids) {
+  for (int i : ids) push_back(i);
+}
+
+void Ids::push_back(int id) {
+  if (size_ == kCapacity) throw std::logic_error("an op with more tensors than Ids holds");
+  ids_[size_++] = id;
+}
+
+int StepGraph::add_tensor(TensorSpec t) {
+  tensors_.push_back(std::move(t));
+  return static_cast<int>(tensors_.size()) - 1;
+}
+
+int StepGraph::add_op(OpSpec op) {
+  const int index = static_cast<int>(ops_.size());
+  for (int t : op.outputs) tensors_[static_cast<std::size_t>(t)].producer = index;
+  ops_.push_back(std::move(op));
+  return index;
+}
+
+void StepGraph::finalize() {
+  for (auto& t : tensors_)
+    if (!t.persistent) t.last_reader = t.producer;
+  for (int i = 0; i < static_cast<int>(ops_.size()); ++i)
+    for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
+      auto& ts = tensors_[static_cast<std::size_t>(t)];
+      if (!ts.persistent && i > ts.last_reader) ts.last_reader = i;
+    }
+}
+
+Result<bool> StepGraph::check() const {
+  using Graph = boost::adjacency_list<boost::vecS, boost::vecS, boost::directedS>;
+  Graph g(ops_.size());
+  for (int i = 0; i < static_cast<int>(ops_.size()); ++i) {
+    for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
+      const auto& ts = tensors_[static_cast<std::size_t>(t)];
+      if (ts.producer >= i)
+        return Error{ErrorKind::Internal, format(ops_[static_cast<std::size_t>(i)].name),
+                     fmt::format("reads {} before it is produced", format(ts.name))};
+      if (ts.producer >= 0) boost::add_edge(static_cast<std::size_t>(ts.producer), static_cast<std::size_t>(i), g);
+    }
+  }
+  std::vector<std::size_t> order;
+  try {
+    boost::topological_sort(g, std::back_inserter(order));
+  } catch (const boost::not_a_dag&) {
+    return Error{ErrorKind::Internal, "step graph", "has a cycle"};
+  }
+  for (const auto& t : tensors_)
+    if (t.bytes < 0) return Error{ErrorKind::Internal, format(t.name), "has negative size"};
+  return true;
+}
+
+std::string phase_of(const OpSpec& op) {
+  switch (op.phase) {
+    case Phase::Forward:
+      return op.layer >= 0 ? phase_name(StepPhase::ForwardLayer, op.layer) : phase_name(StepPhase::ForwardEmbed);
+    case Phase::Loss: return phase_name(StepPhase::Loss);
+    case Phase::Backward:
+      if (op.layer >= 0) return phase_name(StepPhase::BackwardLayer, op.layer);
+      return phase_name(op.name.scope == Name::kEmbed ? StepPhase::BackwardEmbed : StepPhase::BackwardLoss);
+    case Phase::Optimizer: return phase_name(StepPhase::Optimizer);
+  }
+  return "?";
+}
+
+}  // namespace longctx

@@ -1,0 +1,195 @@
+#include "planner/io/measured_trace.h"
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "common/atomic_file.h"
+#include "planner/core/fingerprint.h"
+#include "planner/io/trace_schema.h"
+#include "planner/io/profiler_phases.h"
+
+namespace longctx {
+namespace {
+
+// Past this a figure is not a memory size but a broken trace (2^62 bytes = 4 EiB).
+constexpr double kMaxBytes = 4611686018427387904.0;
+
+// A figure of the trace as a byte count: a finite, whole, non-negative number below 2^62.
+// `where` names it in the error ("args.peak_device_bytes of phase 'forward'").
+Result<std::int64_t> byte_count(const nlohmann::json& v, const std::string& what, const std::string& where) {
+  const auto refuse = [&] {
+    return Error::bad_input(what, fmt::format("{} is {}, not a byte count (a whole number from 0 to 2^62); pass a trace "
+                                              "`longctx run --trace` or the PyTorch profiler wrote",
+                                              where, v.dump()));
+  };
+  if (v.is_number_integer()) {
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(kMaxBytes) : v.get<std::int64_t>() < 0)
+      return refuse();
+    return v.get<std::int64_t>();
+  }
+  if (!v.is_number_float()) return refuse();
+  const double d = v.get<double>();
+  if (!std::isfinite(d) || d < 0 || d > kMaxBytes || d != std::floor(d)) return refuse();
+  return static_cast<std::int64_t>(d);
+}
+
+struct Reader {
+  MeasuredTrace m;
+  bool longctx = false, profiler = false;
+  std::string what;
+
+  Result<bool> phase_event(const std::string& name, const nlohmann::json& args) {
+    namespace k = trace_schema;
+    longctx = true;
+    const std::string where = fmt::format("args.{} of phase '{}'", k::kPeakDevice, name);
+    LONGCTX_TRY(const auto device, byte_count(args[k::kPeakDevice], what, where));
+    auto& v = m.phases[name];
+    v = std::max(v, device);
+    m.peak_device_bytes = std::max(m.peak_device_bytes, device);
+    if (args.contains(k::kPeakHost)) {
+      LONGCTX_TRY(const auto host, byte_count(args[k::kPeakHost], what, fmt::format("args.{} of phase '{}'", k::kPeakHost, name)));
+      m.peak_host_bytes = std::max(m.peak_host_bytes, host);
+    }
+    return true;
+  }
+
+  // PyTorch profiler: one instant event per allocation and free. Device Type 1 is CUDA; a
+  // CPU-only run reports the CPU (0).
+  Result<bool> profiler_event(const nlohmann::json& ev, const nlohmann::json& args) {
+    namespace k = trace_schema;
+    profiler = true;
+    const auto& type = args.contains(k::kProfilerDeviceType) ? args[k::kProfilerDeviceType] : nlohmann::json(0);
+    LONGCTX_TRY(const auto total, byte_count(args[k::kProfilerTotalAllocated], what, "a memory event's Total Allocated"));
+    const bool cuda = type == 1;
+    if (cuda) m.peak_device_bytes = std::max(m.peak_device_bytes, total);
+    else m.peak_host_bytes = std::max(m.peak_host_bytes, total);
+    profiler::MemoryEvent e;
+    e.ts = number_or(ev, k::kTimestamp, 0);
+    e.bytes = static_cast<std::int64_t>(number_or(args, k::kProfilerBytes, 0));
+    e.total = total;
+    e.addr = args.contains(k::kProfilerAddress) ? args[k::kProfilerAddress].dump() : "";
+    (cuda ? cuda_events : cpu_events).push_back(std::move(e));
+    return true;
+  }
+
+  void scope_event(const nlohmann::json& ev, const std::string& name) {
+    namespace k = trace_schema;
+    profiler::Scope s;
+    if (!profiler::scope_kind(name, s.optimizer)) return;
+    s.begin = number_or(ev, k::kTimestamp, 0);
+    s.end = s.begin + number_or(ev, k::kDuration, 0);
+    scopes.push_back(s);
+  }
+
+  static double number_or(const nlohmann::json& o, const char* key, double fallback) {
+    return o.contains(key) && o[key].is_number() ? o[key].get<double>() : fallback;
+  }
+
+  std::vector<profiler::MemoryEvent> cuda_events, cpu_events;
+  std::vector<profiler::Scope> scopes;
+
+  Result<bool> other_data(const nlohmann::json& o) {
+    namespace k = trace_schema;
+    for (const char* key : {k::kPeakDevice, k::kPeakHost}) {
+      if (!o.contains(key)) continue;
+      LONGCTX_TRY(const auto v, byte_count(o[key], what, fmt::format("otherData.{}", key)));
+      auto& peak = std::string(key) == k::kPeakDevice ? m.peak_device_bytes : m.peak_host_bytes;
+      peak = std::max(peak, v);
+    }
+    if (o.contains(kTraceBaselineKey)) {
+      LONGCTX_TRY(m.recorded_baseline_bytes,
+                  byte_count(o[kTraceBaselineKey], what, fmt::format("otherData.{}", kTraceBaselineKey)));
+    }
+    for (const auto& [key, field] : {std::pair{kTraceModelKey, &TraceIdentity::model},
+                                     std::pair{kTracePlanKey, &TraceIdentity::plan_fingerprint}}) {
+      if (!o.contains(key)) continue;
+      if (!o[key].is_string())
+        return Error::bad_input(what, fmt::format("otherData.{} is {}, not a string", key, o[key].dump()));
+      m.identity.*field = o[key].get<std::string>();
+    }
+    return true;
+  }
+};
+
+}  // namespace
+
+TraceIdentity trace_identity(const Plan& plan) {
+  const auto j = plan_to_json(plan);
+  return {plan.model.name, fnv1a_64_hex(j.at("model").dump() + j.at("parallel").dump() + j.at("train").dump())};
+}
+
+Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what) {
+  namespace k = trace_schema;
+  nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
+  if (doc.is_discarded()) return Error::bad_input(what, "is not valid JSON; pass the trace file a run wrote");
+  const nlohmann::json* events = nullptr;
+  if (doc.is_object() && doc.contains(k::kEvents) && doc[k::kEvents].is_array()) events = &doc[k::kEvents];
+  else if (doc.is_array()) events = &doc;
+  if (!events) return Error::bad_input(what, "has no traceEvents array; pass a Chrome trace event file");
+
+  Reader r;
+  r.what = what;
+  for (const auto& ev : *events) {
+    if (!ev.is_object() || !ev.contains(k::kArgs) || !ev[k::kArgs].is_object()) continue;
+    const auto& args = ev[k::kArgs];
+    const std::string ph = ev.contains(k::kType) && ev[k::kType].is_string() ? ev[k::kType].get<std::string>() : "";
+    const std::string name = ev.contains(k::kName) && ev[k::kName].is_string() ? ev[k::kName].get<std::string>() : "";
+    if (ph == k::kComplete && args.contains(k::kPeakDevice)) {
+      if (auto ok = r.phase_event(name, args); !ok) return ok.error();
+    } else if (name == k::kProfilerMemoryEvent && args.contains(k::kProfilerTotalAllocated)) {
+      if (auto ok = r.profiler_event(ev, args); !ok) return ok.error();
+    } else if (ph == k::kComplete) {
+      r.scope_event(ev, name);
+    }
+  }
+  if (doc.is_object() && doc.contains(k::kOtherData) && doc[k::kOtherData].is_object())
+    if (auto ok = r.other_data(doc[k::kOtherData]); !ok) return ok.error();
+  if (!r.longctx && !r.profiler)
+    return Error::bad_input(what, "has no memory events; write it with `longctx run --trace FILE`, or export a PyTorch "
+                                  "profiler trace with profile_memory=True");
+  MeasuredTrace m = std::move(r.m);
+  if (r.profiler && !r.longctx) {
+    m.source = "pytorch-profiler";
+    // A CPU-only profile measures the CPU allocator: that is the device of the CPU virtual device.
+    m.counts_from_profiling_start = r.cuda_events.empty();
+    if (m.counts_from_profiling_start) std::swap(m.peak_device_bytes, m.peak_host_bytes);
+    const auto a = profiler::attribute(m.counts_from_profiling_start ? r.cpu_events : r.cuda_events, r.scopes);
+    m.phases = a.phase_peaks;
+    m.optimizer_live_bytes = a.optimizer_live_bytes;
+  } else {
+    m.source = "longctx";
+  }
+  // Every step allocates: a peak of 0 is a trace that measured nothing, and any error
+  // against it would be meaningless.
+  if (m.peak_device_bytes == 0)
+    return Error::bad_input(what, "records a device peak of 0 bytes: it measured nothing; pass the trace of a run that "
+                                  "trained at least one step");
+  return m;
+}
+
+Result<MeasuredTrace> read_trace_file(const std::string& path) {
+  LONGCTX_TRY(const std::string text, read_text_file(path, "--trace"));
+  return trace_from_json_text(text, path);
+}
+
+Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, const std::string& trace_path) {
+  const TraceIdentity mine = trace_identity(plan);
+  if (!trace.identity.model.empty() && trace.identity.model != mine.model)
+    return Error::bad_input("--trace", fmt::format("{} is a trace of model {}, the plan is of {}; pass the trace of a run "
+                                                   "of this plan",
+                                                   trace_path, trace.identity.model, mine.model));
+  if (!trace.identity.plan_fingerprint.empty() && trace.identity.plan_fingerprint != mine.plan_fingerprint)
+    return Error::bad_input("--trace", fmt::format("{} is a trace of another plan of {} (plan fingerprint {} there, {} "
+                                                   "here: its parallel or train settings differ); pass the trace of a "
+                                                   "run of this plan",
+                                                   trace_path, mine.model, trace.identity.plan_fingerprint,
+                                                   mine.plan_fingerprint));
+  return true;
+}
+
+}  // namespace longctx

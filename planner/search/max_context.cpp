@@ -1,0 +1,179 @@
+// `longctx max-context`: the ladder of techniques, the longest length and its fastest plan.
+#include <algorithm>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/core/limits.h"
+#include "planner/stacks/stack_tiles.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
+#include "planner/search/max_seq.h"
+#include "planner/search/search_space.h"
+
+namespace longctx {
+namespace {
+
+// The ladder's rungs, in the order a practitioner adds techniques; each rung's answer is a
+// floor for the next and for the final answer.
+std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor) {
+  const std::vector<std::vector<Technique>> rungs = {
+      {Technique::Zero3},
+      {Technique::Ulysses},
+      {Technique::Checkpoint},
+      {Technique::OffloadCheckpoints},
+      {Technique::TiledMlp, Technique::TiledLoss},
+      {Technique::Untied},
+      {Technique::Ring},
+      {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
+  };
+  std::vector<LadderRung> out;
+  TechniqueSet so_far;
+  for (const auto& rung : rungs) {
+    bool added = false;
+    for (Technique t : rung)
+      if (has(allowed, t)) {
+        so_far.set(static_cast<std::size_t>(t));
+        added = true;
+      }
+    if (!added) continue;
+    const MaxSeq m = max_seq(base, so_far, cache, floor);
+    out.push_back({technique_names(so_far), m.tokens, m.binding});
+    floor = std::max(floor, m.tokens);
+  }
+  return out;
+}
+
+// The fastest plan at the longest length: only coarse choices whose bound reaches it can fit
+// (any other tiles or chunk only raise their peak).
+std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, const MaxSeq& top) {
+  std::optional<Plan> fastest;
+  for (const auto& m : top.reaching) {
+    Plan at = base;
+    at.train.seq = top.tokens;
+    auto found = best_plan(at, allowed, coarse_knobs(m.coarse));
+    if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
+  }
+  return fastest;
+}
+
+// A rule that keeps the plan from spreading the tokens over larger Ulysses degrees (a ring
+// spreads them without one: the probe runs none).
+std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet& allowed) {
+  if (!has(allowed, Technique::Ulysses)) return "";
+  for (std::int64_t u = plan.parallel.ulysses + 1; u <= base.cluster.shape.world(); ++u) {
+    if (base.cluster.shape.world() % u != 0) continue;
+    Plan p = with_fine(plan, 0, 1, 1);
+    p.parallel.ulysses = static_cast<int>(u);
+    p.parallel.ring = 1;
+    p.train.seq = u * min_tile_tokens(base.model);
+    conform_to_stack(p.model, p.cluster.shape, p.train, p.parallel);
+    auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
+    if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
+  }
+  return "";
+}
+
+// The largest Ulysses degree the heads' rules allow on this cluster (the search's own
+// candidates, knobs.h), or 1.
+std::int64_t largest_ulysses(const Plan& base) {
+  Plan p = with_fine(base, 0, 1, 1);
+  p.parallel = ParallelConfig{};
+  p.train.seq = min_tile_tokens(base.model);
+  const auto degrees = knob_candidates(KnobId::ulysses, p, all_techniques(), {});
+  return degrees.empty() ? 1 : *std::max_element(degrees.begin(), degrees.end());
+}
+
+// Which sequence layout the plan runs, and where ring attention may be chosen, why: the
+// answer held against the longest length without a ring.
+std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet& allowed, std::int64_t tokens,
+                          BoundCache& cache) {
+  const int u = plan.parallel.ulysses, r = plan.parallel.ring;
+  const std::int64_t world = base.cluster.shape.world();
+  // With a ring, how its k/v travel: the search weighs the gathered exchange's r pairs of
+  // memory against its single collective each way.
+  const std::string exchange = plan.parallel.ring_exchange == RingExchange::AllGather
+                                   ? " (k/v all-gathered)"
+                                   : " (k/v passed hop by hop)";
+  const std::string shape = r > 1 && u > 1 ? fmt::format("hybrid ulysses {} x ring {}{}", u, r, exchange)
+                            : r > 1        ? fmt::format("ring {}{}", r, exchange)
+                            : u > 1        ? fmt::format("ulysses {}", u)
+                                           : std::string("no sequence parallelism");
+  if (!has(allowed, Technique::Ring) || world == 1) return shape;
+  TechniqueSet without = allowed;
+  without.reset(static_cast<std::size_t>(Technique::Ring));
+  std::int64_t floor = 0;
+  const MaxSeq alone = max_seq(base, without, cache, floor);
+  const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
+  if (r > 1 && umax < world)
+    return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses stops at degree {} of the {} "
+                       "GPUs: {})",
+                       shape, tokens, alone.tokens, umax, world,
+                       has(allowed, Technique::Ulysses) ? "the heads' rules" : "Ulysses is not among the techniques allowed "
+                                                                              "(or the stack has none)");
+  if (r > 1)
+    return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
+                       "ring's layout holds less at this length)",
+                       shape, tokens, alone.tokens, world);
+  return fmt::format("{}: a ring reaches no further ({} tokens without one; Ulysses up to degree {})", shape,
+                     alone.tokens, umax);
+}
+
+}  // namespace
+
+Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allowed, bool with_ladder) {
+  // Bounds first (limits.h): the model and the cluster are checked before any search, which
+  // loops over the GPUs' divisors and builds graphs as large as the model.
+  {
+    TrainConfig one = base.train;
+    one.seq = 1;
+    one.micro_batch = 1;
+    ParallelConfig plain;
+    conform_to_stack(base.model, base.cluster.shape, one, plain);
+    LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, plain));
+    (void)ok;
+  }
+  if (base.cluster.device_budget_bytes < 1 || base.cluster.device_budget_bytes > limits::kMaxBytes)
+    return Error::bad_input("--budget", fmt::format("{} bytes is outside 1 B .. 4PiB per GPU", base.cluster.device_budget_bytes));
+  if (base.cluster.host_budget_bytes_per_node < 1 || base.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
+    return Error::bad_input("--host-mem", fmt::format("{} bytes is outside 1 B .. 4PiB per node", base.cluster.host_budget_bytes_per_node));
+  MaxContextResult r;
+  BoundCache cache;
+  std::int64_t floor = 0;
+  if (with_ladder) r.ladder = ladder(base, allowed, cache, floor);
+  MaxSeq top = max_seq(base, allowed, cache, floor);
+  refine_to_padding(top, allowed);
+  r.max_tokens = top.tokens;
+  r.granularity = top.grid;
+  r.binding = top.binding;
+  // At the bound on lengths (limits.h) the next granule is refused, not out of memory.
+  if (top.tokens > 0 && top.tokens + top.grid > limits::kMaxSeq) r.binding = "longctx's bound of 2^40 tokens";
+  if (top.tokens == 0) {
+    Plan p = base;
+    p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
+    auto b = best_plan(p, allowed);
+    if (!b) return b.error();  // names the smallest peak and what dominates it
+    return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
+  }
+  const std::optional<Plan> fastest = fastest_at(base, allowed, top);
+  if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
+  r.plan = *fastest;
+  r.rule = ulysses_rule(r.plan, base, allowed);
+  r.layout = layout_reason(r.plan, base, allowed, r.max_tokens, cache);
+  return r;
+}
+
+nlohmann::json max_context_json(const MaxContextResult& r) {
+  nlohmann::json j = {{"max_tokens", r.max_tokens},
+                      {"granularity_tokens", r.granularity},
+                      {"binding", r.binding},
+                      {"rule", r.rule},
+                      {"layout", r.layout},
+                      {"plan", plan_to_json(r.plan)}};
+  j["ladder"] = nlohmann::json::array();
+  for (const auto& rung : r.ladder)
+    j["ladder"].push_back({{"techniques", rung.techniques}, {"max_tokens", rung.max_tokens}, {"binding", rung.binding}});
+  return j;
+}
+
+}  // namespace longctx

@@ -1,0 +1,358 @@
+// The longest sequence one set of techniques reaches: bounds, confirmation, refinement.
+#include <algorithm>
+#include <map>
+#include <tuple>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/core/limits.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
+#include "planner/stacks/stack_tiles.h"
+#include "planner/search/max_seq.h"
+#include "planner/search/search_space.h"
+
+namespace longctx {
+namespace {
+
+// The most memory-saving tiles at n tokens per rank; head chunk `chunk` (-1: the smallest
+// valid one). Chunking is not monotone against no chunking (the staged buffers can outweigh
+// the saved set they replace), so the caller tries both 0 and the smallest chunk.
+// The tiles are the search's finest candidate (knobs.cpp): tiles of at most the smallest
+// length, exactly that length at the multiples of the grid the bounds are taken at.
+Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobValue chunk) {
+  Plan p = with_fine(c, 0, 1, 1);
+  p.train.seq = seq;
+  const std::int64_t n = tokens_per_rank(p.train, c.parallel), tile = min_tile_tokens(c.model);
+  const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
+  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) {
+    // A stack that picks its own count (stack_tiles.h) runs that one, the knob's finest.
+    if (stack_tile_count(p.model, p.train, p.parallel.ulysses, id == KnobId::loss_tiles))
+      set_knob(p, id, knob_candidates(id, p, a, {}).back());
+    else if (tiles > 1 && technique_allows(a, id, tiles)) set_knob(p, id, tiles);
+  }
+  set_knob(p, KnobId::head_chunk, chunk >= 0 ? chunk : knob_candidates(KnobId::head_chunk, p, all_techniques(), {}).back());
+  return p;
+}
+
+// Largest multiple of `grid` tokens this configuration fits, from the peaks at two lengths:
+// every tensor's size is affine in the sequence (tiles keep a fixed length), and the row-
+// chunked kernels' scratch is constant once a rank holds a full chunk (row_chunk.h), so each
+// op's live bytes are affine too, and the first op to reach the budget decides. Below a full
+// chunk (models under 1024 hidden) they are concave in the length: the bound is then short of
+// the true answer, never past it. Returns 0 if none fits.
+OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_inputs(p)), p.cluster.hardware.backend); }
+
+// Whether the totals fit the plan's budgets, device memory as allocated: a necessary
+// condition (reserved memory is never less), cheap enough for the bounds.
+bool fits(const Plan& p, const OpTotals& t) {
+  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return fits_as_allocated(p, dev, host * p.cluster.shape.gpus_per_node);
+}
+
+// Whether the plan fits as the device sees it: as allocated, then on CUDA as the caching
+// allocator reserves it (memory_model.h, device_fits). What every answer is confirmed with.
+bool fits_reserved(const Plan& p) {
+  const StepGraph g = build_step(step_inputs(p));
+  const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
+  if (!fits(p, t)) return false;
+  return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end()));
+}
+
+// `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
+std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet& a, KnobValue chunk, std::int64_t grid,
+                            std::string& binding, std::int64_t s2 = 0, const OpTotals* known = nullptr) {
+  // At least two tiles' worth at both lengths, so both have the same ops (one tile would be
+  // untiled).
+  std::int64_t s1 = 2 * grid;
+  if (!known) s2 = 4 * grid;
+  Plan p1 = saving_plan(c, a, s1, chunk);
+  if (!valid(p1)) return 0;
+  OpTotals r1 = totals_of(p1);
+  const OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
+  // A stack that picks its own tile count (stack_tiles.h) may tile only longer sequences:
+  // then the shorter length is taken at half the longer one, where it tiles too.
+  if (r1.device_during.size() != r2.device_during.size() && s2 >= 8 * grid) {
+    s1 = s2 / 2 / grid * grid;
+    p1 = saving_plan(c, a, s1, chunk);
+    if (!valid(p1)) return 0;
+    r1 = totals_of(p1);
+  }
+  if (r1.device_during.size() != r2.device_during.size()) return 0;
+  const double dev_budget = double(base.cluster.device_budget_bytes - plan_context_bytes(base));
+  const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
+  double limit = 1e30;
+  binding = "";
+  auto bound = [&](double v1, double v2, double budget, const char* what) {
+    const double slope = (v2 - v1) / double(s2 - s1);
+    const double at0 = v1 - slope * double(s1);
+    if (slope <= 0) {
+      if (at0 > budget) { limit = 0; binding = what; }
+      return;
+    }
+    const double s = (budget - at0) / slope;
+    if (s < limit) { limit = s; binding = what; }
+  };
+  for (std::size_t i = 0; i < r1.device_during.size(); ++i) {
+    bound(double(r1.device_during[i]), double(r2.device_during[i]), dev_budget, device_binding(base));
+    bound(double(r1.host_during[i]), double(r2.host_during[i]), host_budget, "host memory");
+  }
+  if (limit < double(grid)) return 0;
+  // Beyond any length a plan file may hold, a bound says nothing more.
+  const double cap = 1099511627776.0;  // 2^40 tokens
+  return static_cast<std::int64_t>(std::min(limit, cap) / double(grid)) * grid;
+}
+
+
+// Coarse choices that can reach the longest sequence, the most memory-saving first, so the
+// floor rises early and later choices are dropped after a single simulation. Dropped, by
+// dominance the property tests check: none when zero1 is allowed, and none or zero1 when
+// zero2 is and the optimizer stays on the device (sharding more never raises device memory;
+// host memory only grows when offloaded gradients arrive during backward, as zero2's do),
+// and the ring's all-gather exchange: the same step as with hops but for every rank's k/v
+// and every holder's dk/dv accumulators held where hops hold two of each
+// (footprint/ring_attention.h), so it never reaches further; except under torchtitan, whose
+// context parallel trains with all-gather only.
+std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
+  Knobs k;
+  k.micro_batch = 1;
+  std::vector<Plan> out;
+  for (const Plan& c : coarse_choices(base, a, k)) {
+    const ParallelConfig& p = c.parallel;
+    if (p.ring_exchange == RingExchange::AllGather && base.train.stack.kind != StackKind::Torchtitan) continue;
+    if (p.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
+    if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
+    if (p.sharding == Sharding::None && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
+    out.push_back(c);
+  }
+  auto saving_rank = [](const Plan& c) {
+    const ParallelConfig& p = c.parallel;
+    return std::make_tuple(p.sharding == Sharding::Zero3, p.offload_optimizer, p.offload_params, p.offload_checkpoints,
+                           p.checkpoint == CheckpointPolicy::full(), p.ulysses);
+  };
+  std::stable_sort(out.begin(), out.end(), [&](const Plan& x, const Plan& y) { return saving_rank(x) > saving_rank(y); });
+  return out;
+}
+
+
+
+
+
+BoundKey bound_key(const Plan& c, KnobValue chunk, const TechniqueSet& a) {
+  BoundKey key;
+  for (const Knob& k : knob_table())
+    if (!k.rule.fine) key.push_back(knob_value(c, k.id));
+  key.push_back(chunk);
+  for (KnobId id : {KnobId::mlp_tiles, KnobId::loss_tiles}) key.push_back(technique_allows(a, id, knob(id).plain + 1));
+  return key;
+}
+
+// The candidate's bound. `floor`: a length known to fit with fewer techniques; a
+// configuration that does not fit at (the largest multiple of its grid up to) the floor
+// cannot reach past it, and is skipped after one simulation instead of two. Returns nothing
+// for a configuration that is invalid there.
+std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t floor) {
+  Bound b;
+  const std::int64_t at = floor / m.grid * m.grid;
+  if (at < 4 * m.grid) {
+    b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding);
+    return b;
+  }
+  const Plan probe = saving_plan(m.coarse, a, at, m.chunk);
+  if (!valid(probe)) {
+    // The floor is beyond what this configuration may even hold (a bound of limits.h): its
+    // own bound, from short lengths, is settled by confirm().
+    if (!valid(saving_plan(m.coarse, a, 2 * m.grid, m.chunk))) return std::nullopt;
+    b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding);
+    return b;
+  }
+  // The step up to the last layer's backward is a lower bound: over budget there, out.
+  // Remembered as out of reach at `at`: a ladder's floors only rise.
+  if (!fits(probe, simulate_totals(build_step(step_inputs(probe, /*prefix_only=*/true)), probe.cluster.hardware.backend)))
+    return Bound{0, "", true, at};
+  const OpTotals t = totals_of(probe);
+  if (!fits(probe, t)) return Bound{0, "", true, at};
+  b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
+  return b;
+}
+
+// On CUDA, the longest length at most `seq`, in steps of `step` down from it (at most
+// `steps`), where the caching allocator finds every block within the budget; 0 if none.
+// Fragmentation is not monotone in the length (a block freed at one length fits the next
+// request; at another it is split by a small one), so the steps gallop down (1, 2, 4, ...)
+// to a length that fits and then bisect back up between it and the last that did not: a
+// fitting length within a few grid steps of the longest, in a logarithmic number of replays.
+std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
+                                  std::int64_t steps) {
+  auto fits_at = [&](std::int64_t k) {
+    const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
+    if (!valid(at)) return false;
+    if (fits_reserved(at)) return true;
+    // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
+    // segments a later large request cannot use): coarser MLP tiles, finest first, each
+    // with the finest loss tiles, until one fits (what the search's staircase then finds).
+    const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
+    for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
+      if (*it == at.parallel.mlp_tiles) continue;
+      const Plan coarser = with_fine(at, at.parallel.head_chunk, *it, at.parallel.loss_tiles);
+      if (valid(coarser) && fits_reserved(coarser)) return true;
+    }
+    return false;
+  };
+  if (fits_at(0)) return seq;
+  std::int64_t bad = 0, good = -1;
+  for (std::int64_t k = 1; k <= steps; k = std::min(2 * k, steps)) {
+    if (fits_at(k)) {
+      good = k;
+      break;
+    }
+    bad = k;
+    if (k == steps) break;
+  }
+  if (good < 0) return 0;
+  while (good - bad > 1) {
+    const std::int64_t mid = bad + (good - bad) / 2;
+    if (fits_at(mid)) good = mid;
+    else bad = mid;
+  }
+  return seq - good * step;
+}
+
+// A bound that would raise the floor is confirmed with a full simulation first (allocator
+// rounding can cost a grid step). On the CPU virtual device the bound is a guess, not a
+// bound: the flash kernel's per-thread block buffers grow with the length up to 768 tokens
+// and then stay constant, so every configuration is settled by simulation, upwards as well.
+// The length is found as allocated (monotone), then on CUDA walked down the grid to where
+// the reserved figure fits too.
+std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine) {
+  const std::int64_t grid = m.grid;
+  auto fits_at = [&](std::int64_t seq) {
+    const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
+    return valid(at) && fits(at, totals_of(at));
+  };
+  const std::int64_t cap = (std::int64_t{1} << 40) / grid;
+  // Usually the bound itself fits; else the largest fitting grid step below it, by
+  // bisection (fitting is monotone in the length).
+  std::int64_t lo = 0, hi = m.tokens / grid;  // lo steps fit (0: none), hi steps do not
+  if (m.tokens > 0 && fits_at(m.tokens)) {
+    lo = hi;
+    hi = 0;
+    // Gallop up from the guess to a length that does not fit: on the CPU the guess is no
+    // bound, and on CUDA a bound can fall short where the row-chunked kernels' constant
+    // scratch moves which moment of an op is its largest (one probe when it is exact).
+    std::int64_t step = 1;
+    while (lo + step <= cap && fits_at((lo + step) * grid)) {
+      lo += step;
+      step *= 2;
+    }
+    hi = std::min(lo + step, cap + 1);
+  } else if (!affine && m.tokens == 0) {
+    hi = 1;
+    while (hi <= cap && fits_at(hi * grid)) lo = hi, hi *= 2;
+  }
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (fits_at(mid * grid)) lo = mid;
+    else hi = mid;
+  }
+  if (m.coarse.cluster.hardware.backend != Backend::Cuda || lo == 0) return lo * grid;
+  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1);
+}
+
+}  // namespace
+
+Knobs coarse_knobs(const Plan& coarse) {
+  Knobs k;
+  for (const Knob& row : knob_table())
+    if (!row.rule.fine) fix(k, row.id, knob_value(coarse, row.id));
+  return k;
+}
+
+MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor) {
+  MaxSeq best;
+  const std::int64_t tile = min_tile_tokens(base.model);
+  // Whether every op's live bytes are affine in the length, which makes two simulations a
+  // configuration's answer: on CUDA, not on the CPU virtual device (see confirm()).
+  const bool affine = base.cluster.hardware.backend != Backend::Cpu;
+  std::vector<MaxSeqCandidate> all;
+  std::string last_binding;
+  const bool untied = technique_allows(a, KnobId::head_chunk, 1);
+  for (const Plan& c : max_seq_options(base, a)) {
+    for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
+      MaxSeqCandidate m{0, sequence_multiple(c.parallel) * tile, "", c, chunk};
+      const BoundKey key = bound_key(c, chunk, a);
+      // An entry out of reach of a higher floor says nothing below it: computed again there.
+      auto it = cache.find(key);
+      if (it == cache.end() || (it->second.out_of_reach_at > 0 && floor < it->second.out_of_reach_at)) {
+        const auto b = first_bound(base, m, a, floor);
+        if (!b) continue;
+        cache[key] = *b;
+      }
+      Bound& cached = cache[key];
+      m.tokens = cached.tokens;
+      m.binding = cached.binding;
+      if (!cached.confirmed && (m.tokens >= floor || !affine)) {  // >=: a bound at the floor (the cap) may be the answer
+        m.tokens = confirm(m, a, affine);
+        if (m.tokens > 0 && m.binding.empty()) m.binding = device_binding(base);
+        cached = {m.tokens, m.binding, true};
+      }
+      if (!m.binding.empty()) last_binding = m.binding;
+      if (m.tokens <= 0) continue;
+      all.push_back(m);
+      if (!cached.confirmed) continue;  // an unconfirmed bound at or under the floor: it cannot win
+      floor = std::max(floor, m.tokens);
+      if (m.tokens > best.tokens) best = {m.tokens, m.grid, m.binding, {}};
+    }
+  }
+  for (const auto& m : all)
+    if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
+  if (best.tokens == 0) best.binding = last_binding.empty() ? device_binding(base) : last_binding;
+  return best;
+}
+
+// Without tiles every op's bytes depend only on the padded length and never fall as it
+// grows, so the grid's answer is refined by bisection to the padding step u of each
+// configuration that reaches it, and is then exact to the token as allocated (on CUDA, where
+// the reserved figure does not fit there, to the step u or the grid): a longer length pads to at
+// least one step more, which does not fit. With tiles it is not: between two multiples of
+// the grid the finest tiles are uneven and shorter than at either, and the grid stands.
+void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
+  if (top.tokens == 0 || has(a, Technique::TiledMlp) || has(a, Technique::TiledLoss)) return;
+  std::int64_t best = top.tokens, granularity = 1;
+  std::vector<std::pair<std::int64_t, MaxSeqCandidate>> found;
+  for (const MaxSeqCandidate& m : top.reaching) {
+    const std::int64_t u = sequence_multiple(m.coarse.parallel);  // the padding step
+    auto fits_at = [&](std::int64_t seq) {
+      const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
+      return valid(at) && fits(at, totals_of(at));
+    };
+    std::int64_t lo = 0, hi = m.grid / u;  // top.tokens + lo*u fits; + hi*u does not (the grid's answer)
+    while (hi - lo > 1) {
+      const std::int64_t mid = lo + (hi - lo) / 2;
+      if (fits_at(top.tokens + mid * u)) lo = mid;
+      else hi = mid;
+    }
+    // Exact as allocated; on CUDA the reserved figure may not fit there (fragmentation):
+    // a few steps of u down, else the grid's answer, which does.
+    std::int64_t tokens = top.tokens + lo * u;
+    if (m.coarse.cluster.hardware.backend == Backend::Cuda && lo > 0) {
+      const std::int64_t fit = down_to_reserved_fit(m, a, tokens, u, lo);
+      if (fit != tokens) granularity = std::max(granularity, m.grid);
+      tokens = std::max(fit, top.tokens);
+    }
+    // torchtitan pads nothing: under its context parallel only multiples of 2 x R plan.
+    if (m.coarse.train.stack.kind == StackKind::Torchtitan && m.coarse.parallel.ring > 1)
+      granularity = std::max(granularity, u);
+    found.emplace_back(tokens, m);
+    best = std::max(best, tokens);
+  }
+  top.reaching.clear();
+  for (const auto& [tokens, m] : found)
+    if (tokens == best) top.reaching.push_back(m);
+  top.tokens = best;
+  top.grid = granularity;
+}
+
+}  // namespace longctx

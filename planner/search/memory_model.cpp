@@ -1,0 +1,101 @@
+#include "planner/search/memory_model.h"
+
+#include "planner/graph/cost_model.h"
+#include "planner/graph/reserved_replay.h"
+
+namespace longctx {
+namespace {
+
+// The device as the allocator holds it: reserved bytes (the replay on CUDA; what is allocated
+// on the CPU virtual device, whose counting allocator caches nothing), the op where they
+// peak (-1: at the allocated peak), and whether they fit the budget with the context.
+struct ReservedFigure {
+  std::int64_t peak_reserved = 0;
+  int peak_op = -1;
+  bool fits = false;
+};
+
+ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
+  ReservedFigure f{allocated_peak, -1, true};
+  if (p.cluster.hardware.backend == Backend::Cuda) {
+    const ReservedReplay r = replay_reserved(g, allocator_settings(p));
+    // Never under allocated: the replay's blocks include the simulation's rounded requests.
+    f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0};
+  }
+  f.fits = f.fits && f.peak_reserved + plan_context_bytes(p) <= p.cluster.device_budget_bytes;
+  return f;
+}
+
+Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
+  Prediction pr;
+  const std::int64_t context = plan_context_bytes(p);
+  pr.peak_device_bytes = sim.peak_device_bytes;
+  pr.peak_host_bytes = sim.peak_host_bytes_per_rank * p.cluster.shape.gpus_per_node;
+  for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
+  pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
+  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes);
+  pr.peak_reserved_bytes = reserved.peak_reserved;
+  pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
+  pr.peak_nvidia_smi_bytes = pr.peak_reserved_bytes + context;
+  pr.breakdown["allocator"] = pr.peak_reserved_bytes - pr.peak_device_bytes;
+  pr.breakdown["context"] = context;
+  const bool device_ok = reserved.fits;
+  const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
+  pr.feasible = device_ok && host_ok;
+  pr.binding = !device_ok ? device_binding(p) : !host_ok ? "host memory" : "";
+  const StepTime t = estimate_step_time(p, g);
+  pr.step_time_s = t.total_s;
+  pr.tokens_per_s = t.tokens_per_s;
+  pr.mfu = t.mfu;
+  return pr;
+}
+
+}  // namespace
+
+const char* device_binding(const Plan& p) {
+  return p.cluster.hardware.backend == Backend::Cuda ? "device memory (nvidia-smi: reserved + context)" : "device memory";
+}
+
+std::int64_t plan_context_bytes(const Plan& p) {
+  return device_context_bytes(p.cluster.hardware, p.cluster.shape.world(), p.cluster.shape.gpus_per_node);
+}
+
+AllocatorSettings allocator_settings(const Plan& p) {
+  AllocatorSettings s;
+  s.expandable_segments = p.cluster.expandable_segments;
+  // What the context leaves of the budget; none when it takes it all (or the budget is out of
+  // its bounds, which predict() does not check: no subtraction that could overflow).
+  const std::int64_t budget = p.cluster.device_budget_bytes, context = plan_context_bytes(p);
+  s.capacity = budget > context ? budget - context : 0;
+  return s;
+}
+
+StepInputs step_inputs(const Plan& p, bool prefix_only) {
+  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, prefix_only,
+          p.cluster.hardware.threads, p.cluster.hardware.multiprocessors, p.cluster.hardware.cublas_workspace_bytes};
+}
+
+bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {
+  return device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
+         host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
+  // Over budget as allocated is over as reserved: no replay needed.
+  if (allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes) return false;
+  return reserved_figure(p, g, allocated_peak).fits;
+}
+
+Evaluation evaluate(const Plan& inputs) {
+  Evaluation e{inputs, build_step(step_inputs(inputs)), {}};
+  e.sim = simulate(e.graph, inputs.cluster.hardware.backend);
+  e.plan.prediction = fill(inputs, e.graph, e.sim);
+  return e;
+}
+
+Prediction predict(const Plan& inputs) {
+  const StepGraph g = build_step(step_inputs(inputs));
+  return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend));
+}
+
+}  // namespace longctx

@@ -1,0 +1,46 @@
+#pragma once
+// Evaluates one configuration: builds the step graph, simulates it, and fills in a Plan's
+// prediction. The single entry point the CLI, the search and the tests share.
+#include <memory>
+
+#include "planner/graph/allocator_model.h"
+#include "planner/core/plan.h"
+#include "planner/graph/simulator.h"
+#include "planner/stacks/step_builder.h"
+
+namespace longctx {
+
+struct Evaluation {
+  Plan plan;            // the inputs, with prediction filled in
+  StepGraph graph;      // what was simulated
+  SimResult sim;
+};
+
+// The breakdown keys of PLAN: the step categories, plus "allocator" (reserved minus
+// allocated) and "context" (outside the allocator). The device binds on the nvidia-smi
+// figure, reserved + context, and on the CUDA caching allocator finding every block within
+// the device's memory (allocator_model.h, rule 6).
+// REQUIRES: plan's inputs are valid (plan_from_json and the CLI validate them).
+Evaluation evaluate(const Plan& inputs);
+
+// Just the numbers, for the search's inner loop.
+Prediction predict(const Plan& inputs);
+
+// The step builder's inputs for a plan (`prefix_only`: up to the last layer's backward).
+StepInputs step_inputs(const Plan& p, bool prefix_only = false);
+
+// What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
+const char* device_binding(const Plan& p);
+// Device memory outside the caching allocator for the plan's world (hardware.h).
+std::int64_t plan_context_bytes(const Plan& p);
+// The allocator the plan's device runs: its capacity is the budget less the context.
+AllocatorSettings allocator_settings(const Plan& p);
+// Whether `device_bytes` allocated (plus the context) and `host_bytes_per_node` fit the plan's
+// budgets: necessary for a fit, and monotone in the tiles, where the reserved figure is not
+// (on CUDA finer tiles can leave smaller cached segments a later large request cannot use).
+bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node);
+// Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
+// on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
+bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak);
+
+}  // namespace longctx

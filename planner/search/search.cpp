@@ -1,0 +1,260 @@
+#include "planner/search/search.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "planner/search/memory_model.h"
+#include "planner/core/units.h"
+#include "planner/search/search_space.h"
+
+namespace longctx {
+namespace {
+
+// Runs and counts evaluations; keeps the feasible plans and the smallest infeasible peak.
+struct Evaluator {
+  int evaluated = 0;
+  std::vector<Plan> feasible;
+  std::optional<Plan> smallest_infeasible;
+
+  Plan run(Plan p) {
+    ++evaluated;
+    p.prediction = predict(p);
+    if (p.prediction.feasible) feasible.push_back(p);
+    else if (!smallest_infeasible || p.prediction.peak_nvidia_smi_bytes < smallest_infeasible->prediction.peak_nvidia_smi_bytes)
+      smallest_infeasible = p;
+    return p;
+  }
+};
+
+}  // namespace
+
+// Differences below three digits are inside the cost model's error, and should not buy a plan
+// that needs more memory. Rounding is monotone, so the search's bounds still hold.
+double rounded_speed(double tokens_per_s) {
+  if (tokens_per_s <= 0) return 0;
+  const double scale = std::pow(10.0, std::floor(std::log10(tokens_per_s)) - 2);
+  return std::round(tokens_per_s / scale) * scale;
+}
+
+bool faster(const Plan& a, const Plan& b) {
+  const double sa = rounded_speed(a.prediction.tokens_per_s), sb = rounded_speed(b.prediction.tokens_per_s);
+  if (sa != sb) return sa > sb;
+  return a.prediction.peak_nvidia_smi_bytes < b.prediction.peak_nvidia_smi_bytes;
+}
+
+namespace {
+
+Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
+  if (!smallest)
+    return Error{ErrorKind::NoFit, "--seq", fmt::format("no valid configuration for {} tokens on {} GPUs", base.train.seq,
+                                                        base.cluster.shape.world())};
+  const Evaluation e = evaluate(smallest->prediction.feasible ? base : *smallest);
+  std::string dominant;
+  std::int64_t most = -1;
+  for (const auto& [k, v] : e.plan.prediction.breakdown)
+    if (v > most) { most = v; dominant = k; }
+  const auto& pr = e.plan.prediction;
+  if (pr.binding == "host memory")
+    return Error{ErrorKind::NoFit, "--host-mem",
+                 fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
+                             "budget {}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node))};
+  return Error{ErrorKind::NoFit, "--budget",
+               fmt::format("no plan fits: the smallest peak is {} ({} allocated at op {}; {} dominates: {}), budget {}; "
+                           "allow more techniques, more GPUs, or a shorter --seq",
+                           format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_device_bytes), pr.peak_at,
+                           dominant, format_bytes(most),
+                           format_bytes(base.cluster.device_budget_bytes))};
+}
+
+}  // namespace
+
+namespace {
+
+// A choice of the coarse knobs and its fastest plan (fine knobs at their fixed or plain
+// values): an upper bound on the speed of every plan with that choice.
+struct Candidate {
+  Plan coarse;
+  Plan fastest;
+};
+
+// The fine knobs' candidates for one coarse choice, each fastest first.
+struct FineOptions {
+  std::vector<KnobValue> chunks, mlps, losses;
+};
+
+FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const Knobs& fixed) {
+  return {knob_candidates(KnobId::head_chunk, shape, allowed, fixed), knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed),
+          knob_candidates(KnobId::loss_tiles, shape, allowed, fixed)};
+}
+
+// An evaluated plan's fit as allocated (memory_model.h): what the search prunes on.
+bool fits_as_allocated(const Plan& p) {
+  return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
+}
+
+// Staircase over (mlp tiles, loss tiles) at one chunk: for each MLP tile count, the fewest
+// loss tiles that fit as allocated (binary search: that is monotone in tiles), then from
+// there the first count that fits as reserved too. The allocated step can only fall as MLP
+// tiles rise, and more tiles are never faster.
+void staircase(const Plan& c, KnobValue chunk, const FineOptions& o, Evaluator& ev, std::optional<Plan>& best) {
+  const int last = static_cast<int>(o.losses.size()) - 1;
+  int hi = last;
+  for (KnobValue mlp : o.mlps) {
+    if (!fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(hi)])))) continue;
+    int lo = 0;  // losses[lo - 1] does not fit as allocated (or lo == 0); losses[hi] does
+    while (lo < hi) {
+      const int mid = (lo + hi) / 2;
+      if (fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(mid)])))) hi = mid;
+      else lo = mid + 1;
+    }
+    for (int j = hi; j <= last; ++j) {
+      const Plan p = ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(j)]));
+      if (!p.prediction.feasible) continue;
+      if (!best || faster(p, *best)) best = p;
+      if (j == 0) return;  // the fewest tiles of all fit: more MLP tiles only slow it down
+      break;
+    }
+  }
+}
+
+// Searches the fine knobs of one coarse choice, updating `best`.
+void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs& fixed, Evaluator& ev,
+                 std::optional<Plan>& best) {
+  const Plan& c = cand.coarse;
+  const FineOptions o = fine_options(cand.fastest, allowed, fixed);
+  // Bound 1: the most memory-saving fine knobs must fit as allocated: the most tiles, with the
+  // smallest chunk or with none (chunking is monotone only among chunked plans).
+  bool any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.back(), o.mlps.back(), o.losses.back())));
+  if (!any_fits && o.chunks.back() != o.chunks.front())
+    any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.front(), o.mlps.back(), o.losses.back())));
+  if (!any_fits) return;
+  // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
+  // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
+  for (KnobValue chunk : o.chunks) {
+    // The chunk's fastest plan (fewest tiles) cannot win: smaller chunks are slower still.
+    const Plan head = ev.run(with_fine(c, chunk, o.mlps.front(), o.losses.front()));
+    if (best && !faster(head, *best)) {
+      if (chunk != 0) break;
+      continue;
+    }
+    if (head.prediction.feasible) {
+      best = head;
+      continue;
+    }
+    staircase(c, chunk, o, ev, best);
+  }
+}
+
+// Every knob's value, in the table's order: one order on plans that faster() finds equal.
+std::vector<KnobValue> knob_values(const Plan& p) {
+  std::vector<KnobValue> v;
+  for (const Knob& k : knob_table()) v.push_back(knob_value(p, k.id));
+  return v;
+}
+
+bool same_choice(const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }
+
+SearchResult summarize(const Plan& best, Evaluator& ev) {
+  SearchResult r;
+  r.best = best;
+  r.evaluated = ev.evaluated;
+  // Fastest first, plans equally fast (faster() rounds the speed, then prefers less memory)
+  // in the order of their knobs: a plan the search evaluated twice then lies beside its
+  // repeat, which unique() drops, and the runners-up come out in the same order on every
+  // platform. Each plan's knobs are read once, not at every comparison.
+  std::vector<std::pair<std::vector<KnobValue>, Plan>> keyed;
+  keyed.reserve(ev.feasible.size());
+  for (Plan& p : ev.feasible) keyed.emplace_back(knob_values(p), std::move(p));
+  std::sort(keyed.begin(), keyed.end(), [](const auto& a, const auto& b) {
+    if (faster(a.second, b.second) || faster(b.second, a.second)) return faster(a.second, b.second);
+    return a.first < b.first;
+  });
+  std::vector<Plan> all;
+  all.reserve(keyed.size());
+  for (auto& [key, p] : keyed) all.push_back(std::move(p));
+  all.erase(std::unique(all.begin(), all.end(), same_choice), all.end());
+  r.feasible = static_cast<int>(all.size());
+  for (const Plan& p : all) {
+    if (r.runners_up.size() == 5) break;
+    if (!same_choice(p, best)) r.runners_up.push_back(p);
+  }
+  // Pareto front over (peak device memory, tokens/s): in speed order, keep each plan that
+  // needs less memory than every faster one.
+  std::int64_t least = INT64_MAX;
+  for (const auto& p : all)
+    if (p.prediction.peak_nvidia_smi_bytes < least) {
+      r.pareto.push_back(p);
+      least = p.prediction.peak_nvidia_smi_bytes;
+    }
+  return r;
+}
+
+}  // namespace
+
+Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
+  // The fixed knobs are checked once, so a rule they break is reported as such: the rules
+  // first (a knob the plan's stack cannot express is refused naming the stack, which adding it
+  // to --techniques would not mend), then the techniques the request allows.
+  {
+    const Plan probe = with_knobs(base, knobs);
+    LONGCTX_TRY(auto valid, validate(probe.model, probe.cluster.shape, probe.train, probe.parallel));
+    (void)valid;
+  }
+  LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
+  (void)ok;
+
+  Evaluator ev;
+  std::optional<Plan> best;
+  // Phase 1: each choice of the coarse knobs with its fastest tiles and chunk (no tiling, no
+  // chunking unless fixed): an upper bound on its speed, and its best plan when it fits.
+  std::vector<Candidate> candidates;
+  for (const Plan& c : coarse_choices(base, allowed, knobs)) {
+    if (!valid(c)) continue;
+    candidates.push_back({c, ev.run(c)});
+    if (candidates.back().fastest.prediction.feasible && (!best || faster(candidates.back().fastest, *best)))
+      best = candidates.back().fastest;
+  }
+  // Phase 2: in order of that bound, search tiles and chunk until the bound cannot beat the
+  // best plan found.
+  std::stable_sort(candidates.begin(), candidates.end(),
+                   [](const Candidate& a, const Candidate& b) { return faster(a.fastest, b.fastest); });
+  for (const Candidate& cand : candidates) {
+    if (cand.fastest.prediction.feasible) continue;  // already its own best
+    if (best && !faster(cand.fastest, *best)) break;
+    search_fine(cand, allowed, knobs, ev, best);
+  }
+  if (!best) return no_fit(base, ev.smallest_infeasible);
+  return summarize(*best, ev);
+}
+
+namespace {
+nlohmann::json parallel_json(const Plan& p) { return plan_to_json(p)["parallel"]; }
+nlohmann::json brief(const Plan& p) {
+  return {{"parallel", parallel_json(p)},
+          {"micro_batch", p.train.micro_batch},
+          {"peak_device_bytes", p.prediction.peak_device_bytes},
+          {"peak_reserved_bytes", p.prediction.peak_reserved_bytes},
+          {"peak_nvidia_smi_bytes", p.prediction.peak_nvidia_smi_bytes},
+          {"peak_host_bytes", p.prediction.peak_host_bytes},
+          {"step_time_s", p.prediction.step_time_s},
+          {"tokens_per_s", p.prediction.tokens_per_s}};
+}
+}  // namespace
+
+nlohmann::json search_summary_json(const SearchResult& r) {
+  nlohmann::json j = {{"ran", true}, {"evaluated", r.evaluated}, {"feasible", r.feasible}};
+  j["runners_up"] = nlohmann::json::array();
+  for (const auto& p : r.runners_up) j["runners_up"].push_back(brief(p));
+  j["pareto"] = nlohmann::json::array();
+  for (const auto& p : r.pareto) j["pareto"].push_back(brief(p));
+  return j;
+}
+
+nlohmann::json no_search_json() {
+  return {{"ran", false}, {"reason", "--no-search: the knobs given were evaluated as they are, the others at their plain values"}};
+}
+
+}  // namespace longctx

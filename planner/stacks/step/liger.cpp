@@ -1,0 +1,78 @@
+// Liger-Kernel's RMSNorm and SwiGLU (v0.5.10, src/liger_kernel/ops/rms_norm.py and swiglu.py)
+// as the arctic stack's liger model runs them in transformers' decoder layer: one fused kernel
+// each way, and backward kernels that write their gradients into buffers they already hold.
+// Footprints: footprint/liger.h.
+#include "planner/stacks/step/hf_step.h"
+
+#include "planner/footprint/liger.h"
+
+namespace longctx::step::hf {
+
+using footprint::StepShapes;
+
+bool liger(const StepBuild& sb) {
+  return sb.in.train.stack.kind == StackKind::Arctic && sb.in.train.stack.arctic_model == ArcticModel::Liger;
+}
+
+// rms_norm_forward: Y [rows, width] e and RSTD [rows] fp32, new; LigerRMSNormFunction saves
+// the input, the weight and RSTD (not Y).
+NormActs liger_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  NormActs a;
+  a.x = x;
+  a.rstd = sb.graph.tensor(Name{ns.scope, ns.names.rstd, rc}, ns.rows * 4, kAct);
+  a.y = sb.graph.tensor(Name{ns.scope, ns.names.out, rc}, ns.rows * ns.width * s.e, kAct);
+  sb.graph.op(Name{ns.scope, ns.names.stats, rc}, phase, ns.layer, {x}, {a.y, a.rstd},
+              {.flops = 4.0 * double(ns.rows * ns.width)});
+  return a;
+}
+
+// rms_norm_backward with in_place=True: dX is written into dY, the weight's gradient summed
+// from the per-SM partials. `residual`, the gradient the residual stream holds for x, then
+// meets dX: autograd adds one into the other in place and frees it.
+TensorId liger_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+                             Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
+  grads.push_back(g_w);
+  Ids reads = {grad, a.x, a.rstd};
+  if (residual >= 0) reads.push_back(residual);
+  sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, reads, {g_w},
+              {.workspace = footprint::liger::norm_backward_workspace(s, ns.width),
+               .flops = 6.0 * double(ns.rows * ns.width)});
+  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
+  return grad;
+}
+
+// LigerSwiGLUMLP.forward: down_proj(LigerSiLUMulFunction(gate_proj(x), up_proj(x))): the
+// product c [n, I] e is new; the function saves gate and up (not silu(gate)), down_proj c.
+void liger_mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t ni = s.n * s.I;
+  const TensorId x = a.norm2.y;
+  a.gate = project(sb, l, "mlp.gate_proj", "mlp.gate", x, s.h, s.I, phase, rc);
+  a.up = project(sb, l, "mlp.up_proj", "mlp.up", x, s.h, s.I, phase, rc);
+  a.prod = sb.graph.tensor(layer_name(l, "mlp.prod", rc), ni * s.e, kAct);
+  sb.graph.op(layer_name(l, "mlp.swiglu", rc), phase, l, {a.gate, a.up}, {a.prod}, {.flops = 5.0 * double(ni)});
+  a.down = project(sb, l, "mlp.down_proj", "mlp.down", a.prod, s.I, s.h, phase, rc, kTr);
+  sb.graph.add_input(sb.graph.last_op(), x);  // the layer's hidden_states, until the MLP returns
+}
+
+// swiglu_backward writes d_gate into gate and d_up into up in place: no new [n, I].
+TensorId liger_mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t ni = s.n * s.I;
+  const TensorId d_prod = project_backward(sb, l, "mlp.down_proj.bwd", "grad.mlp.down", "mlp.prod.grad", d_out, a.prod,
+                                           s.I, s.h, s.mlp_bias, grads);
+  sb.graph.op(layer_name(l, "mlp.swiglu.bwd"), kB, l, {d_prod, a.gate, a.up}, {}, {.flops = 10.0 * double(ni)});
+  const TensorId x = a.norm2.y;
+  const TensorId d_xu = project_backward(sb, l, "mlp.up_proj.bwd", "grad.mlp.up", "mlp_norm.out.grad.up", a.up, x, s.h,
+                                         s.I, s.mlp_bias, grads);
+  const TensorId d_xg = project_backward(sb, l, "mlp.gate_proj.bwd", "grad.mlp.gate", "mlp_norm.out.grad.gate", a.gate,
+                                         x, s.h, s.I, s.mlp_bias, grads);
+  const TensorId d_x = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, kTr);
+  sb.graph.op(layer_name(l, "mlp.proj.grad_sum"), kB, l, {d_xu, d_xg}, {d_x});
+  return d_x;
+}
+
+}  // namespace longctx::step::hf
