@@ -270,28 +270,6 @@ std::vector<std::string> technique_names(const TechniqueSet& s) {
 
 TechniqueSet all_techniques() { return TechniqueSet().set(); }
 
-TechniqueSet stack_techniques(const StackSpec& stack) {
-  switch (stack.kind) {
-    case StackKind::Longctx: return all_techniques();
-    case StackKind::HF:
-      return TechniqueSet()
-          .set(static_cast<std::size_t>(Technique::Checkpoint))
-          .set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
-    case StackKind::Torchtitan:
-      return TechniqueSet()
-          .set(static_cast<std::size_t>(Technique::Checkpoint))
-          .set(static_cast<std::size_t>(Technique::Zero3))
-          .set(static_cast<std::size_t>(Technique::Ring));
-    case StackKind::Arctic: break;
-  }
-  // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
-  // TiledMLP, and (the liger model) a chunked loss; no ZeRO-1/2 plans, no head chunks.
-  TechniqueSet s = all_techniques();
-  for (Technique t : {Technique::Zero1, Technique::Zero2, Technique::Untied, Technique::Ring})
-    s.reset(static_cast<std::size_t>(t));
-  return s;
-}
-
 bool has(const TechniqueSet& s, Technique t) { return s.test(static_cast<std::size_t>(t)); }
 
 Result<TechniqueSet> parse_techniques(const std::string& text) {

@@ -180,9 +180,6 @@ std::vector<std::string> technique_names(const TechniqueSet& s);
 // "all", "none", or a comma list of the words ("zero3,ulysses,checkpoint").
 Result<TechniqueSet> parse_techniques(const std::string& text);
 TechniqueSet all_techniques();
-// The techniques a stack can express (stack.h): all of them for longctx's runtime; for hf,
-// checkpointing (transformers' gradient checkpointing of every decoder layer).
-TechniqueSet stack_techniques(const StackSpec& stack);
 bool has(const TechniqueSet& s, Technique t);
 // The smallest tile the search considers: thinner matmuls run too far below peak to pay.
 std::int64_t min_tile_tokens(const ModelConfig& m);

@@ -8,6 +8,7 @@
 #include "planner/core/limits.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx {
 
@@ -120,7 +121,7 @@ bool hf_offload_refused(const Plan& base) {
 // The techniques the request allows that its stack can express on its hardware.
 Result<TechniqueSet> allowed_techniques(const ClusterRequest& r, const Plan& base) {
   LONGCTX_TRY(TechniqueSet techniques, parse_techniques(r.techniques));
-  techniques &= stack_techniques(base.train.stack);
+  techniques &= stack_profile(base.train.stack.kind).techniques(base.train.stack);
   if (hf_offload_refused(base)) techniques.reset(static_cast<std::size_t>(Technique::OffloadCheckpoints));
   return techniques;
 }

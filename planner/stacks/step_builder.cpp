@@ -4,10 +4,9 @@
 // with the footprint functions (footprint/), pure functions of the step's shapes.
 #include "planner/stacks/step_builder.h"
 
-#include "planner/stacks/step/emitters.h"
-#include "planner/stacks/step/arctic_step.h"
-#include "planner/stacks/step/hf_step.h"
 #include "planner/footprint/zero.h"
+#include "planner/stacks/profile.h"
+#include "planner/stacks/step/emitters.h"
 
 namespace longctx {
 namespace step {
@@ -87,6 +86,21 @@ TensorId backward_layers(StepBuild& sb, TensorId d_x) {
 }
 
 }  // namespace
+
+// longctx's own runtime: the techniques' emitters in execution order.
+void build_longctx_step(StepBuild& sb) {
+  const StepInputs& in = sb.in;
+  model_states(sb);
+  rope_tables(sb);
+  forward_layers(sb, embedding_forward(sb));
+  loss_forward(sb);
+  const TensorId d_embed = backward_layers(sb, loss_backward(sb));
+  // A prefix build stops after the last layer's backward (the embedding's too, when that
+  // layer is the only one).
+  if (d_embed >= 0) embedding_backward(sb, d_embed);
+  if (!in.prefix_only) optimizer_step(sb);
+}
+
 }  // namespace step
 
 StepGraph build_step(const StepInputs& in) {
@@ -104,34 +118,13 @@ StepGraph build_step(const StepInputs& in) {
     for (int& t : cublas)
       t = sb.graph.persistent(Name{Name::kNone, &t == cublas ? "cublas.workspace.forward" : "cublas.workspace.backward"},
                               sb.shapes.cublas_workspace, Category::Workspace, Place::Device);
+  stack_profile(in.train.stack.kind).build_step(sb);
   // Where the first step allocates them: the first forward and the first backward matmul.
-  auto finish = [&] {
-    if (cublas[0] >= 0 && !in.prefix_only) {
-      sb.graph.first_allocated_at(cublas[0], sb.graph.first_cublas_op(Phase::Forward));
-      sb.graph.first_allocated_at(cublas[1], sb.graph.first_cublas_op(Phase::Backward));
-    }
-    return sb.graph.finish();
-  };
-  // torchtitan's Llama 3 step is transformers' sdpa step with its own RoPE, norms, loss and
-  // checkpointing policies: the hf builder writes both (planner/stacks/step/hf_step.h).
-  if (in.train.stack.kind == StackKind::HF || in.train.stack.kind == StackKind::Torchtitan) {
-    step::hf::build_step(sb);
-    return finish();
+  if (cublas[0] >= 0 && !in.prefix_only) {
+    sb.graph.first_allocated_at(cublas[0], sb.graph.first_cublas_op(Phase::Forward));
+    sb.graph.first_allocated_at(cublas[1], sb.graph.first_cublas_op(Phase::Backward));
   }
-  if (in.train.stack.kind == StackKind::Arctic) {
-    step::arctic::build_step(sb);
-    return finish();
-  }
-  step::model_states(sb);
-  step::rope_tables(sb);
-  step::forward_layers(sb, step::embedding_forward(sb));
-  step::loss_forward(sb);
-  const step::TensorId d_embed = step::backward_layers(sb, step::loss_backward(sb));
-  // A prefix build stops after the last layer's backward (the embedding's too, when that
-  // layer is the only one).
-  if (d_embed >= 0) step::embedding_backward(sb, d_embed);
-  if (!in.prefix_only) step::optimizer_step(sb);
-  return finish();
+  return sb.graph.finish();
 }
 
 }  // namespace longctx

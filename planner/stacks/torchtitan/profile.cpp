@@ -1,0 +1,24 @@
+// torchtitan's llama3 and qwen3 training: FSDP2 (ZeRO-3's sharding) across GPUs, its
+// activation checkpointing, and its context parallel (the ring).
+#include "planner/stacks/profile.h"
+#include "planner/stacks/step/hf_step.h"
+
+namespace longctx {
+
+extern const StackProfile kTorchtitanProfile;
+const StackProfile kTorchtitanProfile = {
+    .kind = StackKind::Torchtitan,
+    .name = "torchtitan",
+    .techniques =
+        [](const StackSpec&) {
+          return TechniqueSet()
+              .set(static_cast<std::size_t>(Technique::Checkpoint))
+              .set(static_cast<std::size_t>(Technique::Zero3))
+              .set(static_cast<std::size_t>(Technique::Ring));
+        },
+    // torchtitan's Llama 3 step is transformers' sdpa step with its own RoPE, norms, loss and
+    // checkpointing policies: the hf builder writes both (planner/stacks/step/hf_step.h).
+    .build_step = step::hf::build_step,
+};
+
+}  // namespace longctx
