@@ -75,7 +75,7 @@ LADDERS = {
         row("1b-longest-checkpoint", "llama-3.2-1b", None, longest="checkpoint",
             why="max-context's answer with checkpointing alone: the device full"),
         row("8b-16k-ckpt-tiles", "llama-3.1-8b", "16K", ["--checkpoint", "full", "--mlp-tiles", "4", "--loss-tiles", "8"]),
-        row("1b-128k-offloads", "llama-3.2-1b", "128K",
+        row("1b-32k-offloads", "llama-3.2-1b", "32K",
             ["--checkpoint", "full", "--offload-checkpoints", "--offload-optimizer", "--mlp-tiles", "8",
              "--loss-tiles", "16", "--head-chunk", "4"],
             why="checkpoints and optimizer in pinned host memory on a real model"),
