@@ -283,8 +283,10 @@ unpack() {
     if [ -e "$prefix$target" ]; then
       ln -sfnr "$prefix$target" "$link"
     else
-      name=$(basename "$link" | sed 's/[.]/\\./g')
-      sys=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk -v re="^${name}\\\\.[0-9]+\$" '$1 ~ re && /x86-64/ { print $NF; exit }')
+      name=$(basename "$link")
+      # ldconfig's line for NAME.N (libz.so.1), the soname a link to NAME stands for.
+      sys=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk -v n="$name." '
+        index($1, n) == 1 && substr($1, length(n) + 1) ~ /^[0-9]+$/ && /x86-64/ { print $NF; exit }')
       if [ -n "$sys" ]; then
         ln -sfn "$sys" "$link"
       else
