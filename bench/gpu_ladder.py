@@ -796,7 +796,8 @@ def check(doc, min_measured=0):
             return None
         v = obj[key]
         if not isinstance(v, types) or (isinstance(v, bool) and types is not bool):
-            problems.append(f"{where}.{key}: must be {types}, found {type(v).__name__}")
+            want = {dict: "an object", list: "a list", str: "a string"}.get(types, "a number")
+            problems.append(f"{where}.{key}: must be {want}, found {type(v).__name__} {v!r}"[:200])
             return None
         return v
 

@@ -116,6 +116,23 @@ rm -rf "$out"
   --rows tiny-plain-2k,tiny-every-technique-4k,tiny-expandable --deadline "$(($(date +%s) + 30))"
 "$py" "$root/bench/gpu_ladder.py" report "$out" >/dev/null
 "$py" "$root/bench/gpu_ladder.py" check "$out/gpu_kit.json" --min-measured 2
+# The check names what is wrong: a measured figure that is no number, and an error that is
+# not measured against predicted, must both fail it.
+"$py" - "$out/gpu_kit.json" "$work/broken.json" <<'PY'
+import json, sys
+doc = json.load(open(sys.argv[1]))
+ok = [r for r in doc["rows"] if r["status"] == "ok"]
+ok[0]["measured"]["reserved_bytes"] = "12 MiB"
+ok[1]["error"]["allocated"] += 0.5
+json.dump(doc, open(sys.argv[2], "w"))
+PY
+if broken=$("$py" "$root/bench/gpu_ladder.py" check "$work/broken.json" 2>&1); then
+  echo "FAILED: the schema check passed a document with a string for a size" >&2
+  exit 1
+fi
+for field in "measured.reserved_bytes: must be" "error.allocated: .* is not (measured - predicted) / predicted"; do
+  grep -qE "$field" <<<"$broken" || { echo "FAILED: the schema check did not name $field: $broken" >&2; exit 1; }
+done
 "$py" - "$out/gpu_kit.json" <<'PY'
 import json, sys
 doc = json.load(open(sys.argv[1]))
