@@ -128,6 +128,7 @@ def save(out, doc):
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=1)
         f.write("\n")
+    os.chmod(tmp, 0o644)  # mkstemp's 0600 is for secrets; this is a result to read
     os.replace(tmp, doc_path(out))
 
 

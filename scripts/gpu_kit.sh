@@ -348,8 +348,11 @@ configure() {
   local build="$1" device="$2"
   PREFIX=$(unpack)
   discover_torch "$device"
-  local cuda=/usr/local/cuda rpath
+  local cuda=/usr/local/cuda rpath rt
   rpath=$(tr ':' ';' <<<"$libpath")
+  # glibc's librt, which FindCUDAToolkit looks for (for cudart_static) under the prefixes
+  # ignored below: the base system's, named by ldconfig.
+  rt=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '$1 == "librt.so.1" && /x86-64/ { print $NF; exit }')
   local args=(
     -S "$root" -B "$build" -G Ninja
     # The project's optimisation without its debug information, which only costs build time.
@@ -361,6 +364,7 @@ configure() {
     -DCMAKE_IGNORE_PREFIX_PATH="/usr;/usr/local;/"
     -DCUDAToolkit_ROOT="$cuda" -DCMAKE_CUDA_COMPILER="$cuda/bin/nvcc"
     -DNCCL_INCLUDE_DIR="$nccl_include" -DNCCL_LIBRARY="$nccl_library"
+    ${rt:+-DCUDAToolkit_rt_LIBRARY="$rt"}
     -DPython_EXECUTABLE="$(command -v "$py")"
     # The kit's, torch's and the pip nvidia libraries on the run path of every binary, as
     # DT_RPATH, which (unlike RUNPATH) also serves the libraries they load (libboost_graph's
@@ -373,10 +377,11 @@ configure() {
     -DCCACHE_PROGRAM=OFF
   )
   PATH="$cuda/bin:$PATH" cmake "${args[@]}" >&2
-  # Nothing the configure step found may come from the system's own folders.
+  # Nothing the configure step found may come from the system's own folders (but glibc's
+  # librt, given above).
   local leaked
   leaked=$(grep -E '^[A-Za-z0-9_]+:(FILEPATH|PATH)=(/usr(/local)?)?/(include|lib|lib64|share)/' "$build/CMakeCache.txt" |
-           grep -v -E '^(CMAKE_|_)' || true)
+           grep -v -E '^(CMAKE_|_|CUDAToolkit_rt_LIBRARY:)' || true)
   if [ -n "$leaked" ]; then
     log "configure found these outside the kit, torch and CUDA:"
     printf '%s\n' "$leaked" >&2
