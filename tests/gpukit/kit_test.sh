@@ -130,7 +130,7 @@ if broken=$("$py" "$root/bench/gpu_ladder.py" check "$work/broken.json" 2>&1); t
   echo "FAILED: the schema check passed a document with a string for a size" >&2
   exit 1
 fi
-for field in "measured.reserved_bytes: must be" "error.allocated: .* is not (measured - predicted) / predicted"; do
+for field in "measured\.reserved_bytes: must be a number" "error\.allocated: .* is not \(measured - predicted\) / predicted"; do
   grep -qE "$field" <<<"$broken" || { echo "FAILED: the schema check did not name $field: $broken" >&2; exit 1; }
 done
 "$py" - "$out/gpu_kit.json" <<'PY'
