@@ -447,7 +447,8 @@ run() {
     if [ $rc -eq 124 ] || [ $rc -eq 137 ]; then
       status=timed_out detail="stopped after ${limit} s"
     elif [ $rc -ne 0 ]; then
-      status=failed detail="exit $rc${logfile:+; see $(basename "$logfile")}"
+      # The log's last line, so the table says why where only the printed tail comes back.
+      status=failed detail="exit $rc${logfile:+: $(tail -n 1 "$logfile" | cut -c1-200) (see $(basename "$logfile"))}"
     fi
     log "$name: $status in ${secs} s"
     "$boot_py" "$ladder" step "$out" "$name" "$status" "$secs" --detail "$detail"
@@ -487,10 +488,12 @@ run() {
     # steps' time of 3 s (docs/gpu-kit.md).
     local mc_reserve=110
     [ "$device" = cpu ] && mc_reserve=0
+    # The driver's own deadline comes 10 s before the step's timeout, so that a row it stops
+    # is written down before the driver itself is stopped.
     local ladder_deadline=() mc_deadline=()
     if [ "$end" -gt 0 ]; then
-      ladder_deadline=(--deadline "$((end - mc_reserve))")
-      mc_deadline=(--deadline "$end")
+      ladder_deadline=(--deadline "$((end - mc_reserve - 10))")
+      mc_deadline=(--deadline "$((end - 10))")
     fi
     step ladder 1800 "$mc_reserve" "" "$py" "$ladder" ladder "$out" --longctx "$build/cli/longctx" \
       --device "$device" --work "$work/plans" "${ladder_deadline[@]}"
