@@ -266,7 +266,7 @@ unpack() {
   local need have
   need=$(awk -F'\t' '$1 == "# glibc" { print $2 }' "$kit/MANIFEST.tsv")
   have=$(getconf GNU_LIBC_VERSION 2>/dev/null | awk '{ print $2 }')
-  if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | head -n 1)" != "$need" ]; then
+  if [ -n "$need" ] && [ -n "$have" ] && [ "$(printf '%s\n%s\n' "$need" "$have" | sort -V | sed -n 1p)" != "$need" ]; then
     log "the kit's libraries need glibc $need, this machine has $have: pack it on an older Debian"
     exit 1
   fi
@@ -288,9 +288,10 @@ unpack() {
       ln -sfnr "$prefix$target" "$link"
     else
       name=$(basename "$link")
-      # ldconfig's line for NAME.N (libz.so.1), the soname a link to NAME stands for.
+      # ldconfig's line for NAME.N (libz.so.1), the soname a link to NAME stands for. awk
+      # reads to the end: leaving early would end ldconfig with SIGPIPE, which pipefail keeps.
       sys=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk -v n="$name." '
-        index($1, n) == 1 && substr($1, length(n) + 1) ~ /^[0-9]+$/ && /x86-64/ { print $NF; exit }')
+        !found && index($1, n) == 1 && substr($1, length(n) + 1) ~ /^[0-9]+$/ && /x86-64/ { print $NF; found = 1 }')
       if [ -n "$sys" ]; then
         ln -sfn "$sys" "$link"
       else
@@ -334,8 +335,10 @@ discover_torch() {
   for d in "$site/nvidia/nccl/include" "$cuda/include" /usr/include; do
     [ -f "$d/nccl.h" ] && { nccl_include="$d"; break; }
   done
+  local libs
   for d in "$site/nvidia/nccl/lib" "$cuda/lib64" "$cuda/lib" /usr/lib/x86_64-linux-gnu; do
-    nccl_library=$(ls "$d"/libnccl.so* 2>/dev/null | head -n 1) && [ -n "$nccl_library" ] && break
+    libs=("$d"/libnccl.so*)
+    [ -e "${libs[0]}" ] && { nccl_library="${libs[0]}"; break; }
   done
   [ -n "$nccl_include" ] && [ -n "$nccl_library" ] ||
     { log "NCCL not found (nccl.h: '${nccl_include}', libnccl.so: '${nccl_library}') in torch's pip wheels or $cuda"; exit 1; }
@@ -352,7 +355,7 @@ configure() {
   rpath=$(tr ':' ';' <<<"$libpath")
   # glibc's librt, which FindCUDAToolkit looks for (for cudart_static) under the prefixes
   # ignored below: the base system's, named by ldconfig.
-  rt=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '$1 == "librt.so.1" && /x86-64/ { print $NF; exit }')
+  rt=$( (ldconfig -p 2>/dev/null || /sbin/ldconfig -p) | awk '!found && $1 == "librt.so.1" && /x86-64/ { print $NF; found = 1 }')
   local args=(
     -S "$root" -B "$build" -G Ninja
     # The project's optimisation without its debug information, which only costs build time.
@@ -416,18 +419,22 @@ run() {
   [ "$device" = cpu ] && boot_py="${LONGCTX_KIT_PYTHON:-$root/.venv/bin/python}"
   "$boot_py" "$ladder" init "$out" --device "$device" --commit "$commit" --manifest "$kit/MANIFEST.tsv"
 
-  # step NAME CAP_S RESERVE_S LOG CMD...: runs CMD under min(CAP, time left - RESERVE), its
-  # output appended to LOG (empty: the console), and records the outcome in gpu_kit.json;
-  # RESERVE is what the later steps need at least.
+  # step NAME CAP_S RESERVE_S FLOOR_S LOG CMD...: runs CMD, its output appended to LOG (empty:
+  # the console), and records the outcome in gpu_kit.json. It gets CAP seconds at most, and
+  # leaves RESERVE seconds of what is left before the deadline to the later steps, unless
+  # that leaves it less than FLOOR (a shorter deadline: the build comes first).
   local last_rc=0
   step() {
-    local name="$1" cap="$2" reserve="$3" logfile="$4"
-    shift 4
+    local name="$1" cap="$2" reserve="$3" floor="$4" logfile="$5"
+    shift 5
     local limit="$cap" now
     now=$(date +%s)
     if [ "$end" -gt 0 ]; then
-      local left=$((end - now - reserve))
-      [ "$left" -lt "$limit" ] && limit="$left"
+      local left=$((end - now)) share
+      share=$((left - reserve))
+      [ "$share" -lt "$floor" ] && share="$floor"
+      [ "$share" -gt "$left" ] && share="$left"
+      [ "$share" -lt "$limit" ] && limit="$share"
     fi
     if [ "$limit" -lt 5 ]; then
       log "$name: skipped, the deadline leaves no time for it"
@@ -462,12 +469,12 @@ run() {
   local cap_build=420 cap_ctest=180
   [ "$device" = cpu ] && cap_build=7200 cap_ctest=1800
   local built=0
-  step configure 180 300 "$out/build.log" bash "$root/scripts/gpu_kit.sh" configure "$build" --device "$device"
+  step configure 180 300 60 "$out/build.log" bash "$root/scripts/gpu_kit.sh" configure "$build" --device "$device"
   if [ $last_rc -eq 0 ]; then
     # The environment the binaries run in, made again in this shell as configure made it.
     PREFIX="${LONGCTX_KIT_PREFIX:-/tmp/longctx-kit}"
     discover_torch "$device" 2>>"$out/build.log"
-    step build "$cap_build" 150 "$out/build.log" cmake --build "$build" -j "$jobs" --target longctx longctx-runtime gpu_tests
+    step build "$cap_build" 150 120 "$out/build.log" cmake --build "$build" -j "$jobs" --target longctx longctx-runtime gpu_tests
     [ $last_rc -eq 0 ] && built=1
   else
     skip build "configure failed"
@@ -477,7 +484,7 @@ run() {
     # Tests that take a small part of the GPU run side by side; then the rest one at a time
     # (the real-model tests need most of its memory free). Every test of the label runs; the
     # label is a regular expression, anchored so that gpukit's tests stay out.
-    step ctest "$cap_ctest" 120 "$out/ctest.log" bash -c '
+    step ctest "$cap_ctest" 120 30 "$out/ctest.log" bash -c '
       small="^(Gpu\.|Techniques/GpuRuntime\.)" rc=0
       ctest --test-dir "$1" -L "^gpu\$" -R "$small" -j 8 --timeout 300 --output-on-failure --output-junit "$2/ctest-small.xml" || rc=$?
       ctest --test-dir "$1" -L "^gpu\$" -E "$small" --timeout 300 --output-on-failure --output-junit "$2/ctest-rest.xml" || rc=$?
@@ -495,9 +502,9 @@ run() {
       ladder_deadline=(--deadline "$((end - mc_reserve - 10))")
       mc_deadline=(--deadline "$((end - 10))")
     fi
-    step ladder 1800 "$mc_reserve" "" "$py" "$ladder" ladder "$out" --longctx "$build/cli/longctx" \
+    step ladder 1800 "$mc_reserve" 0 "" "$py" "$ladder" ladder "$out" --longctx "$build/cli/longctx" \
       --device "$device" --work "$work/plans" "${ladder_deadline[@]}"
-    step max_context 1800 0 "" "$py" "$ladder" max-context "$out" --longctx "$build/cli/longctx" \
+    step max_context 1800 0 0 "" "$py" "$ladder" max-context "$out" --longctx "$build/cli/longctx" \
       --device "$device" --work "$work/plans" "${mc_deadline[@]}"
   else
     local s
