@@ -381,16 +381,23 @@ def parse_oom(text):
 
 
 RUNNING = []  # the run in flight, which a SIGTERM to this driver takes down with it
+IN_FLIGHT = {}  # the document and the row being measured, written down if the driver is stopped
 
 
 def stop_runs(signum, _frame):
     """The step's timeout ends this driver with SIGTERM: its run, in a session of its own so
-    that its whole group can be killed, must not go on holding the GPU for the next step."""
+    that its whole group can be killed, must not go on holding the GPU for the next step; the
+    row it was measuring is recorded as stopped."""
     for p in RUNNING:
         try:
             os.killpg(p.pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+    if IN_FLIGHT:
+        row = IN_FLIGHT["row"]
+        row["status"], row["reason"] = "timed_out", "stopped with its step when the step's time ran out"
+        IN_FLIGHT["doc"]["rows"].append(row)
+        save(IN_FLIGHT["out"], IN_FLIGHT["doc"])
     sys.exit(128 + signum)
 
 
@@ -466,7 +473,9 @@ def measure(longctx, plan, plan_path, name, step, device, clock, nvml, log, why=
                        f"predicted), {max(0.0, left):.0f} s left before the deadline")
         return r
     timeout = min(left, max(60.0, 3 * need))
+    IN_FLIGHT["row"] = r
     status, res, polled, err, wall = run_plan(longctx, plan_path, device, steps, timeout, nvml, log)
+    IN_FLIGHT.pop("row", None)
     r["status"] = status
     if status == "timed_out":
         r["reason"] = f"stopped after {timeout:.0f} s (about {need:.0f} s estimated)"
@@ -590,6 +599,7 @@ def cmd_ladder(a):
     work = a.work or tempfile.mkdtemp(prefix="gpu-ladder-")
     os.makedirs(work, exist_ok=True)
     wanted = set(a.rows.split(",")) if a.rows else None
+    IN_FLIGHT.update(doc=doc, out=a.out)
     with open(os.path.join(a.out, "ladder.log"), "a") as log:
         for spec in LADDERS[a.device]:
             if wanted is not None and spec["name"] not in wanted:
@@ -640,6 +650,7 @@ def cmd_max_context(a):
     doc["max_context"] = result
     doc["rows"] = [r for r in doc["rows"] if r["step"] != "max_context"]
     save(a.out, doc)
+    IN_FLIGHT.update(doc=doc, out=a.out)
     try:
         check_max_context(a, doc, spec, clock, nvml, cargs, work, result)
     except (RuntimeError, subprocess.TimeoutExpired) as e:

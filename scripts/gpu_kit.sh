@@ -513,6 +513,8 @@ run() {
   "$boot_py" "$ladder" step "$out" multi_gpu skipped 0 \
     --detail "one GPU here: the NCCL tests and runs across ranks need two or more (ctest's GpuNccl skips say so too)"
   tar -czf "$out/plans.tar.gz" -C "$work" . 2>/dev/null || true
+  # A driver stopped while it rewrote the JSON leaves its temporary behind: not a result.
+  rm -f "$out"/.gpu_kit.*.json
   log "done in $(($(date +%s) - t0)) s"
   "$boot_py" "$ladder" report "$out"
 }
