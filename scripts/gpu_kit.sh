@@ -402,8 +402,8 @@ run() {
   work=$(mktemp -d /tmp/longctx-kit-work.XXXXXX)
   local t0 deadline_s
   t0=$(date +%s)
-  # The GPU machine's whole call is short: every step fits inside the deadline. On the CPU the
-  # build alone takes half an hour, so there is none.
+  # The GPU machine's whole call is short: every step fits inside the deadline. On a
+  # two-core development machine the build alone takes over ten minutes, so there is none.
   if [ "$device" = cuda ]; then deadline_s="${LONGCTX_KIT_DEADLINE_S:-540}"; else deadline_s="${LONGCTX_KIT_DEADLINE_S:-0}"; fi
   local end=0
   [ "$deadline_s" -gt 0 ] && end=$((t0 + deadline_s - 15))  # 15 s for the report
