@@ -539,7 +539,8 @@ def cmd_init(a):
 def cmd_step(a):
     doc = load(a.out)
     if a.status not in STEP_STATUSES:
-        sys.exit(f"step: status must be one of {', '.join(STEP_STATUSES)}, found {a.status!r}")
+        print(f"step: STATUS must be one of {', '.join(STEP_STATUSES)}, found {a.status!r}", file=sys.stderr)
+        sys.exit(2)
     doc["steps"] = [s for s in doc["steps"] if s["name"] != a.name]
     doc["steps"].append({"name": a.name, "status": a.status, "seconds": round(float(a.seconds), 1),
                          "detail": a.detail or ""})
