@@ -1,4 +1,5 @@
-#include <fstream>
+#include <functional>
+#include <vector>
 
 #include <fmt/format.h>
 
@@ -9,6 +10,8 @@
 #include "planner/search/phase_peaks.h"
 #include "planner/io/prediction_drift.h"
 #include "plan_output.h"
+#include "report_data.h"
+#include "report_html.h"
 #include "timeline_svg.h"
 
 namespace longctx::cli {
@@ -17,18 +20,44 @@ namespace {
 struct ExplainOptions {
   std::string plan_file;
   std::string svg;
+  std::string html;
   int live_rows = 20;
 };
+
+// An output the command writes, opened (its path checked) before any is written: a bad
+// --html leaves no --svg behind.
+struct Output {
+  AtomicFile file;
+  std::function<std::string()> contents;
+};
+
+Result<std::vector<Output>> open_outputs(const ExplainOptions& o, const Evaluation& e) {
+  std::vector<Output> out;
+  if (!o.svg.empty()) {
+    LONGCTX_TRY(auto svg, AtomicFile::open(o.svg, "--svg"));
+    out.push_back({std::move(svg), [&e] { return timeline_svg(e); }});
+  }
+  if (!o.html.empty()) {
+    LONGCTX_TRY(auto ladder, plan_file_ladder(o.plan_file));
+    LONGCTX_TRY(auto html, AtomicFile::open(o.html, "--html"));
+    out.push_back({std::move(html), [&e, ladder] { return report_html(e, ladder); }});
+  }
+  return out;
+}
 
 int run_explain(const ExplainOptions& o) {
   auto plan = read_plan_file(o.plan_file);
   if (!plan) return report(plan.error());
   const Evaluation e = evaluate(*plan);
+  auto outputs = open_outputs(o, e);
+  if (!outputs) return report(outputs.error());
   fmt::print("{}", render_plan(e, o.live_rows));
   fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
-  if (!o.svg.empty()) {
-    if (auto written = write_text_atomically(o.svg, "--svg", timeline_svg(e)); !written) return report(written.error());
-    fmt::print("\nwrote {}\n", o.svg);
+  for (auto& [file, contents] : *outputs) {
+    const std::string text = contents();
+    file.write(text.data(), text.size());  // a failure is kept for commit() to report
+    if (auto committed = file.commit(); !committed) return report(committed.error());
+    fmt::print("\nwrote {}\n", file.path());
   }
   return 0;
 }
@@ -40,6 +69,9 @@ Command add_explain_command(CLI::App& app) {
   auto* sub = app.add_subcommand("explain", "Show where a plan's memory goes: the breakdown and live set at the peak, and the timeline");
   sub->add_option("plan", o->plan_file, "Plan file written by `longctx plan -o`")->required();
   sub->add_option("--svg", o->svg, "Also draw the device and host timeline, by category, as an SVG file");
+  sub->add_option("--html", o->html,
+                  "Also write an interactive report as one self-contained HTML file: the timeline (hover an op for "
+                  "what is live there, drag or wheel to zoom), the knobs and the plan file's ladder if it has one");
   sub->add_option("--live", o->live_rows, "Rows of the live set at the peak to list")->capture_default_str();
   return {sub, [o] { return run_explain(*o); }};
 }

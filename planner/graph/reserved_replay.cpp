@@ -89,7 +89,8 @@ std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
   return events;
 }
 
-ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings) {
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings,
+                               const std::function<void(const ReservedAtOp&)>& at_op) {
   const auto& ops = graph.ops();
   int streams = 1;
   for (const OpSpec& o : ops) streams = std::max(streams, o.stream + 1);
@@ -101,11 +102,13 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
   };
   ReservedReplay r;
   // Reserved bytes are noted once an op's outputs and workspace are allocated, before it frees.
+  int step = 0;  // of the op being noted
   auto note = [&](int op) {
     int failures = 0;
     for (const auto& m : models) failures += m.failures();
     if (failures > 0 && r.first_failed_op < 0) r.first_failed_op = op;
     const std::int64_t reserved = total(&CachingAllocatorModel::reserved);
+    if (at_op) at_op(ReservedAtOp{op, step, reserved});
     if (reserved > r.peak_reserved) {
       r.peak_reserved = reserved;
       r.allocated_at_peak = total(&CachingAllocatorModel::allocated);
@@ -127,6 +130,7 @@ ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& 
     if (e.op != op || (e.allocate && freeing)) {
       if (op != -2 && !freeing) note(op);
       op = e.op;
+      step = e.step;
       freeing = false;
     }
     const auto b = static_cast<std::size_t>(e.block);

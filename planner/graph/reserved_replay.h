@@ -44,6 +44,18 @@ void for_each_allocator_event(const StepGraph& graph, const std::function<void(c
 // The same, collected (for a reader: bench/replay_allocation_log writes them as a log).
 std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph);
 
-ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings);
+// Every stream's reserved bytes as the replay notes them while op `op` (-1: before the first
+// op) of step `step` runs: once its outputs and workspace are allocated, and again where it
+// allocates after freeing (a workspace sequence). An op that asks nothing of the allocator is
+// not noted: it runs with what the last noting saw, since only requests change what is reserved.
+struct ReservedAtOp {
+  int op = -1;
+  int step = 0;
+  std::int64_t reserved = 0;
+};
+
+// `at_op`, where given, sees each noting in order: the per-op picture `explain` draws.
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings,
+                               const std::function<void(const ReservedAtOp&)>& at_op = {});
 
 }  // namespace longctx
