@@ -29,7 +29,7 @@ bool ulysses(const StepShapes& s) { return s.u > 1; }
 
 // The kernel's scratch blocks in the order mha_bwd asks for them, all held until it returns
 // (flash_attn.h): the workspace is their sum.
-std::vector<std::int64_t> flash_backward_workspace_sequence(const StepBuild& sb) {
+std::vector<std::int64_t> flash_backward_workspace_sequence(const HfStep& sb) {
   const StepShapes& s = sb.shapes;
   return sb.in.train.stack.attention == HfAttention::FlashAttention3
              ? flash::fa3_backward_workspace_sequence(s, s.hl, s.kvr)
@@ -41,7 +41,7 @@ std::vector<std::int64_t> flash_backward_workspace_sequence(const StepBuild& sb)
 // same size, and (more than one head per rank) rearranged into a third, [b*S, heads/u, d],
 // which flash attention reads; k and v repeated first when u exceeds the kv heads. At most
 // two of them at once beside the input.
-TensorId to_sequence(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t elems,
+TensorId to_sequence(HfStep& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t elems,
                      bool repeated, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), elems * s.e, kAct);
@@ -54,7 +54,7 @@ TensorId to_sequence(StepBuild& sb, int l, const char* name, const char* out_nam
 // into [n, heads*d] (the exchange's freed on return).
 // `received`: elements received beyond `elems` (kv heads replicated over the ranks: their
 // gradients arrive per replica and are summed).
-TensorId to_heads(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t elems,
+TensorId to_heads(HfStep& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t elems,
                   Phase phase, bool rc, Category category, std::int64_t received = 0) {
   const StepShapes& s = sb.shapes;
   const TensorId y = sb.graph.tensor(layer_name(l, out_name, rc), elems * s.e, category);
@@ -63,7 +63,7 @@ TensorId to_heads(StepBuild& sb, int l, const char* name, const char* out_name, 
   return y;
 }
 
-void attention_forward(StepBuild& sb, int l, LayerActs& la, Phase phase, bool rc) {
+void attention_forward(HfStep& sb, int l, LayerActs& la, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   hf::HfLayerActs& a = la.hf;
   const HfModelActs& m = sb.hf_model;
@@ -99,7 +99,7 @@ void attention_forward(StepBuild& sb, int l, LayerActs& la, Phase phase, bool rc
   sb.graph.op(layer_name(l, "attn.residual", rc), phase, l, {a.in, o}, {a.mid});
 }
 
-TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId d_mid, Ids& grads) {
+TensorId attention_backward(HfStep& sb, int l, const LayerActs& la, TensorId d_mid, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const hf::HfLayerActs& a = la.hf;
   const Attention& at = la.attn;
@@ -132,7 +132,7 @@ TensorId attention_backward(StepBuild& sb, int l, const LayerActs& la, TensorId 
 // TiledMLP.forward over `shards` row tiles of c rows (torch.chunk): each under no_grad,
 // gate [c, I], silu [c, I] (gate freed), up [c, I], their product [c, I], down [c, h]; the
 // shards' outputs kept in a list and concatenated into a new [n, h]. It saves its input.
-void tiled_mlp_forward(StepBuild& sb, int l, hf::HfLayerActs& a, Phase phase, bool rc, TensorId w) {
+void tiled_mlp_forward(HfStep& sb, int l, hf::HfLayerActs& a, Phase phase, bool rc, TensorId w) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = tile_split(s.n, sb.parallel.mlp_tiles).rows;
   a.down = sb.graph.tensor(layer_name(l, "mlp.down", rc), s.n * s.h * s.e, kTr);
@@ -147,7 +147,7 @@ void tiled_mlp_forward(StepBuild& sb, int l, hf::HfLayerActs& a, Phase phase, bo
 // [c, I] saved, its backward (at most six [c, I] at once), the three weights' full gradients
 // accumulated across the shards (each shard's new one beside them) and handed to ZeRO after
 // the last shard.
-TensorId tiled_mlp_backward(StepBuild& sb, int l, const hf::HfLayerActs& a, TensorId d_out) {
+TensorId tiled_mlp_backward(HfStep& sb, int l, const hf::HfLayerActs& a, TensorId d_out) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = tile_split(s.n, sb.parallel.mlp_tiles).rows;
   const TensorId d_x = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, kTr);
@@ -164,7 +164,7 @@ TensorId tiled_mlp_backward(StepBuild& sb, int l, const hf::HfLayerActs& a, Tens
 
 }  // namespace
 
-LayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc) {
+LayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   LayerActs la;
   hf::HfLayerActs& a = la.hf;
@@ -185,7 +185,7 @@ LayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc) 
   return la;
 }
 
-TensorId layer_backward(StepBuild& sb, int l, const LayerActs& la, TensorId d_out) {
+TensorId layer_backward(HfStep& sb, int l, const LayerActs& la, TensorId d_out) {
   const StepShapes& s = sb.shapes;
   const hf::HfLayerActs& a = la.hf;
   Ids grads;  // DeepSpeed's hook takes each gradient as it is made (sb.grad_ready)

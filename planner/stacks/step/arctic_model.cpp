@@ -11,7 +11,6 @@
 // gradient hook, and its optimizer step (arctic_zero.cpp).
 #include "planner/footprint/embedding.h"
 #include "planner/stacks/step/arctic_step.h"
-#include "planner/stacks/step/emitters.h"
 
 #include "planner/footprint/hf.h"
 #include "planner/footprint/liger.h"
@@ -27,14 +26,14 @@ using hf::kTr;
 
 namespace {
 
-bool checkpointed(const StepBuild& sb) { return sb.parallel.checkpoint.any(); }
-bool liger_loss(const StepBuild& sb) { return sb.in.train.stack.arctic_model == ArcticModel::Liger; }
+bool checkpointed(const HfStep& sb) { return sb.parallel.checkpoint.any(); }
+bool liger_loss(const HfStep& sb) { return sb.in.train.stack.arctic_model == ArcticModel::Liger; }
 
 // The batch on the device, the embedding (its table gathered), cache_position = arange(S/u)
 // [S/u] int64, and LlamaRotaryEmbedding's tables from the batch's position_ids. Under
 // Ulysses the adapter first all-gathered every rank's batch on the device (three int64 keys,
 // u copies of [b, S/u] each and their gathers) before keeping this rank's slice.
-TensorId model_inputs(StepBuild& sb) {
+TensorId model_inputs(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   HfModelActs& m = sb.hf_model;
@@ -63,21 +62,20 @@ TensorId model_inputs(StepBuild& sb) {
 
 struct Layers {
   std::vector<LayerActs> acts;
-  std::vector<TensorId> inputs;  // each layer's input: held by its checkpoint unless offloaded (sb.checkpoint_host)
+  std::vector<TensorId> inputs;  // each layer's input: held by its checkpoint unless offloaded (sb.checkpoints)
 };
 
-TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
+TensorId forward_layers(HfStep& sb, TensorId x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   const int count = static_cast<int>(s.layers);
   layers.acts.resize(static_cast<std::size_t>(count));
   layers.inputs.assign(static_cast<std::size_t>(count), -1);
-  sb.checkpoint_host.assign(static_cast<std::size_t>(count), -1);
   for (int l = 0; l < count; ++l) {
     layers.inputs[static_cast<std::size_t>(l)] = x;
     // CheckpointFunctionWithCPUOffload.forward: the layer's input copied to pageable host
     // memory, synchronously, before the layer runs; its device copy is then held by nothing
     // but the model's loop.
-    if (checkpointed(sb) && sb.parallel.offload_checkpoints) offload_checkpoint(sb, l, x);
+    if (checkpointed(sb) && sb.parallel.offload_checkpoints) sb.checkpoints.offload(l, x);
     // A checkpointed layer runs under no_grad: its tensors die with their last reader.
     layers.acts[static_cast<std::size_t>(l)] = arctic::layer_forward(sb, l, x, Phase::Forward, false);
     x = layers.acts[static_cast<std::size_t>(l)].hf.out;
@@ -91,7 +89,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
 // gradients are computed here: grad_input [n, h] e and grad_weight [V, h] e, held until
 // backward. Without pre-shifted labels (one rank) LigerForCausalLMLoss pads and shifts them,
 // [b, S+1] and [b, S] int64, for the call.
-hf::NormActs liger_loss_forward(StepBuild& sb, TensorId final_x, TensorId& grad_input, TensorId& grad_weight) {
+hf::NormActs liger_loss_forward(HfStep& sb, TensorId final_x, TensorId& grad_input, TensorId& grad_weight) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   const Phase L = Phase::Loss;
@@ -117,7 +115,7 @@ hf::NormActs liger_loss_forward(StepBuild& sb, TensorId final_x, TensorId& grad_
 // fused_linear_cross_entropy_backward: the saved gradients are the gradients (the loss's own
 // gradient is 1); lm_head's reaches DeepSpeed's hook, then the final norm writes its input's
 // gradient into grad_input in place.
-TensorId liger_loss_backward(StepBuild& sb, const hf::NormActs& f, TensorId grad_input, TensorId grad_weight) {
+TensorId liger_loss_backward(HfStep& sb, const hf::NormActs& f, TensorId grad_input, TensorId grad_weight) {
   const StepShapes& s = sb.shapes;
   sb.graph.op(step_name("loss.flce.bwd"), kB, -1, {grad_input, grad_weight}, {});
   if (sb.grad_ready) sb.grad_ready(grad_weight, s.V * s.h);
@@ -125,7 +123,7 @@ TensorId liger_loss_backward(StepBuild& sb, const hf::NormActs& f, TensorId grad
   return hf::norm_backward(sb, hf::final_norm_spec(s), f, grad_input, -1, grads);
 }
 
-void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
+void backward_layers(HfStep& sb, TensorId d_x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   for (int l = static_cast<int>(s.layers) - 1; l >= 0; --l) {
     const std::size_t li = static_cast<std::size_t>(l);
@@ -137,7 +135,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
     if (checkpointed(sb)) {
       // CheckpointFunctionWithCPUOffload.backward: the input copied back, synchronously, as
       // the layer's backward starts.
-      if (const TensorId restored = prefetch_checkpoint(sb, l, l); restored >= 0) in = restored;
+      if (const TensorId restored = sb.checkpoints.prefetch(l, l); restored >= 0) in = restored;
       // Reentrant: the whole layer recomputed with a graph, then backpropagated from its
       // output with the gradient handed in, both held until the inner backward returns.
       a = arctic::layer_forward(sb, l, in, kB, true);
@@ -161,7 +159,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
 
 }  // namespace
 
-void build_step(StepBuild& sb) {
+void write_ops(HfStep& sb) {
   arctic::model_states(sb);
   const StepShapes& s = sb.shapes;
   Layers layers;
@@ -182,6 +180,11 @@ void build_step(StepBuild& sb) {
   if (sb.in.prefix_only) return;
   flush_gradients(sb);
   arctic::optimizer_step(sb);
+}
+
+StepGraph build_step(const StepInputs& in) {
+  HfStep sb(in);
+  return write_step(sb, &write_ops);
 }
 
 }  // namespace longctx::step::arctic

@@ -54,7 +54,7 @@ struct Bucket {
   Ids pending;                    // gradients too large to copy in: their own buffers until the reduction
 };
 
-void reduce(StepBuild& sb, Bucket& b) {
+void reduce(HfStep& sb, Bucket& b) {
   if (b.elems == 0) return;
   const StepShapes& s = sb.shapes;
   Ids reads = b.pending;
@@ -78,7 +78,7 @@ void reduce(StepBuild& sb, Bucket& b) {
 
 }  // namespace
 
-void model_states(StepBuild& sb) {
+void model_states(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   const Place params_place = sb.parallel.offload_params ? Place::Host : Place::Device;
   const Place optim_place = sb.parallel.offload_optimizer ? Place::Host : Place::Device;
@@ -121,7 +121,7 @@ void model_states(StepBuild& sb) {
   sb.grads_flush = [&sb, bucket] { reduce(sb, *bucket); };
 }
 
-TensorId gather(StepBuild& sb, int layer, const char* name, std::int64_t numel, Phase phase, bool rc, bool module) {
+TensorId gather(HfStep& sb, int layer, const char* name, std::int64_t numel, Phase phase, bool rc, bool module) {
   const StepShapes& s = sb.shapes;
   const std::int64_t bytes = gathered_bytes(s, numel, sb.parallel.offload_params);
   if (bytes == 0) return -1;
@@ -151,11 +151,11 @@ std::int64_t layer_gathered_elems(const StepShapes& s, bool attention, bool mlp)
   return bytes / s.e;
 }
 
-void flush_gradients(StepBuild& sb) {
+void flush_gradients(HfStep& sb) {
   if (sb.grads_flush) sb.grads_flush();
 }
 
-void optimizer_step(StepBuild& sb) {
+void optimizer_step(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   std::int64_t partition = 0;
   for (int g = 0; g < param_groups(s); ++g) partition += group_elems(s, g).partition;

@@ -29,8 +29,8 @@ double sdpa_kernel_flops(const StepShapes& s, bool masked) {
 double proj_flops(const StepShapes& s, std::int64_t in, std::int64_t out) { return matmul_flops(s.n, in, out); }
 
 // torch's RMSNorm as torchtitan runs it (defined below).
-NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
-TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+NormActs torch_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId torch_fused_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                                    Ids& grads);
 
 }  // namespace
@@ -44,7 +44,7 @@ TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const Norm
 //   xr = x32 * rstd                     [rows, width] fp32, saved by the weight's mul (fp32)
 //   xr = xr.to(input_dtype)             bf16 only: [rows, width] e, saved; the fp32 one freed
 //   y = weight * xr                     [rows, width] e
-NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+NormActs norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
   if (liger(sb)) return liger_norm_forward(sb, ns, x, phase, rc);
   if (torchtitan(sb)) return torch_norm_forward(sb, ns, x, phase, rc);
   const StepShapes& s = sb.shapes;
@@ -83,7 +83,7 @@ NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase
 //   RsqrtBackward0, MeanBackward1  d_variance [rows] fp32, then d_square expanded [rows, width] fp32
 //   PowBackward0                 its product (workspace, pow_backward) added into d_x32
 //   ToCopyBackward0              bf16 only: d_x32 to the input's dtype [rows, width] e
-TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+TensorId norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                        Ids& grads) {
   if (liger(sb)) return liger_norm_backward(sb, ns, a, grad, residual, grads);
   const StepShapes& s = sb.shapes;
@@ -138,7 +138,7 @@ namespace {
 
 // A gradient of q, k or v reshaped from [b, heads, S, d] to the projection's [n, heads*d]:
 // a copy where the kernel's gradient is laid out head-major (ViewBackward0's reshape).
-TensorId head_major_copy(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
+TensorId head_major_copy(HfStep& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads) {
   const StepShapes& s = sb.shapes;
   const TensorId c = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
   sb.graph.op(layer_name(l, name), kB, l, {grad}, {c});
@@ -151,7 +151,7 @@ TensorId head_major_copy(StepBuild& sb, int l, const char* name, const char* out
 // (computeStride succeeds), so nothing is copied: a.k_rep and a.v_rep are k and v, read by
 // the kernels through stride-0 heads. Their gradients still come back over the query heads
 // and are summed (repeat_kv_backward), as the profiler shows.
-void repeat_kv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+void repeat_kv(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   if (s.K == 1) {
     a.k_rep = a.k;
@@ -170,7 +170,7 @@ void repeat_kv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
 // projection's [b, S, heads, d], so with b > 1 and more than one head the fold is a
 // contiguous copy [b*H, S, d] e, which the bmm saves for its backward. `strided` says `t`
 // is laid out that way; repeat_kv's copies and the softmax's output fold as views.
-TensorId eager_matmul_operand(StepBuild& sb, int l, const char* name, TensorId t, bool strided, Phase phase, bool rc) {
+TensorId eager_matmul_operand(HfStep& sb, int l, const char* name, TensorId t, bool strided, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   if (!strided || s.b == 1 || s.H == 1) return t;
   const TensorId folded = sb.graph.tensor(layer_name(l, name, rc), s.n * s.H * s.d * s.e, kAct);
@@ -179,7 +179,7 @@ TensorId eager_matmul_operand(StepBuild& sb, int l, const char* name, TensorId t
 }
 
 // Its ExpandBackward0s: v's gradient summed over each group, then k's, [n, K*d] e each.
-void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
+void repeat_kv_backward(HfStep& sb, int l, TensorId& dk, TensorId& dv) {
   const StepShapes& s = sb.shapes;
   const TensorId dv_sum = sb.graph.tensor(layer_name(l, "attn.v.grad"), s.n * s.K * s.d * s.e, kTr);
   sb.graph.op(layer_name(l, "attn.repeat_v.bwd"), kB, l, {dv}, {dv_sum});
@@ -196,7 +196,7 @@ void repeat_kv_backward(StepBuild& sb, int l, TensorId& dk, TensorId& dv) {
 // weight's multiply in fp32 (the bf16 weight converted inside, [width] fp32) and, in bf16, its
 // cast to the input's dtype. On CUDA the fused kernel: its output and rstd [rows] fp32, the
 // input saved; what the kernel allocates inside is not modelled (no GPU run holds it yet).
-NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+NormActs torch_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const std::int64_t rw = ns.rows * ns.width;
   NormActs a;
@@ -238,7 +238,7 @@ NormActs torch_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase
 
 // The fused kernel's backward (_fused_rms_norm_backward): the input's gradient [rows, width] e
 // (the residual's added into it) and the weight's [width] e.
-TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+TensorId torch_fused_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                                    Ids& grads) {
   const StepShapes& s = sb.shapes;
   const std::int64_t rw = ns.rows * ns.width;
@@ -258,7 +258,7 @@ TensorId torch_fused_norm_backward(StepBuild& sb, const NormSpec& ns, const Norm
 // rotation, which reads it from `reads`), and type_as casts the product to [n, heads*d] e.
 // Multiplying by freqs_cis, which needs no gradient, saves only freqs_cis (a buffer).
 // Returns the rotated tensor; `x32` gets the input's fp32 copy (bf16) or the input (fp32).
-TensorId complex_rope(StepBuild& sb, int l, const char* name, const char* copy_name, const char* out_name, TensorId x,
+TensorId complex_rope(HfStep& sb, int l, const char* name, const char* copy_name, const char* out_name, TensorId x,
                       Ids held, std::int64_t heads, Phase phase, bool rc, TensorId& x32) {
   const StepShapes& s = sb.shapes;
   const std::int64_t elems = s.n * heads * s.d;
@@ -281,7 +281,7 @@ TensorId complex_rope(StepBuild& sb, int l, const char* name, const char* copy_n
 // FSDP2 in bf16 of the block's cast copy of it). q's input to the rotation lives until the
 // function returns, after k's rotation. (Without FSDP torchtitan runs bf16 under autocast,
 // where the slices would be copies: not modelled, refused.)
-void torchtitan_project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+void torchtitan_project_qkv(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
   TensorId q = project(sb, l, "attn.q_proj", "attn.q", a.norm1.y, s.h, qw, phase, rc);
@@ -321,7 +321,7 @@ void torchtitan_project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, b
 
 // Its backward for qwen3's rotate-half form: as transformers' (footprint::hf::rope_workspace),
 // reading cos and sin as views of the buffer or of the block's cast copy.
-TensorId torchtitan_rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad,
+TensorId torchtitan_rope_backward(HfStep& sb, int l, const char* name, const char* out_name, TensorId grad,
                                   std::int64_t heads, const HfLayerActs& a) {
   const StepShapes& s = sb.shapes;
   const TensorId d_x = sb.graph.tensor(layer_name(l, out_name), s.n * heads * s.d * s.e, kTr);
@@ -352,7 +352,7 @@ NormSpec head_norm_spec(const StepShapes& s, int l, bool q) {
 }
 
 // A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e.
-TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
+TensorId project(HfStep& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
                  std::int64_t out, Phase phase, bool rc, Category category) {
   const StepShapes& s = sb.shapes;
   // Per-op selective checkpointing keeps every odd-numbered aten.mm's output (step_build.h):
@@ -370,7 +370,7 @@ TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, T
 // weight's gradient [out, in] (+ bias [out]) e, kept by AccumulateGrad, and, unless
 // `input_grad` is false (the caller adds it into a gradient it already holds: `into`), the
 // input's gradient [n, in] e.
-TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
+TensorId project_backward(HfStep& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
                           TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
                           TensorId into) {
   const StepShapes& s = sb.shapes;
@@ -391,7 +391,7 @@ TensorId project_backward(StepBuild& sb, int l, const char* name, const char* gr
 }
 
 // apply_rotary_pos_emb for q or k of `heads` heads: (x * cos) + (rotate_half(x) * sin).
-TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
+TensorId rope(HfStep& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
               bool rc) {
   const StepShapes& s = sb.shapes;
   if (liger(sb)) {
@@ -405,7 +405,7 @@ TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids 
   return y;
 }
 
-TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
+TensorId rope_backward(HfStep& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
                        TensorId table) {
   const StepShapes& s = sb.shapes;
   if (liger(sb)) {  // rope_backward: rotates the gradient in place
@@ -432,7 +432,7 @@ TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_n
 }
 
 // ---- LlamaAttention ----------------------------------------------------------------------
-void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+void project_qkv(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const HfModelActs& m = sb.hf_model;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
@@ -453,7 +453,7 @@ void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   a.k = rope(sb, l, "attn.rope_k", "attn.k_rotated", {k, m.cos, m.sin, q}, s.K, phase, rc);
 }
 
-TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
+TensorId project_qkv_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
                               bool k_head_major, bool qv_head_major, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
@@ -490,7 +490,7 @@ TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, Tensor
 // (ViewAsRealBackward0) first copies k's and then q's gradient to the [b, Sl, heads, d] layout
 // it works in; v's view (ViewBackward0) copies v's, which frees the pair; then the engine runs
 // the projections, v's first (created last).
-TensorId ring_project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId pair, Ids& grads) {
+TensorId ring_project_qkv_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId dq, TensorId pair, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
   const TensorId dk = head_major_copy(sb, l, "attn.k.view_as_real.bwd", "attn.k_rotated.grad.contiguous", pair, s.K);
@@ -515,7 +515,7 @@ TensorId ring_project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, T
 // balancing the ring's output is merged [b, H, Sl, d] (its torch.cat) on every rank but the
 // last, the plan's, so `output.transpose(1, 2).contiguous()` copies it [n, H*d] e for wo; the
 // ring's own output is saved for its backward.
-void ring_attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+void ring_attention_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   namespace tt = footprint::torchtitan;
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d;
@@ -529,7 +529,7 @@ void ring_attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, b
   sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {a.o_heads}, {a.o});
 }
 
-TensorId ring_attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+TensorId ring_attention_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
   namespace tt = footprint::torchtitan;
   const StepShapes& s = sb.shapes;
   const TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * s.H * s.d * s.e, kTr);
@@ -541,7 +541,7 @@ TensorId ring_attention_backward(StepBuild& sb, int l, const HfLayerActs& a, Ten
   return ring_project_qkv_backward(sb, l, a, dq, pair, grads);
 }
 
-void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
+void attention_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
   const StepShapes& s = sb.shapes;
   const HfModelActs& m = sb.hf_model;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
@@ -639,7 +639,7 @@ void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
   sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {pv, a.k_rep, a.v_rep}, {a.o});
 }
 
-TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+TensorId attention_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
   const StepShapes& s = sb.shapes;
   if (torchtitan(sb) && s.r > 1) return ring_attention_backward(sb, l, a, d_o, grads);
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
@@ -706,7 +706,7 @@ TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId
 }
 
 // ---- LlamaMLP: down_proj(act_fn(gate_proj(x)) * up_proj(x)) ---------------------------------
-void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole) {
+void mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole) {
   if (liger(sb)) return liger_mlp_forward(sb, l, a, phase, rc);
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
@@ -724,7 +724,7 @@ void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, boo
   sb.graph.add_input(sb.graph.last_op(), x);  // the layer's hidden_states, until the MLP returns
 }
 
-TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+TensorId mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
   if (liger(sb)) return liger_mlp_backward(sb, l, a, d_out, grads);
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
@@ -746,7 +746,7 @@ TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out
 }
 
 // ---- LlamaDecoderLayer -------------------------------------------------------------------
-HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass) {
+HfLayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass) {
   const StepShapes& s = sb.shapes;
   HfLayerActs a;
   a.in = x;
@@ -780,7 +780,7 @@ HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc
   return a;
 }
 
-TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+TensorId layer_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const TensorId d_xn2 = mlp_backward(sb, l, a, d_out, grads);
   const TensorId d_mid = norm_backward(sb, layer_norm_spec(s, l, true), a.norm2, d_xn2, d_out, grads);

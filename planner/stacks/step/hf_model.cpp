@@ -23,9 +23,9 @@ namespace longctx::step::hf {
 using namespace footprint;
 using namespace footprint::hf;
 
-bool torchtitan(const StepBuild& sb) { return sb.in.train.stack.kind == StackKind::Torchtitan; }
+bool torchtitan(const HfStep& sb) { return sb.in.train.stack.kind == StackKind::Torchtitan; }
 
-bool layer_checkpointed(const StepBuild& sb, int l) {
+bool layer_checkpointed(const HfStep& sb, int l) {
   const CheckpointPolicy& c = sb.parallel.checkpoint;
   if (torchtitan(sb) && c.kind == CheckpointPolicy::Kind::EveryK) return (l + 1) % c.every == 0;
   return c.any();
@@ -36,7 +36,7 @@ namespace {
 // torchtitan's Transformer registers its RoPE table as a buffer for max_seq_len =
 // training.seq_len (update_from_config): llama3's freqs_cis [S, d/2] complex64, qwen3's
 // rope_cache [S, 2d] fp32 (the model with q/k norms).
-void torchtitan_rope_buffer(StepBuild& sb) {
+void torchtitan_rope_buffer(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   if (s.qk_norm)
     sb.graph.persistent(step_name("model.rope_cache"), footprint::torchtitan::rope_cache_bytes(s), Category::Params,
@@ -47,7 +47,7 @@ void torchtitan_rope_buffer(StepBuild& sb) {
 }
 
 // Parameters in the model's dtype and torch AdamW's state beside them, per group.
-void model_states(StepBuild& sb) {
+void model_states(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   if (fsdp2(sb)) {
     fsdp2_model_states(sb);
@@ -67,13 +67,13 @@ void model_states(StepBuild& sb) {
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
 
-bool checkpointed(const StepBuild& sb) { return sb.parallel.checkpoint.any(); }
+bool checkpointed(const HfStep& sb) { return sb.parallel.checkpoint.any(); }
 
 // torchtitan's context parallel: the whole batch [b, S] int64 each (the data loader's, held by
 // train_step), cut by prepare_context_parallel_input into the rank's shards
 // (footprint::torchtitan::cp_shard_workspace): its inputs and labels [b, Sl] int64 into
 // o.tokens and o.targets, its positions [b, Sl] int32.
-void context_parallel_batch(StepBuild& sb) {
+void context_parallel_batch(HfStep& sb) {
   namespace tt = footprint::torchtitan;
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
@@ -100,7 +100,7 @@ void context_parallel_batch(StepBuild& sb) {
 
 // LlamaModel.forward up to the first layer: the embedding, cache_position = arange(S)
 // [S] int64 (position_ids is a view of it), eager's causal mask, and the RoPE tables.
-TensorId model_inputs(StepBuild& sb) {
+TensorId model_inputs(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   HfModelActs& m = sb.hf_model;
@@ -146,7 +146,7 @@ TensorId model_inputs(StepBuild& sb) {
   return x0;
 }
 
-bool reentrant(const StepBuild& sb) { return sb.in.train.stack.checkpointing == HfCheckpointing::Reentrant; }
+bool reentrant(const HfStep& sb) { return sb.in.train.stack.checkpointing == HfCheckpointing::Reentrant; }
 
 struct Layers {
   std::vector<HfLayerActs> acts;
@@ -157,7 +157,7 @@ struct Layers {
 
 // Writes block l's pass. Under per-op selective checkpointing (step_build.h) `kept` receives
 // what the forward keeps, or gives the recompute what it takes back.
-HfLayerActs layer_pass(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass,
+HfLayerActs layer_pass(HfStep& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass,
                        std::deque<TensorId>& kept) {
   if (sb.parallel.checkpoint.kind != CheckpointPolicy::Kind::Ops) return layer_forward(sb, l, x, phase, rc, pass);
   sb.op_sac = {.mode = rc ? OpSac::Mode::Replay : OpSac::Mode::Keep, .mm_count = 0, .kept = std::move(kept)};
@@ -175,9 +175,9 @@ HfLayerActs layer_pass(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, L
 // saved), is copied to pinned host memory, `packed.copy_(tensor)` on the compute stream, and
 // the device input is held by the model's loop alone. Backward unpacks it,
 // `tensor.to(device, non_blocking=True)`, when the layer's first saved tensor is needed.
-bool offloaded(const StepBuild& sb, int l) { return sb.parallel.offload_checkpoints && layer_checkpointed(sb, l); }
+bool offloaded(const HfStep& sb, int l) { return sb.parallel.offload_checkpoints && layer_checkpointed(sb, l); }
 
-TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
+TensorId forward_layers(HfStep& sb, TensorId x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   const int count = static_cast<int>(s.layers);
   layers.acts.resize(static_cast<std::size_t>(count));
@@ -217,7 +217,7 @@ TensorId forward_layers(StepBuild& sb, TensorId x, Layers& layers) {
   return x;
 }
 
-void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
+void backward_layers(HfStep& sb, TensorId d_x, Layers& layers) {
   const StepShapes& s = sb.shapes;
   for (int l = static_cast<int>(s.layers) - 1; l >= 0; --l) {
     const std::size_t li = static_cast<std::size_t>(l);
@@ -297,7 +297,7 @@ void backward_layers(StepBuild& sb, TensorId d_x, Layers& layers) {
 }
 
 // torch.optim.AdamW's step, then zero_grad(set_to_none=True), which frees every gradient.
-void optimizer_step(StepBuild& sb) {
+void optimizer_step(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   const int groups = param_groups(s);
   auto step_op = [&](Name name, Ids inputs, std::int64_t elems, std::int64_t workspace) {
@@ -332,7 +332,7 @@ void optimizer_step(StepBuild& sb) {
 
 }  // namespace
 
-NormActs final_norm_forward(StepBuild& sb, TensorId final_x) {
+NormActs final_norm_forward(HfStep& sb, TensorId final_x) {
   OuterActs& o = sb.outer;
   const HfModelActs& m = sb.hf_model;
   o.final_x = final_x;
@@ -348,7 +348,7 @@ NormActs final_norm_forward(StepBuild& sb, TensorId final_x) {
 // The final norm, lm_head and ForCausalLMLoss: logits [n, V] e (`.float()` copies them to
 // fp32 in bf16), the labels padded and shifted, log_softmax [n, V] fp32 (saved), nll_loss.
 // The model's output, which holds the logits and the cache, is dropped after the loss.
-NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
+NormActs loss_forward(HfStep& sb, TensorId final_x, TensorId head_weight) {
   if (trl_chunked_loss(sb)) return trl_loss_forward(sb, final_x);
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
@@ -389,7 +389,7 @@ NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight) {
 
 // NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e),
 // lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and d_xf.
-TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
+TensorId loss_backward(HfStep& sb, const NormActs& f, TensorId head_weight) {
   if (trl_chunked_loss(sb)) return trl_loss_backward(sb, f);
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
@@ -419,7 +419,7 @@ TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight) {
   return d_final;
 }
 
-void build_step(StepBuild& sb) {
+void write_ops(HfStep& sb) {
   model_states(sb);
   Layers layers;
   const TensorId final_x = forward_layers(sb, model_inputs(sb), layers);
@@ -430,6 +430,11 @@ void build_step(StepBuild& sb) {
   // parallel shards) until it returns, after backward.
   for (const TensorId t : sb.hf_model.cp_shards) sb.graph.add_input(sb.graph.last_op(), t);
   if (!sb.in.prefix_only) optimizer_step(sb);
+}
+
+StepGraph build_step(const StepInputs& in) {
+  HfStep sb(in);
+  return write_step(sb, &write_ops);
 }
 
 }  // namespace longctx::step::hf

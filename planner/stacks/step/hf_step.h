@@ -2,7 +2,86 @@
 // The hf stack's step (stack.h): transformers' decoder layer (hf_layer.cpp) and the model
 // around it, the loss and torch.optim's AdamW (hf_model.cpp), written into the same step
 // graph longctx's own ops are (step_build.h), with the model states of zero.cpp.
+#include <deque>
+#include <functional>
+
+#include "planner/stacks/blocks/checkpoint_offload.h"
 #include "planner/stacks/step/step_build.h"
+
+namespace longctx::step {
+
+// The hf stack's tensors that every layer reads (planner/stacks/step/hf_model.cpp).
+struct HfModelActs {
+  TensorId positions = -1;  // cache_position [S] int64, until the model's forward returns
+  TensorId cos = -1;        // RoPE tables [b, S, d] e each, saved by every layer's rotation
+  TensorId sin = -1;
+  TensorId mask = -1;       // the model's causal mask (model_inputs), if it makes one
+  TensorId labels = -1;     // ForCausalLMLoss's shifted labels [b, S+1] int64, until nll's backward
+  std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
+  Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
+  Ids batch;                    // input_ids, labels (and an attention_mask), held until the step returns
+  // torchtitan's context parallel: the rank's positions [b, Sl] int32 (prepare_context_parallel_input),
+  // and its shards of the batch with them, which forward_backward_step holds until backward is done.
+  TensorId cp_positions = -1;
+  Ids cp_shards;
+};
+
+// TRL's chunked loss (planner/stacks/step/trl_loss.cpp): what its chunks' checkpoint frames and
+// the gather's backward keep from the forward to the backward.
+struct TrlLossActs {
+  TensorId gathered = -1;   // hidden[order] [N, h] e, held by every chunk's saved inputs
+  TensorId labels = -1;     // labels[order] [N] int64, likewise
+  TensorId order = -1;      // the argsort [N] int64, saved by IndexBackward0
+  TensorId rng_last = -1;   // the last chunk's RNG state, until its backward (the first to run)
+  TensorId rng_rest = -1;   // the other chunks', until the first chunk's backward
+};
+
+// The torchtitan stack across ranks: FSDP2's buffers per parameter group (torchtitan_fsdp2.cpp).
+struct Fsdp2Acts {
+  std::vector<TensorId> gathered;   // per group: all_gather_output [world * shard] e, while held
+  std::vector<TensorId> unsharded;  // per group: the parameters unsharded [group_params] e
+  TensorId forward_gathered = -1;   // forward: the last group's gather, freed at the next copy-out
+  TensorId reduce_input = -1;       // backward: the last reduce-scatter's input, freed at the next
+  // Per layer: the block's floating-point forward inputs cast to param_dtype
+  // (cast_forward_inputs): qwen3's rope_cache [S, 2d] e in bf16; -1 where nothing is cast.
+  std::vector<TensorId> cast_inputs;
+};
+
+// torchtitan's per-op selective checkpointing (CheckpointPolicy::Ops) of the block being
+// written (torchtitan/distributed/activation_checkpoint.py, _apply_op_sac's _custom_policy
+// with the models' _op_sac_save_list, models/llama3/infra/parallelize.py): its policy counts
+// the block's aten.mm calls and keeps the output of every odd-numbered one (wq, wv, w1, w2),
+// and on a GPU the outputs of the attention kernel (the flash, efficient and cuDNN kernels are
+// on the list; the CPU's _scaled_dot_product_flash_attention_for_cpu is not). The block's
+// recompute takes those tensors back in the same order instead of running their ops
+// (torch.utils.checkpoint's _CachedTorchDispatchMode), so each lives from its forward op to
+// its last reader in the recompute.
+struct OpSac {
+  enum class Mode { Off, Keep, Replay };
+  Mode mode = Mode::Off;
+  int mm_count = 0;            // the block's aten.mm calls so far, this pass
+  std::deque<TensorId> kept;   // Keep: appended in op order; Replay: taken from the front
+
+  // Replay: the next kept tensor, in the order the forward kept them.
+  TensorId take() {
+    const TensorId t = kept.front();
+    kept.pop_front();
+    return t;
+  }
+};
+
+// The step of a stack written with transformers' layers.
+struct HfStep : StepBuild {
+  explicit HfStep(const StepInputs& inputs) : StepBuild(inputs), checkpoints(*this) {}
+  HfModelActs hf_model;
+  TrlLossActs trl_loss;
+  Fsdp2Acts fsdp2;
+  OpSac op_sac;
+  std::function<void(TensorId grad, std::int64_t numel)> grad_ready;
+  std::function<void()> grads_flush;
+  blocks::CheckpointOffload checkpoints;
+};
+}  // namespace longctx::step
 
 namespace longctx::step::hf {
 
@@ -79,57 +158,57 @@ NormSpec layer_norm_spec(const StepShapes& s, int l, bool mlp);
 NormSpec final_norm_spec(const StepShapes& s);
 NormSpec head_norm_spec(const StepShapes& s, int l, bool q);
 // A projection's forward: [n, in] x [in, out] (+ bias) -> [n, out] e (its `category`).
-TensorId project(StepBuild& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
+TensorId project(HfStep& sb, int l, const char* name, const char* out_name, TensorId x, std::int64_t in,
                  std::int64_t out, Phase phase, bool rc, Category category = kAct);
 // A projection's backward: its weight's gradient (appended to `grads`) and, unless `into` is
 // given (the input's gradient is added into it in place), the input's gradient [n, in] e.
-TensorId project_backward(StepBuild& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
+TensorId project_backward(HfStep& sb, int l, const char* name, const char* grad_name, const char* in_grad_name,
                           TensorId d_y, TensorId x, std::int64_t in, std::int64_t out, bool bias, Ids& grads,
                           TensorId into = -1);
 // apply_rotary_pos_emb on q or k of `heads` heads ([n, heads*d] e out), and its backward.
-TensorId rope(StepBuild& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
+TensorId rope(HfStep& sb, int l, const char* name, const char* out_name, Ids reads, std::int64_t heads, Phase phase,
               bool rc);
 // `table`: the rotation's saved table where it is a tensor of the layer's (torchtitan's context parallel).
-TensorId rope_backward(StepBuild& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
+TensorId rope_backward(HfStep& sb, int l, const char* name, const char* out_name, TensorId grad, std::int64_t heads,
                        TensorId table = -1);
 
-NormActs norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
-TensorId norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+NormActs norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                        Ids& grads);
 // q_proj, k_proj, v_proj (Qwen3's q and k norms) and the rotation of q and k, into a.q, a.k, a.v;
 // and their backward from the attention's dq, dk, dv (each [n, heads*d] e), returning the
 // attention norm's output gradient: gradients laid out head-major are copied back first (k's
 // when `k_head_major`, q's and v's when `qv_head_major`).
-void project_qkv(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc);
-TensorId project_qkv_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
+void project_qkv(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc);
+TensorId project_qkv_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId dq, TensorId dk, TensorId dv,
                               bool k_head_major, bool qv_head_major, Ids& grads);
-void attention_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache);
-TensorId attention_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads);
-void mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole);
-TensorId mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
-HfLayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass);
+void attention_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache);
+TensorId attention_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads);
+void mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool whole);
+TensorId mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
+HfLayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc, LayerPass pass);
 // Returns the layer input's gradient; appends the layer's weight gradients to `grads`.
-TensorId layer_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
+TensorId layer_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
 
 // The whole step (hf_model.cpp).
-void build_step(StepBuild& sb);
+StepGraph build_step(const StepInputs& in);
 // The model's final norm over the last layer's output (outer.final_x, outer.xf), where
 // LlamaModel.forward returns and its position tensors, mask and locals go.
-NormActs final_norm_forward(StepBuild& sb, TensorId final_x);
+NormActs final_norm_forward(HfStep& sb, TensorId final_x);
 // Its final norm, lm_head and ForCausalLMLoss, and their backward (returning the last
 // layer's output gradient). `head_weight`: lm_head's weight gathered for the op (ZeRO-3), or -1.
-NormActs loss_forward(StepBuild& sb, TensorId final_x, TensorId head_weight);
-TensorId loss_backward(StepBuild& sb, const NormActs& f, TensorId head_weight);
+NormActs loss_forward(HfStep& sb, TensorId final_x, TensorId head_weight);
+TensorId loss_backward(HfStep& sb, const NormActs& f, TensorId head_weight);
 
 // TRL SFTTrainer's chunked loss (trl_loss.cpp; footprint/trl.h), which loss_forward and
 // loss_backward run when the stack's loss is trl-chunked-nll: the backbone without a cache,
 // lm_head and the cross-entropy 256 rows at a time, each chunk checkpointed. With tied
 // embeddings the summed lm_head gradient waits for the embedding's; trl_tied_grad then makes
 // the table's gradient from it.
-bool trl_chunked_loss(const StepBuild& sb);
-NormActs trl_loss_forward(StepBuild& sb, TensorId final_x);
-TensorId trl_loss_backward(StepBuild& sb, const NormActs& f);
-void trl_tied_grad(StepBuild& sb);
+bool trl_chunked_loss(const HfStep& sb);
+NormActs trl_loss_forward(HfStep& sb, TensorId final_x);
+TensorId trl_loss_backward(HfStep& sb, const NormActs& f);
+void trl_tied_grad(HfStep& sb);
 
 // torchtitan's Llama 3 step (the torchtitan stack, 0.2.2: models/llama3/model/model.py,
 // components/loss.py, distributed/activation_checkpoint.py), which these functions write
@@ -137,37 +216,37 @@ void trl_tied_grad(StepBuild& sb);
 // [b, S, heads, d] layout (apply_rotary_emb) from a freqs_cis buffer, torch's RMSNorm
 // (nn.RMSNorm), no cache, no position tensors or masks, the loss over unshifted labels, and
 // non-reentrant checkpointing without early stop, every layer or every K-th.
-bool torchtitan(const StepBuild& sb);
+bool torchtitan(const HfStep& sb);
 // Whether layer l runs checkpointed: the hf stack wraps every layer or none; torchtitan's
 // selective mode wraps the K-th, 2K-th, ... block it visits (_apply_layer_sac counts from 1).
-bool layer_checkpointed(const StepBuild& sb, int l);
+bool layer_checkpointed(const HfStep& sb, int l);
 
 // torchtitan across ranks: FSDP2 as its apply_fsdp wraps the model (torchtitan_fsdp2.cpp;
 // footprint/fsdp2.h), each parameter group gathered before it runs and resharded after
 // (the head group, [norm, output], not until its backward), its gradients reduce-scattered
 // into fp32 shards once its backward is done.
-bool fsdp2(const StepBuild& sb);
-void fsdp2_model_states(StepBuild& sb);
+bool fsdp2(const HfStep& sb);
+void fsdp2_model_states(HfStep& sb);
 // Forward: the group's all-gather and copy-out (freeing the previous group's gathered
 // buffer), and its reshard after it ran; the root's end of forward frees the last gather.
-void fsdp2_unshard_forward(StepBuild& sb, int group, Phase phase);
-void fsdp2_reshard(StepBuild& sb, int group, Phase phase);
-void fsdp2_end_forward(StepBuild& sb);
+void fsdp2_unshard_forward(HfStep& sb, int group, Phase phase);
+void fsdp2_reshard(HfStep& sb, int group, Phase phase);
+void fsdp2_end_forward(HfStep& sb);
 // Backward: the gather a group's pre-backward issues for the next group to run backward
 // (FSDPParamGroup's backward prefetch), the group's own copy-out, and its post-backward
 // (reshard, then its gradients copied into the reduce-scatter input, the shard out).
-void fsdp2_prefetch(StepBuild& sb, int group, Phase phase);
-void fsdp2_copy_out_backward(StepBuild& sb, int group);
-void fsdp2_post_backward(StepBuild& sb, int group);
-void fsdp2_end_backward(StepBuild& sb);
+void fsdp2_prefetch(HfStep& sb, int group, Phase phase);
+void fsdp2_copy_out_backward(HfStep& sb, int group);
+void fsdp2_post_backward(HfStep& sb, int group);
+void fsdp2_end_backward(HfStep& sb);
 
 // Liger-Kernel's versions (liger.cpp), which the functions above run instead when liger(sb):
 // the arctic stack's liger model.
-bool liger(const StepBuild& sb);
-NormActs liger_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
-TensorId liger_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+bool liger(const HfStep& sb);
+NormActs liger_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc);
+TensorId liger_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                              Ids& grads);
-void liger_mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc);
-TensorId liger_mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
+void liger_mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc);
+TensorId liger_mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads);
 
 }  // namespace longctx::step::hf

@@ -10,13 +10,13 @@ namespace longctx::step::hf {
 
 using footprint::StepShapes;
 
-bool liger(const StepBuild& sb) {
+bool liger(const HfStep& sb) {
   return sb.in.train.stack.kind == StackKind::Arctic && sb.in.train.stack.arctic_model == ArcticModel::Liger;
 }
 
 // rms_norm_forward: Y [rows, width] e and RSTD [rows] fp32, new; LigerRMSNormFunction saves
 // the input, the weight and RSTD (not Y).
-NormActs liger_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+NormActs liger_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   NormActs a;
   a.x = x;
@@ -30,7 +30,7 @@ NormActs liger_norm_forward(StepBuild& sb, const NormSpec& ns, TensorId x, Phase
 // rms_norm_backward with in_place=True: dX is written into dY, the weight's gradient summed
 // from the per-SM partials. `residual`, the gradient the residual stream holds for x, then
 // meets dX: autograd adds one into the other in place and frees it.
-TensorId liger_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
+TensorId liger_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
                              Ids& grads) {
   const StepShapes& s = sb.shapes;
   const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
@@ -46,7 +46,7 @@ TensorId liger_norm_backward(StepBuild& sb, const NormSpec& ns, const NormActs& 
 
 // LigerSwiGLUMLP.forward: down_proj(LigerSiLUMulFunction(gate_proj(x), up_proj(x))): the
 // product c [n, I] e is new; the function saves gate and up (not silu(gate)), down_proj c.
-void liger_mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+void liger_mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId x = a.norm2.y;
@@ -59,7 +59,7 @@ void liger_mlp_forward(StepBuild& sb, int l, HfLayerActs& a, Phase phase, bool r
 }
 
 // swiglu_backward writes d_gate into gate and d_up into up in place: no new [n, I].
-TensorId liger_mlp_backward(StepBuild& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+TensorId liger_mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId d_prod = project_backward(sb, l, "mlp.down_proj.bwd", "grad.mlp.down", "mlp.prod.grad", d_out, a.prod,

@@ -25,12 +25,12 @@ constexpr int kAllGatherStream = 1, kReduceScatterStream = 2;
 }  // namespace
 
 // On one rank torchtitan applies no FSDP (its dp_shard degree is 1): nothing to shard.
-bool fsdp2(const StepBuild& sb) {
+bool fsdp2(const HfStep& sb) {
   return torchtitan(sb) && sb.parallel.sharding == Sharding::Zero3 && sb.shapes.world > 1;
 }
 
 // The sharded parameters [shard] fp32 and fused AdamW's state on them, per group.
-void fsdp2_model_states(StepBuild& sb) {
+void fsdp2_model_states(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   const int groups = param_groups(s);
   sb.params.resize(static_cast<std::size_t>(groups));
@@ -45,7 +45,7 @@ void fsdp2_model_states(StepBuild& sb) {
   sb.grads.assign(static_cast<std::size_t>(groups), Ids{});
 }
 
-void fsdp2_prefetch(StepBuild& sb, int group, Phase phase) {
+void fsdp2_prefetch(HfStep& sb, int group, Phase phase) {
   const StepShapes& s = sb.shapes;
   const auto gi = static_cast<std::size_t>(group);
   const TensorId out = sb.graph.tensor(sb.group_name(group, "fsdp.all_gather_output"),
@@ -66,7 +66,7 @@ void fsdp2_prefetch(StepBuild& sb, int group, Phase phase) {
 namespace {
 // foreach_all_gather_copy_out: the unsharded parameters from the gathered buffer; `frees`
 // (the buffer a forward copy-out lets go of) is read last here.
-void copy_out(StepBuild& sb, int group, Phase phase, TensorId frees) {
+void copy_out(HfStep& sb, int group, Phase phase, TensorId frees) {
   const StepShapes& s = sb.shapes;
   const auto gi = static_cast<std::size_t>(group);
   sb.fsdp2.unsharded[gi] =
@@ -77,27 +77,27 @@ void copy_out(StepBuild& sb, int group, Phase phase, TensorId frees) {
 }
 }  // namespace
 
-void fsdp2_unshard_forward(StepBuild& sb, int group, Phase phase) {
+void fsdp2_unshard_forward(HfStep& sb, int group, Phase phase) {
   // The gather is issued in the group's pre-forward and waited for at once.
   fsdp2_prefetch(sb, group, phase);
   copy_out(sb, group, phase, sb.fsdp2.forward_gathered);
   sb.fsdp2.forward_gathered = sb.fsdp2.gathered[static_cast<std::size_t>(group)];
 }
 
-void fsdp2_reshard(StepBuild& sb, int group, Phase phase) {
+void fsdp2_reshard(HfStep& sb, int group, Phase phase) {
   const auto gi = static_cast<std::size_t>(group);
   sb.graph.op(sb.group_name(group, "fsdp.reshard"), phase, sb.layer_of_group(group), {sb.fsdp2.unsharded[gi]}, {});
   sb.fsdp2.unsharded[gi] = -1;
 }
 
-void fsdp2_end_forward(StepBuild& sb) {
+void fsdp2_end_forward(HfStep& sb) {
   sb.graph.op(step_name("fsdp.root_post_forward"), Phase::Loss, -1, {sb.fsdp2.forward_gathered}, {});
   sb.fsdp2.forward_gathered = -1;
 }
 
-void fsdp2_copy_out_backward(StepBuild& sb, int group) { copy_out(sb, group, Phase::Backward, -1); }
+void fsdp2_copy_out_backward(HfStep& sb, int group) { copy_out(sb, group, Phase::Backward, -1); }
 
-void fsdp2_post_backward(StepBuild& sb, int group) {
+void fsdp2_post_backward(HfStep& sb, int group) {
   const StepShapes& s = sb.shapes;
   const auto gi = static_cast<std::size_t>(group);
   const int layer = sb.layer_of_group(group);
@@ -121,7 +121,7 @@ void fsdp2_post_backward(StepBuild& sb, int group) {
   sb.grads[gi] = {shard};
 }
 
-void fsdp2_end_backward(StepBuild& sb) {
+void fsdp2_end_backward(HfStep& sb) {
   if (sb.fsdp2.reduce_input < 0) return;
   sb.graph.op(step_name("fsdp.backward_final_callback"), Phase::Backward, -1, {sb.fsdp2.reduce_input}, {});
   sb.fsdp2.reduce_input = -1;

@@ -36,7 +36,7 @@ namespace longctx::step::hf {
 using namespace footprint;
 using namespace footprint::trl;
 
-bool trl_chunked_loss(const StepBuild& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
+bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
 namespace {
 
@@ -45,7 +45,7 @@ double chunk_flops(const StepShapes& s, std::int64_t c) { return matmul_flops(c,
 
 }  // namespace
 
-NormActs trl_loss_forward(StepBuild& sb, TensorId final_x) {
+NormActs trl_loss_forward(HfStep& sb, TensorId final_x) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   TrlLossActs& t = sb.trl_loss;
@@ -80,7 +80,7 @@ NormActs trl_loss_forward(StepBuild& sb, TensorId final_x) {
   return f;
 }
 
-TensorId trl_loss_backward(StepBuild& sb, const NormActs& f) {
+TensorId trl_loss_backward(HfStep& sb, const NormActs& f) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   TrlLossActs& t = sb.trl_loss;
@@ -157,7 +157,7 @@ TensorId trl_loss_backward(StepBuild& sb, const NormActs& f) {
   return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
 }
 
-void trl_tied_grad(StepBuild& sb) {
+void trl_tied_grad(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   // The embedding's AccumulateGrad: the summed gradient is laid out as [h, V] transposed, so
   // it is copied to the table's layout; the sum goes.

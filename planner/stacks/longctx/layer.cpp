@@ -2,7 +2,7 @@
 // attention (whole or head-chunked), output projection and residual, MLP norm, MLP and
 // residual; then the same in reverse for its backward. RoPE's tables, which every layer's
 // attention reads, are built here too.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/zero.h"
 #include "planner/footprint/attention.h"
 
@@ -15,7 +15,7 @@ void rope_tables(StepBuild& sb) {
   sb.graph.persistent(step_name("rope.tables"), rope_tables_bytes(sb.shapes), Category::Activations, Place::Device);
 }
 
-LayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc) {
+LayerActs layer_forward(LongctxStep& sb, int l, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const Category act = Category::Activations;
   LayerActs a;
@@ -42,7 +42,7 @@ LayerActs layer_forward(StepBuild& sb, int l, TensorId x, Phase phase, bool rc) 
   return a;
 }
 
-TensorId layer_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out) {
+TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out) {
   const StepShapes& s = sb.shapes;
   const Category tr = Category::Transient;
   Ids grad;  // the layer's gradient, piece by piece

@@ -2,7 +2,7 @@
 // then runtime/src/layers.cpp, SwiGluFn, and the down projection) or tiled over rows and
 // recomputed per tile in backward (runtime/src/layers.cpp, TiledMlpFn). Forward, then
 // backward. Footprints: footprint/mlp.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/zero.h"
 #include "planner/footprint/mlp.h"
 
@@ -10,7 +10,7 @@ namespace longctx::step {
 
 using namespace footprint;
 
-TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+TensorId mlp_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const int tiles = sb.parallel.mlp_tiles;
   const int runs = static_cast<int>(tile_split(s.n, tiles).count);  // tiles that run (uneven: the last shorter)
@@ -34,7 +34,7 @@ TensorId mlp_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
   return down;
 }
 
-TensorId mlp_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_out, Ids& grad) {
+TensorId mlp_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const int tiles = sb.parallel.mlp_tiles;
   const int runs = static_cast<int>(tile_split(s.n, tiles).count);

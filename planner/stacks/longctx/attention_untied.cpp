@@ -2,7 +2,7 @@
 // all-to-alls and the kernel inside one op each way (runtime/src/attention.cpp,
 // HeadChunkedAttentionFn::forward and ::backward). Forward, then backward. Footprints:
 // footprint/attention_untied.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/zero.h"
 #include "planner/footprint/attention.h"
 #include "planner/footprint/attention_untied.h"
@@ -26,7 +26,7 @@ int stage_launches(const StepShapes& s, std::int64_t c, int per_stage, int per_s
 // The staged op's traffic: the all-to-alls alone, or with a ring its hops beside them
 // (`overlapped` of the ring's bytes travel while blocks compute), counted over the u*r
 // ranks the ring spans.
-void set_stage_comm(StepBuild& sb, int op, double all_to_all, double ring, double overlapped) {
+void set_stage_comm(LongctxStep& sb, int op, double all_to_all, double ring, double overlapped) {
   const StepShapes& s = sb.shapes;
   if (s.r > 1)
     sb.graph.set_comm(op, CommKind::SendRecv, all_to_all + ring, static_cast<int>(s.u * s.r), overlapped);
@@ -36,7 +36,7 @@ void set_stage_comm(StepBuild& sb, int op, double all_to_all, double ring, doubl
 
 }  // namespace
 
-void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+void untied_attention_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = sb.parallel.head_chunk;
   // The op keeps only its output and log-sum-exp: backward recomputes q, k and v.
@@ -51,7 +51,7 @@ void untied_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, b
                  untied_ring_forward_overlapped_bytes(s, c));
 }
 
-void untied_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
+void untied_attention_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = sb.parallel.head_chunk;
   const double projection = matmul_flops(s.n, s.h, (s.H + 2 * s.K) * s.d);

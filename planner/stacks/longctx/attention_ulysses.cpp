@@ -4,7 +4,7 @@
 // the flash kernel (runtime/src/attention.cpp, AttentionFn), or with a ring (r > 1) ring
 // attention over the Ulysses group's tokens (runtime/src/ring_attention.cpp). Forward, then
 // backward. Footprints: footprint/attention.h, footprint/ring_attention.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/zero.h"
 #include "planner/footprint/attention.h"
 #include "planner/footprint/ring_attention.h"
@@ -17,7 +17,7 @@ namespace {
 
 // q, k, v projected, normed (qk norm) and rotated on this rank's tokens: q [n, H*d],
 // k and v [n, K*d], e bytes.
-void project_qkv(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc, TensorId& q, TensorId& k, TensorId& v) {
+void project_qkv(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc, TensorId& q, TensorId& k, TensorId& v) {
   const StepShapes& s = sb.shapes;
   // With qk norm, q and k before the norm are saved for its backward; without Ulysses, v
   // (like q and k after RoPE) is the kernel's input, saved for its backward.
@@ -41,7 +41,7 @@ void project_qkv(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc, Tenso
 
 }  // namespace
 
-void ulysses_attention_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+void ulysses_attention_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const Category act = Category::Activations;
   TensorId q = -1, k = -1, v = -1;
@@ -90,7 +90,7 @@ namespace {
 
 // The all-to-all of dq, dk, dv back to this rank's tokens (u > 1): dq [n, H*d], dk and dv
 // [n, K*d], e bytes.
-void exchange_qkv_grads(StepBuild& sb, int l, TensorId& dq, TensorId& dk, TensorId& dv) {
+void exchange_qkv_grads(LongctxStep& sb, int l, TensorId& dq, TensorId& dk, TensorId& dv) {
   const StepShapes& s = sb.shapes;
   const Category tr = Category::Transient;
   const TensorId dq_loc = sb.graph.tensor(layer_name(l, "attn.q_rope.grad"), s.n * s.H * s.d * s.e, tr);
@@ -107,7 +107,7 @@ void exchange_qkv_grads(StepBuild& sb, int l, TensorId& dq, TensorId& dk, Tensor
 
 }  // namespace
 
-void ulysses_attention_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
+void ulysses_attention_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_oloc, TensorId d_xn1, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const Phase B = Phase::Backward;
   const Category tr = Category::Transient;

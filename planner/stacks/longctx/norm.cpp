@@ -1,7 +1,7 @@
 // RMSNorm's ops (runtime/src/layers.cpp, rms_norm_forward and rms_norm_backward, through
 // RmsNormFn): the layers' attention and MLP norms, the final norm, Qwen3's q and k norms.
 // Footprints: footprint/norm.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/norm.h"
 
 namespace longctx::step {
@@ -17,7 +17,7 @@ struct NormNames {
 };
 
 // A norm over the n tokens of width h: rstd [n] fp32 and out [n, h] e.
-void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, Phase phase, int layer, bool rc,
+void hidden_norm_forward(LongctxStep& sb, int scope, NormNames names, TensorId x, Phase phase, int layer, bool rc,
                          TensorId& out, TensorId& rstd) {
   const StepShapes& s = sb.shapes;
   rstd = sb.graph.tensor(Name{scope, names.rstd, rc}, s.n * 4, Category::Activations);           // [n] fp32
@@ -28,7 +28,7 @@ void hidden_norm_forward(StepBuild& sb, int scope, NormNames names, TensorId x, 
 }
 
 // The backward of a layer's norm: the input gradient d_in [n, h] e and the weight's [h] g.
-TensorId layer_norm_backward(StepBuild& sb, int l, ParamRole weight, const char* op, const char* d_in_name,
+TensorId layer_norm_backward(LongctxStep& sb, int l, ParamRole weight, const char* op, const char* d_in_name,
                              const char* grad_name, const char* full_grad_name, Ids reads, Ids& grad) {
   const StepShapes& s = sb.shapes;
   const TensorId d_in = sb.graph.tensor(layer_name(l, d_in_name), s.n * s.h * s.e, Category::Transient);  // [n, h] e
@@ -42,21 +42,21 @@ TensorId layer_norm_backward(StepBuild& sb, int l, ParamRole weight, const char*
 
 }  // namespace
 
-void attn_norm_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+void attn_norm_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   hidden_norm_forward(sb, l, {"attn_norm", "attn_norm.out", "attn_norm.rstd"}, a.in, phase, l, rc, a.xn1, a.rstd1);
 }
 
-void mlp_norm_forward(StepBuild& sb, int l, LayerActs& a, Phase phase, bool rc) {
+void mlp_norm_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   hidden_norm_forward(sb, l, {"mlp_norm", "mlp_norm.out", "mlp_norm.rstd"}, a.mid, phase, l, rc, a.xn2, a.rstd2);
 }
 
-void final_norm_forward(StepBuild& sb) {
+void final_norm_forward(LongctxStep& sb) {
   OuterActs& o = sb.outer;
   hidden_norm_forward(sb, Name::kNone, {"loss.final_norm", "loss.final_norm.out", "loss.final_norm.rstd"}, o.final_x,
                       Phase::Loss, -1, false, o.xf, o.rstd_f);
 }
 
-void qk_norm_forward(StepBuild& sb, int l, LayerActs& a, TensorId& q, TensorId& k, Phase phase, bool rc) {
+void qk_norm_forward(LongctxStep& sb, int l, LayerActs& a, TensorId& q, TensorId& k, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   // q and k before the per-head norm are saved for its backward (their producer made them
   // activations).
@@ -78,17 +78,17 @@ void qk_norm_forward(StepBuild& sb, int l, LayerActs& a, TensorId& q, TensorId& 
   k = kn;
 }
 
-TensorId mlp_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_xn2, TensorId d_out, Ids& grad) {
+TensorId mlp_norm_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_xn2, TensorId d_out, Ids& grad) {
   return layer_norm_backward(sb, l, ParamRole::MlpNorm, "mlp_norm.bwd", "mid.grad", "grad.mlp_norm", "grad.full.mlp_norm",
                              {d_xn2, a.mid, a.rstd2, d_out}, grad);
 }
 
-TensorId attn_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId d_xn1, TensorId d_mid, Ids& grad) {
+TensorId attn_norm_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_xn1, TensorId d_mid, Ids& grad) {
   return layer_norm_backward(sb, l, ParamRole::AttnNorm, "attn_norm.bwd", "in.grad", "grad.attn_norm", "grad.full.attn_norm",
                              {d_xn1, a.in, a.rstd1, d_mid}, grad);
 }
 
-TensorId final_norm_backward(StepBuild& sb, TensorId d_xf) {
+TensorId final_norm_backward(LongctxStep& sb, TensorId d_xf) {
   const StepShapes& s = sb.shapes;
   const OuterActs& o = sb.outer;
   // loss.final_norm.in.grad [n, h] e; the weight's gradient is part of the head's buffer.
@@ -99,7 +99,7 @@ TensorId final_norm_backward(StepBuild& sb, TensorId d_xf) {
   return d_x;
 }
 
-void qk_norm_backward(StepBuild& sb, int l, const LayerActs& a, TensorId& dq, TensorId& dk, Ids& grad) {
+void qk_norm_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId& dq, TensorId& dk, Ids& grad) {
   const StepShapes& s = sb.shapes;
   // Two ops in autograd's order: k's norm was made after q's in forward, so its backward runs
   // first, and its inputs (k's gradient, k before the norm, its rstd) are gone before q's

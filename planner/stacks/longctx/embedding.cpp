@@ -1,6 +1,6 @@
 // The batch and the embedding: token lookup in forward, the dense embedding gradient in
 // backward (runtime/src/llama_step.cpp, LlamaStep::forward: at::embedding).
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/embedding.h"
 #include "planner/footprint/zero.h"
 
@@ -8,7 +8,7 @@ namespace longctx::step {
 
 using namespace footprint;
 
-TensorId embedding_forward(StepBuild& sb) {
+TensorId embedding_forward(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   o.tokens = sb.graph.tensor(step_name("batch.tokens"), s.n * 8, Category::Activations);   // [n] int64
@@ -31,7 +31,7 @@ TensorId embedding_forward(StepBuild& sb) {
 // the lookup and the head hold leaves of two gathers, each with its own gradient, and the
 // reduce-scatter's send buffer is where they meet (ShardedParams::flatten_grads): no sum
 // before it.
-void embedding_backward(StepBuild& sb, TensorId d_x) {
+void embedding_backward(LongctxStep& sb, TensorId d_x) {
   const StepShapes& s = sb.shapes;
   const Phase B = Phase::Backward;
   const int eg_group = embed_group(s);

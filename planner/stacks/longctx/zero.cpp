@@ -1,7 +1,7 @@
 // Model states and ZeRO: parameters and optimizer states per group, zero3's gathers of a
 // group's parameters, and zero2/zero3's reduce-scatter of its gradient. Footprints:
 // footprint/zero.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/offload.h"
 #include "planner/footprint/zero.h"
 
@@ -9,7 +9,7 @@ namespace longctx::step {
 
 using namespace footprint;
 
-void model_states(StepBuild& sb) {
+void model_states(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   const Place optim_place = sb.parallel.offload_optimizer ? Place::Host : Place::Device;
   sb.params.resize(static_cast<std::size_t>(param_groups(s)));
@@ -30,7 +30,7 @@ void model_states(StepBuild& sb) {
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
 }
 
-bool gathers_group(const StepBuild& sb, int group) {
+bool gathers_group(const LongctxStep& sb, int group) {
   // On one rank the shard is the whole group: used in place, unless it lives on the host.
   return sb.zero3 && (sb.shapes.world > 1 || streamed(sb, group));
 }
@@ -38,7 +38,7 @@ bool gathers_group(const StepBuild& sb, int group) {
 namespace {
 // One rank: a streamed layer's parameters copied from the host one by one, each its own
 // tensor (FetchedLayer, and StreamedLayer's refill when the backward begins).
-void fetch_param_copies(StepBuild& sb, int layer, Phase phase, int at_layer) {
+void fetch_param_copies(LongctxStep& sb, int layer, Phase phase, int at_layer) {
   const StepShapes& s = sb.shapes;
   if (sb.param_copies.empty()) sb.param_copies.resize(static_cast<std::size_t>(s.layers));
   auto& copies = sb.param_copies[static_cast<std::size_t>(layer)];
@@ -62,7 +62,7 @@ void fetch_param_copies(StepBuild& sb, int layer, Phase phase, int at_layer) {
 
 // The all-gather of a group's parameters into params.full [group_params] e; a shard that lives
 // on the host is copied into its slot of it first (ShardedParams::shard_in_slot).
-TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
+TensorId gather_group(LongctxStep& sb, int group, Phase phase, int at_layer) {
   const StepShapes& s = sb.shapes;
   if (!gathers_group(sb, group)) return -1;
   if (group < s.layers && fetches_param_copies(s, sb.parallel.offload_params)) {
@@ -81,29 +81,29 @@ TensorId gather_group(StepBuild& sb, int group, Phase phase, int at_layer) {
   return full;
 }
 
-void frees_param_copies(StepBuild& sb, int layer, int op, std::initializer_list<ParamRole> roles) {
+void frees_param_copies(LongctxStep& sb, int layer, int op, std::initializer_list<ParamRole> roles) {
   if (sb.param_copies.empty()) return;
   const auto& copies = sb.param_copies[static_cast<std::size_t>(layer)];
   for (ParamRole r : roles)
     if (const TensorId t = copies[static_cast<std::size_t>(r)]; t >= 0) sb.graph.add_input(op, t);
 }
 
-void reads_all_param_copies(StepBuild& sb, int layer, int op) {
+void reads_all_param_copies(LongctxStep& sb, int layer, int op) {
   if (sb.param_copies.empty()) return;
   for (const TensorId t : sb.param_copies[static_cast<std::size_t>(layer)])
     if (t >= 0) sb.graph.add_input(op, t);
 }
 
 // One rank has nothing to exchange: it copies a streamed layer from the host when the layer starts.
-bool prefetch_params(const StepBuild& sb) { return sb.shapes.world > 1; }
+bool prefetch_params(const LongctxStep& sb) { return sb.shapes.world > 1; }
 
-TensorId new_group_grad(StepBuild& sb, int group) {
+TensorId new_group_grad(LongctxStep& sb, int group) {
   // grad (or grad.full before its reduce-scatter) [group_params] g
   return sb.graph.tensor(sb.group_name(group, sb.shard_grads ? "grad.full" : "grad"),
                          group_params(sb.shapes, group) * sb.shapes.g, Category::Grads);
 }
 
-TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const char* name, std::int64_t elems,
+TensorId grad_piece(LongctxStep& sb, int layer, const char* sharded_name, const char* name, std::int64_t elems,
                     Ids& pieces) {
   // [elems] g
   const TensorId t = sb.graph.tensor(layer_name(layer, sb.shard_grads ? sharded_name : name), elems * sb.shapes.g,
@@ -112,7 +112,7 @@ TensorId grad_piece(StepBuild& sb, int layer, const char* sharded_name, const ch
   return t;
 }
 
-void finish_group_grad(StepBuild& sb, int group, Ids pieces, Phase phase) {
+void finish_group_grad(LongctxStep& sb, int group, Ids pieces, Phase phase) {
   const StepShapes& s = sb.shapes;
   if (!sb.shard_grads) {
     sb.grads[static_cast<std::size_t>(group)] = pieces;

@@ -2,7 +2,7 @@
 // cross_entropy_loss) or tiled over rows and recomputed per tile in backward
 // (runtime/src/layers.cpp, TiledCrossEntropyFn). Forward, then backward, which produces the
 // head's gradient (and, tied, the embedding's). Footprints: footprint/loss.h.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/loss.h"
 #include "planner/footprint/zero.h"
 
@@ -15,7 +15,7 @@ namespace {
 // The step's loss summed over the ranks once forward ends (runtime/src/llama_step.cpp,
 // forward_backward: Communicator::all_reduce_sum of a double), in the loss phase; its
 // one-element buffer (8 bytes) is not in the inventory.
-void loss_all_reduce(StepBuild& sb) {
+void loss_all_reduce(LongctxStep& sb) {
   if (sb.shapes.world == 1) return;
   const int o = sb.graph.op(step_name("loss.all_reduce"), Phase::Loss, -1, {}, {});
   sb.graph.set_comm(o, CommKind::AllReduce, 8.0, static_cast<int>(sb.shapes.world));
@@ -23,7 +23,7 @@ void loss_all_reduce(StepBuild& sb) {
 
 }  // namespace
 
-void loss_forward(StepBuild& sb) {
+void loss_forward(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   const Phase L = Phase::Loss;
@@ -61,7 +61,7 @@ void loss_forward(StepBuild& sb) {
 namespace {
 
 // The untiled loss's backward down to the logits' gradient [n, V] e (fp32 in fp32).
-TensorId logits_grad(StepBuild& sb) {
+TensorId logits_grad(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   const Phase B = Phase::Backward;
   const Category tr = Category::Transient;
@@ -81,7 +81,7 @@ TensorId logits_grad(StepBuild& sb) {
 
 }  // namespace
 
-TensorId loss_backward(StepBuild& sb) {
+TensorId loss_backward(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
   const int tiles = sb.parallel.loss_tiles;

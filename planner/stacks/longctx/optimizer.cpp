@@ -4,7 +4,7 @@
 // zero1/zero2's all-gather of the updated parameter shards (runtime/src/sharded_params.cpp,
 // ShardedParams::finish_step). Footprints: footprint/optimizer.h; the parameter order the
 // update walks: footprint/zero.h, param_sizes.
-#include "planner/stacks/step/emitters.h"
+#include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/optimizer.h"
 #include "planner/footprint/zero.h"
 
@@ -12,7 +12,7 @@ namespace longctx::step {
 
 using namespace footprint;
 
-void all_reduce_grad(StepBuild& sb, int group, Phase phase) {
+void all_reduce_grad(LongctxStep& sb, int group, Phase phase) {
   const int at_layer = phase == Phase::Optimizer ? -1 : sb.layer_of_group(group);
   const int o = sb.graph.op(sb.group_name(group, "grad.all_reduce"), phase, at_layer,
                             sb.grads[static_cast<std::size_t>(group)], {});
@@ -25,7 +25,7 @@ void all_reduce_grad(StepBuild& sb, int group, Phase phase) {
 namespace {
 
 // AdamW over one group, reading its gradient (pieces, a shard, or a host copy).
-void adamw_step(StepBuild& sb, int group) {
+void adamw_step(LongctxStep& sb, int group) {
   const StepShapes& s = sb.shapes;
   const std::int64_t elems = sb.shard_optim ? shard_elems(s, group) : group_params(s, group);
   OpSpec o;
@@ -52,7 +52,7 @@ void adamw_step(StepBuild& sb, int group) {
 
 }  // namespace
 
-void optimizer_step(StepBuild& sb) {
+void optimizer_step(LongctxStep& sb) {
   const StepShapes& s = sb.shapes;
   const Sharding sharding = sb.parallel.sharding;
   const bool offload = sb.parallel.offload_optimizer;
