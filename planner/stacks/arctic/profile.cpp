@@ -1,7 +1,7 @@
 // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
 // TiledMLP, and (the liger model) a chunked loss; no ZeRO-1/2 plans, no head chunks, no ring.
 #include "planner/stacks/profile.h"
-#include "planner/stacks/step/arctic_step.h"
+#include "planner/stacks/arctic/step.h"
 
 namespace longctx {
 

@@ -1,7 +1,7 @@
 // transformers' modeling code trained with torch.optim's AdamW on one GPU: checkpointing of
 // every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its offload.
 #include "planner/stacks/profile.h"
-#include "planner/stacks/step/hf_step.h"
+#include "planner/stacks/hf/step.h"
 
 namespace longctx {
 

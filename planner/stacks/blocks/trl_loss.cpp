@@ -25,30 +25,91 @@
 // a new zeroed [N, h] e, summed in place into the gather's input buffer; IndexBackward0
 // scatters them back through `order` and the shift's SliceBackward0 pads them to [b, S, h].
 // Footprints: footprint/trl.h.
-#include "planner/stacks/step/hf_step.h"
+#include "planner/stacks/blocks/trl_loss.h"
 
 #include "planner/footprint/hf.h"
 #include "planner/footprint/trl.h"
 #include "planner/footprint/zero.h"
+#include "planner/stacks/blocks/hf_layer.h"
+#include "planner/stacks/blocks/hf_model.h"
 
-namespace longctx::step::hf {
+namespace longctx::step::blocks {
 
 using namespace footprint;
 using namespace footprint::trl;
-
-bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
 namespace {
 
 // One chunk of c rows in forward: the matmul, log_softmax and nll, and the metrics'.
 double chunk_flops(const StepShapes& s, std::int64_t c) { return matmul_flops(c, s.h, s.V) + 12.0 * double(c * s.V); }
 
+// Chunks alike in the order their backward runs: `rows` each, `repeats` of them (one set of
+// ops stands for them), and whether the first chunk is among them (its end frees the
+// checkpoint frames' inputs).
+struct ChunkGroup {
+  std::int64_t rows, repeats;
+  bool first_chunk;
+};
+
+// The chunks' running sums: lm_head's weight gradient [h, V] e and the gathered rows' [N, h] e.
+struct ChunkSums {
+  TensorId weight = -1;
+  TensorId hidden = -1;
+};
+
+// One group of chunks' backward: the recompute (only the loss branch's saved tensors stay),
+// nll's and log_softmax's gradients, lm_head's, and the slice's scatter into [N, h].
+void chunk_backward(HfStep& sb, const TrlLossActs& t, const ChunkGroup& g, bool first_group, ChunkSums& sums) {
+  const StepShapes& s = sb.shapes;
+  const std::int64_t N = loss_rows(s), c = g.rows;
+  const double r = double(g.repeats);
+  // The recompute runs when nll's backward unpacks log_p; of what it makes only the tensors
+  // the loss branch saved stay.
+  const TensorId logp = sb.graph.tensor(step_name("loss.trl.chunk.log_softmax"), c * s.V * 4, kTr);  // [c, V] fp32
+  sb.graph.op(step_name("loss.trl.chunk.recompute"), kB, -1, {t.gathered, t.labels}, {logp},
+              {.workspace = chunk_recompute_workspace(s, c), .flops = r * chunk_flops(s, c)});
+  if (first_group) sb.graph.add_input(sb.graph.last_op(), t.rng_last);
+  const TensorId d_logp = sb.graph.tensor(step_name("loss.trl.chunk.nll.grad"), c * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.trl.chunk.nll.bwd"), kB, -1, {logp, t.labels}, {d_logp});
+  TensorId d_logits = sb.graph.tensor(step_name("loss.trl.chunk.logits.grad.fp32"), c * s.V * 4, kTr);
+  sb.graph.op(step_name("loss.trl.chunk.log_softmax.bwd"), kB, -1, {d_logp, logp}, {d_logits},
+              {.flops = r * 3.0 * double(c * s.V)});
+  if (s.e != 4) {
+    const TensorId cast = sb.graph.tensor(step_name("loss.trl.chunk.logits.grad"), c * s.V * s.e, kTr);
+    sb.graph.op(step_name("loss.trl.chunk.logits.float.bwd"), kB, -1, {d_logits}, {cast});
+    d_logits = cast;
+  }
+  const TensorId dh = sb.graph.tensor(step_name("loss.trl.chunk.hidden.grad"), c * s.h * s.e, kTr);  // [c, h] e
+  const TensorId dw = sb.graph.tensor(step_name("loss.trl.chunk.weight.grad"), s.V * s.h * s.e, kTr);  // [h, V] e
+  sb.graph.op(step_name("loss.trl.chunk.lm_head.bwd"), kB, -1, {d_logits, t.gathered}, {dh, dw},
+              {.flops = r * 2 * matmul_flops(c, s.h, s.V)});
+  // The first chunk's frame dies with its last saved tensor: the gathered rows and labels
+  // and the RNG states go.
+  if (g.first_chunk) {
+    sb.graph.add_input(sb.graph.last_op(), t.labels);
+    sb.graph.add_input(sb.graph.last_op(), t.rng_rest >= 0 ? t.rng_rest : t.rng_last);
+  }
+  if (sums.weight < 0) sums.weight = dw;
+  else sb.graph.op(step_name("loss.trl.chunk.weight.grad.accumulate"), kB, -1, {sums.weight, dw}, {});
+  if (g.first_chunk && !s.tied) {
+    // Its last gradient in, lm_head.weight's AccumulateGrad (run before anything else ready)
+    // copies the sum to the parameter's layout.
+    const TensorId grad = sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
+    sb.grads[static_cast<std::size_t>(head_group(s))].push_back(grad);
+    sb.graph.op(Name{Name::kHead, "grad.accumulate"}, kB, -1, {sums.weight}, {grad});
+    grad_ready(sb, grad, s.V * s.h);
+  }
+  const TensorId slice = sb.graph.tensor(step_name("loss.trl.chunk.slice.grad"), N * s.h * s.e, kTr);  // [N, h] e
+  sb.graph.op(step_name("loss.trl.chunk.slice.bwd"), kB, -1, {dh}, {slice});
+  if (sums.hidden < 0) sums.hidden = slice;
+  else sb.graph.op(step_name("loss.trl.chunk.hidden.grad.accumulate"), kB, -1, {sums.hidden, slice}, {});
+}
+
 }  // namespace
 
-NormActs trl_loss_forward(HfStep& sb, TensorId final_x) {
+NormActs trl_loss_forward(HfStep& sb, TensorId final_x, TrlLossActs& t) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
-  TrlLossActs& t = sb.trl_loss;
   const Phase L = Phase::Loss;
   const std::int64_t N = loss_rows(s), k = chunk_count(s);
   const NormActs f = final_norm_forward(sb, final_x);  // the backbone returns
@@ -80,81 +141,31 @@ NormActs trl_loss_forward(HfStep& sb, TensorId final_x) {
   return f;
 }
 
-TensorId trl_loss_backward(HfStep& sb, const NormActs& f) {
+TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
-  TrlLossActs& t = sb.trl_loss;
   const std::int64_t N = loss_rows(s), k = chunk_count(s);
   // The chunks in the order their backward runs: the last (its rows what is left), those
-  // between (alike: one set of ops stands for them), and the first, whose end frees the
-  // checkpoint frames' inputs.
-  struct Group {
-    std::int64_t rows, repeats;
-    bool first_chunk;
-  };
-  std::vector<Group> groups;
+  // between (alike: one set of ops stands for them), and the first.
+  std::vector<ChunkGroup> groups;
   if (k == 1) groups.push_back({N, 1, true});
   else {
     groups.push_back({last_chunk_rows(s), 1, false});
     if (k > 2) groups.push_back({kChunkRows, k - 2, false});
     groups.push_back({kChunkRows, 1, true});
   }
-  TensorId w_buf = -1, dh_buf = -1;
-  for (std::size_t gi = 0; gi < groups.size(); ++gi) {
-    const Group& g = groups[gi];
-    const std::int64_t c = g.rows;
-    const double r = double(g.repeats);
-    // The recompute runs when nll's backward unpacks log_p; of what it makes only the tensors
-    // the loss branch saved stay.
-    const TensorId logp = sb.graph.tensor(step_name("loss.trl.chunk.log_softmax"), c * s.V * 4, kTr);  // [c, V] fp32
-    sb.graph.op(step_name("loss.trl.chunk.recompute"), kB, -1, {t.gathered, t.labels}, {logp},
-                {.workspace = chunk_recompute_workspace(s, c), .flops = r * chunk_flops(s, c)});
-    if (gi == 0) sb.graph.add_input(sb.graph.last_op(), t.rng_last);
-    const TensorId d_logp = sb.graph.tensor(step_name("loss.trl.chunk.nll.grad"), c * s.V * 4, kTr);
-    sb.graph.op(step_name("loss.trl.chunk.nll.bwd"), kB, -1, {logp, t.labels}, {d_logp});
-    TensorId d_logits = sb.graph.tensor(step_name("loss.trl.chunk.logits.grad.fp32"), c * s.V * 4, kTr);
-    sb.graph.op(step_name("loss.trl.chunk.log_softmax.bwd"), kB, -1, {d_logp, logp}, {d_logits},
-                {.flops = r * 3.0 * double(c * s.V)});
-    if (s.e != 4) {
-      const TensorId cast = sb.graph.tensor(step_name("loss.trl.chunk.logits.grad"), c * s.V * s.e, kTr);
-      sb.graph.op(step_name("loss.trl.chunk.logits.float.bwd"), kB, -1, {d_logits}, {cast});
-      d_logits = cast;
-    }
-    const TensorId dh = sb.graph.tensor(step_name("loss.trl.chunk.hidden.grad"), c * s.h * s.e, kTr);  // [c, h] e
-    const TensorId dw = sb.graph.tensor(step_name("loss.trl.chunk.weight.grad"), s.V * s.h * s.e, kTr);  // [h, V] e
-    sb.graph.op(step_name("loss.trl.chunk.lm_head.bwd"), kB, -1, {d_logits, t.gathered}, {dh, dw},
-                {.flops = r * 2 * matmul_flops(c, s.h, s.V)});
-    // The first chunk's frame dies with its last saved tensor: the gathered rows and labels
-    // and the RNG states go.
-    if (g.first_chunk) {
-      sb.graph.add_input(sb.graph.last_op(), t.labels);
-      sb.graph.add_input(sb.graph.last_op(), t.rng_rest >= 0 ? t.rng_rest : t.rng_last);
-    }
-    if (w_buf < 0) w_buf = dw;
-    else sb.graph.op(step_name("loss.trl.chunk.weight.grad.accumulate"), kB, -1, {w_buf, dw}, {});
-    if (g.first_chunk && !s.tied) {
-      // Its last gradient in, lm_head.weight's AccumulateGrad (run before anything else ready)
-      // copies the sum to the parameter's layout.
-      const TensorId grad = sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
-      sb.grads[static_cast<std::size_t>(head_group(s))].push_back(grad);
-      sb.graph.op(Name{Name::kHead, "grad.accumulate"}, kB, -1, {w_buf}, {grad});
-      if (sb.grad_ready) sb.grad_ready(grad, s.V * s.h);
-    }
-    const TensorId slice = sb.graph.tensor(step_name("loss.trl.chunk.slice.grad"), N * s.h * s.e, kTr);  // [N, h] e
-    sb.graph.op(step_name("loss.trl.chunk.slice.bwd"), kB, -1, {dh}, {slice});
-    if (dh_buf < 0) dh_buf = slice;
-    else sb.graph.op(step_name("loss.trl.chunk.hidden.grad.accumulate"), kB, -1, {dh_buf, slice}, {});
-  }
+  ChunkSums sums;
+  for (std::size_t gi = 0; gi < groups.size(); ++gi) chunk_backward(sb, t, groups[gi], gi == 0, sums);
   // Tied: the sum waits in the embedding's input buffer for its dense gradient
-  // (backward_layers, then trl_tied_grad).
-  if (s.tied) o.tied_grad = w_buf;
+  // (embedding_backward, then trl_tied_grad).
+  if (s.tied) o.tied_grad = sums.weight;
   // IndexBackward0: zeros [N, h] e with the rows put back through `order`; then the shift's
   // SliceBackward0 pads them to the final norm's output, [b, S, h] e.
   const TensorId unsorted = sb.graph.tensor(step_name("loss.trl.gather.grad"), N * s.h * s.e, kTr);
-  sb.graph.op(step_name("loss.trl.gather.bwd"), kB, -1, {dh_buf, t.order}, {unsorted});
+  sb.graph.op(step_name("loss.trl.gather.bwd"), kB, -1, {sums.hidden, t.order}, {unsorted});
   const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
   sb.graph.op(step_name("loss.trl.shift.bwd"), kB, -1, {unsorted}, {d_xf});
-  return norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
+  return sb.ops.norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
 }
 
 void trl_tied_grad(HfStep& sb) {
@@ -166,4 +177,4 @@ void trl_tied_grad(HfStep& sb) {
   sb.graph.op(Name{Name::kEmbed, "grad.copy"}, kB, -1, {sb.outer.tied_grad}, {grad});
 }
 
-}  // namespace longctx::step::hf
+}  // namespace longctx::step::blocks

@@ -1,9 +1,9 @@
-// The arctic stack's decoder layer: transformers' LlamaDecoderLayer (hf_layer.cpp; Liger's
-// RMSNorm, RoPE and SwiGLU in the liger model, liger.cpp) with the attention DeepSpeed's
+// The arctic stack's decoder layer: transformers' LlamaDecoderLayer (blocks/hf_layer.h; Liger's
+// RMSNorm, RoPE and SwiGLU in the liger model, blocks/liger.h) with the attention DeepSpeed's
 // UlyssesSPAttentionHF wraps around flash attention (deepspeed/runtime/sequence_parallel/
 // ulysses_sp.py), ArcticTraining's TiledMLP (arctic_training/model/tiled_compute.py,
 // tiled_mlp_forward_common, running DeepSpeed's TiledMLP), and ZeRO-3's gathers of the
-// layer's parameters (arctic_zero.cpp).
+// layer's parameters (blocks/deepspeed_zero3.h).
 //
 // Shapes: n = b*S/u tokens of the rank; the attention runs on b*S tokens of hl query heads
 // and kvr kv heads (Ulysses' degree u; 1: no exchange).
@@ -11,17 +11,17 @@
 #include <numeric>
 #include <utility>
 
-#include "planner/stacks/step/arctic_step.h"
+#include "planner/core/parallel_config.h"
 #include "planner/footprint/attention.h"
 #include "planner/footprint/flash_attn.h"
-#include "planner/core/parallel_config.h"
+#include "planner/stacks/arctic/step.h"
+#include "planner/stacks/blocks/deepspeed_zero3.h"
+#include "planner/stacks/blocks/hf_layer.h"
 
 namespace longctx::step::arctic {
 
 using namespace footprint;
-using hf::kAct;
-using hf::kB;
-using hf::kTr;
+using namespace blocks;
 
 namespace {
 
@@ -65,12 +65,12 @@ TensorId to_heads(HfStep& sb, int l, const char* name, const char* out_name, Ten
 
 void attention_forward(HfStep& sb, int l, LayerActs& la, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
-  hf::HfLayerActs& a = la.hf;
-  const HfModelActs& m = sb.hf_model;
+  HfLayerActs& a = la;
+  const HfModelActs& m = sb.model;
   const std::int64_t qw = s.H * s.d;
   // The first pass gathers the projections here; a recompute runs inside its layer's gather.
-  const TensorId w = rc ? -1 : gather(sb, l, "attn.params.full", layer_gathered_elems(s, true, false), phase);
-  hf::project_qkv(sb, l, a, phase, rc);
+  const TensorId w = rc ? -1 : deepspeed_gather(sb, l, "attn.params.full", layer_gathered_elems(s, true, false), phase);
+  sb.ops.project_qkv(sb, l, a, phase, rc);
   Attention& at = la.attn;
   at.q_sp = a.q;
   at.k_sp = a.k;
@@ -91,7 +91,7 @@ void attention_forward(HfStep& sb, int l, LayerActs& la, Phase phase, bool rc) {
   sb.graph.op(layer_name(l, "attn.flash", rc), phase, l, {at.q_sp, at.k_sp, at.v_sp}, {at.o_sp, a.lse},
               {.flops = attention_flops(s, s.hl), .kernel_flops = attention_kernel_flops(s, s.hl), .kind = OpKind::Attention});
   a.o = ulysses(s) ? to_heads(sb, l, "attn.a2a_out", "attn.out", at.o_sp, s.n * qw, phase, rc, kAct) : at.o_sp;
-  const TensorId o = hf::project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, qw, s.h, phase, rc, kTr);
+  const TensorId o = project(sb, l, "attn.o_proj", "attn.o_proj.out", a.o, qw, s.h, phase, rc, kTr);
   // LlamaAttention.forward's locals (the norm's output, q, k, v) outlive their last use until it returns.
   for (const TensorId t : {a.norm1.y, a.q, a.k, a.v, w})
     if (t >= 0) sb.graph.add_input(sb.graph.last_op(), t);
@@ -101,10 +101,10 @@ void attention_forward(HfStep& sb, int l, LayerActs& la, Phase phase, bool rc) {
 
 TensorId attention_backward(HfStep& sb, int l, const LayerActs& la, TensorId d_mid, Ids& grads) {
   const StepShapes& s = sb.shapes;
-  const hf::HfLayerActs& a = la.hf;
+  const HfLayerActs& a = la;
   const Attention& at = la.attn;
   const std::int64_t qw = s.H * s.d, kw = s.K * s.d;
-  const TensorId d_o = hf::project_backward(sb, l, "attn.o_proj.bwd", "grad.attn.o", "attn.out.grad", d_mid, a.o, qw,
+  const TensorId d_o = project_backward(sb, l, "attn.o_proj.bwd", "grad.attn.o", "attn.out.grad", d_mid, a.o, qw,
                                             s.h, s.o_bias, grads);
   const TensorId d_o_sp =
       ulysses(s) ? to_heads(sb, l, "attn.a2a_out.bwd", "attn.o_sp.grad", d_o, s.b * s.S * s.hl * s.d, kB, false, kTr) : d_o;
@@ -126,13 +126,13 @@ TensorId attention_backward(HfStep& sb, int l, const LayerActs& la, TensorId d_m
     dq = to_heads(sb, l, "attn.a2a_q.bwd", "attn.q_rotated.grad", dq, s.n * qw, kB, false, kTr);
   }
   // Flash attention's gradients are laid out as its inputs were, [b, S, heads, d]: no copies.
-  return hf::project_qkv_backward(sb, l, a, dq, dk, dv, /*k_head_major=*/false, /*qv_head_major=*/false, grads);
+  return project_qkv_backward(sb, l, a, dq, dk, dv, /*k_head_major=*/false, /*qv_head_major=*/false, grads);
 }
 
 // TiledMLP.forward over `shards` row tiles of c rows (torch.chunk): each under no_grad,
 // gate [c, I], silu [c, I] (gate freed), up [c, I], their product [c, I], down [c, h]; the
 // shards' outputs kept in a list and concatenated into a new [n, h]. It saves its input.
-void tiled_mlp_forward(HfStep& sb, int l, hf::HfLayerActs& a, Phase phase, bool rc, TensorId w) {
+void tiled_mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, TensorId w) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = tile_split(s.n, sb.parallel.mlp_tiles).rows;
   a.down = sb.graph.tensor(layer_name(l, "mlp.down", rc), s.n * s.h * s.e, kTr);
@@ -147,7 +147,7 @@ void tiled_mlp_forward(HfStep& sb, int l, hf::HfLayerActs& a, Phase phase, bool 
 // [c, I] saved, its backward (at most six [c, I] at once), the three weights' full gradients
 // accumulated across the shards (each shard's new one beside them) and handed to ZeRO after
 // the last shard.
-TensorId tiled_mlp_backward(HfStep& sb, int l, const hf::HfLayerActs& a, TensorId d_out) {
+TensorId tiled_mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out) {
   const StepShapes& s = sb.shapes;
   const std::int64_t c = tile_split(s.n, sb.parallel.mlp_tiles).rows;
   const TensorId d_x = sb.graph.tensor(layer_name(l, "mlp_norm.out.grad"), s.n * s.h * s.e, kTr);
@@ -157,8 +157,7 @@ TensorId tiled_mlp_backward(HfStep& sb, int l, const hf::HfLayerActs& a, TensorI
   sb.graph.op(layer_name(l, "mlp.tiled.bwd"), kB, l, {d_out, a.norm2.y}, {d_x, g_gate, g_up, g_down},
               {.workspace = 6 * c * s.I * s.e + s.I * s.h * s.e, .flops = 9 * matmul_flops(s.n, s.h, s.I),
                .launches = sb.parallel.mlp_tiles, .repeats = sb.parallel.mlp_tiles});
-  for (const TensorId g : {g_down, g_up, g_gate})
-    if (sb.grad_ready) sb.grad_ready(g, s.I * s.h);
+  for (const TensorId g : {g_down, g_up, g_gate}) grad_ready(sb, g, s.I * s.h);
   return d_x;
 }
 
@@ -167,16 +166,16 @@ TensorId tiled_mlp_backward(HfStep& sb, int l, const hf::HfLayerActs& a, TensorI
 LayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   LayerActs la;
-  hf::HfLayerActs& a = la.hf;
+  HfLayerActs& a = la;
   a.in = x;
-  a.norm1 = hf::norm_forward(sb, hf::layer_norm_spec(s, l, false), x, phase, rc);
+  a.norm1 = sb.ops.norm_forward(sb, layer_norm_spec(s, l, false), x, phase, rc);
   attention_forward(sb, l, la, phase, rc);
-  a.norm2 = hf::norm_forward(sb, hf::layer_norm_spec(s, l, true), a.mid, phase, rc);
-  const TensorId w = rc ? -1 : gather(sb, l, "mlp.params.full", layer_gathered_elems(s, false, true), phase);
+  a.norm2 = sb.ops.norm_forward(sb, layer_norm_spec(s, l, true), a.mid, phase, rc);
+  const TensorId w = rc ? -1 : deepspeed_gather(sb, l, "mlp.params.full", layer_gathered_elems(s, false, true), phase);
   if (sb.parallel.mlp_tiles > 1) {
     tiled_mlp_forward(sb, l, a, phase, rc, w);
   } else {
-    hf::mlp_forward(sb, l, a, phase, rc, /*whole=*/true);
+    sb.ops.mlp_forward(sb, l, a, phase, rc, /*whole=*/true);
     if (w >= 0) sb.graph.add_input(sb.graph.last_op(), w);
   }
   const Name out = l + 1 < s.layers ? layer_name(l + 1, "in", rc) : step_name("loss.final_norm.in", rc);
@@ -187,12 +186,13 @@ LayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc) {
 
 TensorId layer_backward(HfStep& sb, int l, const LayerActs& la, TensorId d_out) {
   const StepShapes& s = sb.shapes;
-  const hf::HfLayerActs& a = la.hf;
-  Ids grads;  // DeepSpeed's hook takes each gradient as it is made (sb.grad_ready)
-  const TensorId d_xn2 = sb.parallel.mlp_tiles > 1 ? tiled_mlp_backward(sb, l, a, d_out) : hf::mlp_backward(sb, l, a, d_out, grads);
-  const TensorId d_mid = hf::norm_backward(sb, hf::layer_norm_spec(s, l, true), a.norm2, d_xn2, d_out, grads);
+  const HfLayerActs& a = la;
+  Ids grads;  // DeepSpeed's hook takes each gradient as it is made (sb.grad_hook)
+  const TensorId d_xn2 =
+      sb.parallel.mlp_tiles > 1 ? tiled_mlp_backward(sb, l, a, d_out) : sb.ops.mlp_backward(sb, l, a, d_out, grads);
+  const TensorId d_mid = sb.ops.norm_backward(sb, layer_norm_spec(s, l, true), a.norm2, d_xn2, d_out, grads);
   const TensorId d_xn1 = attention_backward(sb, l, la, d_mid, grads);
-  return hf::norm_backward(sb, hf::layer_norm_spec(s, l, false), a.norm1, d_xn1, d_mid, grads);
+  return sb.ops.norm_backward(sb, layer_norm_spec(s, l, false), a.norm1, d_xn1, d_mid, grads);
 }
 
 }  // namespace longctx::step::arctic

@@ -1,22 +1,17 @@
-// Liger-Kernel's RMSNorm and SwiGLU (v0.5.10, src/liger_kernel/ops/rms_norm.py and swiglu.py)
-// as the arctic stack's liger model runs them in transformers' decoder layer: one fused kernel
-// each way, and backward kernels that write their gradients into buffers they already hold.
-// Footprints: footprint/liger.h.
-#include "planner/stacks/step/hf_step.h"
+// Liger-Kernel's RMSNorm, RoPE and SwiGLU (blocks/liger.h): one fused kernel each way, and
+// backward kernels that write their gradients into buffers they already hold.
+#include "planner/stacks/blocks/liger.h"
 
 #include "planner/footprint/liger.h"
+#include "planner/stacks/blocks/hf_layer.h"
 
-namespace longctx::step::hf {
+namespace longctx::step::blocks {
 
-using footprint::StepShapes;
-
-bool liger(const HfStep& sb) {
-  return sb.in.train.stack.kind == StackKind::Arctic && sb.in.train.stack.arctic_model == ArcticModel::Liger;
-}
+namespace {
 
 // rms_norm_forward: Y [rows, width] e and RSTD [rows] fp32, new; LigerRMSNormFunction saves
 // the input, the weight and RSTD (not Y).
-NormActs liger_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
+NormActs norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   NormActs a;
   a.x = x;
@@ -30,8 +25,7 @@ NormActs liger_norm_forward(HfStep& sb, const NormSpec& ns, TensorId x, Phase ph
 // rms_norm_backward with in_place=True: dX is written into dY, the weight's gradient summed
 // from the per-SM partials. `residual`, the gradient the residual stream holds for x, then
 // meets dX: autograd adds one into the other in place and frees it.
-TensorId liger_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual,
-                             Ids& grads) {
+TensorId norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, TensorId grad, TensorId residual, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const TensorId g_w = sb.graph.tensor(Name{ns.scope, ns.names.weight_grad, false}, ns.width * s.e, Category::Grads);
   grads.push_back(g_w);
@@ -40,13 +34,31 @@ TensorId liger_norm_backward(HfStep& sb, const NormSpec& ns, const NormActs& a, 
   sb.graph.op(Name{ns.scope, ns.names.weight_bwd, false}, kB, ns.layer, reads, {g_w},
               {.workspace = footprint::liger::norm_backward_workspace(s, ns.width),
                .flops = 6.0 * double(ns.rows * ns.width)});
-  if (sb.grad_ready) sb.grad_ready(g_w, ns.width);
+  grad_ready(sb, g_w, ns.width);
+  return grad;
+}
+
+// LigerRopeFunction rotates the projection's output in place (its [b, S, heads, d] layout
+// needs no copy) and saves only cos and sin.
+TensorId rope(HfStep& sb, int l, const char* name, const char*, Ids reads, std::int64_t heads, Phase phase, bool rc) {
+  const StepShapes& s = sb.shapes;
+  sb.graph.op(layer_name(l, name, rc), phase, l, reads, {}, {.flops = 3.0 * double(s.n * heads * s.d)});
+  return *reads.begin();
+}
+
+// rope_backward: rotates the gradient in place.
+TensorId rope_backward(HfStep& sb, int l, const char* name, const char*, TensorId grad, std::int64_t heads,
+                       const HfLayerActs&) {
+  const StepShapes& s = sb.shapes;
+  sb.graph.op(layer_name(l, name), kB, l, {grad, sb.model.cos, sb.model.sin}, {},
+              {.flops = 3.0 * double(s.n * heads * s.d)});
   return grad;
 }
 
 // LigerSwiGLUMLP.forward: down_proj(LigerSiLUMulFunction(gate_proj(x), up_proj(x))): the
-// product c [n, I] e is new; the function saves gate and up (not silu(gate)), down_proj c.
-void liger_mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
+// product c [n, I] e is new; the function saves gate and up (not silu(gate)), down_proj c. The
+// arctic stack recomputes a layer whole (reentrant checkpointing): `whole` is always true.
+void mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool /*whole*/) {
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId x = a.norm2.y;
@@ -59,7 +71,7 @@ void liger_mlp_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) 
 }
 
 // swiglu_backward writes d_gate into gate and d_up into up in place: no new [n, I].
-TensorId liger_mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
+TensorId mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_out, Ids& grads) {
   const StepShapes& s = sb.shapes;
   const std::int64_t ni = s.n * s.I;
   const TensorId d_prod = project_backward(sb, l, "mlp.down_proj.bwd", "grad.mlp.down", "mlp.prod.grad", d_out, a.prod,
@@ -75,4 +87,18 @@ TensorId liger_mlp_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_
   return d_x;
 }
 
-}  // namespace longctx::step::hf
+}  // namespace
+
+const LayerOps kLigerOps = {
+    .norm_forward = norm_forward,
+    .norm_backward = norm_backward,
+    .rope = rope,
+    .rope_backward = rope_backward,
+    .project_qkv = transformers_project_qkv,
+    .attention_forward = transformers_attention_forward,
+    .attention_backward = transformers_attention_backward,
+    .mlp_forward = mlp_forward,
+    .mlp_backward = mlp_backward,
+};
+
+}  // namespace longctx::step::blocks

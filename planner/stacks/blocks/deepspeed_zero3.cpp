@@ -1,4 +1,4 @@
-// DeepSpeed ZeRO-3 around the arctic stack's step (DeepSpeed v0.17.1,
+// DeepSpeed ZeRO-3's ops (blocks/deepspeed_zero3.h; DeepSpeed v0.17.1,
 // deepspeed/runtime/zero/stage3.py DeepSpeedZeroOptimizer_Stage3, partition_parameters.py,
 // partitioned_param_coordinator.py) with the defaults ArcticTraining's recipes leave in place.
 // Footprints: footprint/deepspeed.h.
@@ -9,15 +9,15 @@
 // backward the whole layer is gathered from its recompute to the end of its backward (which
 // max_reuse_distance 1e9 keeps); the last layer is not held gathered across the turn from
 // forward to backward.
-#include <algorithm>
-#include <memory>
+#include "planner/stacks/blocks/deepspeed_zero3.h"
 
-#include "planner/stacks/step/arctic_step.h"
+#include <algorithm>
+
 #include "planner/footprint/deepspeed.h"
 #include "planner/footprint/optimizer.h"
 #include "planner/footprint/zero.h"
 
-namespace longctx::step::arctic {
+namespace longctx::step::blocks {
 
 using namespace footprint;
 using namespace footprint::deepspeed;
@@ -45,40 +45,9 @@ GroupElems group_elems(const StepShapes& s, int group) {
   return g;
 }
 
-// reduce_independent_p_g_buckets_and_remove_grads: the gradients since the last reduction.
-struct Bucket {
-  TensorId buffer = -1;           // __ipg_bucket_flat_buffer
-  std::int64_t elems = 0;         // elements of the gradients that joined it
-  std::int64_t flat_elems = 0;    // their partitions padded to the world, as reduce_scatter_coalesced cats them
-  std::int64_t partition_ws = 0;  // the largest partition_grads workspace among them
-  Ids pending;                    // gradients too large to copy in: their own buffers until the reduction
-};
-
-void reduce(HfStep& sb, Bucket& b) {
-  if (b.elems == 0) return;
-  const StepShapes& s = sb.shapes;
-  Ids reads = b.pending;
-  reads.push_back(b.buffer);
-  const int o = sb.graph.op(step_name("zero.reduce_scatter"), Phase::Backward, -1, reads, {},
-                            {.workspace = reduce_flat_bytes(s, b.flat_elems) + b.partition_ws});
-  sb.graph.set_comm(o, CommKind::ReduceScatter, double(b.flat_elems * s.e), static_cast<int>(s.world));
-  sb.graph.set_stream(o, kReduceStream);
-  sb.graph.set_comm_async(o);  // on reduce_and_partition_stream while backward goes on
-  if (sb.parallel.offload_optimizer) {
-    // partition_grads: each partition's fp32 copy goes to the host's sub-group gradient, on
-    // the same stream (non_blocking copies).
-    const int c = sb.graph.op(step_name("zero.grads_to_host"), Phase::Backward, -1, {}, {});
-    sb.graph.set_comm(c, CommKind::DeviceToHost, double(b.flat_elems / s.world * 4), 1);
-    sb.graph.set_comm_async(c);
-  }
-  const TensorId buffer = b.buffer;
-  b = Bucket{};
-  b.buffer = buffer;
-}
-
 }  // namespace
 
-void model_states(HfStep& sb) {
+void deepspeed_model_states(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   const Place params_place = sb.parallel.offload_params ? Place::Host : Place::Device;
   const Place optim_place = sb.parallel.offload_optimizer ? Place::Host : Place::Device;
@@ -101,27 +70,51 @@ void model_states(HfStep& sb) {
       sb.graph.persistent(sb.group_name(g, "grad.fp32"), ge.partition * 4, Category::Grads, Place::Host);
   }
   sb.grads.assign(static_cast<std::size_t>(param_groups(s)), Ids{});
-  auto bucket = std::make_shared<Bucket>();
-  bucket->buffer = sb.graph.persistent(step_name("zero.ipg_bucket"), ipg_bucket_bytes(s), Category::Grads, Place::Device);
-  // The hook on each parameter's accumulated gradient: a gradient that would overflow the
-  // bucket first reduces what it holds; one that fits is copied in and freed, a larger one
-  // joins it as it is.
-  sb.grad_ready = [&sb, bucket](TensorId grad, std::int64_t numel) {
-    const StepShapes& sh = sb.shapes;
-    if (bucket->elems + numel > kReduceBucketElems && bucket->elems > 0) reduce(sb, *bucket);
-    if (bucket->elems + numel <= kReduceBucketElems) {
-      sb.graph.op(step_name("zero.grad_to_bucket"), Phase::Backward, -1, {grad, bucket->buffer}, {});
-    } else {
-      bucket->pending.push_back(grad);
-    }
-    bucket->elems += numel;
-    bucket->flat_elems += partition_elems(sh, numel) * sh.world;
-    bucket->partition_ws = std::max(bucket->partition_ws, partition_grad_workspace(sh, numel, sb.parallel.offload_optimizer));
-  };
-  sb.grads_flush = [&sb, bucket] { reduce(sb, *bucket); };
 }
 
-TensorId gather(HfStep& sb, int layer, const char* name, std::int64_t numel, Phase phase, bool rc, bool module) {
+DeepSpeedGradients::DeepSpeedGradients(StepBuild& sb)
+    : sb_(sb),
+      buffer_(sb.graph.persistent(step_name("zero.ipg_bucket"), ipg_bucket_bytes(sb.shapes), Category::Grads,
+                                  Place::Device)) {}
+
+void DeepSpeedGradients::ready(TensorId grad, std::int64_t numel) {
+  const StepShapes& s = sb_.shapes;
+  if (elems_ + numel > kReduceBucketElems && elems_ > 0) reduce();
+  if (elems_ + numel <= kReduceBucketElems) {
+    sb_.graph.op(step_name("zero.grad_to_bucket"), Phase::Backward, -1, {grad, buffer_}, {});
+  } else {
+    pending_.push_back(grad);
+  }
+  elems_ += numel;
+  flat_elems_ += partition_elems(s, numel) * s.world;
+  partition_ws_ = std::max(partition_ws_, partition_grad_workspace(s, numel, sb_.parallel.offload_optimizer));
+}
+
+void DeepSpeedGradients::flush() { reduce(); }
+
+void DeepSpeedGradients::reduce() {
+  if (elems_ == 0) return;
+  const StepShapes& s = sb_.shapes;
+  Ids reads = pending_;
+  reads.push_back(buffer_);
+  const int o = sb_.graph.op(step_name("zero.reduce_scatter"), Phase::Backward, -1, reads, {},
+                             {.workspace = reduce_flat_bytes(s, flat_elems_) + partition_ws_});
+  sb_.graph.set_comm(o, CommKind::ReduceScatter, double(flat_elems_ * s.e), static_cast<int>(s.world));
+  sb_.graph.set_stream(o, kReduceStream);
+  sb_.graph.set_comm_async(o);  // on reduce_and_partition_stream while backward goes on
+  if (sb_.parallel.offload_optimizer) {
+    // partition_grads: each partition's fp32 copy goes to the host's sub-group gradient, on
+    // the same stream (non_blocking copies).
+    const int c = sb_.graph.op(step_name("zero.grads_to_host"), Phase::Backward, -1, {}, {});
+    sb_.graph.set_comm(c, CommKind::DeviceToHost, double(flat_elems_ / s.world * 4), 1);
+    sb_.graph.set_comm_async(c);
+  }
+  elems_ = flat_elems_ = partition_ws_ = 0;
+  pending_ = Ids{};
+}
+
+TensorId deepspeed_gather(StepBuild& sb, int layer, const char* name, std::int64_t numel, Phase phase, bool rc,
+                          bool module) {
   const StepShapes& s = sb.shapes;
   const std::int64_t bytes = gathered_bytes(s, numel, sb.parallel.offload_params);
   if (bytes == 0) return -1;
@@ -151,11 +144,7 @@ std::int64_t layer_gathered_elems(const StepShapes& s, bool attention, bool mlp)
   return bytes / s.e;
 }
 
-void flush_gradients(HfStep& sb) {
-  if (sb.grads_flush) sb.grads_flush();
-}
-
-void optimizer_step(HfStep& sb) {
+void deepspeed_optimizer_step(StepBuild& sb) {
   const StepShapes& s = sb.shapes;
   std::int64_t partition = 0;
   for (int g = 0; g < param_groups(s); ++g) partition += group_elems(s, g).partition;
@@ -178,4 +167,4 @@ void optimizer_step(HfStep& sb) {
   sb.graph.raw_op(std::move(o));
 }
 
-}  // namespace longctx::step::arctic
+}  // namespace longctx::step::blocks
