@@ -11,6 +11,7 @@
 #include "planner/core/stack.h"
 #include "planner/core/step_inputs.h"
 #include "planner/graph/step_graph.h"
+#include "planner/stacks/exporter.h"
 
 namespace longctx {
 
@@ -22,6 +23,9 @@ struct StackProfile {
   // One rank's step graph, written by the stack's builder (planner/stacks/<name>/).
   // REQUIRES: validate() holds for the inputs.
   StepGraph (*build_step)(const StepInputs& in);
+  // Its `longctx export --stack` word, writer and refusals (planner/stacks/<name>/export.h;
+  // longctx's own plans export as a bare DeepSpeed config).
+  const StackExporter* exporter;
 };
 
 // The profile of stack k.

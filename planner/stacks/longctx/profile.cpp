@@ -1,6 +1,7 @@
 // longctx's own runtime: every technique of the knob table, its step written by the
 // technique emitters (planner/stacks/longctx/emitters.h).
 #include "planner/stacks/longctx/emitters.h"
+#include "planner/stacks/longctx/export.h"
 #include "planner/stacks/profile.h"
 
 namespace longctx {
@@ -11,6 +12,7 @@ const StackProfile kLongctxProfile = {
     .name = "longctx",
     .techniques = [](const StackSpec&) { return all_techniques(); },
     .build_step = step::build_step,
+    .exporter = &kDeepSpeedExporter,
 };
 
 }  // namespace longctx

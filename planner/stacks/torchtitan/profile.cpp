@@ -1,5 +1,6 @@
 // torchtitan's llama3 and qwen3 training: FSDP2 (ZeRO-3's sharding) across GPUs, its
 // activation checkpointing, and its context parallel (the ring).
+#include "planner/stacks/torchtitan/export.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/torchtitan/step.h"
 
@@ -19,6 +20,7 @@ const StackProfile kTorchtitanProfile = {
     // torchtitan's Llama 3 step is transformers' sdpa step with its own RoPE, norms, loss,
     // checkpointing policies and FSDP2 (planner/stacks/torchtitan/step.h).
     .build_step = step::torchtitan::build_step,
+    .exporter = &kTorchtitanExporter,
 };
 
 }  // namespace longctx
