@@ -169,11 +169,12 @@ void write_ops(HfStep& sb) {
   const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb), acts);
   const TensorId d_x = liger_model(sb.in) ? liger_loss(sb, final_x) : causal_lm_loss(sb, final_x);
   deepspeed_embedding_backward(sb, backward_layers(layers, acts, sb.graph, d_x));
-  sb.grad_hook = nullptr;
   // A prefix build (the search's cheap rejection) stops before the last reductions and the step.
-  if (sb.in.prefix_only) return;
-  gradients.flush();
-  deepspeed_optimizer_step(sb);
+  if (!sb.in.prefix_only) {
+    gradients.flush();
+    deepspeed_optimizer_step(sb);
+  }
+  sb.grad_hook = nullptr;  // the hook ends with this step
 }
 
 }  // namespace

@@ -44,7 +44,7 @@ void llama3_rope(HfStep& sb, int l, HfLayerActs& a, TensorId q, TensorId k, Phas
   Ids table;
   if (s.r > 1) {
     a.rope_table = sb.graph.tensor(layer_name(l, "attn.freqs_cis.positions", rc), tt::cp_freqs_bytes(s), kAct);
-    sb.graph.op(layer_name(l, "attn.freqs_cis.index", rc), phase, l, {of(sb).cp_positions}, {a.rope_table},
+    sb.graph.op(layer_name(l, "attn.freqs_cis.index", rc), phase, l, {step_of(sb).cp_positions}, {a.rope_table},
                 {.workspace = tt::cp_freqs_workspace(s)});
     table = {a.rope_table};
   }
@@ -75,7 +75,7 @@ void project_qkv(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   q = a.q_norm.y;
   k = a.k_norm.y;
   Ids reads_q = {q}, reads_k = {k, q};
-  a.rope_table = of(sb).rope_cache_cast[static_cast<std::size_t>(l)];
+  a.rope_table = step_of(sb).rope_cache_cast[static_cast<std::size_t>(l)];
   if (a.rope_table >= 0) {
     reads_q.push_back(a.rope_table);
     reads_k.push_back(a.rope_table);

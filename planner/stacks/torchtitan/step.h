@@ -39,7 +39,7 @@ struct TorchtitanStep : blocks::HfStep {
 
 // The torchtitan build whose op `sb` runs: kTorchtitanOps are installed by TorchtitanStep
 // alone, so their HfStep is always one.
-inline TorchtitanStep& of(blocks::HfStep& sb) { return static_cast<TorchtitanStep&>(sb); }
+inline TorchtitanStep& step_of(blocks::HfStep& sb) { return static_cast<TorchtitanStep&>(sb); }
 
 // ---- model.cpp --------------------------------------------------------------------------------
 // apply_rotary_emb's backward (MulBackward0 of view_as_complex(x) * freqs_cis): grad *
