@@ -9,20 +9,23 @@
 
 #include "planner/core/knobs.h"
 #include "planner/core/stack.h"
+#include "planner/core/step_inputs.h"
+#include "planner/graph/step_graph.h"
+#include "planner/stacks/exporter.h"
 
 namespace longctx {
-
-namespace step {
-struct StepBuild;
-}
 
 struct StackProfile {
   StackKind kind;
   const char* name;  // the --stack word, to_string(kind)
   // The techniques the search may use on this stack (a --techniques list is cut to these).
   TechniqueSet (*techniques)(const StackSpec& spec);
-  // Writes one rank's step graph into sb. REQUIRES: validate() holds for sb's inputs.
-  void (*build_step)(step::StepBuild& sb);
+  // One rank's step graph, written by the stack's builder (planner/stacks/<name>/).
+  // REQUIRES: validate() holds for the inputs.
+  StepGraph (*build_step)(const StepInputs& in);
+  // Its `longctx export --stack` word, writer and refusals (planner/stacks/<name>/export.h;
+  // longctx's own plans export as a bare DeepSpeed config).
+  const StackExporter* exporter;
 };
 
 // The profile of stack k.

@@ -1,7 +1,8 @@
 // ArcticTraining: DeepSpeed ZeRO-3 with its offloads, Ulysses, checkpointing and its offload,
 // TiledMLP, and (the liger model) a chunked loss; no ZeRO-1/2 plans, no head chunks, no ring.
+#include "planner/stacks/arctic/export.h"
 #include "planner/stacks/profile.h"
-#include "planner/stacks/step/arctic_step.h"
+#include "planner/stacks/arctic/step.h"
 
 namespace longctx {
 
@@ -17,6 +18,7 @@ const StackProfile kArcticProfile = {
           return s;
         },
     .build_step = step::arctic::build_step,
+    .exporter = &kArcticExporter,
 };
 
 }  // namespace longctx

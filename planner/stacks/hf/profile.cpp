@@ -1,7 +1,8 @@
 // transformers' modeling code trained with torch.optim's AdamW on one GPU: checkpointing of
 // every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its offload.
+#include "planner/stacks/hf/export.h"
 #include "planner/stacks/profile.h"
-#include "planner/stacks/step/hf_step.h"
+#include "planner/stacks/hf/step.h"
 
 namespace longctx {
 
@@ -16,6 +17,7 @@ const StackProfile kHfProfile = {
               .set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
         },
     .build_step = step::hf::build_step,
+    .exporter = &kHfExporter,
 };
 
 }  // namespace longctx
