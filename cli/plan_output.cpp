@@ -5,6 +5,7 @@
 
 #include "planner/core/knobs.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
 
@@ -43,7 +44,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += fmt::format("train     seq {} ({} tokens), micro-batch {}, {} compute, {} gradients\n",
                      format_tokens(p.train.seq), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
-  if (p.train.stack.kind != StackKind::Longctx) out += fmt::format("stack     {}\n", describe(p.train.stack));
+  if (!stack_profile(p.train.stack.kind).runtime_runs_it) out += fmt::format("stack     {}\n", describe(p.train.stack));
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",

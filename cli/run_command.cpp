@@ -22,6 +22,7 @@
 #include "planner/core/plan.h"
 #include "planner/io/prediction_drift.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"
@@ -182,11 +183,12 @@ int run(const RunArgs& a) {
   if (!seed) return fail(seed.error());
   auto plan = read_plan_file(a.plan_path);
   if (!plan) return fail(plan.error());
-  if (plan->train.stack.kind != StackKind::Longctx)
+  if (!stack_profile(plan->train.stack.kind).runtime_runs_it)
     return fail(Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does "
                                                             "not execute; train it with that stack (longctx export) and "
                                                             "hold the run to the plan with longctx compare, or re-plan "
-                                                            "with --stack longctx", to_string(plan->train.stack.kind))));
+                                                            "with --stack {}", to_string(plan->train.stack.kind),
+                                                            stack_profiles().front()->name)));
   runtime::RunOptions o;
   o.steps = a.steps;
   o.device = a.device;

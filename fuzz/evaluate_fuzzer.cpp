@@ -150,7 +150,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     }
   }
 
-  if (!longctx::validate(p.model, p.cluster.shape, p.train, p.parallel)) return 0;
+  if (!longctx::validate(p)) return 0;
 
   const longctx::Prediction pr = longctx::predict(p);
   if (pr.peak_device_bytes < 0 || pr.peak_host_bytes < 0) fail("negative peak");

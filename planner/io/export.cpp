@@ -7,7 +7,7 @@
 #include <fmt/format.h>
 
 #include "planner/io/toml_text.h"
-#include "planner/stacks/torchtitan_models.h"
+#include "planner/stacks/torchtitan/models.h"
 #include "planner/io/yaml_text.h"
 
 namespace longctx {

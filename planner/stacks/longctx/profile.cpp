@@ -1,5 +1,5 @@
 // longctx's own runtime: every technique of the knob table, its step written by the
-// technique emitters (planner/stacks/step/emitters.h).
+// technique emitters (planner/stacks/step/emitters.h); the one stack `longctx run` executes.
 #include "planner/stacks/profile.h"
 
 namespace longctx {
@@ -11,7 +11,11 @@ extern const StackProfile kLongctxProfile;
 const StackProfile kLongctxProfile = {
     .kind = StackKind::Longctx,
     .name = "longctx",
-    .techniques = [](const StackSpec&) { return all_techniques(); },
+    .summary = "its own runtime",
+    .defaults = {},
+    .runtime_runs_it = true,
+    .techniques = [](const Plan&) { return all_techniques(); },
+    .describe = [](const StackSpec&) { return std::string("longctx"); },
     .build_step = step::build_longctx_step,
 };
 
