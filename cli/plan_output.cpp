@@ -18,6 +18,26 @@ std::string bar(std::int64_t v, std::int64_t max, int width) {
   return s;
 }
 
+// The largest device figure in each of ~24 stretches of the schedule.
+std::string render_timeline(const Evaluation& e) {
+  std::string out;
+  const auto& ops = e.graph.ops();
+  const int buckets = std::min<int>(24, static_cast<int>(ops.size()));
+  std::int64_t max = 0;
+  for (const auto& m : e.sim.per_op) max = std::max(max, m.device_during);
+  out += fmt::format("\ndevice memory over the step (max in each stretch; # = {:.0f}%)\n", 100.0 / 40);
+  for (int b = 0; b < buckets; ++b) {
+    const std::size_t lo = ops.size() * static_cast<std::size_t>(b) / static_cast<std::size_t>(buckets);
+    const std::size_t hi = ops.size() * static_cast<std::size_t>(b + 1) / static_cast<std::size_t>(buckets);
+    std::int64_t v = 0;
+    std::size_t at = lo;
+    for (std::size_t i = lo; i < hi; ++i)
+      if (e.sim.per_op[i].device_during > v) { v = e.sim.per_op[i].device_during; at = i; }
+    out += fmt::format("  {:<34} {:>11} |{}\n", format(ops[at].name).substr(0, 34), format_bytes(v), bar(v, max, 40));
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string render_padding(const Plan& p) {
@@ -76,21 +96,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   if (const auto ws = e.graph.op(e.sim.peak_op).workspace_bytes; ws > 0)
     out += fmt::format("  {:<40} {:<12} {:>12}\n", "(workspace of " + pr.peak_at + ")", "workspace", format_bytes(ws));
 
-  // Timeline: the largest device figure in each of ~24 stretches of the schedule.
-  const auto& ops = e.graph.ops();
-  const int buckets = std::min<int>(24, static_cast<int>(ops.size()));
-  std::int64_t max = 0;
-  for (const auto& m : e.sim.per_op) max = std::max(max, m.device_during);
-  out += fmt::format("\ndevice memory over the step (max in each stretch; # = {:.0f}%)\n", 100.0 / 40);
-  for (int b = 0; b < buckets; ++b) {
-    const std::size_t lo = ops.size() * static_cast<std::size_t>(b) / static_cast<std::size_t>(buckets);
-    const std::size_t hi = ops.size() * static_cast<std::size_t>(b + 1) / static_cast<std::size_t>(buckets);
-    std::int64_t v = 0;
-    std::size_t at = lo;
-    for (std::size_t i = lo; i < hi; ++i)
-      if (e.sim.per_op[i].device_during > v) { v = e.sim.per_op[i].device_during; at = i; }
-    out += fmt::format("  {:<34} {:>11} |{}\n", format(ops[at].name).substr(0, 34), format_bytes(v), bar(v, max, 40));
-  }
+  out += render_timeline(e);
   return out;
 }
 

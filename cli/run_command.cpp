@@ -178,17 +178,21 @@ nlohmann::json op_times_json(const runtime::StepResult& step, const runtime::Pre
   return {{"step", step.step}, {"time_s", step.time_s}, {"phases", phases}};
 }
 
+// Only the stacks whose profile says so are longctx's runtime's to execute.
+Result<bool> runtime_runs(const Plan& p) {
+  if (stack_profile(p.train.stack.kind).runtime_runs_it) return true;
+  return Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does not "
+                                                     "execute; train it with that stack (longctx export) and hold the "
+                                                     "run to the plan with longctx compare, or re-plan with --stack {}",
+                                                     to_string(p.train.stack.kind), stack_profiles().front()->name));
+}
+
 int run(const RunArgs& a) {
   auto seed = parse_seed(a.seed_text);
   if (!seed) return fail(seed.error());
   auto plan = read_plan_file(a.plan_path);
   if (!plan) return fail(plan.error());
-  if (!stack_profile(plan->train.stack.kind).runtime_runs_it)
-    return fail(Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does "
-                                                            "not execute; train it with that stack (longctx export) and "
-                                                            "hold the run to the plan with longctx compare, or re-plan "
-                                                            "with --stack {}", to_string(plan->train.stack.kind),
-                                                            stack_profiles().front()->name)));
+  if (auto r = runtime_runs(*plan); !r) return fail(r.error());
   runtime::RunOptions o;
   o.steps = a.steps;
   o.device = a.device;
