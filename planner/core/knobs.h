@@ -85,8 +85,8 @@ struct KnobRule {
 // `techniques`: the --techniques words the row brings, each LONGCTX_TECHNIQUE(Enumerator,
 // "word", position). Value plain + i (i >= 1) needs the i-th of them, the last for every value
 // beyond: sharding's zero1..zero3 are three words, a Ulysses degree above 1 one. `position` is
-// the word's place in every list of them (--help, the max-context ladder), which plan files'
-// readers and recorded answers keep.
+// the word's place in every list of them (--help, the max-context ladder's JSON), which scripts
+// and the recorded answers read: it stays when rows are added.
 #define LONGCTX_KNOB_TABLE(ROW)                                                                                     \
   ROW(sharding, Sharding, parallel,                                                                                \
       (LONGCTX_TECHNIQUE(Zero1, "zero1", 0) LONGCTX_TECHNIQUE(Zero2, "zero2", 1) LONGCTX_TECHNIQUE(Zero3, "zero3", 2)), \

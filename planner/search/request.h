@@ -1,9 +1,10 @@
 #pragma once
 // What a user asks, before any defaults are applied: the model, the cluster and its budgets,
-// the techniques the search may use, and for a plan the sequence and the knobs fixed. The
-// CLI's flags and the Python API's arguments both fill these; resolving them here is the one
-// place their defaults and checks live, so both front ends answer the same question the same
-// way. Errors name the CLI flag (`--gpus`), which the Python API reports as its field too.
+// the techniques the search may use, the settings (settings.h), and for a plan the sequence
+// and the knobs fixed. The CLI's flags and the Python API's arguments both fill these;
+// resolving them here is the one place their defaults live, and validate() (which plan files
+// meet too) the one place their rules do, so both front ends answer the same question the
+// same way. Errors name the CLI flag (`--gpus`), which the Python API reports as its field too.
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -39,7 +40,9 @@ struct ClusterRequest {
 // The model the request names: its config text when given, else the preset or config.json.
 Result<ModelConfig> resolve_model(const ClusterRequest& r);
 
-// Model, hardware and budgets resolved; train and parallel left at defaults.
+// Model, hardware, budgets and settings resolved (the stack's options at its defaults where
+// not given); the rest of train and parallel left at defaults. Options of another stack are
+// refused here; every other rule is validate()'s.
 Result<Plan> resolve_cluster(const ClusterRequest& r);
 
 struct PlanRequest {
