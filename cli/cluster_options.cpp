@@ -4,8 +4,26 @@
 #include <fmt/ranges.h>
 
 #include "planner/core/knobs.h"
+#include "planner/core/settings.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
+namespace {
+
+// --stack's help names every stack the registry has, with what it is.
+std::string help_of(const Setting& s) {
+  if (s.id != SettingId::stack) return s.rule.help;
+  std::vector<std::string> stacks;
+  for (const StackProfile* p : stack_profiles()) stacks.push_back(fmt::format("{} ({})", p->name, p->summary));
+  const std::string last = stacks.back();
+  stacks.pop_back();
+  return fmt::format("{}: {} or {} (default: {})", s.rule.help, fmt::join(stacks, ", "), last, stack_profiles().front()->name);
+}
+
+void add_setting_option(CLI::App& app, const Setting& s, std::string& value) { app.add_option(s.flag, value, help_of(s)); }
+void add_setting_option(CLI::App& app, const Setting& s, bool& given) { app.add_flag(s.flag, given, help_of(s)); }
+
+}  // namespace
 
 void add_cluster_options(CLI::App& app, ClusterOptions& o) {
   app.add_option("--model", o.model, "Preset name (see `longctx models`) or path of a Hugging Face config.json")
@@ -23,30 +41,9 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o) {
                  fmt::format("Comma list the search may use: {}; 'all' (default) or 'none'",
                              fmt::join(technique_names(all_techniques()), ",")))
       ->capture_default_str();
-  app.add_option("--dtype", o.dtype, "Parameters and activations: bf16 or fp32 (default: bf16 on GPUs, fp32 on --gpu cpu)");
-  app.add_option("--grad-dtype", o.grad_dtype,
-                 "Gradients: fp32 or bf16 (default: the --dtype, as autograd and longctx's runtime keep them; fp32 plans "
-                 "fp32 gradient buffers, which `longctx run` refuses)");
-  app.add_option("--stack", o.stack,
-                 "The code the step runs on: longctx (its own runtime), hf (transformers' modeling code with "
-                 "torch AdamW, one GPU), arctic (ArcticTraining: transformers under DeepSpeed ZeRO-3, Ulysses, "
-                 "TiledMLP, Liger kernels) or torchtitan (its llama3 and qwen3 models, FSDP2, activation checkpointing)")
-      ->capture_default_str();
-  app.add_option("--attention", o.attention,
-                 "transformers' attn_implementation: --stack hf sdpa (default), eager or flash_attention_2 (GPUs); "
-                 "--stack arctic flash_attention_2 (default) or flash_attention_3");
-  app.add_option("--arctic-model", o.arctic_model,
-                 "--stack arctic: ArcticTraining's model.type, liger (default: Liger's RMSNorm, RoPE, SwiGLU and fused "
-                 "linear cross-entropy) or huggingface");
-  app.add_option("--hf-checkpointing", o.hf_checkpointing,
-                 "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant");
-  app.add_option("--hf-optimizer", o.hf_optimizer,
-                 "--stack hf: the Trainer's optim, adamw_torch_fused (its default) or adamw_torch");
-  app.add_option("--hf-loss", o.hf_loss,
-                 "--stack hf: who computes the loss, transformers (default: the model's ForCausalLMLoss over the full "
-                 "logits) or trl-chunked-nll (TRL's SFTTrainer loss_type chunked_nll: 256 tokens at a time)");
-  app.add_flag("--hf-no-attention-mask", o.hf_no_attention_mask,
-               "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)");
+#define LONGCTX_SETTING_OPTION(field, Type, member, rule) add_setting_option(app, setting(SettingId::field), o.field);
+  LONGCTX_SETTING_TABLE(LONGCTX_SETTING_OPTION)
+#undef LONGCTX_SETTING_OPTION
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 

@@ -11,6 +11,7 @@
 #include "planner/io/comparison.h"
 #include "planner/io/prediction_drift.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
 namespace {
@@ -78,7 +79,7 @@ int run_compare(const CompareOptions& o) {
   if (c.baseline > 0) fmt::print("baseline  {} added to every measured figure: {}\n", format_bytes(c.baseline), c.baseline_source);
   // A profiler trace is most often of transformers; a plan of longctx's runtime predicts less
   // than its modules keep (docs/stacks.md).
-  if (c.trace_source != "longctx" && c.evaluation.plan.train.stack.kind == StackKind::Longctx)
+  if (c.trace_source != "longctx" && stack_profile(c.evaluation.plan.train.stack.kind).runtime_runs_it)
     fmt::print("stack     the plan predicts longctx's own runtime; for a transformers run, plan with --stack hf "
                "(and its --attention, --hf-checkpointing) and compare that plan\n");
   if (c.measured_peak_phase.empty())

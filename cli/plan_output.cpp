@@ -5,6 +5,7 @@
 
 #include "planner/core/knobs.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
 
@@ -15,6 +16,26 @@ std::string bar(std::int64_t v, std::int64_t max, int width) {
   std::string s;
   for (int i = 0; i < n; ++i) s += "#";
   return s;
+}
+
+// The largest device figure in each of ~24 stretches of the schedule.
+std::string render_timeline(const Evaluation& e) {
+  std::string out;
+  const auto& ops = e.graph.ops();
+  const int buckets = std::min<int>(24, static_cast<int>(ops.size()));
+  std::int64_t max = 0;
+  for (const auto& m : e.sim.per_op) max = std::max(max, m.device_during);
+  out += fmt::format("\ndevice memory over the step (max in each stretch; # = {:.0f}%)\n", 100.0 / 40);
+  for (int b = 0; b < buckets; ++b) {
+    const std::size_t lo = ops.size() * static_cast<std::size_t>(b) / static_cast<std::size_t>(buckets);
+    const std::size_t hi = ops.size() * static_cast<std::size_t>(b + 1) / static_cast<std::size_t>(buckets);
+    std::int64_t v = 0;
+    std::size_t at = lo;
+    for (std::size_t i = lo; i < hi; ++i)
+      if (e.sim.per_op[i].device_during > v) { v = e.sim.per_op[i].device_during; at = i; }
+    out += fmt::format("  {:<34} {:>11} |{}\n", format(ops[at].name).substr(0, 34), format_bytes(v), bar(v, max, 40));
+  }
+  return out;
 }
 
 }  // namespace
@@ -43,7 +64,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += fmt::format("train     seq {} ({} tokens), micro-batch {}, {} compute, {} gradients\n",
                      format_tokens(p.train.seq), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
-  if (p.train.stack.kind != StackKind::Longctx) out += fmt::format("stack     {}\n", describe(p.train.stack));
+  if (!stack_profile(p.train.stack.kind).runtime_runs_it) out += fmt::format("stack     {}\n", describe(p.train.stack));
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
@@ -75,21 +96,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   if (const auto ws = e.graph.op(e.sim.peak_op).workspace_bytes; ws > 0)
     out += fmt::format("  {:<40} {:<12} {:>12}\n", "(workspace of " + pr.peak_at + ")", "workspace", format_bytes(ws));
 
-  // Timeline: the largest device figure in each of ~24 stretches of the schedule.
-  const auto& ops = e.graph.ops();
-  const int buckets = std::min<int>(24, static_cast<int>(ops.size()));
-  std::int64_t max = 0;
-  for (const auto& m : e.sim.per_op) max = std::max(max, m.device_during);
-  out += fmt::format("\ndevice memory over the step (max in each stretch; # = {:.0f}%)\n", 100.0 / 40);
-  for (int b = 0; b < buckets; ++b) {
-    const std::size_t lo = ops.size() * static_cast<std::size_t>(b) / static_cast<std::size_t>(buckets);
-    const std::size_t hi = ops.size() * static_cast<std::size_t>(b + 1) / static_cast<std::size_t>(buckets);
-    std::int64_t v = 0;
-    std::size_t at = lo;
-    for (std::size_t i = lo; i < hi; ++i)
-      if (e.sim.per_op[i].device_during > v) { v = e.sim.per_op[i].device_during; at = i; }
-    out += fmt::format("  {:<34} {:>11} |{}\n", format(ops[at].name).substr(0, 34), format_bytes(v), bar(v, max, 40));
-  }
+  out += render_timeline(e);
   return out;
 }
 

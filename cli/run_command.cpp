@@ -22,6 +22,7 @@
 #include "planner/core/plan.h"
 #include "planner/io/prediction_drift.h"
 #include "planner/core/units.h"
+#include "planner/stacks/profile.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"
@@ -177,16 +178,21 @@ nlohmann::json op_times_json(const runtime::StepResult& step, const runtime::Pre
   return {{"step", step.step}, {"time_s", step.time_s}, {"phases", phases}};
 }
 
+// Only the stacks whose profile says so are longctx's runtime's to execute.
+Result<bool> runtime_runs(const Plan& p) {
+  if (stack_profile(p.train.stack.kind).runtime_runs_it) return true;
+  return Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does not "
+                                                     "execute; train it with that stack (longctx export) and hold the "
+                                                     "run to the plan with longctx compare, or re-plan with --stack {}",
+                                                     to_string(p.train.stack.kind), stack_profiles().front()->name));
+}
+
 int run(const RunArgs& a) {
   auto seed = parse_seed(a.seed_text);
   if (!seed) return fail(seed.error());
   auto plan = read_plan_file(a.plan_path);
   if (!plan) return fail(plan.error());
-  if (plan->train.stack.kind != StackKind::Longctx)
-    return fail(Error::bad_input("train.stack", fmt::format("the plan predicts the {} stack, which longctx's runtime does "
-                                                            "not execute; train it with that stack (longctx export) and "
-                                                            "hold the run to the plan with longctx compare, or re-plan "
-                                                            "with --stack longctx", to_string(plan->train.stack.kind))));
+  if (auto r = runtime_runs(*plan); !r) return fail(r.error());
   runtime::RunOptions o;
   o.steps = a.steps;
   o.device = a.device;

@@ -5,8 +5,8 @@
 
 namespace longctx {
 
-Result<bool> first_refusal(const Plan& p, const char* word, std::span<const Refusal> refusals) {
-  for (const Refusal& r : refusals)
+Result<bool> first_refusal(const Plan& p, const char* word, std::span<const ExportRefusal> refusals) {
+  for (const ExportRefusal& r : refusals)
     if (r.applies(p)) return Error::bad_input(r.knob, fmt::format("--stack {} cannot {}; {}", word, r.why, r.fix));
   return true;
 }

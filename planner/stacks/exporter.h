@@ -58,7 +58,7 @@ struct StackExporter {
 };
 
 // One knob a stack cannot run within the plan's memory, and why.
-struct Refusal {
+struct ExportRefusal {
   const char* knob;  // the plan file's field
   bool (*applies)(const Plan& p);
   const char* why;  // completes "--stack X cannot ..."
@@ -69,24 +69,24 @@ struct Refusal {
 inline bool plan_has_ring(const Plan& p) { return p.parallel.ring > 1; }
 inline bool plan_has_head_chunks(const Plan& p) { return p.parallel.head_chunk > 0; }
 inline bool plan_has_mlp_tiles(const Plan& p) { return p.parallel.mlp_tiles > 1; }
-inline constexpr Refusal kUlyssesRingRefusal = {
+inline constexpr ExportRefusal kUlyssesRingRefusal = {
     "parallel.ring", plan_has_ring,
     "run ring attention (its Ulysses attends over the whole sequence on each rank): each rank would hold r times "
     "the tokens the plan predicts in attention",
     "re-plan with --ring 1"};
-inline constexpr Refusal kHeadChunkRefusal = {
+inline constexpr ExportRefusal kHeadChunkRefusal = {
     "parallel.head_chunk", plan_has_head_chunks,
     "run head-chunked (untied) Ulysses attention: it attends over all local heads at once, holding more than the "
     "plan predicts",
     "re-plan with --head-chunk 0"};
-inline constexpr Refusal kMlpTilesRefusal = {
+inline constexpr ExportRefusal kMlpTilesRefusal = {
     "parallel.mlp_tiles", plan_has_mlp_tiles,
     "tile the MLP (that is model code, not configuration): the untiled MLP holds more than the plan predicts",
     "use --stack arctic (tiled_mlp_compute) or re-plan with --mlp-tiles 1"};
 
 // BadInput naming the first refusal of `refusals` that applies to p (and `word`'s stack);
 // true where none does.
-Result<bool> first_refusal(const Plan& p, const char* word, std::span<const Refusal> refusals);
+Result<bool> first_refusal(const Plan& p, const char* word, std::span<const ExportRefusal> refusals);
 
 // The first comment line of a stack's files: "longctx export --stack WORD: model ..., seq ...".
 std::string export_header(const Plan& p, const char* word);

@@ -11,7 +11,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr Refusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal};
+constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal};
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "arctic", kRefusals); }
 

@@ -13,7 +13,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr Refusal kRefusals[] = {
+constexpr ExportRefusal kRefusals[] = {
     kUlyssesRingRefusal,
     kHeadChunkRefusal,
     kMlpTilesRefusal,

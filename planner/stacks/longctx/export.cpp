@@ -8,7 +8,7 @@ namespace longctx {
 
 namespace {
 
-constexpr Refusal kRefusals[] = {
+constexpr ExportRefusal kRefusals[] = {
     kUlyssesRingRefusal,
     kHeadChunkRefusal,
     kMlpTilesRefusal,

@@ -1,5 +1,5 @@
 // longctx's own runtime: every technique of the knob table, its step written by the
-// technique emitters (planner/stacks/longctx/emitters.h).
+// technique emitters (planner/stacks/longctx/emitters.h); the one stack `longctx run` executes.
 #include "planner/stacks/longctx/emitters.h"
 #include "planner/stacks/longctx/export.h"
 #include "planner/stacks/profile.h"
@@ -10,7 +10,11 @@ extern const StackProfile kLongctxProfile;
 const StackProfile kLongctxProfile = {
     .kind = StackKind::Longctx,
     .name = "longctx",
-    .techniques = [](const StackSpec&) { return all_techniques(); },
+    .summary = "its own runtime",
+    .defaults = {},
+    .runtime_runs_it = true,
+    .techniques = [](const Plan&) { return all_techniques(); },
+    .describe = [](const StackSpec&) { return std::string("longctx"); },
     .build_step = step::build_step,
     .exporter = &kDeepSpeedExporter,
 };

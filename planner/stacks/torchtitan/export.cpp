@@ -4,7 +4,7 @@
 
 #include <fmt/format.h>
 
-#include "planner/stacks/torchtitan_models.h"
+#include "planner/stacks/torchtitan/models.h"
 
 namespace longctx {
 
@@ -12,7 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr Refusal kRefusals[] = {
+constexpr ExportRefusal kRefusals[] = {
     // A torchtitan-stack plan predicted torchtitan's own context parallel: it is exported.
     {"parallel.ring",
      [](const Plan& p) { return p.parallel.ring > 1 && p.train.stack.kind != StackKind::Torchtitan; },

@@ -1,4 +1,4 @@
-#include "planner/stacks/torchtitan_models.h"
+#include "planner/stacks/torchtitan/models.h"
 
 #include <fmt/format.h>
 

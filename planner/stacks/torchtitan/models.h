@@ -1,6 +1,6 @@
 #pragma once
 // Which model shapes torchtitan (0.2.2) trains, in one place for the stack's validation
-// (parallel_config.cpp) and its export (export.cpp): its llama3 model (models/llama3: no
+// (validate.cpp) and its export (export.cpp): its llama3 model (models/llama3: no
 // biases, no q/k norms, untied embedding and output, heads hidden / heads wide) or, for a
 // model with q/k norms, its qwen3 model (models/qwen3: any head_dim, tied or not; no biases).
 // Across GPUs a tied model is not taken: torchtitan's apply_fsdp would shard the one weight in
