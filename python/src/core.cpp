@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "../../cli/plan_output.h"
+#include "cli/longctx/plan_output.h"
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
 #include "planner/footprint/torch_ring_attention.h"

@@ -9,10 +9,10 @@
 #include <fstream>
 #include <regex>
 
-#include "memory_timeline.h"
-#include "report_data.h"
-#include "report_html.h"
-#include "timeline_svg.h"
+#include "cli/report/memory_timeline.h"
+#include "cli/report/report_data.h"
+#include "cli/report/report_html.h"
+#include "cli/report/timeline_svg.h"
 #include "planner/core/units.h"
 #include "planner/graph/allocator_model.h"
 #include "test_plans.h"

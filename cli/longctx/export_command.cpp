@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "cluster_options.h"
-#include "commands.h"
+#include "cli/longctx/cluster_options.h"
+#include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "planner/io/export.h"
 

@@ -6,9 +6,9 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
-#include "local_launcher.h"
-#include "runtime_exec.h"
+#include "cli/common/commands.h"
+#include "cli/longctx/local_launcher.h"
+#include "cli/longctx/runtime_exec.h"
 
 namespace longctx::cli {
 namespace {

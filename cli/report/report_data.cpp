@@ -1,4 +1,4 @@
-#include "report_data.h"
+#include "cli/report/report_data.h"
 
 #include <map>
 

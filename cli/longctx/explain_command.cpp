@@ -3,16 +3,16 @@
 
 #include <fmt/format.h>
 
-#include "cluster_options.h"
-#include "commands.h"
+#include "cli/longctx/cluster_options.h"
+#include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/io/prediction_drift.h"
-#include "plan_output.h"
-#include "report_data.h"
-#include "report_html.h"
-#include "timeline_svg.h"
+#include "cli/longctx/plan_output.h"
+#include "cli/report/report_data.h"
+#include "cli/report/report_html.h"
+#include "cli/report/timeline_svg.h"
 
 namespace longctx::cli {
 namespace {

@@ -5,14 +5,14 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_options.h"
-#include "commands.h"
+#include "cli/longctx/cluster_options.h"
+#include "cli/common/commands.h"
 #include "planner/core/knobs.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/search/search.h"
 #include "planner/core/units.h"
-#include "plan_output.h"
+#include "cli/longctx/plan_output.h"
 
 namespace longctx::cli {
 namespace {

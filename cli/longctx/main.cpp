@@ -4,9 +4,9 @@
 
 #include <CLI/CLI.hpp>
 
-#include "commands.h"
-#include "parse_errors.h"
-#include "runtime_exec.h"
+#include "cli/common/commands.h"
+#include "cli/common/parse_errors.h"
+#include "cli/longctx/runtime_exec.h"
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();

@@ -16,7 +16,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "commands.h"
+#include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "planner/core/knobs.h"
 #include "planner/core/plan.h"

@@ -1,4 +1,4 @@
-#include "timeline_svg.h"
+#include "cli/report/timeline_svg.h"
 
 #include <algorithm>
 #include <array>
@@ -6,8 +6,8 @@
 
 #include <fmt/format.h>
 
-#include "markup_text.h"
-#include "memory_timeline.h"
+#include "cli/report/markup_text.h"
+#include "cli/report/memory_timeline.h"
 #include "planner/core/units.h"
 
 namespace longctx::cli {

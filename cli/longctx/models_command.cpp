@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "commands.h"
+#include "cli/common/commands.h"
 #include "planner/core/hardware.h"
 #include "planner/core/model_config.h"
 #include "planner/core/units.h"

@@ -1,4 +1,4 @@
-#include "local_launcher.h"
+#include "cli/longctx/local_launcher.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

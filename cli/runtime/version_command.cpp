@@ -1,6 +1,6 @@
 #include <fmt/format.h>
 
-#include "commands.h"
+#include "cli/common/commands.h"
 #include "longctx/runtime/build_info.h"
 
 namespace longctx::cli {

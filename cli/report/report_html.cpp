@@ -1,11 +1,11 @@
-#include "report_html.h"
+#include "cli/report/report_html.h"
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "markup_text.h"
+#include "cli/report/markup_text.h"
 #include "planner/core/units.h"
-#include "report_data.h"
+#include "cli/report/report_data.h"
 
 namespace longctx::cli {
 namespace {

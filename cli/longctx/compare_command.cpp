@@ -5,8 +5,8 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
-#include "cluster_options.h"
-#include "commands.h"
+#include "cli/longctx/cluster_options.h"
+#include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "planner/io/comparison.h"
 #include "planner/io/prediction_drift.h"

@@ -4,8 +4,8 @@
 
 #include <CLI/CLI.hpp>
 
-#include "commands.h"
-#include "parse_errors.h"
+#include "cli/common/commands.h"
+#include "cli/common/parse_errors.h"
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();

@@ -1,4 +1,4 @@
-#include "plan_output.h"
+#include "cli/longctx/plan_output.h"
 
 #include <algorithm>
 #include <fmt/format.h>

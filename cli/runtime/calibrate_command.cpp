@@ -8,7 +8,7 @@
 #include <nlohmann/json.hpp>
 #include <torch/torch.h>
 
-#include "commands.h"
+#include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "planner/search/request.h"
 #include "planner/core/units.h"

@@ -8,7 +8,7 @@
 // the op before, the first one absolute), since most categories change at few ops.
 #include <nlohmann/json.hpp>
 
-#include "memory_timeline.h"
+#include "cli/report/memory_timeline.h"
 
 namespace longctx::cli {
 

@@ -1,4 +1,4 @@
-#include "cluster_options.h"
+#include "cli/longctx/cluster_options.h"
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>

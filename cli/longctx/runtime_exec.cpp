@@ -1,4 +1,4 @@
-#include "runtime_exec.h"
+#include "cli/longctx/runtime_exec.h"
 
 #include <unistd.h>
 

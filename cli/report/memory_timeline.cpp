@@ -1,4 +1,4 @@
-#include "memory_timeline.h"
+#include "cli/report/memory_timeline.h"
 
 #include <algorithm>
 
