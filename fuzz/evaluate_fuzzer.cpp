@@ -49,13 +49,7 @@ const std::vector<longctx::Hardware>& hardware_presets() {
   return all;
 }
 
-}  // namespace
-
-using longctx::fuzz::fail;
-
-extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size_bytes) {
-  FuzzedDataProvider in(data, size_bytes);
-  longctx::Plan p;
+void draw_model(FuzzedDataProvider& in, longctx::Plan& p) {
   auto& m = p.model;
   m.name = "fuzz";
   m.model_type = in.ConsumeBool() ? "qwen3" : "llama";
@@ -71,14 +65,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   m.vocab = size(in, 1 << 17);
   m.tie_embeddings = in.ConsumeBool();
 
+}
+
+void draw_cluster(FuzzedDataProvider& in, longctx::Plan& p) {
   const auto& hw = hardware_presets();
-  if (hw.empty()) fail("no hardware presets");
+  if (hw.empty()) longctx::fuzz::fail("no hardware presets");
   p.cluster.hardware = hw[in.ConsumeIntegralInRange<std::size_t>(0, hw.size() - 1)];
   p.cluster.shape.nodes = size(in, 4);
   p.cluster.shape.gpus_per_node = size(in, 8);
   p.cluster.device_budget_bytes = size(in, std::int64_t{1} << 40);
   p.cluster.host_budget_bytes_per_node = size(in, std::int64_t{1} << 42);
 
+}
+
+void draw_train_and_knobs(FuzzedDataProvider& in, longctx::Plan& p) {
   p.train.seq = size(in, 1 << 20);
   p.train.micro_batch = size(in, 4);
   p.train.dtype = in.ConsumeBool() ? longctx::DType::FP32 : longctx::DType::BF16;
@@ -104,6 +104,10 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     par.ring_exchange = in.ConsumeBool() ? longctx::RingExchange::AllGather : longctx::RingExchange::P2p;
   }
 
+}
+
+void draw_stack(FuzzedDataProvider& in, longctx::Plan& p) {
+  auto& par = p.parallel;
   // Now and then the hf stack, mostly with the knobs it accepts (one GPU, no sharding, tiling
   // or offload, gradients in the parameters' dtype) so that its graph gets built.
   if (in.remaining_bytes() > 0 && in.ConsumeIntegral<std::uint8_t>() < 64) {
@@ -149,8 +153,20 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
       p.train.grad_dtype = longctx::DType::FP32;  // FSDP2's gradient shards
     }
   }
+}
 
-  if (!longctx::validate(p.model, p.cluster.shape, p.train, p.parallel)) return 0;
+}  // namespace
+
+using longctx::fuzz::fail;
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size_bytes) {
+  FuzzedDataProvider in(data, size_bytes);
+  longctx::Plan p;
+  draw_model(in, p);
+  draw_cluster(in, p);
+  draw_train_and_knobs(in, p);
+  draw_stack(in, p);
+  if (!longctx::validate(p)) return 0;
 
   const longctx::Prediction pr = longctx::predict(p);
   if (pr.peak_device_bytes < 0 || pr.peak_host_bytes < 0) fail("negative peak");

@@ -21,7 +21,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   if (j.is_discarded()) return 0;
   const auto plan = longctx::plan_from_json(j);
   if (!plan) return 0;
-  if (auto v = longctx::validate(plan->model, plan->cluster.shape, plan->train, plan->parallel); !v)
+  if (auto v = longctx::validate(*plan); !v)
     fail("plan_from_json accepted what validate() refuses:", v.error().what());
   const auto again = longctx::plan_from_json(longctx::plan_to_json(*plan));
   if (!again) fail("a written plan does not read back:", again.error().what());

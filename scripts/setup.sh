@@ -2,7 +2,8 @@
 # Installs what longctx needs and nothing else; a second run finishes in seconds.
 #
 #  - Debian packages: compiler tools, Boost.Graph, fmt, CLI11, nlohmann-json, GoogleTest,
-#    Google Benchmark, ccache; clang and its runtime (libFuzzer) for scripts/fuzz.sh.
+#    Google Benchmark, ccache; clang and its runtime (libFuzzer) for scripts/fuzz.sh;
+#    Chromium and its WebDriver for the headless-browser test of `explain --html`.
 #  - LibTorch 2.11.0 (CUDA 13.0 build, NCCL 2.28.9: the versions in /usr/local/cuda) taken from the torch wheel on PyPI, unpacked into
 #    ~/.cache/longctx/libtorch-<version> so every clone on this machine shares one copy.
 #    The CUDA Toolkit, cuDNN and NCCL come from /usr/local/cuda; the three runtime
@@ -20,7 +21,7 @@ WHEELS="$CACHE_ROOT/wheels"
 EXTRA_WHEELS=("nvidia-cufile==1.15.1.6" "nvidia-cusparselt-cu13==0.8.0" "nvidia-nvshmem-cu13==3.4.5")
 DEBIAN_PACKAGES=(cmake ninja-build g++ ccache libboost-graph-dev libfmt-dev libcli11-dev
                  nlohmann-json3-dev libgtest-dev libgmock-dev libbenchmark-dev libgloo-dev unzip python3-pip
-                 clang libclang-rt-dev zlib1g-dev)
+                 clang libclang-rt-dev zlib1g-dev chromium chromium-driver)
 
 log() { printf '[setup] %s\n' "$*" >&2; }
 

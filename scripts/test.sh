@@ -8,8 +8,9 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build=$(bash "$root/scripts/build.sh" | tail -n 1)
 cd "$build"
 ctest --output-on-failure -j 2 --timeout 600
-# Say why GPU tests were skipped, where they were.
+# Say why GPU tests were skipped, where they were; and the GPU kit's test (docs/gpu-kit.md).
 "$build/cli/longctx" --version | grep '^GPU:' || true
+if [ -f "$build/tests/gpukit/skipped.txt" ]; then echo "gpukit: $(cat "$build/tests/gpukit/skipped.txt")"; fi
 
 if [ "${LONGCTX_SKIP_ROBUSTNESS:-0}" != 1 ]; then
   bash "$root/scripts/sanitize.sh"

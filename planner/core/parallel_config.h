@@ -127,8 +127,20 @@ TileSplit tile_split(std::int64_t n, std::int64_t tiles);
 // when u exceeds K (u % K == 0).
 std::int64_t kv_heads_per_rank(const ModelConfig& m, int ulysses);
 
-// Every rule a configuration must satisfy, each failure naming the knob and the rule.
-Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t,
-                      const ParallelConfig& p);
+// How an error names the input it refuses: the CLI's flag (`--sharding`; requests from the
+// command line and from Python), or the plan file's field (`parallel.sharding`).
+enum class FieldNames { Flags, PlanKeys };
+
+struct Plan;
+// Every rule a plan must satisfy, each failure naming the input and the rule: the one
+// validation of command lines, plan files and Python requests. In order: the model, the
+// cluster and the length; each row of the settings table (settings.h: values the hardware
+// runs, options of the plan's stack only) and of the knob table (knobs.h: bounds,
+// requirements, the row's own rule, values only some stacks run); the few rules that span
+// rows; then the stack's own (its profile's: planner/stacks/profile.h). Implemented beside the
+// stack registry (planner/stacks/validate.cpp), whose profiles it asks.
+Result<bool> validate(const Plan& p, FieldNames names = FieldNames::Flags);
+// The same for the parts of a plan, on a CUDA device of the default hardware.
+Result<bool> validate(const ModelConfig& m, const Cluster& c, const TrainConfig& t, const ParallelConfig& p);
 
 }  // namespace longctx

@@ -1,18 +1,10 @@
+// The words of the stacks' options (the stack words are the registry's).
 #include "planner/core/stack.h"
 
 #include <fmt/format.h>
 
 namespace longctx {
 
-std::string to_string(StackKind k) {
-  switch (k) {
-    case StackKind::HF: return "hf";
-    case StackKind::Arctic: return "arctic";
-    case StackKind::Torchtitan: return "torchtitan";
-    case StackKind::Longctx: break;
-  }
-  return "longctx";
-}
 std::string to_string(HfAttention a) {
   switch (a) {
     case HfAttention::Eager: return "eager";
@@ -38,11 +30,6 @@ Result<E> parse_word(const std::string& text, const std::string& field, const E 
 
 }  // namespace
 
-Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field) {
-  static constexpr StackKind kAll[] = {StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan};
-  return parse_word(text, field, kAll, "longctx, hf, arctic, torchtitan");
-}
-
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field) {
   static constexpr HfAttention kAll[] = {HfAttention::Sdpa, HfAttention::Eager, HfAttention::FlashAttention2,
                                          HfAttention::FlashAttention3};
@@ -67,29 +54,6 @@ Result<HfLoss> parse_hf_loss(const std::string& text, const std::string& field) 
 Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field) {
   static constexpr ArcticModel kAll[] = {ArcticModel::Liger, ArcticModel::HuggingFace};
   return parse_word(text, field, kAll, "liger, huggingface");
-}
-
-StackSpec default_stack(StackKind k) {
-  StackSpec s;
-  s.kind = k;
-  // torchtitan's batches carry no attention_mask (its trainer passes the tokens alone).
-  if (k == StackKind::Torchtitan) s.attention_mask = false;
-  if (k == StackKind::Arctic) {
-    s.attention = HfAttention::FlashAttention2;
-    s.checkpointing = HfCheckpointing::Reentrant;
-  }
-  return s;
-}
-
-std::string describe(const StackSpec& s) {
-  if (s.kind == StackKind::Longctx) return "longctx";
-  if (s.kind == StackKind::Torchtitan)
-    return "torchtitan (its llama3 model, or qwen3 for q/k norms; sdpa; FSDP2 across GPUs; fused AdamW)";
-  if (s.kind == StackKind::Arctic)
-    return fmt::format("arctic ({} model, {}, DeepSpeed ZeRO-3)", to_string(s.arctic_model), to_string(s.attention));
-  return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {}, {} loss)", to_string(s.attention),
-                     to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer),
-                     to_string(s.loss));
 }
 
 }  // namespace longctx

@@ -7,9 +7,9 @@
 // torchtitan's training (`torchtitan`: its own llama3 and qwen3 model code, FSDP2 across
 // GPUs, its activation checkpointing policies, torch's fused AdamW).
 // docs/stacks.md lists what each keeps, op by op, with the source each figure comes from. A
-// stack is a property of the step like its dtype: the step builder writes that stack's ops
-// (planner/stacks/step/hf_*.cpp, arctic_*.cpp, torchtitan_fsdp2.cpp), and validate() (parallel_config.h) refuses the
-// knobs a stack cannot express, naming the stack.
+// stack is a property of the step like its dtype; everything a stack can express, and how its
+// step is written, is its profile's (planner/stacks/profile.h, one folder a stack). This
+// header holds the names and the options' values as plain data.
 #include <string>
 
 #include "common/result.h"
@@ -44,9 +44,11 @@ enum class HfOptimizer { AdamWTorchFused, AdamWTorch };
 // cross-entropy 256 tokens at a time, each chunk checkpointed, so the [n, V] logits never exist).
 enum class HfLoss { Transformers, TrlChunkedNll };
 
+// A stack and its options (the settings table's rows, settings.h); each stack takes some of
+// them (its profile's `options`) and keeps the others at its defaults.
 struct StackSpec {
   StackKind kind = StackKind::Longctx;
-  HfAttention attention = HfAttention::Sdpa;           // hf only
+  HfAttention attention = HfAttention::Sdpa;           // hf and arctic
   HfCheckpointing checkpointing = HfCheckpointing::NonReentrant;  // hf only, with checkpointing
   // hf only: whether the batch carries an attention_mask (all ones), as the Trainer's
   // tokenized batches do. Without one and without a cache (checkpointing), transformers
@@ -58,27 +60,26 @@ struct StackSpec {
   bool operator==(const StackSpec&) const = default;
 };
 
-std::string to_string(StackKind k);        // "longctx", "hf", "arctic", "torchtitan"
+// "longctx", "hf", "arctic", "torchtitan": the profiles' names (stacks/registry.cpp).
+std::string to_string(StackKind k);
 std::string to_string(HfAttention a);      // "sdpa", "eager"
 std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
 std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"
 std::string to_string(ArcticModel m);      // "liger", "huggingface"
 std::string to_string(HfLoss l);           // "transformers", "trl-chunked-nll"
 // Each error names `field` and lists the words it takes.
-Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field);
+Result<StackKind> parse_stack_kind(const std::string& text, const std::string& field);  // the registry's
 Result<HfAttention> parse_hf_attention(const std::string& text, const std::string& field);
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field);
 Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field);
 Result<HfLoss> parse_hf_loss(const std::string& text, const std::string& field);
 Result<ArcticModel> parse_arctic_model(const std::string& text, const std::string& field);
 
-// The stack's defaults: arctic's attention is flash_attention_2 and its checkpointing
-// transformers' default, reentrant (modeling_utils.py gradient_checkpointing_enable), which
-// ArcticTraining does not change.
+// The stack's defaults (its profile's, StackProfile::defaults).
 StackSpec default_stack(StackKind k);
 
 // "longctx", "hf (sdpa attention, non-reentrant checkpointing, attention_mask passed)", or
-// "arctic (liger model, flash_attention_2)".
+// "arctic (liger model, flash_attention_2)": its profile's description.
 std::string describe(const StackSpec& s);
 
 }  // namespace longctx

@@ -5,7 +5,7 @@
 // holds for a rank of `world`, and those it makes around a gather or a gradient reduction.
 // Every figure per rank, in bytes; e is the model's dtype (bf16: DeepSpeed's gradients and
 // partitions are in it too). Shapes: step_shapes.h. The ops that use them:
-// planner/stacks/step/arctic_zero.cpp.
+// planner/stacks/blocks/deepspeed_zero3.cpp.
 #include <cstdint>
 
 #include "planner/footprint/step_shapes.h"

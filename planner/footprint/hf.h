@@ -3,7 +3,7 @@
 // (transformers 4.57, models/llama/modeling_llama.py and the Qwen2/Qwen3/Mistral copies of
 // it) and torch.optim.AdamW allocate beyond their ops' outputs, op by op as autograd runs
 // them. Shapes: step_shapes.h; every figure is per rank, e bytes an element of the model's
-// dtype. The ops that use them: planner/stacks/step/hf_layer.cpp and hf_model.cpp.
+// dtype. The ops that use them: planner/stacks/blocks/hf_*.cpp and planner/stacks/hf/step.cpp.
 #include <cstdint>
 
 #include "planner/footprint/step_shapes.h"

@@ -2,7 +2,7 @@
 // Liger-Kernel's Llama kernels (v0.5.10, src/liger_kernel/ops/), which ArcticTraining's
 // `liger` model patches into transformers (transformers/monkey_patch.py,
 // apply_liger_kernel_to_llama): what each allocates beyond its outputs. Shapes: step_shapes.h.
-// The ops that use them: planner/stacks/step/liger.cpp.
+// The ops that use them: planner/stacks/blocks/liger.cpp, planner/stacks/arctic/step.cpp.
 #include <cstdint>
 
 #include "planner/footprint/step_shapes.h"

@@ -3,7 +3,7 @@
 // models/llama3/model/model.py) allocates beyond its ops' outputs where it differs from
 // transformers' (footprint/hf.h, whose layer it otherwise shares). Shapes: step_shapes.h;
 // figures per rank, e bytes an element of the model's dtype. The ops that use them:
-// planner/stacks/step/hf_layer.cpp and hf_model.cpp, under torchtitan(sb).
+// planner/stacks/torchtitan/ (model.cpp, context_parallel.cpp, step.cpp).
 #include <cstdint>
 
 #include "planner/footprint/step_shapes.h"

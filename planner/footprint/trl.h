@@ -6,7 +6,7 @@
 // states' rows are shifted against the labels, gathered valid-first by an argsort of the
 // label mask, and cut into chunks of 256 rows, each run under non-reentrant
 // torch.utils.checkpoint, so no [n, V] tensor ever exists. Shapes: step_shapes.h; every figure
-// is per rank, e bytes an element of the model's dtype. The ops: planner/stacks/step/trl_loss.cpp.
+// is per rank, e bytes an element of the model's dtype. The ops: planner/stacks/blocks/trl_loss.cpp.
 #include <cstdint>
 
 #include "planner/footprint/step_shapes.h"

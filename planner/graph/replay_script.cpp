@@ -18,13 +18,14 @@ using Kind = ScriptItem::Kind;
 void write_items(const std::vector<AllocatorEvent>& events, ReplayScript& s) {
   s.items.reserve(events.size() * 5 / 4 + 1);
   std::vector<int> requested;  // block -> its last Allocate item
-  int op = -2;
+  int op = -2, step = 0;
   bool freeing = false;
-  auto note = [&](int at) { s.items.push_back({Kind::Note, 0, at, 0, 0, -1}); };
+  auto note = [&](int at) { s.items.push_back({Kind::Note, 0, at, 0, 0, -1, step}); };
   for (const AllocatorEvent& e : events) {
     if (e.op != op || (e.allocate && freeing)) {
       if (op != -2 && !freeing) note(op);
       op = e.op;
+      step = e.step;
       freeing = false;
     }
     const auto b = static_cast<std::size_t>(e.block);

@@ -19,6 +19,7 @@ struct ScriptItem {
   int block = 0;           // Allocate, Free: the block (allocator_events.h)
   std::int64_t bytes = 0;  // Allocate: as requested
   int request = -1;        // Free: the index of the Allocate item whose block it returns
+  int step = 0;            // Note: the step (0 or 1) of the op noted
 };
 
 // Items [start, end) are each like the item `period` after it (alike()): items

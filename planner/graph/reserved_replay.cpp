@@ -1,6 +1,7 @@
 #include "planner/graph/reserved_replay.h"
 
 #include <array>
+#include <functional>
 #include <utility>
 #include <vector>
 
@@ -15,8 +16,9 @@ using Kind = ScriptItem::Kind;
 
 class Replayer {
  public:
-  Replayer(const ReplayScript& script, const AllocatorSettings& settings, const ReplayOptions& options)
-      : script_(script), settings_(settings), options_(options),
+  Replayer(const ReplayScript& script, const AllocatorSettings& settings, const ReplayOptions& options,
+           const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
+      : script_(script), settings_(settings), options_(options), at_op_(at_op),
         models_(static_cast<std::size_t>(script.streams), CachingAllocatorModel(settings)),
         handle_(static_cast<std::size_t>(script.blocks), -1), holder_(static_cast<std::size_t>(script.streams)) {}
 
@@ -42,9 +44,10 @@ class Replayer {
   }
 
   // Reserved bytes as an op's outputs and workspace stand (replay_script.cpp says when).
-  void note(int op) {
+  void note(int op, int step) {
     if (r_.first_failed_op < 0 && failures() > 0) r_.first_failed_op = op;
     const std::int64_t reserved = total(&CachingAllocatorModel::reserved);
+    if (at_op_ != nullptr) (*at_op_)(ReservedAtOp{op, step, reserved});
     if (reserved > r_.peak_reserved) {
       r_.peak_reserved = reserved;
       r_.allocated_at_peak = total(&CachingAllocatorModel::allocated);
@@ -68,17 +71,18 @@ class Replayer {
     holders.resize(static_cast<std::size_t>(handle) + 1, -1);
     holders[static_cast<std::size_t>(handle)] = i;
     if (options_.stop_at_failure && m.failures() > failed) {
-      note(next_noted_op(i));  // where the whole replay would first see the failure
+      const ScriptItem* next = next_note(i);  // where the whole replay would first see the failure
+      note(next != nullptr ? next->op : -1, next != nullptr ? next->step : 0);
       r_.failed_requests = failures();
       stopped_ = true;
     }
   }
 
-  // The op of the first note at or after item i that names an op (not the step's start).
-  int next_noted_op(int i) const {
+  // The first note at or after item i that names an op (not the step's start), if any.
+  const ScriptItem* next_note(int i) const {
     for (auto it = script_.items.begin() + i; it != script_.items.end(); ++it)
-      if (it->kind == Kind::Note && it->op >= 0) return it->op;
-    return -1;
+      if (it->kind == Kind::Note && it->op >= 0) return &*it;
+    return nullptr;
   }
 
   void replay(int i) {
@@ -91,7 +95,7 @@ class Replayer {
         handle = -1;
         break;
       }
-      case Kind::Note: note(item.op); break;
+      case Kind::Note: note(item.op, item.step); break;
     }
   }
 
@@ -116,6 +120,7 @@ class Replayer {
   const ReplayScript& script_;
   AllocatorSettings settings_;
   ReplayOptions options_;
+  const std::function<void(const ReservedAtOp&)>* at_op_;  // null: nothing sees the notes
   std::vector<CachingAllocatorModel> models_;
   std::vector<int> handle_;               // block -> the handle its model gave it, -1 when not held
   std::vector<std::vector<int>> holder_;  // stream -> handle -> the Allocate item that requested it
@@ -165,14 +170,29 @@ void Replayer::jump(int period, int skipped) {
 
 }  // namespace
 
-ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options) {
+namespace {
+
+ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
+                              const std::function<void(const ReservedAtOp&)>* at_op) {
   const ReplayScript script = replay_script(graph);
-  const ReservedReplay r = Replayer(script, settings, options).run();
+  const ReservedReplay r = Replayer(script, settings, options, at_op).run();
   WorkCounts& counts = work_counts();
   ++counts.replays;
   counts.replayed_items += r.replayed_items;
   counts.skipped_items += r.skipped_items;
   return r;
+}
+
+}  // namespace
+
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options) {
+  return counted_replay(graph, settings, options, nullptr);
+}
+
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings,
+                               const std::function<void(const ReservedAtOp&)>& at_op) {
+  // Every note is seen: no stretch skipped.
+  return counted_replay(graph, settings, {.stop_at_failure = false, .skip_repeats = false}, &at_op);
 }
 
 }  // namespace longctx

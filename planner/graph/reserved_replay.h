@@ -15,6 +15,7 @@
 // them: the replay skips ahead where it finds it does (replay_repeats.h says why that is
 // exact), so a replay costs about as much for 80 layers as for 8.
 #include <cstdint>
+#include <functional>
 
 #include "planner/graph/allocator_events.h"
 #include "planner/graph/allocator_model.h"
@@ -42,5 +43,20 @@ struct ReplayOptions {
 };
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options = {});
+
+// Every stream's reserved bytes as the replay notes them while op `op` (-1: before the first
+// op) of step `step` runs: once its outputs and workspace are allocated, and again where it
+// allocates after freeing (a workspace sequence). An op that asks nothing of the allocator is
+// not noted: it runs with what the last noting saw, since only requests change what is reserved.
+struct ReservedAtOp {
+  int op = -1;
+  int step = 0;
+  std::int64_t reserved = 0;
+};
+
+// The whole replay (nothing skipped), `at_op` seeing each noting in order: the per-op picture
+// `explain` draws.
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings,
+                               const std::function<void(const ReservedAtOp&)>& at_op);
 
 }  // namespace longctx

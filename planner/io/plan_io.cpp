@@ -9,6 +9,8 @@
 #include "planner/core/knobs.h"
 #include "planner/core/limits.h"
 #include "planner/core/plan.h"
+#include "planner/core/settings.h"
+#include "planner/stacks/profile.h"
 
 #include "common/atomic_file.h"
 
@@ -49,27 +51,121 @@ Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& predi
   return out;
 }
 
+// The settings (settings.h) as the plan file holds them under "train": the dtypes, and the
+// stack, written only when it is not the default one (plan files that predate it read as
+// longctx's) with the options that stack takes. `key` "stack.attention" is train.stack.attention.
+nlohmann::json& at_key(nlohmann::json& train, const std::string& key) {
+  const auto dot = key.find('.');
+  return dot == std::string::npos ? train[key] : train[key.substr(0, dot)][key.substr(dot + 1)];
+}
+
+bool in_stack_object(const Setting& s) { return std::string(s.rule.key).rfind("stack.", 0) == 0; }
+std::string leaf(const Setting& s) {
+  const std::string key = s.rule.key;
+  return key.substr(key.rfind('.') + 1);  // npos + 1: the whole key
+}
+
+void settings_to_json(const TrainConfig& t, nlohmann::json& train) {
+  const StackProfile& stack = stack_profile(t.stack.kind);
+  const bool is_default = &stack == stack_profiles().front();
+  for (const Setting& s : setting_table()) {
+    if ((in_stack_object(s) && is_default) || (s.rule.option && !takes_option(stack, s.id))) continue;
+    const KnobValue v = setting_value(t, s.id);
+    at_key(train, s.rule.key) = s.kind == KnobKind::Switch ? nlohmann::json(v != 0) : nlohmann::json(format_setting(s.id, v));
+  }
+}
+
+Result<KnobValue> setting_from_json(const nlohmann::json& object, const std::string& prefix, const Setting& s) {
+  using namespace json_fields;
+  if (s.kind == KnobKind::Switch) {
+    LONGCTX_TRY(const bool b, get_bool(object, prefix, leaf(s)));
+    return b ? 1 : 0;
+  }
+  LONGCTX_TRY(const std::string text, get_string(object, prefix, leaf(s)));
+  return parse_setting(s.id, text, s.key);
+}
+
+Result<bool> settings_from_json(const nlohmann::json& train, TrainConfig& t) {
+  for (const Setting& s : setting_table()) {
+    if (in_stack_object(s)) continue;
+    LONGCTX_TRY(const KnobValue v, setting_from_json(train, "train", s));
+    set_setting(t, s.id, v);
+  }
+  t.stack = stack_profiles().front()->defaults;
+  if (!train.contains("stack")) return true;
+  LONGCTX_TRY(const auto object, json_fields::get_object(train, "train", "stack"));
+  LONGCTX_TRY(const KnobValue kind, setting_from_json(object, "train.stack", setting(SettingId::stack)));
+  const StackProfile& stack = stack_profile(static_cast<StackKind>(kind));
+  t.stack = stack.defaults;
+  for (const SettingId id : stack.options) {
+    const Setting& s = setting(id);
+    // An option added after plan files were written: such a file ran with the stack's default.
+    if (s.rule.optional_in_file && !object.contains(leaf(s))) continue;
+    LONGCTX_TRY(const KnobValue v, setting_from_json(object, "train.stack", s));
+    set_setting(t, id, v);
+  }
+  return true;
+}
+
+Result<ClusterSpec> cluster_from_json(const nlohmann::json& cluster) {
+  using namespace json_fields;
+  ClusterSpec c;
+  LONGCTX_TRY(c.shape.nodes, get_int(cluster, "cluster", "nodes", 1, limits::kMaxGpus));
+  LONGCTX_TRY(c.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node", 1, limits::kMaxGpusPerNode));
+  // "gpus" is written for readers; one that disagrees with nodes x gpus_per_node was edited
+  // by hand, and which of the two was meant cannot be told.
+  if (cluster.contains("gpus")) {
+    LONGCTX_TRY(const auto gpus, get_int(cluster, "cluster", "gpus", 1, limits::kMaxGpus));
+    if (gpus != c.shape.world())
+      return Error::bad_input("cluster.gpus", fmt::format("{} disagrees with nodes x gpus_per_node = {} x {}; make them "
+                                                          "agree (the run starts nodes x gpus_per_node ranks: --nproc {})",
+                                                          gpus, c.shape.nodes, c.shape.gpus_per_node,
+                                                          c.shape.world()));
+  }
+  LONGCTX_TRY(auto hw, get_object(cluster, "cluster", "hardware"));
+  LONGCTX_TRY(c.hardware, hardware_from_json(hw));
+  LONGCTX_TRY(c.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes", 1, limits::kMaxBytes));
+  LONGCTX_TRY(c.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node", 1, limits::kMaxBytes));
+  if (cluster.contains("expandable_segments")) {
+    LONGCTX_TRY(c.expandable_segments, get_bool(cluster, "cluster", "expandable_segments"));
+  }
+  return c;
+}
+
+Result<Prediction> prediction_from_json(const nlohmann::json& pr) {
+  using namespace json_fields;
+  Prediction out;
+  LONGCTX_TRY(out.feasible, get_bool(pr, "prediction", "feasible"));
+  LONGCTX_TRY(out.peak_device_bytes, get_int(pr, "prediction", "peak_device_bytes", 0));
+  LONGCTX_TRY(out.peak_host_bytes, get_int(pr, "prediction", "peak_host_bytes", 0));
+  // Absent from plan files written before the reserved figure was predicted.
+  if (pr.contains("peak_reserved_bytes")) {
+    LONGCTX_TRY(out.peak_reserved_bytes, get_int(pr, "prediction", "peak_reserved_bytes", 0));
+  }
+  if (pr.contains("peak_nvidia_smi_bytes")) {
+    LONGCTX_TRY(out.peak_nvidia_smi_bytes, get_int(pr, "prediction", "peak_nvidia_smi_bytes", 0));
+  }
+  if (pr.contains("reserved_peak_at") && pr["reserved_peak_at"].is_string()) out.reserved_peak_at = pr["reserved_peak_at"];
+  if (auto b = pr.find("breakdown"); b != pr.end() && b->is_object())
+    for (auto& [k, v] : b->items())
+      if (v.is_number_integer()) out.breakdown[k] = v.get<std::int64_t>();
+  if (pr.contains("peak_at") && pr["peak_at"].is_string()) out.peak_at = pr["peak_at"];
+  if (pr.contains("step_time_s") && pr["step_time_s"].is_number()) out.step_time_s = pr["step_time_s"];
+  if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) out.tokens_per_s = pr["tokens_per_s"];
+  if (pr.contains("mfu") && pr["mfu"].is_number()) out.mfu = pr["mfu"];
+  if (pr.contains("binding") && pr["binding"].is_string()) out.binding = pr["binding"];
+  LONGCTX_TRY(out.phases, phases_from_json(pr));
+  return out;
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const Plan& p) {
   nlohmann::json breakdown = nlohmann::json::object();
   for (const auto& [k, v] : p.prediction.breakdown) breakdown[k] = v;
-  nlohmann::json train = {{"seq", p.train.seq}, {"dtype", to_string(p.train.dtype)}, {"grad_dtype", to_string(p.train.grad_dtype)}};
+  nlohmann::json train = {{"seq", p.train.seq}};
+  settings_to_json(p.train, train);
   knobs_to_json(p, "train", train);
-  // The stack, written only when it is not longctx's own runtime (plan files that predate it
-  // read as longctx's), with the options that stack has.
-  const StackSpec& st = p.train.stack;
-  if (st.kind == StackKind::HF)
-    train["stack"] = {{"name", to_string(st.kind)},
-                      {"attention", to_string(st.attention)},
-                      {"checkpointing", to_string(st.checkpointing)},
-                      {"attention_mask", st.attention_mask},
-                      {"optimizer", to_string(st.optimizer)},
-                      {"loss", to_string(st.loss)}};
-  if (st.kind == StackKind::Torchtitan) train["stack"] = {{"name", to_string(st.kind)}};
-  if (st.kind == StackKind::Arctic)
-    train["stack"] = {{"name", to_string(st.kind)}, {"attention", to_string(st.attention)},
-                      {"arctic_model", to_string(st.arctic_model)}};
   // Derived, for readers: the length the layout runs (parallel_config.h, padded_seq) and its
   // padding per sample, which costs memory and time but no loss.
   train["padded_seq"] = padded_seq(p.train.seq, p.parallel);
@@ -118,67 +214,21 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(p.model, model_from_json(model, name));
 
   LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));
-  LONGCTX_TRY(p.cluster.shape.nodes, get_int(cluster, "cluster", "nodes", 1, limits::kMaxGpus));
-  LONGCTX_TRY(p.cluster.shape.gpus_per_node, get_int(cluster, "cluster", "gpus_per_node", 1, limits::kMaxGpusPerNode));
-  // "gpus" is written for readers; one that disagrees with nodes x gpus_per_node was edited
-  // by hand, and which of the two was meant cannot be told.
-  if (cluster.contains("gpus")) {
-    LONGCTX_TRY(const auto gpus, get_int(cluster, "cluster", "gpus", 1, limits::kMaxGpus));
-    if (gpus != p.cluster.shape.world())
-      return Error::bad_input("cluster.gpus", fmt::format("{} disagrees with nodes x gpus_per_node = {} x {}; make them "
-                                                          "agree (the run starts nodes x gpus_per_node ranks: --nproc {})",
-                                                          gpus, p.cluster.shape.nodes, p.cluster.shape.gpus_per_node,
-                                                          p.cluster.shape.world()));
-  }
-  LONGCTX_TRY(auto hw, get_object(cluster, "cluster", "hardware"));
-  LONGCTX_TRY(p.cluster.hardware, hardware_from_json(hw));
-  LONGCTX_TRY(p.cluster.device_budget_bytes, get_int(cluster, "cluster", "device_budget_bytes", 1, limits::kMaxBytes));
-  LONGCTX_TRY(p.cluster.host_budget_bytes_per_node, get_int(cluster, "cluster", "host_budget_bytes_per_node", 1, limits::kMaxBytes));
-  if (cluster.contains("expandable_segments")) {
-    LONGCTX_TRY(p.cluster.expandable_segments, get_bool(cluster, "cluster", "expandable_segments"));
-  }
+  LONGCTX_TRY(p.cluster, cluster_from_json(cluster));
 
   LONGCTX_TRY(auto train, get_object(j, "", "train"));
   LONGCTX_TRY(p.train.seq, get_int(train, "train", "seq", 1, limits::kMaxSeq));
-  LONGCTX_TRY(auto dtype, get_string(train, "train", "dtype"));
-  LONGCTX_TRY(p.train.dtype, parse_dtype(dtype, "train.dtype"));
-  LONGCTX_TRY(auto gdtype, get_string(train, "train", "grad_dtype"));
-  LONGCTX_TRY(p.train.grad_dtype, parse_dtype(gdtype, "train.grad_dtype"));
+  LONGCTX_TRY(auto settings, settings_from_json(train, p.train));
+  (void)settings;
   LONGCTX_TRY(auto train_knobs, knobs_from_json(train, "train", p));
   (void)train_knobs;
-  if (train.contains("stack")) {
-    LONGCTX_TRY(auto stack, get_object(train, "train", "stack"));
-    LONGCTX_TRY(auto kind_text, get_string(stack, "train.stack", "name"));
-    LONGCTX_TRY(const StackKind kind, parse_stack_kind(kind_text, "train.stack.name"));
-    p.train.stack = default_stack(kind);
-    StackSpec& st = p.train.stack;
-    if (kind == StackKind::HF || kind == StackKind::Arctic) {
-      LONGCTX_TRY(auto attention, get_string(stack, "train.stack", "attention"));
-      LONGCTX_TRY(st.attention, parse_hf_attention(attention, "train.stack.attention"));
-    }
-    if (kind == StackKind::HF) {
-      LONGCTX_TRY(auto checkpointing, get_string(stack, "train.stack", "checkpointing"));
-      LONGCTX_TRY(st.checkpointing, parse_hf_checkpointing(checkpointing, "train.stack.checkpointing"));
-      LONGCTX_TRY(st.attention_mask, get_bool(stack, "train.stack", "attention_mask"));
-      LONGCTX_TRY(auto optimizer, get_string(stack, "train.stack", "optimizer"));
-      LONGCTX_TRY(st.optimizer, parse_hf_optimizer(optimizer, "train.stack.optimizer"));
-      // Plans written before TRL's loss was modelled computed transformers' own.
-      if (stack.contains("loss")) {
-        LONGCTX_TRY(auto loss, get_string(stack, "train.stack", "loss"));
-        LONGCTX_TRY(st.loss, parse_hf_loss(loss, "train.stack.loss"));
-      }
-    }
-    if (kind == StackKind::Arctic) {
-      LONGCTX_TRY(auto model, get_string(stack, "train.stack", "arctic_model"));
-      LONGCTX_TRY(st.arctic_model, parse_arctic_model(model, "train.stack.arctic_model"));
-    }
-  }
 
   LONGCTX_TRY(auto par, get_object(j, "", "parallel"));
   LONGCTX_TRY(auto parallel_knobs, knobs_from_json(par, "parallel", p));
   (void)parallel_knobs;
 
-  LONGCTX_TRY(auto ok, validate(p.model, p.cluster.shape, p.train, p.parallel));
+  // What the CLI would refuse, a plan file is refused alike, naming its field.
+  LONGCTX_TRY(auto ok, validate(p, FieldNames::PlanKeys));
   (void)ok;
   // The derived padding, where written, must be this longctx's: else the file was edited by
   // hand or written under another padding rule.
@@ -192,27 +242,7 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   }
 
   if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
-    const auto& pr = *it;
-    LONGCTX_TRY(p.prediction.feasible, get_bool(pr, "prediction", "feasible"));
-    LONGCTX_TRY(p.prediction.peak_device_bytes, get_int(pr, "prediction", "peak_device_bytes", 0));
-    LONGCTX_TRY(p.prediction.peak_host_bytes, get_int(pr, "prediction", "peak_host_bytes", 0));
-    // Absent from plan files written before the reserved figure was predicted.
-    if (pr.contains("peak_reserved_bytes")) {
-      LONGCTX_TRY(p.prediction.peak_reserved_bytes, get_int(pr, "prediction", "peak_reserved_bytes", 0));
-    }
-    if (pr.contains("peak_nvidia_smi_bytes")) {
-      LONGCTX_TRY(p.prediction.peak_nvidia_smi_bytes, get_int(pr, "prediction", "peak_nvidia_smi_bytes", 0));
-    }
-    if (pr.contains("reserved_peak_at") && pr["reserved_peak_at"].is_string()) p.prediction.reserved_peak_at = pr["reserved_peak_at"];
-    if (auto b = pr.find("breakdown"); b != pr.end() && b->is_object())
-      for (auto& [k, v] : b->items())
-        if (v.is_number_integer()) p.prediction.breakdown[k] = v.get<std::int64_t>();
-    if (pr.contains("peak_at") && pr["peak_at"].is_string()) p.prediction.peak_at = pr["peak_at"];
-    if (pr.contains("step_time_s") && pr["step_time_s"].is_number()) p.prediction.step_time_s = pr["step_time_s"];
-    if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) p.prediction.tokens_per_s = pr["tokens_per_s"];
-    if (pr.contains("mfu") && pr["mfu"].is_number()) p.prediction.mfu = pr["mfu"];
-    if (pr.contains("binding") && pr["binding"].is_string()) p.prediction.binding = pr["binding"];
-    LONGCTX_TRY(p.prediction.phases, phases_from_json(pr));
+    LONGCTX_TRY(p.prediction, prediction_from_json(*it));
   }
   return p;
 }

@@ -63,12 +63,12 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
   if (!has(allowed, Technique::Ulysses)) return "";
   for (std::int64_t u = plan.parallel.ulysses + 1; u <= base.cluster.shape.world(); ++u) {
     if (base.cluster.shape.world() % u != 0) continue;
-    Plan p = with_fine(plan, 0, 1, 1);
+    Plan p = with_fine(plan, plain_fine());
     p.parallel.ulysses = static_cast<int>(u);
     p.parallel.ring = 1;
     p.train.seq = u * min_tile_tokens(base.model);
     conform_to_stack(p.model, p.cluster.shape, p.train, p.parallel);
-    auto v = validate(p.model, p.cluster.shape, p.train, p.parallel);
+    auto v = validate(p);
     if (!v) return fmt::format("ulysses {}: {}", u, v.error().message);
   }
   return "";
@@ -77,7 +77,7 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
 // The largest Ulysses degree the heads' rules allow on this cluster (the search's own
 // candidates, knobs.h), or 1.
 std::int64_t largest_ulysses(const Plan& base) {
-  Plan p = with_fine(base, 0, 1, 1);
+  Plan p = with_fine(base, plain_fine());
   p.parallel = ParallelConfig{};
   p.train.seq = min_tile_tokens(base.model);
   const auto degrees = knob_candidates(KnobId::ulysses, p, all_techniques(), {});
@@ -125,12 +125,12 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   // Bounds first (limits.h): the model and the cluster are checked before any search, which
   // loops over the GPUs' divisors and builds graphs as large as the model.
   {
-    TrainConfig one = base.train;
-    one.seq = 1;
-    one.micro_batch = 1;
-    ParallelConfig plain;
-    conform_to_stack(base.model, base.cluster.shape, one, plain);
-    LONGCTX_TRY(auto ok, validate(base.model, base.cluster.shape, one, plain));
+    Plan one = base;
+    one.train.seq = 1;
+    one.train.micro_batch = 1;
+    one.parallel = ParallelConfig{};
+    conform_to_stack(one.model, one.cluster.shape, one.train, one.parallel);
+    LONGCTX_TRY(auto ok, validate(one));
     (void)ok;
   }
   if (base.cluster.device_budget_bytes < 1 || base.cluster.device_budget_bytes > limits::kMaxBytes)

@@ -9,6 +9,7 @@
 #include "planner/core/limits.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
+#include "planner/stacks/profile.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/search/max_seq.h"
 #include "planner/search/search_space.h"
@@ -22,7 +23,7 @@ namespace {
 // The tiles are the search's finest candidate (knobs.cpp): tiles of at most the smallest
 // length, exactly that length at the multiples of the grid the bounds are taken at.
 Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobValue chunk) {
-  Plan p = with_fine(c, 0, 1, 1);
+  Plan p = with_fine(c, plain_fine());
   p.train.seq = seq;
   const std::int64_t n = tokens_per_rank(p.train, c.parallel), tile = min_tile_tokens(c.model);
   const std::int64_t tiles = std::min((n + tile - 1) / tile, limits::kMaxTiles);
@@ -113,15 +114,16 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
 // host memory only grows when offloaded gradients arrive during backward, as zero2's do),
 // and the ring's all-gather exchange: the same step as with hops but for every rank's k/v
 // and every holder's dk/dv accumulators held where hops hold two of each
-// (footprint/ring_attention.h), so it never reaches further; except under torchtitan, whose
-// context parallel trains with all-gather only.
+// (footprint/ring_attention.h), so it never reaches further; except under a stack whose ring
+// runs all-gather only (torchtitan's context parallel: its profile's ring_exchange).
 std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
+  const StackProfile& stack = stack_profile(base.train.stack.kind);
   Knobs k;
   k.micro_batch = 1;
   std::vector<Plan> out;
   for (const Plan& c : coarse_choices(base, a, k)) {
     const ParallelConfig& p = c.parallel;
-    if (p.ring_exchange == RingExchange::AllGather && base.train.stack.kind != StackKind::Torchtitan) continue;
+    if (p.ring_exchange == RingExchange::AllGather && stack.ring_exchange != RingExchange::AllGather) continue;
     if (p.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
     if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
     if (p.sharding == Sharding::None && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
@@ -196,7 +198,8 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
     const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
     for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
       if (*it == at.parallel.mlp_tiles) continue;
-      const Plan coarser = with_fine(at, at.parallel.head_chunk, *it, at.parallel.loss_tiles);
+      Plan coarser = at;
+      set_knob(coarser, KnobId::mlp_tiles, *it);
       if (valid(coarser) && fits_reserved(coarser)) return true;
     }
     return false;
@@ -342,9 +345,8 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
       if (fit != tokens) granularity = std::max(granularity, m.grid);
       tokens = std::max(fit, top.tokens);
     }
-    // torchtitan pads nothing: under its context parallel only multiples of 2 x R plan.
-    if (m.coarse.train.stack.kind == StackKind::Torchtitan && m.coarse.parallel.ring > 1)
-      granularity = std::max(granularity, u);
+    // A stack that pads nothing (torchtitan) plans only multiples of the layout's step.
+    if (!stack_profile(m.coarse.train.stack.kind).pads_sequence && u > 1) granularity = std::max(granularity, u);
     found.emplace_back(tokens, m);
     best = std::max(best, tokens);
   }

@@ -9,6 +9,7 @@
 #include "planner/search/phase_peaks.h"
 #include "planner/core/units.h"
 #include "planner/stacks/profile.h"
+#include "planner/stacks/stack_tiles.h"
 
 namespace longctx {
 
@@ -19,6 +20,59 @@ Result<ModelConfig> resolve_model(const ClusterRequest& o) {
     return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
   return model_from_json(j, o.model);
 }
+
+namespace {
+
+using GivenSettings = std::vector<std::pair<SettingId, std::string>>;
+
+void add_given(GivenSettings& out, SettingId id, const std::string& text) {
+  if (!text.empty()) out.emplace_back(id, text);
+}
+// A switch's flag given: the value it sets, as text.
+void add_given(GivenSettings& out, SettingId id, bool flag) {
+  if (flag) out.emplace_back(id, setting(id).rule.negated ? "false" : "true");
+}
+
+// The settings the request gives, in table order, as text.
+GivenSettings given_settings(const ClusterRequest& o) {
+  GivenSettings out;
+#define LONGCTX_SETTING_GIVEN(field, Type, member, rule) add_given(out, SettingId::field, o.field);
+  LONGCTX_SETTING_TABLE(LONGCTX_SETTING_GIVEN)
+#undef LONGCTX_SETTING_GIVEN
+  return out;
+}
+
+// The stack and its defaults, then every setting given: a stack's option only for a stack
+// that takes it. What the settings may be together, and on the hardware, is validate()'s.
+Result<bool> resolve_settings(const ClusterRequest& o, Plan& p) {
+  StackKind kind = stack_profiles().front()->kind;
+  if (!o.stack.empty()) {
+    LONGCTX_TRY(kind, parse_stack_kind(o.stack, setting(SettingId::stack).flag));
+  }
+  const StackProfile& stack = stack_profile(kind);
+  p.train.stack = stack.defaults;
+  if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
+  for (const auto& [id, text] : given_settings(o)) {
+    const Setting& s = setting(id);
+    if (id == SettingId::stack) continue;
+    if (s.rule.option && !takes_option(stack, id))
+      return Error::bad_input(s.flag, fmt::format("{}; it needs {}", s.rule.option, stacks_taking(id)));
+    LONGCTX_TRY(const KnobValue v, parse_setting(id, text, s.flag));
+    set_setting(p.train, id, v);
+  }
+  if (o.grad_dtype.empty()) {
+    // Autograd's gradients are in the parameters' dtype: longctx's runtime keeps them so on
+    // every device (measured on an H100: fp32 gradients predicted for bf16 parameters put
+    // each backward phase up to 14% over the caching allocator's peak), as transformers does;
+    // a stack that keeps another dtype says so (torchtitan's FSDP2: fp32 shards).
+    p.train.grad_dtype = p.train.dtype;
+    if (stack.kept_grads)
+      if (const auto kept = stack.kept_grads(p)) p.train.grad_dtype = kept->dtype;
+  }
+  return true;
+}
+
+}  // namespace
 
 Result<Plan> resolve_cluster(const ClusterRequest& o) {
   Plan p;
@@ -51,98 +105,34 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
   if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
     return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
   p.cluster.expandable_segments = o.expandable_segments;
-  if (o.expandable_segments && p.cluster.hardware.backend != Backend::Cuda)
-    return Error::bad_input("--expandable-segments", "is a setting of the CUDA caching allocator; the CPU virtual device "
-                                                     "allocates exactly what is asked; leave it out or pick a GPU preset");
-  if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
-  if (!o.dtype.empty()) {
-    LONGCTX_TRY(p.train.dtype, parse_dtype(o.dtype, "--dtype"));
-  }
-  LONGCTX_TRY(const StackKind stack, parse_stack_kind(o.stack, "--stack"));
-  p.train.stack = default_stack(stack);
-  const bool hf = stack == StackKind::HF, arctic = stack == StackKind::Arctic;
-  const char* hf_flag = !o.hf_checkpointing.empty()   ? "--hf-checkpointing"
-                        : !o.hf_optimizer.empty()       ? "--hf-optimizer"
-                        : !o.hf_loss.empty()            ? "--hf-loss"
-                        : o.hf_no_attention_mask        ? "--hf-no-attention-mask"
-                                                        : nullptr;
-  if (!hf && hf_flag != nullptr)
-    return Error::bad_input(hf_flag, "describes how transformers runs the step; it needs --stack hf");
-  if (!hf && !arctic && !o.attention.empty())
-    return Error::bad_input("--attention", "is transformers' attn_implementation; it needs --stack hf or --stack arctic");
-  if (!arctic && !o.arctic_model.empty())
-    return Error::bad_input("--arctic-model", "is ArcticTraining's model.type; it needs --stack arctic");
-  if (arctic && p.cluster.hardware.backend != Backend::Cuda)
-    return Error::bad_input("--gpu", "--stack arctic runs DeepSpeed and flash attention on CUDA GPUs; pick a GPU preset "
-                                     "(h100-80gb, h200-141gb, a100-80gb)");
-  if (!o.arctic_model.empty()) {
-    LONGCTX_TRY(p.train.stack.arctic_model, parse_arctic_model(o.arctic_model, "--arctic-model"));
-  }
-  if (!o.hf_optimizer.empty()) {
-    LONGCTX_TRY(p.train.stack.optimizer, parse_hf_optimizer(o.hf_optimizer, "--hf-optimizer"));
-  }
-  if (!o.hf_loss.empty()) {
-    LONGCTX_TRY(p.train.stack.loss, parse_hf_loss(o.hf_loss, "--hf-loss"));
-  }
-  if (hf) p.train.stack.attention_mask = !o.hf_no_attention_mask;
-  if (!o.attention.empty()) {
-    LONGCTX_TRY(p.train.stack.attention, parse_hf_attention(o.attention, "--attention"));
-    // Which implementations a stack takes is validate()'s to say (parallel_config.cpp).
-    const HfAttention a = p.train.stack.attention;
-    if (a == HfAttention::FlashAttention2 && p.cluster.hardware.backend != Backend::Cuda)
-      return Error::bad_input("--attention", "flash_attention_2 runs on CUDA GPUs only; give sdpa or eager with --gpu cpu");
-  }
-  if (!o.hf_checkpointing.empty()) {
-    LONGCTX_TRY(p.train.stack.checkpointing, parse_hf_checkpointing(o.hf_checkpointing, "--hf-checkpointing"));
-  }
-  if (!o.grad_dtype.empty()) {
-    LONGCTX_TRY(p.train.grad_dtype, parse_dtype(o.grad_dtype, "--grad-dtype"));
-  } else {
-    // Autograd's gradients are in the parameters' dtype: longctx's runtime keeps them so on
-    // every device (measured on an H100: fp32 gradients predicted for bf16 parameters put
-    // each backward phase up to 14% over the caching allocator's peak), as transformers does;
-    // DeepSpeed's ZeRO-3 reduces bf16 gradients (its fp32 copies live beside the optimizer).
-    p.train.grad_dtype = p.train.dtype;
-    // torchtitan's FSDP2 across GPUs keeps fp32 gradient shards beside its fp32 parameter shards.
-    if (stack == StackKind::Torchtitan && p.cluster.shape.world() > 1) p.train.grad_dtype = DType::FP32;
-  }
+  LONGCTX_TRY(auto settings, resolve_settings(o, p));
+  (void)settings;
   return p;
 }
 
 namespace {
 
-// transformers' checkpoint offload (activation_checkpointing_enable(offload=True), 5.17 on)
-// copies to pinned host memory, which torch allocates only where an accelerator's driver is:
-// the hf stack offloads nothing on the CPU virtual device.
-bool hf_offload_refused(const Plan& base) {
-  return base.train.stack.kind == StackKind::HF && base.cluster.hardware.backend != Backend::Cuda;
-}
-
 // The techniques the request allows that its stack can express on its hardware.
 Result<TechniqueSet> allowed_techniques(const ClusterRequest& r, const Plan& base) {
   LONGCTX_TRY(TechniqueSet techniques, parse_techniques(r.techniques));
-  techniques &= stack_profile(base.train.stack.kind).techniques(base.train.stack);
-  if (hf_offload_refused(base)) techniques.reset(static_cast<std::size_t>(Technique::OffloadCheckpoints));
-  return techniques;
+  return techniques & stack_techniques(base);
 }
 
-// ArcticTraining always runs ZeRO-3, torchtitan across GPUs always FSDP2: a search without
-// zero3 has nothing to try.
+// A coarse knob the stack decides itself (ArcticTraining's ZeRO-3, torchtitan's FSDP2 across
+// GPUs) at a value that needs a technique the search may not use: nothing to try. (A stack's
+// own tile counts are the stack's whatever --techniques says: knob_candidates.)
 Result<bool> check_searchable(const Plan& base, const TechniqueSet& techniques) {
-  const StackKind kind = base.train.stack.kind;
-  if ((kind == StackKind::Arctic || (kind == StackKind::Torchtitan && base.cluster.shape.world() > 1)) &&
-      !has(techniques, Technique::Zero3))
-    return Error::bad_input("--techniques", fmt::format("--stack {} shards with {}{}: allow zero3 (or give all)",
-                                                        to_string(kind),
-                                                        kind == StackKind::Arctic ? "DeepSpeed ZeRO-3" : "FSDP2",
-                                                        kind == StackKind::Arctic ? "" : " across GPUs"));
-  return true;
-}
-
-Result<bool> check_fixed_for_hardware(const Plan& base, const Knobs& knobs) {
-  if (hf_offload_refused(base) && knobs.offload_checkpoints.value_or(false))
-    return Error::bad_input("--offload-checkpoints", "--stack hf offloads checkpoints as transformers does, to pinned host "
-                                                     "memory, which needs a GPU: pick a GPU preset or leave it out");
+  Plan decided = base;
+  decided.parallel = ParallelConfig{};
+  conform_to_stack(base.model, base.cluster.shape, base.train, decided.parallel);
+  for (const Knob& k : knob_table()) {
+    const KnobValue v = knob_value(decided, k.id);
+    if (k.rule.fine || technique_allows(techniques, k.id, v)) continue;
+    const std::string word = to_string(*technique_for(k.id, v));
+    return Error::bad_input("--techniques", fmt::format("--stack {} always runs {} {} here: allow {} (or give all)",
+                                                        to_string(base.train.stack.kind), k.rule.label,
+                                                        format_knob(k.id, v), word));
+  }
   return true;
 }
 
@@ -152,13 +142,11 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
   LONGCTX_TRY(Plan base, resolve_cluster(r.cluster));
   LONGCTX_TRY(base.train.seq, parse_tokens(r.seq, "--seq"));
   LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r.cluster, base));
-  LONGCTX_TRY(auto hardware_ok, check_fixed_for_hardware(base, r.knobs));
-  (void)hardware_ok;
   PlanAnswer a;
   if (r.no_search) {
     a.found.best = with_knobs(base, r.knobs);
-    auto valid = validate(a.found.best.model, a.found.best.cluster.shape, a.found.best.train, a.found.best.parallel);
-    if (!valid) return valid.error();
+    LONGCTX_TRY(auto valid, validate(a.found.best));
+    (void)valid;
   } else {
     LONGCTX_TRY(auto searchable, check_searchable(base, techniques));
     (void)searchable;

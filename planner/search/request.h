@@ -1,14 +1,17 @@
 #pragma once
 // What a user asks, before any defaults are applied: the model, the cluster and its budgets,
-// the techniques the search may use, and for a plan the sequence and the knobs fixed. The
-// CLI's flags and the Python API's arguments both fill these; resolving them here is the one
-// place their defaults and checks live, so both front ends answer the same question the same
-// way. Errors name the CLI flag (`--gpus`), which the Python API reports as its field too.
+// the techniques the search may use, the settings (settings.h), and for a plan the sequence
+// and the knobs fixed. The CLI's flags and the Python API's arguments both fill these;
+// resolving them here is the one place their defaults live, and validate() (which plan files
+// meet too) the one place their rules do, so both front ends answer the same question the
+// same way. Errors name the CLI flag (`--gpus`), which the Python API reports as its field too.
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <type_traits>
 
 #include "planner/core/knobs.h"
+#include "planner/core/settings.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/plan.h"
 #include "common/result.h"
@@ -26,22 +29,20 @@ struct ClusterRequest {
   std::string host_mem;                       // per node; default: the preset's
   bool expandable_segments = false;           // PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True
   std::string techniques = "all";             // what the search may use
-  std::string dtype;       // bf16 | fp32; default: bf16 on GPUs, fp32 on the CPU virtual device
-  std::string grad_dtype;  // default: fp32, or on the CPU virtual device (and under --stack hf) the parameters' dtype
-  std::string stack = "longctx";     // the code the step runs on (stack.h): longctx | hf | arctic
-  std::string attention;             // --stack hf: sdpa (default) | eager | flash_attention_2;
-                                     // --stack arctic: flash_attention_2 (default) | flash_attention_3
-  std::string arctic_model;          // --stack arctic: liger (default) | huggingface
-  std::string hf_checkpointing;      // --stack hf: non-reentrant (default) | reentrant
-  bool hf_no_attention_mask = false;  // --stack hf: the batch has no attention_mask
-  std::string hf_optimizer;           // --stack hf: adamw_torch_fused (default) | adamw_torch
-  std::string hf_loss;                // --stack hf: transformers (default) | trl-chunked-nll
+  // The settings (settings.h), as given: a word ("" for the default: the hardware's dtype,
+  // the stack's option), or whether a switch's flag was given.
+#define LONGCTX_SETTING_FIELD(field, Type, member, rule) \
+  std::conditional_t<std::is_same_v<Type, bool>, bool, std::string> field = {};
+  LONGCTX_SETTING_TABLE(LONGCTX_SETTING_FIELD)
+#undef LONGCTX_SETTING_FIELD
 };
 
 // The model the request names: its config text when given, else the preset or config.json.
 Result<ModelConfig> resolve_model(const ClusterRequest& r);
 
-// Model, hardware and budgets resolved; train and parallel left at defaults.
+// Model, hardware, budgets and settings resolved (the stack's options at its defaults where
+// not given); the rest of train and parallel left at defaults. Options of another stack are
+// refused here; every other rule is validate()'s.
 Result<Plan> resolve_cluster(const ClusterRequest& r);
 
 struct PlanRequest {

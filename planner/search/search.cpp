@@ -1,6 +1,7 @@
 #include "planner/search/search.h"
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 
 #include <fmt/format.h>
@@ -80,14 +81,17 @@ struct Candidate {
   Plan fastest;
 };
 
-// The fine knobs' candidates for one coarse choice, each fastest first.
-struct FineOptions {
-  std::vector<KnobValue> chunks, mlps, losses;
-};
+// The fine rows' candidates for one coarse choice, each fastest first, in table order
+// (fine_knobs()). The search nests them in that order, by search.h's bounds: the first (the
+// head chunk) outermost, each of its values tried, as chunking is monotone only among chunked
+// plans; then a staircase over the other two (MLP and loss tiles), the last bisected.
+static_assert(kFineKnobs == 3, "search_fine nests three fine rows: a head chunk, then two tile counts");
+using FineOptions = std::array<std::vector<KnobValue>, kFineKnobs>;
 
 FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const Knobs& fixed) {
-  return {knob_candidates(KnobId::head_chunk, shape, allowed, fixed), knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed),
-          knob_candidates(KnobId::loss_tiles, shape, allowed, fixed)};
+  FineOptions o;
+  for (std::size_t i = 0; i < kFineKnobs; ++i) o[i] = knob_candidates(fine_knobs()[i], shape, allowed, fixed);
+  return o;
 }
 
 // An evaluated plan's fit as allocated (memory_model.h): what the search prunes on.
@@ -100,18 +104,19 @@ bool fits_as_allocated(const Plan& p) {
 // there the first count that fits as reserved too. The allocated step can only fall as MLP
 // tiles rise, and more tiles are never faster.
 void staircase(const Plan& c, KnobValue chunk, const FineOptions& o, Evaluator& ev, std::optional<Plan>& best) {
-  const int last = static_cast<int>(o.losses.size()) - 1;
+  const auto& [chunks, mlps, losses] = o;
+  const int last = static_cast<int>(losses.size()) - 1;
   int hi = last;
-  for (KnobValue mlp : o.mlps) {
-    if (!fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(hi)])))) continue;
+  for (KnobValue mlp : mlps) {
+    if (!fits_as_allocated(ev.run(with_fine(c, {chunk, mlp, losses[static_cast<std::size_t>(hi)]})))) continue;
     int lo = 0;  // losses[lo - 1] does not fit as allocated (or lo == 0); losses[hi] does
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (fits_as_allocated(ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(mid)])))) hi = mid;
+      if (fits_as_allocated(ev.run(with_fine(c, {chunk, mlp, losses[static_cast<std::size_t>(mid)]})))) hi = mid;
       else lo = mid + 1;
     }
     for (int j = hi; j <= last; ++j) {
-      const Plan p = ev.run(with_fine(c, chunk, mlp, o.losses[static_cast<std::size_t>(j)]));
+      const Plan p = ev.run(with_fine(c, {chunk, mlp, losses[static_cast<std::size_t>(j)]}));
       if (!p.prediction.feasible) continue;
       if (!best || faster(p, *best)) best = p;
       if (j == 0) return;  // the fewest tiles of all fit: more MLP tiles only slow it down
@@ -125,17 +130,18 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
                  std::optional<Plan>& best) {
   const Plan& c = cand.coarse;
   const FineOptions o = fine_options(cand.fastest, allowed, fixed);
+  const auto& [chunks, mlps, losses] = o;
   // Bound 1: the most memory-saving fine knobs must fit as allocated: the most tiles, with the
   // smallest chunk or with none (chunking is monotone only among chunked plans).
-  bool any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.back(), o.mlps.back(), o.losses.back())));
-  if (!any_fits && o.chunks.back() != o.chunks.front())
-    any_fits = fits_as_allocated(ev.run(with_fine(c, o.chunks.front(), o.mlps.back(), o.losses.back())));
+  bool any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.back(), mlps.back(), losses.back()})));
+  if (!any_fits && chunks.back() != chunks.front())
+    any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.front(), mlps.back(), losses.back()})));
   if (!any_fits) return;
   // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
   // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
-  for (KnobValue chunk : o.chunks) {
+  for (KnobValue chunk : chunks) {
     // The chunk's fastest plan (fewest tiles) cannot win: smaller chunks are slower still.
-    const Plan head = ev.run(with_fine(c, chunk, o.mlps.front(), o.losses.front()));
+    const Plan head = ev.run(with_fine(c, {chunk, mlps.front(), losses.front()}));
     if (best && !faster(head, *best)) {
       if (chunk != 0) break;
       continue;
@@ -199,8 +205,7 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   // first (a knob the plan's stack cannot express is refused naming the stack, which adding it
   // to --techniques would not mend), then the techniques the request allows.
   {
-    const Plan probe = with_knobs(base, knobs);
-    LONGCTX_TRY(auto valid, validate(probe.model, probe.cluster.shape, probe.train, probe.parallel));
+    LONGCTX_TRY(auto valid, validate(with_knobs(base, knobs)));
     (void)valid;
   }
   LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));

@@ -1,5 +1,7 @@
 #include "planner/search/search_space.h"
 
+#include <utility>
+
 #include "planner/search/search.h"
 #include "planner/stacks/stack_tiles.h"
 
@@ -32,30 +34,38 @@ std::vector<Plan> coarse_choices(const Plan& base, const TechniqueSet& allowed, 
   return out;
 }
 
-Plan with_fine(Plan coarse, KnobValue head_chunk, KnobValue mlp_tiles, KnobValue loss_tiles) {
-  set_knob(coarse, KnobId::head_chunk, head_chunk);
-  set_knob(coarse, KnobId::mlp_tiles, mlp_tiles);
-  set_knob(coarse, KnobId::loss_tiles, loss_tiles);
+FineValues plain_fine() {
+  FineValues v{};
+  for (std::size_t i = 0; i < kFineKnobs; ++i) v[i] = knob(fine_knobs()[i]).plain;
+  return v;
+}
+
+Plan with_fine(Plan coarse, const FineValues& fine) {
+  for (std::size_t i = 0; i < kFineKnobs; ++i) set_knob(coarse, fine_knobs()[i], fine[i]);
   return coarse;
 }
 
-bool valid(const Plan& p) { return validate(p.model, p.cluster.shape, p.train, p.parallel).ok(); }
+bool valid(const Plan& p) { return validate(p).ok(); }
 
 std::vector<Plan> search_space(const Plan& base, const TechniqueSet& allowed, const Knobs& fixed) {
   std::vector<Plan> out;
   for (const Plan& c : coarse_choices(base, allowed, fixed)) {
-    Plan shape = with_fine(c, 0, 1, 1);
+    Plan shape = with_fine(c, plain_fine());
     conform_to_stack(shape.model, shape.cluster.shape, shape.train, shape.parallel);
     if (!valid(shape)) continue;
-    const auto chunks = knob_candidates(KnobId::head_chunk, shape, allowed, fixed);
-    const auto mlps = knob_candidates(KnobId::mlp_tiles, shape, allowed, fixed);
-    const auto losses = knob_candidates(KnobId::loss_tiles, shape, allowed, fixed);
-    for (KnobValue chunk : chunks)
-      for (KnobValue mlp : mlps)
-        for (KnobValue loss : losses) {
-          Plan p = with_fine(c, chunk, mlp, loss);
-          if (valid(p)) out.push_back(p);
+    // Every combination of the fine rows' candidates, the last row innermost.
+    std::vector<Plan> completed = {c};
+    for (const KnobId id : fine_knobs()) {
+      std::vector<Plan> next;
+      for (const Plan& partial : completed)
+        for (const KnobValue v : knob_candidates(id, shape, allowed, fixed)) {
+          next.push_back(partial);
+          set_knob(next.back(), id, v);
         }
+      completed = std::move(next);
+    }
+    for (const Plan& p : completed)
+      if (valid(p)) out.push_back(p);
   }
   return out;
 }

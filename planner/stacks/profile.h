@@ -2,32 +2,83 @@
 // A training stack as one object: whose code runs the step (core/stack.h names them), what
 // that code can express, and how its step is written. Every question the rest of longctx asks
 // about a stack goes to its profile; adding a stack is a folder under planner/stacks/ with its
-// profile, and one line in registry.cpp.
+// profile, and one line in registry.cpp (and its StackKind enumerator).
 //
-// Invariant: stack_profile(k).kind == k for every StackKind.
+// What a stack can express, from the coarsest to the finest: the techniques the search may
+// use (`techniques`), the settings it takes and their defaults (`options`, `defaults`), the
+// hardware it needs (`cuda_only`), the knobs it decides itself (`conform`, `tile_count`,
+// `ring_exchange`, `kept_grads`), the knob values only it runs (`own_values`), and the rest
+// of its rules (`validate`), each refusal naming the flag and the stack.
+//
+// Invariant: stack_profile(k).kind == k and .defaults.kind == k for every StackKind.
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
 #include <vector>
 
 #include "planner/core/knobs.h"
+#include "planner/core/settings.h"
 #include "planner/core/stack.h"
+#include "planner/core/step_inputs.h"
+#include "planner/graph/step_graph.h"
+#include "planner/stacks/exporter.h"
 
 namespace longctx {
 
-namespace step {
-struct StepBuild;
-}
+// The dtype a stack keeps its gradients in, and why (" (FSDP2's sharded gradients)").
+struct KeptGrads {
+  DType dtype;
+  const char* why;
+};
 
 struct StackProfile {
   StackKind kind;
-  const char* name;  // the --stack word, to_string(kind)
-  // The techniques the search may use on this stack (a --techniques list is cut to these).
-  TechniqueSet (*techniques)(const StackSpec& spec);
-  // Writes one rank's step graph into sb. REQUIRES: validate() holds for sb's inputs.
-  void (*build_step)(step::StepBuild& sb);
+  const char* name;     // the --stack word
+  const char* summary;  // in --stack's help: "transformers' modeling code with torch AdamW, one GPU"
+  StackSpec defaults;   // its options' defaults, kind included
+  std::vector<SettingId> options = {};  // the stack options it takes (SettingRule::option); the others keep `defaults`
+  // Knob values only some stacks run (KnobRule::stack_values) that this one runs.
+  std::vector<std::pair<KnobId, KnobValue>> own_values = {};
+  const char* cuda_only = nullptr;  // why it runs on CUDA GPUs only ("runs DeepSpeed and ..."), or nullptr
+  bool runtime_runs_it = false;     // longctx's runtime executes its plans (`longctx run`)
+  // Whether it pads each sample to the sequence layout's multiple (parallel_config.h,
+  // padded_seq); one that does not takes only lengths that cut evenly.
+  bool pads_sequence = true;
+  std::optional<RingExchange> ring_exchange = {};  // the one exchange its ring runs, if it has one
+
+  // The techniques the search may use on this stack for the base plan's settings and hardware.
+  TechniqueSet (*techniques)(const Plan& base);
+  // The gradients' dtype it keeps, if it decides it: --grad-dtype's default, and the only one it takes.
+  std::optional<KeptGrads> (*kept_grads)(const Plan& p) = nullptr;
+  // Sets the knobs it decides itself (stack_tiles.h, conform_to_stack), beside ring_exchange.
+  void (*conform)(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p) = nullptr;
+  // The tile count it runs when the MLP (loss false) or the loss is tiled at all; nullptr or
+  // nothing: any count may be chosen. REQUIRES: stack_tiles_defined(m, t, ulysses).
+  std::optional<std::int64_t> (*tile_count)(const ModelConfig& m, const TrainConfig& t, int ulysses, bool loss) = nullptr;
+  bool (*always_tiles_loss)(const StackSpec& s) = nullptr;  // its loss is tiled whatever the plan asks
+  // Its rules beyond the tables' and its profile's data. REQUIRES: the generic rules hold.
+  Result<bool> (*validate)(const Plan& p) = nullptr;
+  // "hf (sdpa attention, ...)": its options for plan descriptions.
+  std::string (*describe)(const StackSpec& s);
+  // One rank's step graph, written by the stack's builder (planner/stacks/<name>/).
+  // REQUIRES: validate() holds for the inputs.
+  StepGraph (*build_step)(const StepInputs& in);
+  // Its `longctx export --stack` word, writer and refusals (planner/stacks/<name>/export.h;
+  // longctx's own plans export as a bare DeepSpeed config).
+  const StackExporter* exporter;
 };
 
-// The profile of stack k.
+// The profile of stack k. REQUIRES: k is a StackKind enumerator.
 const StackProfile& stack_profile(StackKind k);
-// Every stack, longctx's own runtime first.
+// Every stack, longctx's own runtime (the default) first.
 const std::vector<const StackProfile*>& stack_profiles();
+
+// The techniques p's stack can run on p's hardware.
+TechniqueSet stack_techniques(const Plan& p);
+// Whether p's stack takes the option `id`.
+bool takes_option(const StackProfile& s, SettingId id);
+// "--stack hf or --stack arctic": the stacks that take option `id`.
+std::string stacks_taking(SettingId id);
 
 }  // namespace longctx

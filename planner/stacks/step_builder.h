@@ -5,7 +5,8 @@
 //
 // The buffers are sized by footprint functions (planner/footprint/), pure functions
 // of the step's shapes, one header per technique family; the ops are written by one source
-// per technique (planner/stacks/step/), forward and backward together (docs/footprints.md).
+// per technique in the stack's folder (planner/stacks/<name>/, planner/stacks/blocks/), forward
+// and backward together (docs/footprints.md).
 // tests/unit/step_graph_golden_test.cpp holds the graph byte for byte.
 #include "planner/core/step_inputs.h"
 #include "planner/graph/step_graph.h"

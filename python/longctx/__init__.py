@@ -27,6 +27,7 @@ from ._api import (
     model_config,
     models,
     plan,
+    setting_keywords,
 )
 from ._core import version as _version
 
@@ -46,4 +47,5 @@ __all__ = [
     "model_config",
     "models",
     "plan",
+    "setting_keywords",
 ]

@@ -83,11 +83,27 @@ def _bytes_text(value: Union[int, str, None]) -> str:
     return f"{value}B" if isinstance(value, int) else value
 
 
-def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, dtype, grad_dtype,
-             gpus_per_node, expandable_segments: bool = False, stack: str = "longctx", attention: Optional[str] = None,
-             hf_checkpointing: Optional[str] = None, hf_attention_mask: bool = True,
-             hf_optimizer: Optional[str] = None, arctic_model: Optional[str] = None,
-             hf_loss: Optional[str] = None) -> "_core.ClusterRequest":
+def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
+    """Moves the settings (the stack, its options, the dtypes: the planner's settings table)
+    out of ``given`` into the request, by their keywords; ``None`` is the default."""
+    for keyword, attribute, kind, negated in _core.settings():
+        if keyword not in given:
+            continue
+        value = given.pop(keyword)
+        if value is None:
+            continue
+        if kind == "switch":
+            if not isinstance(value, bool):
+                raise BadInput(keyword, f"{value!r} is not True or False")
+            setattr(args, attribute, (not value) if negated else value)
+        elif not isinstance(value, str):
+            raise BadInput(keyword, f"{value!r} is not a string")
+        else:
+            setattr(args, attribute, value)
+
+
+def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, gpus_per_node,
+             expandable_segments: bool, settings: Dict[str, Any]) -> "_core.ClusterRequest":
     args = _core.ClusterRequest()
     _model_args(model, args)
     if isinstance(gpus, bool) or not isinstance(gpus, int):
@@ -98,25 +114,17 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
     args.budget = _bytes_text(budget)
     args.host_mem = _bytes_text(host_mem)
     args.techniques = techniques if isinstance(techniques, str) else ",".join(techniques)
-    args.dtype = dtype or ""
-    args.grad_dtype = grad_dtype or ""
     if not isinstance(expandable_segments, bool):
         raise BadInput("expandable_segments", f"{expandable_segments!r} is not True or False")
     args.expandable_segments = expandable_segments
-    for name, value in (("stack", stack), ("attention", attention), ("hf_checkpointing", hf_checkpointing),
-                        ("hf_optimizer", hf_optimizer), ("arctic_model", arctic_model), ("hf_loss", hf_loss)):
-        if value is not None and not isinstance(value, str):
-            raise BadInput(name, f"{value!r} is not a string")
-    args.stack = stack
-    args.attention = attention or ""
-    args.hf_checkpointing = hf_checkpointing or ""
-    if not isinstance(hf_attention_mask, bool):
-        raise BadInput("hf_attention_mask", f"{hf_attention_mask!r} is not True or False")
-    args.hf_no_attention_mask = not hf_attention_mask
-    args.hf_optimizer = hf_optimizer or ""
-    args.hf_loss = hf_loss or ""
-    args.arctic_model = arctic_model or ""
+    _settings(args, settings)
     return args
+
+
+def setting_keywords() -> List[str]:
+    """The settings :func:`plan` and :func:`max_context` take as keywords (the stack, its
+    options, the dtypes)."""
+    return [keyword for keyword, _, _, _ in _core.settings()]
 
 
 @dataclass(frozen=True)
@@ -223,23 +231,24 @@ class MaxContext:
 
 def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
                 *, budget: Union[int, str, None] = None, host_mem: Union[int, str, None] = None,
-                dtype: Optional[str] = None, grad_dtype: Optional[str] = None, gpus_per_node: Optional[int] = None,
-                ladder: bool = True, expandable_segments: bool = False, stack: str = "longctx",
-                attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
-                hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None,
-                arctic_model: Optional[str] = None, hf_loss: Optional[str] = None) -> MaxContext:
+                gpus_per_node: Optional[int] = None, ladder: bool = True, expandable_segments: bool = False,
+                **settings: Any) -> MaxContext:
     """The longest context `model` trains on `gpus` GPUs with the allowed techniques
-    (``longctx max-context``). ``stack="hf"`` predicts transformers' modeling code with torch
-    AdamW (``attention``: "sdpa", "eager" or, on GPUs, "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or
-    "reentrant"; ``hf_attention_mask``: whether batches carry an attention_mask, as the
-    Trainer's do; ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or
-    "adamw_torch"; ``hf_loss``: "transformers", the model's own loss over the full logits, or
-    "trl-chunked-nll", TRL SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under DeepSpeed ZeRO-3;
-    ``attention``: "flash_attention_2" or "flash_attention_3"; ``arctic_model``: "liger", Liger's
-    kernels, or "huggingface"). ``stack="torchtitan"`` predicts torchtitan's Llama 3 training
-    (FSDP2 across GPUs; one GPU in fp32). Raises BadInput, or NoFit when nothing fits at all."""
-    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model, hf_loss)
+    (``longctx max-context``). The settings (:func:`setting_keywords`) are keywords as the
+    CLI's flags are: ``dtype`` and ``grad_dtype`` ("bf16" or "fp32"); ``stack="hf"`` predicts
+    transformers' modeling code with torch AdamW (``attention``: "sdpa", "eager" or, on GPUs,
+    "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or "reentrant";
+    ``hf_attention_mask``: whether batches carry an attention_mask, as the Trainer's do;
+    ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or "adamw_torch"; ``hf_loss``:
+    "transformers", the model's own loss over the full logits, or "trl-chunked-nll", TRL
+    SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under
+    DeepSpeed ZeRO-3; ``attention``: "flash_attention_2" or "flash_attention_3";
+    ``arctic_model``: "liger", Liger's kernels, or "huggingface"). ``stack="torchtitan"``
+    predicts torchtitan's Llama 3 training (FSDP2 across GPUs; one GPU in fp32). Raises
+    BadInput, or NoFit when nothing fits at all."""
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, settings)
+    if settings:
+        raise BadInput(next(iter(settings)), f"is not a setting; the settings are {', '.join(setting_keywords())}")
     j = json.loads(_answer(_core.max_context(args, ladder)))
     return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
                       Plan(j["plan"]), list(j.get("ladder", [])), j, j.get("layout", ""))
@@ -247,20 +256,15 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
 
 def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",
          techniques: Union[str, Iterable[str]] = "all", *, budget: Union[int, str, None] = None,
-         host_mem: Union[int, str, None] = None, dtype: Optional[str] = None, grad_dtype: Optional[str] = None,
-         gpus_per_node: Optional[int] = None, no_search: bool = False, expandable_segments: bool = False,
-         stack: str = "longctx", attention: Optional[str] = None, hf_checkpointing: Optional[str] = None,
-         hf_attention_mask: bool = True, hf_optimizer: Optional[str] = None, arctic_model: Optional[str] = None,
-         hf_loss: Optional[str] = None, **knobs: Any) -> Plan:
+         host_mem: Union[int, str, None] = None, gpus_per_node: Optional[int] = None, no_search: bool = False,
+         expandable_segments: bool = False, **options: Any) -> Plan:
     """The fastest plan that fits `seq` tokens (``longctx plan``). Keyword knobs are fixed
     (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
-    the others searched; with ``no_search=True`` the others are at none/1/0/off.
-    ``stack``, ``attention``, ``hf_checkpointing``, ``hf_attention_mask``, ``hf_optimizer``, ``hf_loss``
-    and ``arctic_model`` as for :func:`max_context`.
+    the others searched; with ``no_search=True`` the others are at none/1/0/off. The settings
+    (``stack``, ``attention``, ``dtype``, ...: :func:`setting_keywords`) as for :func:`max_context`.
     Raises BadInput, or NoFit when no plan fits."""
-    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, dtype, grad_dtype, gpus_per_node, expandable_segments,
-                    stack, attention, hf_checkpointing, hf_attention_mask, hf_optimizer, arctic_model, hf_loss)
-    fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in knobs.items()}
+    args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, options)
+    fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in options.items()}
     return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
 
 

@@ -8,17 +8,19 @@
 #include <nanobind/stl/optional.h>
 #include <nanobind/stl/pair.h>
 #include <nanobind/stl/string.h>
+#include <nanobind/stl/tuple.h>
 #include <nanobind/stl/vector.h>
 
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
-#include "../../cli/plan_output.h"
+#include "cli/longctx/plan_output.h"
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
 #include "planner/footprint/torch_ring_attention.h"
@@ -26,6 +28,7 @@
 #include "planner/search/memory_model.h"
 #include "planner/core/model_config.h"
 #include "planner/core/plan.h"
+#include "planner/core/settings.h"
 #include "planner/search/request.h"
 #include "planner/search/search.h"
 
@@ -61,7 +64,7 @@ Result<Knobs> knobs_from(const std::map<std::string, std::string>& given) {
     if (!row) {
       std::string keys;
       for (const Knob& r : knob_table()) keys += std::string(keys.empty() ? "" : ", ") + r.name;
-      return Error::bad_input(key, "is not a knob; the knobs are " + keys);
+      return Error::bad_input(key, "is neither a knob nor a setting; the knobs are " + keys);
     }
     if (row->kind == KnobKind::Switch) {
       if (text != "true" && text != "false")
@@ -131,32 +134,48 @@ Answer model_answer(const ClusterRequest& request) {
   return m ? success(model_to_json(*m)) : failure(m.error());
 }
 
+// The request as Python fills it: its fields, one attribute a row of the settings table
+// (settings.h) under the request's field name.
+void bind_request(nb::module_& m) {
+  auto request = nb::class_<longctx::ClusterRequest>(m, "ClusterRequest")
+                     .def(nb::init<>())
+                     .def_rw("model", &longctx::ClusterRequest::model)
+                     .def_rw("model_config_json", &longctx::ClusterRequest::model_config_json)
+                     .def_rw("gpus", &longctx::ClusterRequest::gpus)
+                     .def_rw("gpus_per_node", &longctx::ClusterRequest::gpus_per_node)
+                     .def_rw("gpu", &longctx::ClusterRequest::gpu)
+                     .def_rw("budget", &longctx::ClusterRequest::budget)
+                     .def_rw("host_mem", &longctx::ClusterRequest::host_mem)
+                     .def_rw("expandable_segments", &longctx::ClusterRequest::expandable_segments)
+                     .def_rw("techniques", &longctx::ClusterRequest::techniques);
+#define LONGCTX_SETTING_ATTRIBUTE(field, Type, member, rule) request.def_rw(#field, &longctx::ClusterRequest::field);
+  LONGCTX_SETTING_TABLE(LONGCTX_SETTING_ATTRIBUTE)
+#undef LONGCTX_SETTING_ATTRIBUTE
+}
+
+// The knobs the API takes as keywords: (key, kind).
+std::vector<std::pair<std::string, std::string>> knob_keys() {
+  std::vector<std::pair<std::string, std::string>> out;
+  for (const Knob& k : knob_table())
+    out.emplace_back(k.name, k.kind == KnobKind::Switch ? "switch" : k.kind == KnobKind::Int ? "int" : "text");
+  return out;
+}
+
+// The settings the API takes as keywords: (keyword, request attribute, kind, negated).
+std::vector<std::tuple<std::string, std::string, std::string, bool>> setting_keywords() {
+  std::vector<std::tuple<std::string, std::string, std::string, bool>> out;
+  for (const Setting& s : setting_table())
+    out.emplace_back(s.python, s.field, s.kind == KnobKind::Switch ? "switch" : "text", s.rule.negated);
+  return out;
+}
+
 }  // namespace
 }  // namespace longctx::python
 
 NB_MODULE(_core, m) {
   using namespace longctx::python;
   m.doc() = "longctx's planner (no LibTorch): requests in, the CLI's JSON out, errors as values";
-  nb::class_<longctx::ClusterRequest>(m, "ClusterRequest")
-      .def(nb::init<>())
-      .def_rw("model", &longctx::ClusterRequest::model)
-      .def_rw("model_config_json", &longctx::ClusterRequest::model_config_json)
-      .def_rw("gpus", &longctx::ClusterRequest::gpus)
-      .def_rw("gpus_per_node", &longctx::ClusterRequest::gpus_per_node)
-      .def_rw("gpu", &longctx::ClusterRequest::gpu)
-      .def_rw("budget", &longctx::ClusterRequest::budget)
-      .def_rw("host_mem", &longctx::ClusterRequest::host_mem)
-      .def_rw("expandable_segments", &longctx::ClusterRequest::expandable_segments)
-      .def_rw("techniques", &longctx::ClusterRequest::techniques)
-      .def_rw("dtype", &longctx::ClusterRequest::dtype)
-      .def_rw("grad_dtype", &longctx::ClusterRequest::grad_dtype)
-      .def_rw("stack", &longctx::ClusterRequest::stack)
-      .def_rw("attention", &longctx::ClusterRequest::attention)
-      .def_rw("hf_checkpointing", &longctx::ClusterRequest::hf_checkpointing)
-      .def_rw("hf_no_attention_mask", &longctx::ClusterRequest::hf_no_attention_mask)
-      .def_rw("hf_optimizer", &longctx::ClusterRequest::hf_optimizer)
-      .def_rw("hf_loss", &longctx::ClusterRequest::hf_loss)
-      .def_rw("arctic_model", &longctx::ClusterRequest::arctic_model);
+  bind_request(m);
   m.def("max_context", &max_context_answer, nb::arg("cluster"), nb::arg("ladder"),
         nb::call_guard<nb::gil_scoped_release>());
   m.def("plan", &plan_answer, nb::arg("cluster"), nb::arg("seq"), nb::arg("knobs"), nb::arg("no_search"),
@@ -166,12 +185,8 @@ NB_MODULE(_core, m) {
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("request"));
   m.def("models", &longctx::model_preset_names);
-  m.def("knob_keys", [] {
-    std::vector<std::pair<std::string, std::string>> out;  // (key, kind)
-    for (const longctx::Knob& k : longctx::knob_table())
-      out.emplace_back(k.name, k.kind == longctx::KnobKind::Switch ? "switch" : k.kind == longctx::KnobKind::Int ? "int" : "text");
-    return out;
-  });
+  m.def("knob_keys", &knob_keys);
+  m.def("settings", &setting_keywords);
   m.def("version", [] { return std::string(LONGCTX_VERSION); });
   // The footprint of PyTorch's ring attention on one rank (footprint/torch_ring_attention.h),
   // for the tests that hold it to torch itself. grad_out_bshd None: grad_out laid out as the

@@ -140,3 +140,28 @@ def test_compare_refuses_a_trace_of_another_model(tmp_path):
     with pytest.raises(longctx.BadInput) as refused:
         longctx.compare(other, trace)
     assert refused.value.field == "--trace"
+
+
+def test_the_settings_are_the_planners_settings_table():
+    keywords = longctx.setting_keywords()
+    assert {"dtype", "grad_dtype", "stack", "attention", "arctic_model", "hf_attention_mask", "hf_loss"} <= set(keywords)
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True, stack="hf", hf_attention_mask=False)
+    assert plan.data["train"]["stack"]["attention_mask"] is False
+    with pytest.raises(longctx.BadInput) as typed:
+        longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, stack=3)
+    assert typed.value.field == "stack"
+    with pytest.raises(longctx.BadInput) as knob:
+        longctx.max_context("tiny-gqa", gpus=1, gpu="cpu", sharding="zero3")
+    assert knob.value.field == "sharding"
+
+
+def test_a_plan_file_is_refused_as_the_cli_refuses_it_naming_its_field():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True)
+    data = json.loads(plan.to_json())
+    data["parallel"]["sharding"] = "zero1"
+    with pytest.raises(longctx.BadInput) as from_file:
+        longctx.Plan.from_json(data)
+    assert from_file.value.field == "parallel.sharding"
+    with pytest.raises(longctx.BadInput) as from_keywords:
+        longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True, sharding="zero1")
+    assert from_keywords.value.field == "--sharding" and from_keywords.value.message == from_file.value.message

@@ -10,6 +10,7 @@
 #include "planner/core/plan.h"
 #include "planner/core/presets.h"
 #include "planner/search/request.h"
+#include "planner/stacks/arctic/tiles.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/stacks/step_builder.h"
 
@@ -109,13 +110,15 @@ TEST(ArcticStack, APlanFileKeepsItsStack) {
   EXPECT_EQ(back.train.stack, p.train.stack);
   EXPECT_EQ(back.train.stack.arctic_model, ArcticModel::HuggingFace);
   EXPECT_EQ(back.train.stack.attention, HfAttention::FlashAttention3);
-  // It holds the arctic stack's options only, and an attention the stack cannot run is refused.
+  // It holds the arctic stack's options only, and an attention the stack cannot run is refused
+  // as on the command line, naming the plan's field.
   nlohmann::json j = plan_to_json(p);
   EXPECT_FALSE(j["train"]["stack"].contains("optimizer"));
   j["train"]["stack"]["attention"] = "sdpa";
   const auto bad = plan_from_json(j);
   ASSERT_FALSE(bad.ok());
-  EXPECT_EQ(bad.error().field, "--attention");
+  EXPECT_EQ(bad.error().field, "train.stack.attention");
+  EXPECT_NE(bad.error().message.find("--stack arctic"), std::string::npos) << bad.error().message;
 }
 
 // Liger's SwiGLU saves gate and up beside the product down_proj keeps (transformers' MLP four

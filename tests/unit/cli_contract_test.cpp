@@ -2,10 +2,12 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <sys/stat.h>
@@ -160,10 +162,12 @@ TEST_F(Outputs, DevicesFoldersAndFifosAreRefusedNotReplaced) {
   for (const std::string& target : {std::string("/dev/null"), std::string("/dev/full"), path("fifo"), dir_.string()}) {
     for (const std::string cmd : {"plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + target,
                                   "explain " + plan + " --svg " + target,
+                                  "explain " + plan + " --html " + target,
                                   "compare --plan " + plan + " --trace " + trace + " --svg " + target}) {
       const Output o = run_sh("@L@ " + cmd);
       EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;
       EXPECT_NE(o.out.find("regular files only"), std::string::npos) << cmd << "\n" << o.out;
+      if (cmd.find("--html") != std::string::npos) EXPECT_NE(o.out.find("--html"), std::string::npos) << o.out;
     }
   }
   EXPECT_TRUE(is_char_device("/dev/null"));
@@ -205,6 +209,7 @@ TEST_F(Outputs, AWriteThatFailsLeavesNothingBehind) {
   const std::string trace = trace_file(plan, "1000000");
   for (const std::string cmd : {"plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + path("out"),
                                 "explain " + plan + " --svg " + path("out"),
+                                "explain " + plan + " --html " + path("out"),
                                 "compare --plan " + plan + " --trace " + trace + " --svg " + path("out")}) {
     const Output o = run_sh("ulimit -f 1; @L@ " + cmd + " >/dev/null");
     EXPECT_EQ(o.status, 1) << cmd << "\n" << o.out;
@@ -212,6 +217,40 @@ TEST_F(Outputs, AWriteThatFailsLeavesNothingBehind) {
     EXPECT_NE(o.out.find("File too large"), std::string::npos) << o.out;
     EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "trace.json"})) << cmd;
   }
+}
+
+// explain's outputs are all checked before any is written: a bad --html (a folder, a missing
+// one) is refused naming --html, exit 2, and leaves no --svg behind; a good one is written
+// whole, replacing the file through its temporary.
+TEST_F(Outputs, ExplainHtmlIsCheckedFirstAndWrittenWhole) {
+  const std::string plan = plan_file();
+  for (const std::string& bad : {dir_.string(), path("missing/report.html")}) {
+    const Output o = run_sh("@L@ explain " + plan + " --svg " + path("t.svg") + " --html " + bad);
+    EXPECT_EQ(o.status, 2) << o.out;
+    EXPECT_NE(o.out.find("--html"), std::string::npos) << o.out;
+    EXPECT_EQ(names(), (std::vector<std::string>{"plan.json"})) << bad;
+  }
+  std::ofstream(path("report.html")) << "old";
+  const Output o = run_sh("@L@ explain " + plan + " --html " + path("report.html"));
+  ASSERT_EQ(o.status, 0) << o.out;
+  std::ifstream in(path("report.html"));
+  const std::string page((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(page.rfind("<!DOCTYPE html>", 0), 0u);
+  EXPECT_NE(page.find("</html>"), std::string::npos) << "written whole";
+  EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "report.html"}));
+}
+
+// A plan file's ladder, malformed, is refused naming the field (exit 2).
+TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
+  const std::string plan = plan_file();
+  std::ifstream in(plan);
+  auto j = nlohmann::json::parse(in);
+  j["ladder"] = nlohmann::json::array({{{"techniques", {"zero3"}}, {"max_tokens", "many"}, {"binding", "host memory"}}});
+  std::ofstream(path("ladder.json")) << j.dump();
+  const Output o = run_sh("@L@ explain " + path("ladder.json") + " --html " + path("report.html"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("ladder[0].max_tokens"), std::string::npos) << o.out;
+  EXPECT_EQ(names(), (std::vector<std::string>{"ladder.json", "plan.json"}));
 }
 
 TEST_F(Outputs, WriteTextAtomicallyRefusesAFifoWithoutBlocking) {

@@ -1,10 +1,15 @@
-// The plan -> training-stack mapping (planner/io/export.cpp, docs/export.md): every knob
-// lands on its stack's key, approximations are reported, refusals name the knob and stack.
+// The plan -> training-stack mapping (planner/stacks/<name>/export.cpp through
+// planner/io/export.cpp, docs/export.md): every knob lands on its stack's key, approximations
+// are reported, refusals name the knob and stack.
 #include <gtest/gtest.h>
 
 #include <algorithm>
 
 #include "planner/io/export.h"
+#include "planner/stacks/arctic/export.h"
+#include "planner/stacks/blocks/deepspeed_config.h"
+#include "planner/stacks/hf/export.h"
+#include "planner/stacks/longctx/export.h"
 #include "planner/io/toml_text.h"
 #include "planner/io/yaml_text.h"
 #include "test_plans.h"
@@ -114,11 +119,11 @@ TEST(Export, LossTilesUseLigerWhereTheStackHasIt) {
   EXPECT_EQ(arctic_recipe(p).value["model"]["type"], "liger");
   EXPECT_TRUE(mentions(arctic_recipe(p).approximations, "parallel.loss_tiles"));
   EXPECT_EQ(hf_training_arguments(p).value["use_liger_kernel"], true);
-  const auto refused = export_plan(p, Stack::DeepSpeed);
+  const auto refused = export_plan(p, kDeepSpeedExporter);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.error().field, "parallel.loss_tiles");
   EXPECT_NE(refused.error().message.find("--stack deepspeed"), std::string::npos);
-  EXPECT_TRUE(export_plan(p, Stack::HF).ok());
+  EXPECT_TRUE(export_plan(p, kHfExporter).ok());
 }
 
 TEST(Export, MlpTilesOnlyArcticAndItsShardCountIsReported) {
@@ -128,8 +133,8 @@ TEST(Export, MlpTilesOnlyArcticAndItsShardCountIsReported) {
   EXPECT_FALSE(mentions(arctic_recipe(p).approximations, "parallel.mlp_tiles"));
   p.parallel.mlp_tiles = 4;
   EXPECT_TRUE(mentions(arctic_recipe(p).approximations, "parallel.mlp_tiles"));
-  for (Stack s : {Stack::HF, Stack::DeepSpeed}) {
-    const auto r = export_plan(p, s);
+  for (const StackExporter* s : {&kHfExporter, &kDeepSpeedExporter}) {
+    const auto r = export_plan(p, *s);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().field, "parallel.mlp_tiles");
     EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
@@ -140,18 +145,18 @@ TEST(Export, HeadChunkIsRefusedEverywhereAndCheckpointOffloadByHf) {
   Plan p = llama_plan();
   p.parallel.ulysses = 2;
   p.parallel.head_chunk = 2;
-  for (Stack s : {Stack::Arctic, Stack::HF, Stack::DeepSpeed}) {
-    const auto r = export_plan(p, s);
+  for (const StackExporter* s : {&kArcticExporter, &kHfExporter, &kDeepSpeedExporter}) {
+    const auto r = export_plan(p, *s);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(r.error().field, "parallel.head_chunk");
-    EXPECT_NE(r.error().message.find("--stack " + to_string(s)), std::string::npos);
+    EXPECT_NE(r.error().message.find(std::string("--stack ") + s->word), std::string::npos);
   }
   p.parallel.head_chunk = 0;
   p.parallel.checkpoint = CheckpointPolicy::full();
   p.parallel.offload_checkpoints = true;
-  EXPECT_EQ(export_plan(p, Stack::HF).error().field, "parallel.offload_checkpoints");
-  EXPECT_TRUE(export_plan(p, Stack::Arctic).ok());
-  EXPECT_TRUE(export_plan(p, Stack::DeepSpeed).ok());
+  EXPECT_EQ(export_plan(p, kHfExporter).error().field, "parallel.offload_checkpoints");
+  EXPECT_TRUE(export_plan(p, kArcticExporter).ok());
+  EXPECT_TRUE(export_plan(p, kDeepSpeedExporter).ok());
 }
 
 // An hf-stack plan predicted transformers' own checkpoint offload and, where it says so,
@@ -163,7 +168,7 @@ TEST(Export, HfStackPlansExportTheirOffloadAndTrlsLoss) {
   p.train.stack.loss = HfLoss::TrlChunkedNll;
   p.parallel.checkpoint = CheckpointPolicy::full();
   p.parallel.offload_checkpoints = true;
-  ASSERT_TRUE(check_expressible(p, Stack::HF).ok());
+  ASSERT_TRUE(check_expressible(p, kHfExporter).ok());
   const auto args = hf_training_arguments(p);
   EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["offload"], true);
   EXPECT_EQ(args.value["gradient_checkpointing_kwargs"]["use_reentrant"], false);
@@ -171,18 +176,18 @@ TEST(Export, HfStackPlansExportTheirOffloadAndTrlsLoss) {
   // TRL's loss is SFTConfig's: its file, with the loss and the plan's length.
   EXPECT_EQ(args.value["loss_type"], "chunked_nll");
   EXPECT_EQ(args.value["max_length"], 16384);
-  const auto files = export_plan(p, Stack::HF).value().files;
+  const auto files = export_plan(p, kHfExporter).value().files;
   EXPECT_TRUE(files.count(kSftConfigFile) == 1 && files.count(kTrainingArgumentsFile) == 0);
   p.train.stack.loss = HfLoss::Transformers;
   EXPECT_FALSE(hf_training_arguments(p).value.contains("loss_type"));
-  EXPECT_EQ(export_plan(p, Stack::HF).value().files.count(kTrainingArgumentsFile), 1u);
+  EXPECT_EQ(export_plan(p, kHfExporter).value().files.count(kTrainingArgumentsFile), 1u);
 }
 
 TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
   Plan p = llama_plan();
   p.parallel.sharding = Sharding::Zero3;
   ASSERT_TRUE(hf_uses_fsdp2(p));
-  auto files = export_plan(p, Stack::HF).value().files;
+  auto files = export_plan(p, kHfExporter).value().files;
   EXPECT_EQ(files.count(kDeepSpeedConfigFile), 0u);
   EXPECT_EQ(hf_training_arguments(p).value["fsdp"], "full_shard");
   EXPECT_EQ(accelerate_config(p).value["distributed_type"], "FSDP");
@@ -192,17 +197,17 @@ TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
   EXPECT_EQ(accelerate_config(p).value["fsdp_config"]["fsdp_activation_checkpointing"], true);
   p.parallel.offload_optimizer = true;  // FSDP2 offloads parameters and optimizer together
   EXPECT_FALSE(hf_uses_fsdp2(p));
-  files = export_plan(p, Stack::HF).value().files;
+  files = export_plan(p, kHfExporter).value().files;
   EXPECT_EQ(files.count(kDeepSpeedConfigFile), 1u);
   EXPECT_EQ(hf_training_arguments(p).value["deepspeed"], kDeepSpeedConfigFile);
   const auto accel = accelerate_config(p).value;
   EXPECT_EQ(accel["distributed_type"], "DEEPSPEED");
   EXPECT_EQ(accel["deepspeed_config"]["zero3_init_flag"], true);
-  EXPECT_EQ(deepspeed_config(p, Stack::HF).value["train_micro_batch_size_per_gpu"], "auto");
+  EXPECT_EQ(deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value["train_micro_batch_size_per_gpu"], "auto");
 }
 
 TEST(Export, ParseStackNamesTheField) {
-  EXPECT_EQ(parse_stack("arctic", "--stack").value(), Stack::Arctic);
+  EXPECT_STREQ(parse_stack("arctic", "--stack").value().word, "arctic");
   const auto bad = parse_stack("megatron", "--stack");
   ASSERT_FALSE(bad.ok());
   EXPECT_EQ(bad.error().field, "--stack");

@@ -5,7 +5,7 @@
 #include <chrono>
 #include <cstdlib>
 
-#include "local_launcher.h"
+#include "cli/longctx/local_launcher.h"
 
 namespace longctx::cli {
 namespace {

@@ -3,6 +3,9 @@
 // reserved figure plus what lives outside the allocator, and the device binding on it.
 #include <gtest/gtest.h>
 
+#include <tuple>
+#include <vector>
+
 #include "planner/search/memory_model.h"
 #include "planner/graph/reserved_replay.h"
 #include "planner/search/search.h"
@@ -14,16 +17,7 @@ namespace {
 
 constexpr std::int64_t MiB = 1024 * 1024;
 
-Plan gpu_plan(std::int64_t gpus, const char* gpu) {
-  Plan p = testing::cpu_plan("llama-3.1-8b", gpus, 64 * 1024);
-  p.cluster.hardware = load_hardware(gpu).value();
-  p.cluster.shape = {1, gpus};
-  p.cluster.device_budget_bytes = p.cluster.hardware.device_memory_bytes;
-  p.cluster.host_budget_bytes_per_node = p.cluster.hardware.host_memory_bytes_per_node;
-  p.train.dtype = DType::BF16;
-  p.train.grad_dtype = DType::FP32;
-  return p;
-}
+Plan gpu_plan(std::int64_t gpus, const char* gpu) { return testing::gpu_plan("llama-3.1-8b", gpu, gpus, 64 * 1024); }
 
 // Three ops; a 12 MiB tensor dies before a 14 MiB one is asked for, which does not fit in its
 // segment: the cache holds 12 MiB nobody uses at the peak.
@@ -62,6 +56,19 @@ TEST(ReservedReplay, CachedSegmentsThatFitNothingAreFragmentation) {
   EXPECT_EQ(r.failed_requests, 0);
   // The simulation's allocated peak is the same 34 MiB: the replay adds only what is cached.
   EXPECT_EQ(simulate(g, Backend::Cuda).peak_device_bytes, 34 * MiB);
+}
+
+// What the replay notes op by op (the picture `explain` draws): the segments as each op asks
+// for them in the first step, and the cache they leave through the second.
+TEST(ReservedReplay, NotesReservedBytesAtEachOp) {
+  std::vector<std::tuple<int, int, std::int64_t>> notes;
+  const ReservedReplay r = replay_reserved(fragmenting_step(), {}, [&](const ReservedAtOp& at) {
+    notes.emplace_back(at.op, at.step, at.reserved);
+  });
+  const std::vector<std::tuple<int, int, std::int64_t>> expected = {
+      {0, 0, 12 * MiB}, {1, 0, 32 * MiB}, {2, 0, 46 * MiB}, {0, 1, 46 * MiB}, {1, 1, 46 * MiB}, {2, 1, 46 * MiB}};
+  EXPECT_EQ(notes, expected);
+  EXPECT_EQ(r.peak_reserved, 46 * MiB);
 }
 
 // Two 30 MiB requests one after the other: on one stream the second reuses the first's freed

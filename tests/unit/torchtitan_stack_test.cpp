@@ -8,6 +8,10 @@
 #include <string>
 
 #include "planner/io/export.h"
+#include "planner/stacks/arctic/export.h"
+#include "planner/stacks/hf/export.h"
+#include "planner/stacks/longctx/export.h"
+#include "planner/stacks/torchtitan/export.h"
 #include "planner/footprint/step_shapes.h"
 #include "planner/footprint/torchtitan.h"
 #include "planner/core/param_layout.h"
@@ -160,15 +164,15 @@ TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
   PlanRequest r = torchtitan_request("tiny-gqa");
   r.knobs.checkpoint = CheckpointPolicy::every_k(2);
   const Plan p = answer_plan(r).value().recorded;
-  const auto files = export_plan(p, Stack::Torchtitan);
+  const auto files = export_plan(p, kTorchtitanExporter);
   ASSERT_TRUE(files.ok()) << files.error().message;
   ASSERT_EQ(files.value().files.size(), 1u);
   const std::string& toml = files.value().files.at(kTorchtitanJobFile);
   EXPECT_NE(toml.find("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n"), std::string::npos) << toml;
   EXPECT_NE(toml.find("seq_len = 1024\n"), std::string::npos) << toml;
   EXPECT_TRUE(files.value().approximations.empty());
-  for (Stack other : {Stack::Arctic, Stack::HF, Stack::DeepSpeed}) {
-    const auto refused = export_plan(p, other);
+  for (const StackExporter* other : {&kArcticExporter, &kHfExporter, &kDeepSpeedExporter}) {
+    const auto refused = export_plan(p, *other);
     ASSERT_FALSE(refused.ok());
     EXPECT_EQ(refused.error().field, "--stack");
   }
@@ -178,7 +182,7 @@ TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
   const auto back = plan_from_json(plan_to_json(ops));
   ASSERT_TRUE(back.ok()) << back.error().message;
   EXPECT_EQ(back.value().parallel.checkpoint, CheckpointPolicy::ops());
-  const auto op_files = export_plan(ops, Stack::Torchtitan);
+  const auto op_files = export_plan(ops, kTorchtitanExporter);
   ASSERT_TRUE(op_files.ok()) << op_files.error().message;
   EXPECT_NE(op_files.value().files.at(kTorchtitanJobFile).find("mode = \"selective\"\nselective_ac_option = \"op\"\n"),
             std::string::npos);

@@ -1,7 +1,11 @@
 // transformers' modeling code trained with torch.optim's AdamW on one GPU: checkpointing of
 // every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its offload.
+#include <fmt/format.h>
+
+#include "planner/stacks/hf/export.h"
+#include "planner/stacks/hf/validate.h"
 #include "planner/stacks/profile.h"
-#include "planner/stacks/step/hf_step.h"
+#include "planner/stacks/hf/step.h"
 
 namespace longctx {
 
@@ -9,13 +13,30 @@ extern const StackProfile kHfProfile;
 const StackProfile kHfProfile = {
     .kind = StackKind::HF,
     .name = "hf",
+    .summary = "transformers' modeling code with torch AdamW, one GPU",
+    .defaults = {.kind = StackKind::HF},
+    .options = {SettingId::attention, SettingId::hf_checkpointing, SettingId::hf_optimizer, SettingId::hf_loss,
+                SettingId::hf_no_attention_mask},
+    // Its checkpoint offload pins host memory: none on the CPU virtual device (validate.cpp).
     .techniques =
-        [](const StackSpec&) {
-          return TechniqueSet()
-              .set(static_cast<std::size_t>(Technique::Checkpoint))
-              .set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
+        [](const Plan& base) {
+          TechniqueSet s = TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
+          if (base.cluster.hardware.backend == Backend::Cuda) s.set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
+          return s;
+        },
+    // Autograd's gradients: the parameters' dtype (torch.optim's AdamW keeps its moments so too).
+    .kept_grads = [](const Plan& p) -> std::optional<KeptGrads> {
+      return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
+    },
+    .validate = hf::validate,
+    .describe =
+        [](const StackSpec& s) {
+          return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {}, {} loss)", to_string(s.attention),
+                             to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer),
+                             to_string(s.loss));
         },
     .build_step = step::hf::build_step,
+    .exporter = &kHfExporter,
 };
 
 }  // namespace longctx

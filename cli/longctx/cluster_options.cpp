@@ -1,0 +1,55 @@
+#include "cli/longctx/cluster_options.h"
+
+#include <fmt/format.h>
+#include <fmt/ranges.h>
+
+#include "planner/core/knobs.h"
+#include "planner/core/settings.h"
+#include "planner/stacks/profile.h"
+
+namespace longctx::cli {
+namespace {
+
+// --stack's help names every stack the registry has, with what it is.
+std::string help_of(const Setting& s) {
+  if (s.id != SettingId::stack) return s.rule.help;
+  std::vector<std::string> stacks;
+  for (const StackProfile* p : stack_profiles()) stacks.push_back(fmt::format("{} ({})", p->name, p->summary));
+  const std::string last = stacks.back();
+  stacks.pop_back();
+  return fmt::format("{}: {} or {} (default: {})", s.rule.help, fmt::join(stacks, ", "), last, stack_profiles().front()->name);
+}
+
+void add_setting_option(CLI::App& app, const Setting& s, std::string& value) { app.add_option(s.flag, value, help_of(s)); }
+void add_setting_option(CLI::App& app, const Setting& s, bool& given) { app.add_flag(s.flag, given, help_of(s)); }
+
+}  // namespace
+
+void add_cluster_options(CLI::App& app, ClusterOptions& o) {
+  app.add_option("--model", o.model, "Preset name (see `longctx models`) or path of a Hugging Face config.json")
+      ->capture_default_str();
+  app.add_option("--gpus", o.gpus, "Total GPUs (ranks)")->capture_default_str();
+  app.add_option("--gpus-per-node", o.gpus_per_node, "GPUs per node (default: the preset's, at most --gpus)");
+  app.add_option("--gpu", o.gpu, "Hardware preset: h100-80gb, h200-141gb, a100-80gb, or cpu (the runtime's virtual device)")
+      ->capture_default_str();
+  app.add_option("--budget", o.budget, "Device memory budget per GPU, e.g. 80GiB (default: the preset's memory)");
+  app.add_option("--host-mem", o.host_mem, "Host memory per node, e.g. 2TiB (default: the preset's)");
+  app.add_flag("--expandable-segments", o.expandable_segments,
+               "Predict the CUDA caching allocator with PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True (less "
+               "fragmentation)");
+  app.add_option("--techniques", o.techniques,
+                 fmt::format("Comma list the search may use: {}; 'all' (default) or 'none'",
+                             fmt::join(technique_names(all_techniques()), ",")))
+      ->capture_default_str();
+#define LONGCTX_SETTING_OPTION(field, Type, member, rule) add_setting_option(app, setting(SettingId::field), o.field);
+  LONGCTX_SETTING_TABLE(LONGCTX_SETTING_OPTION)
+#undef LONGCTX_SETTING_OPTION
+  app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
+}
+
+int report(const Error& e) {
+  fmt::print(stderr, "longctx: error: {}\n", e.what());
+  return exit_status(e.kind);
+}
+
+}  // namespace longctx::cli

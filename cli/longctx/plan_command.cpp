@@ -1,0 +1,107 @@
+#include <array>
+#include <cstdio>
+#include <optional>
+
+#include <fmt/format.h>
+#include <nlohmann/json.hpp>
+
+#include "cli/longctx/cluster_options.h"
+#include "cli/common/commands.h"
+#include "planner/core/knobs.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
+#include "planner/search/search.h"
+#include "planner/core/units.h"
+#include "cli/longctx/plan_output.h"
+
+namespace longctx::cli {
+namespace {
+
+// The knob flags, one per row of the knob table (knobs.h), as given: parsed by the table's
+// rules after CLI11, so a bad value exits 2 naming its flag like every other bad input.
+struct KnobFlags {
+  std::array<std::optional<std::string>, kKnobCount> value;  // --ulysses 2, --sharding zero3
+  std::array<bool, kKnobCount> on{}, off{};                  // --offload-params, --no-offload-params
+};
+
+struct PlanOptions {
+  ClusterOptions cluster;
+  std::string seq;
+  std::string output;
+  KnobFlags knobs;
+  bool no_search = false;
+};
+
+void add_knob_flags(CLI::App& sub, KnobFlags& f) {
+  for (const Knob& k : knob_table()) {
+    const auto i = static_cast<std::size_t>(k.id);
+    if (k.kind != KnobKind::Switch) {
+      sub.add_option(k.flag, f.value[i], k.rule.help)->type_name(k.kind == KnobKind::Int ? "INT" : "TEXT");
+      continue;
+    }
+    sub.add_flag(k.flag, f.on[i], k.rule.help);
+    sub.add_flag("--no-" + k.flag.substr(2), f.off[i], fmt::format("Fix {} off", k.flag));
+  }
+}
+
+Result<Knobs> knobs_from(const KnobFlags& f) {
+  Knobs k;
+  for (const Knob& row : knob_table()) {
+    const auto i = static_cast<std::size_t>(row.id);
+    if (f.value[i]) {
+      LONGCTX_TRY(auto v, parse_knob(row.id, *f.value[i], row.flag));
+      fix(k, row.id, v);
+    }
+    if (f.on[i] && f.off[i])
+      return Error::bad_input(row.flag, fmt::format("given with --no-{}; pass one of the two", row.flag.substr(2)));
+    if (f.on[i]) fix(k, row.id, 1);
+    if (f.off[i]) fix(k, row.id, 0);
+  }
+  return k;
+}
+
+int run_plan(const PlanOptions& o) {
+  auto knobs = knobs_from(o.knobs);
+  if (!knobs) return report(knobs.error());
+  auto answer = answer_plan({o.cluster, o.seq, *knobs, o.no_search});
+  if (!answer) return report(answer.error());
+  const auto& [found, e, recorded] = *answer;
+  if (!o.output.empty()) {
+    auto w = write_plan_file(recorded, o.output);
+    if (!w) return report(w.error());
+  }
+  if (o.cluster.json) {
+    nlohmann::json j = plan_to_json(recorded);
+    j["search"] = o.no_search ? no_search_json() : search_summary_json(found);
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    fmt::print("{}", render_plan(e));
+    if (!o.no_search)
+      fmt::print("\nsearch    {} configurations evaluated, {} feasible; fastest chosen\n", found.evaluated, found.feasible);
+    if (!o.output.empty()) fmt::print("\nwrote {}\n", o.output);
+  }
+  if (!e.plan.prediction.feasible) return 3;
+  return 0;
+}
+
+}  // namespace
+
+Command add_plan_command(CLI::App& app) {
+  auto o = std::make_shared<PlanOptions>();
+  auto* sub = app.add_subcommand(
+      "plan",
+      "Predict memory and speed of training at --seq on the cluster. Knobs you give are fixed; the others are "
+      "searched for the fastest plan that fits (exit 3 when none does).");
+  add_cluster_options(*sub, o->cluster);
+  sub->add_option("--seq", o->seq,
+                  "Sequence length, any whole number of tokens or with K, M, G (x1024), e.g. 999999, 128K, 1M; padded "
+                  "to a multiple of the Ulysses degree")
+      ->required();
+  sub->add_option("-o,--output", o->output, "Write the plan file that `longctx run` reads");
+  add_knob_flags(*sub, o->knobs);
+  sub->add_flag("--no-search", o->no_search,
+                "Evaluate exactly the knobs given, the others at none/1/0/off, even if it does not fit (exit 3 then)");
+  return {sub, [o] { return run_plan(*o); }};
+}
+
+}  // namespace longctx::cli

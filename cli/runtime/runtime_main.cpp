@@ -1,0 +1,28 @@
+// longctx-runtime: the commands that need LibTorch. `longctx run` and `longctx --version`
+// hand over to it, so planning never pays for loading LibTorch.
+#include <vector>
+
+#include <CLI/CLI.hpp>
+
+#include "cli/common/commands.h"
+#include "cli/common/parse_errors.h"
+
+int main(int argc, char** argv) {
+  longctx::cli::ignore_file_size_signal();
+  CLI::App app{"longctx-runtime: runs plan files as LibTorch training steps (use it as `longctx run`)."};
+  app.require_subcommand(0, 1);
+  bool version = false;
+  longctx::cli::add_version_flag(app, version);
+  std::vector<longctx::cli::Command> commands;
+  commands.push_back(longctx::cli::add_run_command(app));
+  commands.push_back(longctx::cli::add_calibrate_command(app));
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return longctx::cli::report_parse_error(app, e);
+  }
+  if (version) return longctx::cli::print_version();
+  for (const auto& c : commands)
+    if (c.app->parsed()) return c.run();
+  return 0;
+}

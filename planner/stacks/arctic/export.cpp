@@ -1,0 +1,94 @@
+// `longctx export --stack arctic` (arctic/export.h): the key-by-key mapping of docs/export.md.
+#include "planner/stacks/arctic/export.h"
+
+#include <fmt/format.h>
+
+#include "planner/stacks/blocks/deepspeed_config.h"
+
+namespace longctx {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal};
+
+Result<bool> check(const Plan& p) { return first_refusal(p, "arctic", kRefusals); }
+
+// ArcticTraining's TiledMLP picks its shard count itself (arctic_training/model/tiled_compute.py:
+// ceil(seqlen / hidden) on the rank's sequence slice).
+std::int64_t arctic_mlp_shards(const Plan& p) {
+  const std::int64_t local = p.train.seq / p.parallel.ulysses;
+  return (local + p.model.hidden - 1) / p.model.hidden;
+}
+
+// What a longctx plan runs differently under ArcticTraining.
+void add_runtime_plan_notes(const Plan& p, std::vector<std::string>& notes) {
+  const ParallelConfig& par = p.parallel;
+  add_checkpoint_notes(p, "ArcticTraining's gradient checkpointing", notes);
+  if (par.loss_tiles > 1)
+    notes.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy (model.type liger) chunks the "
+                                "loss itself, not in {} tiles; it never holds the full logits",
+                                par.loss_tiles));
+  else if (par.ulysses > 1)
+    notes.push_back("parallel.loss_tiles: with sequence_parallel_size > 1 ArcticTraining tiles the loss in ~1 GiB "
+                    "fp32 shards anyway: less device memory than planned");
+  if (par.mlp_tiles > 1 && arctic_mlp_shards(p) != par.mlp_tiles)
+    notes.push_back(fmt::format("parallel.mlp_tiles: ArcticTraining's TiledMLP runs ceil((seq/ulysses)/hidden) = {} "
+                                "shards, not {}",
+                                arctic_mlp_shards(p), par.mlp_tiles));
+}
+
+StackFiles write(const Plan& p) {
+  StackConfig recipe = arctic_recipe(p);
+  const std::vector<std::string> comment = {
+      export_header(p, "arctic"),
+      fmt::format("model.name_or_path: the plan's model name '{}'; replace it with that model's Hugging Face id "
+                  "or checkpoint folder",
+                  p.model.name),
+      "data.sources: replace DATASET with the training data (a Hugging Face dataset name or path)"};
+  return {.files = {{kArcticRecipeFile, ExportFile::Format::Yaml, std::move(recipe.value), comment}},
+          .approximations = std::move(recipe.approximations)};
+}
+
+}  // namespace
+
+const StackExporter kArcticExporter = {
+    .word = "arctic",
+    .plans_predict = "ArcticTraining",
+    .check = check,
+    .write = write,
+};
+
+StackConfig arctic_recipe(const Plan& p) {
+  // arctic_training/config/trainer.py TrainerConfig; model.py ModelConfig; data.py DataConfig;
+  // optimizer.py OptimizerConfig. The factories' names: model/liger_factory.py "liger",
+  // model/hf_factory.py "huggingface", optimizer/adam_factory.py "cpu_adam" / "fused_adam".
+  StackConfig c;
+  const ParallelConfig& par = p.parallel;
+  // A plan of the arctic stack predicted this very recipe: its model type and attention.
+  const bool arctic_plan = p.train.stack.kind == StackKind::Arctic;
+  json deepspeed = {{"zero_optimization", zero_optimization(par)}, {"data_types", data_types(p.train)}};
+  c.value = {
+      {"type", "sft"},
+      {"micro_batch_size", p.train.micro_batch},
+      {"gradient_accumulation_steps", 1},
+      {"sequence_parallel_size", par.ulysses},
+      {"activation_checkpoint_cpu_offload", par.offload_checkpoints},
+      {"tiled_mlp_compute", par.mlp_tiles > 1},
+      {"deepspeed", deepspeed},
+      {"model",
+       {{"type", arctic_plan ? to_string(p.train.stack.arctic_model) : par.loss_tiles > 1 ? "liger" : "huggingface"},
+        {"name_or_path", p.model.name},
+        {"dtype", dtype_name(p.train.dtype)},
+        {"attn_implementation", arctic_plan ? to_string(p.train.stack.attention) : "sdpa"},
+        {"disable_activation_checkpoint", !par.checkpoint.any()}}},
+      {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
+      {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},
+  };
+  // What the arctic stack predicted, nothing approximated.
+  if (!arctic_plan) add_runtime_plan_notes(p, c.approximations);
+  return c;
+}
+
+}  // namespace longctx

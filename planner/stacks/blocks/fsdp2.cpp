@@ -1,0 +1,124 @@
+// FSDP2's ops (blocks/fsdp2.h), with the lifetimes torch 2.11's FSDPParamGroup gives their
+// buffers (torch/distributed/fsdp/_fully_shard/_fsdp_param_group.py: wait_for_unshard keeps a
+// forward all-gather's output as all_gather_state until the next group's copy-out, frees a
+// backward one at its own; post_backward keeps the reduce-scatter input as
+// reduce_scatter_state until the next reduce; the root's post-forward and backward's final
+// callback free the last of each).
+#include "planner/stacks/blocks/fsdp2.h"
+
+#include "planner/footprint/fsdp2.h"
+#include "planner/footprint/zero.h"
+
+namespace longctx::step::blocks {
+
+using namespace footprint;
+
+namespace {
+// On CUDA FSDP2 allocates a gather's buffers on its all-gather copy-in stream and a
+// reduce-scatter's output on its reduce-scatter stream; their freed blocks stay with those
+// streams (the reserved replay keeps a pool per stream).
+constexpr int kAllGatherStream = 1, kReduceScatterStream = 2;
+
+}  // namespace
+
+Fsdp2::Fsdp2(StepBuild& sb)
+    : sb_(sb),
+      gathered_(static_cast<std::size_t>(param_groups(sb.shapes)), -1),
+      unsharded_(static_cast<std::size_t>(param_groups(sb.shapes)), -1) {}
+
+void Fsdp2::model_states() {
+  StepBuild& sb = sb_;
+  const StepShapes& s = sb.shapes;
+  const int groups = param_groups(s);
+  sb.params.resize(static_cast<std::size_t>(groups));
+  for (int g = 0; g < groups; ++g) {
+    sb.params[static_cast<std::size_t>(g)] =
+        sb.graph.persistent(sb.group_name(g, "params.shard"), fsdp2::shard_bytes(s, g), Category::Params, Place::Device);
+    sb.graph.persistent(sb.group_name(g, "optim.state"), fsdp2::adamw_state_bytes(s, g), Category::Optimizer,
+                        Place::Device);
+  }
+  sb.grads.assign(static_cast<std::size_t>(groups), Ids{});
+}
+
+void Fsdp2::prefetch(int group, Phase phase) {
+  StepBuild& sb = sb_;
+  const StepShapes& s = sb.shapes;
+  const auto gi = static_cast<std::size_t>(group);
+  const TensorId out = sb.graph.tensor(sb.group_name(group, "fsdp.all_gather_output"),
+                                       fsdp2::all_gather_output_bytes(s, group), Category::Params);
+  const int o = sb.graph.op(sb.group_name(group, "fsdp.all_gather"), phase, sb.layer_of_group(group),
+                            {sb.params[gi]}, {out}, {.workspace = fsdp2::all_gather_workspace(s, group)});
+  // Each rank receives the other ranks' shards. FSDP2 issues a gather on its own stream and
+  // the compute stream waits for it only at the copy-out: in backward it is prefetched a group
+  // ahead, in forward the CPU issues it while the group before computes (implicit prefetch);
+  // only the step's first gather (the embedding's) is waited for with nothing to hide behind.
+  sb.graph.set_comm(o, CommKind::AllGather, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * s.e),
+                    static_cast<int>(s.world));
+  sb.graph.set_comm_async(o, !(phase == Phase::Forward && group == embed_group(s)));
+  if (!s.cpu) sb.graph.set_stream(o, kAllGatherStream);
+  gathered_[gi] = out;
+}
+
+// foreach_all_gather_copy_out: the unsharded parameters from the gathered buffer; `frees`
+// (the buffer a forward copy-out lets go of) is read last here.
+void Fsdp2::copy_out(int group, Phase phase, TensorId frees) {
+  StepBuild& sb = sb_;
+  const auto gi = static_cast<std::size_t>(group);
+  unsharded_[gi] =
+      sb.graph.tensor(sb.group_name(group, "fsdp.unsharded_params"), fsdp2::unsharded_bytes(sb.shapes, group), Category::Params);
+  Ids reads = {gathered_[gi]};
+  if (frees >= 0 && frees != gathered_[gi]) reads.push_back(frees);
+  sb.graph.op(sb.group_name(group, "fsdp.copy_out"), phase, sb.layer_of_group(group), reads, {unsharded_[gi]});
+}
+
+void Fsdp2::unshard_forward(int group, Phase phase) {
+  // The gather is issued in the group's pre-forward and waited for at once.
+  prefetch(group, phase);
+  copy_out(group, phase, forward_gathered_);
+  forward_gathered_ = gathered_[static_cast<std::size_t>(group)];
+}
+
+void Fsdp2::reshard(int group, Phase phase) {
+  const auto gi = static_cast<std::size_t>(group);
+  sb_.graph.op(sb_.group_name(group, "fsdp.reshard"), phase, sb_.layer_of_group(group), {unsharded_[gi]}, {});
+  unsharded_[gi] = -1;
+}
+
+void Fsdp2::end_forward() {
+  sb_.graph.op(step_name("fsdp.root_post_forward"), Phase::Loss, -1, {forward_gathered_}, {});
+  forward_gathered_ = -1;
+}
+
+void Fsdp2::copy_out_backward(int group) { copy_out(group, Phase::Backward, -1); }
+
+void Fsdp2::post_backward(int group) {
+  StepBuild& sb = sb_;
+  const StepShapes& s = sb.shapes;
+  const auto gi = static_cast<std::size_t>(group);
+  const int layer = sb.layer_of_group(group);
+  reshard(group, Phase::Backward);
+  if (reduce_input_ >= 0)
+    sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter_state.release"), Phase::Backward, layer, {reduce_input_}, {});
+  const TensorId input = sb.graph.tensor(sb.group_name(group, "fsdp.reduce_scatter_input"),
+                                         fsdp2::reduce_scatter_input_bytes(s, group), Category::Grads);
+  sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, sb.grads[gi], {input});
+  const TensorId shard =
+      sb.graph.tensor(sb.group_name(group, "grad.shard"), fsdp2::grad_shard_bytes(s, group), Category::Grads);
+  const int o = sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter"), Phase::Backward, layer, {input}, {shard});
+  // Each rank sends the other ranks' chunks, on FSDP2's reduce-scatter stream while the
+  // backward goes on (the next reduce, or the optimizer, waits for it).
+  sb.graph.set_comm(o, CommKind::ReduceScatter, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * 4),
+                    static_cast<int>(s.world));
+  sb.graph.set_comm_async(o);
+  if (!s.cpu) sb.graph.set_stream(o, kReduceScatterStream);
+  reduce_input_ = input;
+  sb.grads[gi] = {shard};
+}
+
+void Fsdp2::end_backward() {
+  if (reduce_input_ < 0) return;
+  sb_.graph.op(step_name("fsdp.backward_final_callback"), Phase::Backward, -1, {reduce_input_}, {});
+  reduce_input_ = -1;
+}
+
+}  // namespace longctx::step::blocks

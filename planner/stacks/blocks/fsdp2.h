@@ -1,0 +1,42 @@
+#pragma once
+// FSDP2 (torch.distributed.fsdp.fully_shard) as torchtitan's apply_fsdp wraps a model
+// (models/llama3/infra/parallelize.py): per parameter group (the embedding, each block,
+// [norm, output]) the all-gather, its copy-out into unsharded parameters, the reshard, and
+// the reduce-scatter of the gradients into fp32 shards once the group's backward is done.
+// Footprints: footprint/fsdp2.h.
+#include <vector>
+
+#include "planner/stacks/step/step_build.h"
+
+namespace longctx::step::blocks {
+
+class Fsdp2 {
+ public:
+  explicit Fsdp2(StepBuild& sb);
+
+  // The sharded parameters [shard] fp32 and fused AdamW's state on them, per group.
+  void model_states();
+  // Forward: the group's all-gather and copy-out (freeing the previous group's gathered
+  // buffer), and its reshard after it ran; the root's end of forward frees the last gather.
+  void unshard_forward(int group, Phase phase);
+  void reshard(int group, Phase phase);
+  void end_forward();
+  // Backward: the gather a group's pre-backward issues for the next group to run backward
+  // (FSDPParamGroup's backward prefetch), the group's own copy-out, and its post-backward
+  // (reshard, then its gradients copied into the reduce-scatter input, the shard out).
+  void prefetch(int group, Phase phase);
+  void copy_out_backward(int group);
+  void post_backward(int group);
+  void end_backward();
+
+ private:
+  void copy_out(int group, Phase phase, TensorId frees);
+
+  StepBuild& sb_;
+  std::vector<TensorId> gathered_;   // per group: all_gather_output [world * shard] e, while held
+  std::vector<TensorId> unsharded_;  // per group: the parameters unsharded [group_params] e
+  TensorId forward_gathered_ = -1;   // forward: the last group's gather, freed at the next copy-out
+  TensorId reduce_input_ = -1;       // backward: the last reduce-scatter's input, freed at the next
+};
+
+}  // namespace longctx::step::blocks

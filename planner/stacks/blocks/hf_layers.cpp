@@ -1,0 +1,114 @@
+// The layer schedule of transformers' decoder layers under torch.utils.checkpoint
+// (blocks/hf_layers.h).
+#include "planner/stacks/blocks/hf_layers.h"
+
+#include "planner/footprint/hf.h"
+#include "planner/stacks/blocks/hf_layer.h"
+
+namespace longctx::step::blocks {
+
+namespace {
+
+bool reentrant(const HfStep& sb) { return sb.in.train.stack.checkpointing == HfCheckpointing::Reentrant; }
+
+}  // namespace
+
+HfLayers::HfLayers(HfStep& sb)
+    : sb_(sb),
+      rng_(static_cast<std::size_t>(sb.shapes.layers), -1),
+      host_(static_cast<std::size_t>(sb.shapes.layers), -1),
+      kept_(static_cast<std::size_t>(sb.shapes.layers)) {}
+
+bool HfLayers::checkpointed(int) const { return sb_.parallel.checkpoint.any(); }
+
+LayerPass HfLayers::recompute_pass() const {
+  return reentrant(sb_) ? LayerPass::RecomputeWhole : LayerPass::RecomputeUntilSaved;
+}
+
+// transformers' checkpoint offload (modeling_utils.py, `_activation_checkpointing_enable` with
+// offload=True, transformers 5.17 on; TrainingArguments' `gradient_checkpointing_kwargs`
+// {"offload": true}): each layer's checkpoint runs under
+// torch.autograd.graph.save_on_cpu(pin_memory=True), so what the checkpoint saves for
+// backward, the layer's input hidden states (its keyword arguments ride in a partial, not
+// saved), is copied to pinned host memory, `packed.copy_(tensor)` on the compute stream, and
+// the device input is held by the model's loop alone. Backward unpacks it,
+// `tensor.to(device, non_blocking=True)`, when the layer's first saved tensor is needed.
+bool HfLayers::offloaded(int l) const { return sb_.parallel.offload_checkpoints && checkpointed(l); }
+
+void HfLayers::before_forward(int l, TensorId x) {
+  const StepShapes& s = sb_.shapes;
+  if (checkpointed(l)) {
+    const TensorId rng =
+        sb_.graph.tensor(layer_name(l, "checkpoint.rng_state"), footprint::hf::checkpoint_rng_state_bytes(s), kAct);
+    sb_.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
+    rng_[static_cast<std::size_t>(l)] = rng;
+  }
+  if (offloaded(l)) {
+    const std::int64_t bytes = s.n * s.h * s.e;
+    const TensorId host = sb_.graph.tensor(layer_name(l, "checkpoint.in.host"), bytes, kAct, Place::Host);  // [n, h] e
+    const int o = sb_.graph.op(layer_name(l, "checkpoint.pack"), Phase::Forward, l, {x}, {host});
+    sb_.graph.set_comm(o, CommKind::DeviceToHost, double(bytes), 1);
+    host_[static_cast<std::size_t>(l)] = host;
+  }
+}
+
+// A checkpointed layer's first pass runs without saving anything: its tensors die with their
+// last reader in forward, as the graph writes them when nothing in backward reads them. Under
+// per-op selective checkpointing (OpSac) the block's first pass keeps what the policy saves,
+// and its recompute takes those back.
+HfLayerActs HfLayers::forward(int l, TensorId x, Phase phase, bool recompute) {
+  const LayerPass pass = recompute ? recompute_pass() : checkpointed(l) ? LayerPass::Checkpointed : LayerPass::Plain;
+  if (sb_.parallel.checkpoint.kind != CheckpointPolicy::Kind::Ops) return layer_forward(sb_, l, x, phase, recompute, pass);
+  std::deque<TensorId>& kept = kept_[static_cast<std::size_t>(l)];
+  sb_.op_sac = {.mode = recompute ? OpSac::Mode::Replay : OpSac::Mode::Keep, .mm_count = 0, .kept = std::move(kept)};
+  const HfLayerActs a = layer_forward(sb_, l, x, phase, recompute, pass);
+  kept = std::move(sb_.op_sac.kept);
+  sb_.op_sac = {};
+  return a;
+}
+
+TensorId HfLayers::backward(int l, const HfLayerActs& a, TensorId d_out) {
+  return layer_backward(sb_, l, a, d_out, sb_.grads[static_cast<std::size_t>(l)]);
+}
+
+// The recompute begins where the layer's backward first needs a saved tensor (after d_out
+// arrived); an offloaded input is unpacked first, a new device tensor [n, h] e.
+TensorId HfLayers::recompute_input(int l, const HfLayerActs& first) {
+  if (!offloaded(l)) return first.in;
+  const std::int64_t bytes = sb_.shapes.n * sb_.shapes.h * sb_.shapes.e;
+  const TensorId in = sb_.graph.tensor(layer_name(l, "checkpoint.in.unpacked"), bytes, kAct);
+  const int o = sb_.graph.op(layer_name(l, "checkpoint.unpack"), kB, l, {host_[static_cast<std::size_t>(l)]}, {in});
+  sb_.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+  return in;
+}
+
+// Reentrant keeps the recompute's output and d_out until its inner backward returns;
+// non-reentrant stops once the last tensor is saved, unless early stop is off (torchtitan's),
+// when it runs the whole layer and drops its output.
+void HfLayers::after_recompute(int l, const HfLayerActs&, TensorId in, TensorId d_out) {
+  sb_.graph.add_input(sb_.graph.last_op(), d_out);
+  // Non-reentrant: the unpacked input is the recompute's argument, held until it returns
+  // (and after, by what the recompute saved of it).
+  if (offloaded(l)) sb_.graph.add_input(sb_.graph.last_op(), in);
+}
+
+Ids HfLayers::checkpoint_inputs(int, const HfLayerActs&) const { return {sb_.model.mask, sb_.model.positions}; }
+
+// The checkpoint's node (reentrant) or frame (non-reentrant) holds its RNG state and its
+// inputs until its backward is done.
+void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) {
+  if (!recomputed) return;
+  sb_.graph.add_input(last, rng_[static_cast<std::size_t>(l)]);
+  for (const TensorId t : checkpoint_inputs(l, a))
+    if (t >= 0) sb_.graph.add_input(last, t);
+  if (reentrant(sb_)) {
+    sb_.graph.add_input(last, a.out);
+    sb_.graph.add_input(last, d_out);
+    // CheckpointFunction.backward holds its unpacked inputs until it returns.
+    if (offloaded(l)) sb_.graph.add_input(last, a.in);
+  }
+  // The pinned copy lives as long as the checkpoint's saved inputs.
+  if (offloaded(l)) sb_.graph.add_input(last, host_[static_cast<std::size_t>(l)]);
+}
+
+}  // namespace longctx::step::blocks

@@ -1,0 +1,184 @@
+// `longctx export --stack hf` (hf/export.h): the key-by-key mapping of docs/export.md. Every
+// key written is one the stack's own config schema defines; the source each comes from is
+// cited where the key is written.
+#include "planner/stacks/hf/export.h"
+
+#include <fmt/format.h>
+
+#include "planner/stacks/blocks/deepspeed_config.h"
+
+namespace longctx {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr ExportRefusal kRefusals[] = {
+    kUlyssesRingRefusal,
+    kHeadChunkRefusal,
+    kMlpTilesRefusal,
+    // An hf-stack plan predicted transformers' own offload (5.17 on): it is exported.
+    {"parallel.offload_checkpoints",
+     [](const Plan& p) { return p.parallel.offload_checkpoints && p.train.stack.kind != StackKind::HF; },
+     "offload longctx's checkpoints: transformers' offload (5.17 on) keeps other tensors than longctx's runtime, "
+     "which this plan predicts",
+     "re-plan with --stack hf, use --stack arctic (activation_checkpoint_cpu_offload), or re-plan without "
+     "--offload-checkpoints"},
+};
+
+Result<bool> check(const Plan& p) { return first_refusal(p, "hf", kRefusals); }
+
+// A plan made for the hf stack: one process, no DeepSpeed, what the hf stack predicted.
+bool hf_plan(const Plan& p) { return p.train.stack.kind == StackKind::HF; }
+
+// An hf-stack plan with TRL's chunked loss runs under TRL's SFTTrainer: its arguments are
+// trl.SFTConfig's.
+bool exports_sft_config(const Plan& p) { return hf_plan(p) && p.train.stack.loss == HfLoss::TrlChunkedNll; }
+
+// What an hf-stack plan predicted beyond longctx's knobs: the checkpoint offload (transformers
+// 5.17 on: the Trainer pops "offload" and runs each checkpoint under save_on_cpu(pin_memory=True),
+// trainer.py, modeling_utils.py _activation_checkpointing_enable), the attention implementation
+// (chosen where the model is loaded, which TrainingArguments has no key for), and TRL's loss
+// (trl.SFTConfig, TRL 1.10 to 1.14.2, trl/trainer/sft_config.py: its chunked loss, and
+// max_length at the plan's length, as its default, 1024, would truncate every sample).
+void hf_plan_arguments(const Plan& p, StackConfig& c) {
+  json& j = c.value;
+  if (p.parallel.offload_checkpoints) {
+    j["gradient_checkpointing_kwargs"]["offload"] = true;
+    c.approximations.push_back("parallel.offload_checkpoints: gradient_checkpointing_kwargs \"offload\" needs transformers "
+                               "5.17 or later (earlier versions pass it to torch.utils.checkpoint, which refuses it)");
+  }
+  add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
+                                         to_string(p.train.stack.attention),
+                                         p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
+  if (!exports_sft_config(p)) return;
+  j["loss_type"] = "chunked_nll";
+  j["max_length"] = p.train.seq;
+  j["packing"] = false;
+}
+
+// A longctx plan under the Trainer: Liger's fused cross-entropy for loss tiles, and FSDP2 or
+// DeepSpeed for the sharding.
+void runtime_plan_arguments(const Plan& p, StackConfig& c) {
+  const ParallelConfig& par = p.parallel;
+  json& j = c.value;
+  add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  if (par.loss_tiles > 1) {
+    j["use_liger_kernel"] = true;
+    c.approximations.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy "
+                                           "(use_liger_kernel) chunks the loss itself, not in {} tiles",
+                                           par.loss_tiles));
+  }
+  if (hf_uses_fsdp2(p)) {
+    j["fsdp"] = "full_shard";
+    j["fsdp_config"] = {{"fsdp_version", 2},
+                        {"offload_params", par.offload_params},
+                        {"reshard_after_forward", true},
+                        {"activation_checkpointing", par.checkpoint.any()}};
+  } else {
+    j["deepspeed"] = kDeepSpeedConfigFile;
+  }
+}
+
+StackFiles write(const Plan& p) {
+  StackConfig args = hf_training_arguments(p), accel = accelerate_config(p);
+  StackFiles out;
+  out.approximations = std::move(args.approximations);
+  out.approximations.insert(out.approximations.end(), accel.approximations.begin(), accel.approximations.end());
+  out.files.push_back({exports_sft_config(p) ? kSftConfigFile : kTrainingArgumentsFile, ExportFile::Format::Json,
+                       std::move(args.value), {}});
+  out.files.push_back({kAccelerateConfigFile, ExportFile::Format::Yaml, std::move(accel.value), {export_header(p, "hf")}});
+  if (!hf_uses_fsdp2(p) && !hf_plan(p))
+    out.files.push_back({kDeepSpeedConfigFile, ExportFile::Format::Json,
+                         deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value, {}});
+  return out;
+}
+
+}  // namespace
+
+const StackExporter kHfExporter = {
+    .word = "hf",
+    .plans_predict = "transformers alone",
+    .check = check,
+    .write = write,
+};
+
+bool hf_uses_fsdp2(const Plan& p) {
+  const ParallelConfig& par = p.parallel;
+  return par.sharding == Sharding::Zero3 && par.ulysses == 1 && par.offload_optimizer == par.offload_params &&
+         p.train.grad_dtype == DType::FP32;
+}
+
+StackConfig hf_training_arguments(const Plan& p) {
+  // transformers/training_args.py TrainingArguments.
+  StackConfig c;
+  const ParallelConfig& par = p.parallel;
+  json& j = c.value;
+  j["output_dir"] = "output";
+  j["per_device_train_batch_size"] = p.train.micro_batch;
+  j["gradient_accumulation_steps"] = 1;
+  j["max_grad_norm"] = 1.0;
+  j["bf16"] = p.train.dtype == DType::BF16;
+  j["optim"] = hf_plan(p) ? to_string(p.train.stack.optimizer) : "adamw_torch";
+  const bool fsdp2 = hf_uses_fsdp2(p);
+  // Under FSDP the Trainer checkpoints through fsdp_config.activation_checkpointing (and
+  // refuses both at once): gradient_checkpointing would add an all-gather in backward.
+  j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
+  // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
+  // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
+  const bool reentrant = hf_plan(p) && p.train.stack.checkpointing == HfCheckpointing::Reentrant;
+  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
+  if (hf_plan(p)) hf_plan_arguments(p, c);
+  else runtime_plan_arguments(p, c);
+  return c;
+}
+
+StackConfig accelerate_config(const Plan& p) {
+  // accelerate/commands/config/config_args.py ClusterConfig (and BaseConfig's fields).
+  StackConfig c;
+  json& j = c.value;
+  j["compute_environment"] = "LOCAL_MACHINE";
+  j["debug"] = false;
+  j["machine_rank"] = 0;
+  j["main_training_function"] = "main";
+  j["mixed_precision"] = p.train.dtype == DType::BF16 ? "bf16" : "no";
+  j["num_machines"] = p.cluster.shape.nodes;
+  j["num_processes"] = p.cluster.shape.world();
+  j["rdzv_backend"] = "static";
+  j["same_network"] = true;
+  j["use_cpu"] = false;
+  if (hf_plan(p)) {
+    j["distributed_type"] = "NO";  // the hf stack is one process
+    return c;
+  }
+  if (hf_uses_fsdp2(p)) {
+    j["distributed_type"] = "FSDP";
+    // accelerate/commands/config/cluster.py's fsdp_config questions; FSDP2's CPU offload moves
+    // parameters, gradients and optimizer state together (hence hf_uses_fsdp2's rule).
+    j["fsdp_config"] = {{"fsdp_version", 2},
+                        {"fsdp_offload_params", p.parallel.offload_params},
+                        {"fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"},
+                        {"fsdp_reshard_after_forward", true},
+                        {"fsdp_state_dict_type", "SHARDED_STATE_DICT"},
+                        {"fsdp_cpu_ram_efficient_loading", true},
+                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any()}};
+    return c;
+  }
+  j["distributed_type"] = "DEEPSPEED";
+  j["deepspeed_config"] = {{"deepspeed_config_file", kDeepSpeedConfigFile},
+                           {"zero3_init_flag", p.parallel.sharding == Sharding::Zero3}};
+  if (p.parallel.ulysses > 1) {
+    // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
+    // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
+    // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
+    j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
+                               {"parallelism_config_sp_backend", "deepspeed"},
+                               {"parallelism_config_sp_seq_length", p.train.seq},
+                               {"parallelism_config_sp_seq_length_is_variable", true},
+                               {"parallelism_config_sp_attn_implementation", "sdpa"}};
+  }
+  return c;
+}
+
+}  // namespace longctx

@@ -1,0 +1,93 @@
+// The hf stack's step, as a training loop of `model(input_ids=..., labels=...).loss.backward();
+// optimizer.step(); optimizer.zero_grad(set_to_none=True)` runs it (the Trainer's
+// training_step does the same: the model's output, with its logits and cache, is dropped
+// before backward): LlamaModel.forward (embedding, cache_position, the causal mask,
+// LlamaRotaryEmbedding, the layers, the final norm), LlamaForCausalLM's lm_head and
+// ForCausalLMLoss (loss/loss_utils.py) or TRL's chunked loss, autograd's backward, and
+// torch.optim.AdamW. Footprints: footprint/hf.h.
+#include "planner/stacks/hf/step.h"
+
+#include "planner/footprint/hf.h"
+#include "planner/footprint/zero.h"
+#include "planner/stacks/blocks/hf_layer.h"
+#include "planner/stacks/blocks/hf_layers.h"
+#include "planner/stacks/blocks/hf_model.h"
+#include "planner/stacks/blocks/torch_adamw.h"
+#include "planner/stacks/blocks/trl_loss.h"
+
+namespace longctx::step::hf {
+
+using namespace blocks;
+using namespace footprint::hf;
+
+namespace {
+
+bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
+
+// create_causal_mask (masking_utils.py): eager attention always gets an additive mask
+// [b, 1, S, S] e. sdpa gets none when the batch's attention_mask has no padding, or while the
+// model keeps a cache (use_cache, the config's default): is_causal does the masking.
+// Checkpointing turns the cache off (check_model_inputs), as TRL's chunked loss does
+// (use_cache=False to the backbone), and with neither a cache nor an attention_mask
+// _preprocess_mask_arguments looks for packed sequences in position_ids, whose
+// find_packed_sequence_indices always returns a mask function: the causal skip is then not
+// allowed and a boolean mask [b, 1, S, S] is built. flash_attention_2 gets none
+// (flash_attention_mask: no padding, no mask).
+void causal_mask(HfStep& sb) {
+  const StepShapes& s = sb.shapes;
+  const StackSpec& st = sb.in.train.stack;
+  const bool eager = st.attention == HfAttention::Eager;
+  const bool sdpa = st.attention == HfAttention::Sdpa;
+  if (!eager && !(sdpa && (sb.parallel.checkpoint.any() || trl_chunked_loss(sb)) && !st.attention_mask)) return;
+  sb.model.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? additive_mask_bytes(s) : boolean_mask_bytes(s), kAct);
+  sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {sb.model.positions}, {sb.model.mask},
+              {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
+}
+
+// LlamaModel.forward up to the first layer: the batch, the embedding, cache_position =
+// arange(S) [S] int64 (position_ids is a view of it), the causal mask, and the RoPE tables.
+TensorId model_inputs(HfStep& sb) {
+  const StepShapes& s = sb.shapes;
+  HfModelActs& m = sb.model;
+  load_batch(sb);
+  const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
+  sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {sb.outer.tokens}, {x0});
+  m.positions = sb.graph.tensor(step_name("model.cache_position"), s.S * 8, kAct);
+  sb.graph.op(step_name("model.cache_position"), Phase::Forward, -1, {}, {m.positions});
+  causal_mask(sb);
+  m.cos = sb.graph.tensor(step_name("model.rope.cos"), rope_table_bytes(s), kAct);
+  m.sin = sb.graph.tensor(step_name("model.rope.sin"), rope_table_bytes(s), kAct);
+  sb.graph.op(step_name("model.rotary_emb"), Phase::Forward, -1, {m.positions}, {m.cos, m.sin},
+              {.workspace = rope_tables_workspace(s)});
+  return x0;
+}
+
+// The loss, forward and backward: TRL's chunked loss, or lm_head and ForCausalLMLoss.
+// Returns the last layer's output gradient.
+TensorId loss(HfStep& sb, TensorId final_x) {
+  if (!trl_chunked_loss(sb)) return causal_lm_loss_backward(sb, causal_lm_loss_forward(sb, final_x, -1), -1);
+  TrlLossActs trl;
+  const NormActs f = trl_loss_forward(sb, final_x, trl);
+  return trl_loss_backward(sb, f, trl);
+}
+
+void write_ops(HfStep& sb) {
+  adamw_model_states(sb);
+  // use_cache keeps each layer's k and v; checkpointing turns it off, as TRL's loss does.
+  sb.kv_cache = !trl_chunked_loss(sb);
+  HfLayers layers(sb);
+  std::vector<HfLayerActs> acts;
+  const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb), acts);
+  embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x)));
+  if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
+  if (!sb.in.prefix_only) adamw_step(sb, footprint::group_params);
+}
+
+}  // namespace
+
+StepGraph build_step(const StepInputs& in) {
+  HfStep sb(in, kTransformersOps);
+  return write_step(sb, &write_ops);
+}
+
+}  // namespace longctx::step::hf

@@ -1,0 +1,44 @@
+// The step's frame every stack shares: the build's shapes and the cuBLAS workspaces.
+#include "planner/stacks/step/step_build.h"
+
+#include "planner/footprint/zero.h"
+
+namespace longctx::step {
+
+StepBuild::StepBuild(const StepInputs& inputs)
+    : in(inputs), parallel(inputs.parallel), shapes(footprint::step_shapes(inputs)) {}
+
+Name StepBuild::group_name(int group, const char* base) const {
+  if (group < shapes.layers) return Name{group, base, false};
+  return Name{group == footprint::embed_group(shapes) ? Name::kEmbed : Name::kHead, base, false};
+}
+
+CublasWorkspaces begin_step(StepBuild& sb) {
+  // About 40 tensors and 30 ops a layer: reserve once instead of regrowing.
+  const auto layers = static_cast<std::size_t>(sb.in.model.layers);
+  sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
+  // cuBLAS workspaces [cublas_workspace] bytes each: one per (handle, stream), handles per
+  // thread, and every stack's step multiplies on two threads, the forward's and autograd's
+  // device thread that runs backward (torch/csrc/autograd/engine.cpp, Engine::thread_main
+  // per device). Allocated at each thread's first matmul, just after its output, and kept:
+  // held from the second step on, which is the one whose phases the planner predicts.
+  CublasWorkspaces w;
+  if (sb.shapes.cublas_workspace > 0) {
+    w.forward = sb.graph.persistent(Name{Name::kNone, "cublas.workspace.forward"}, sb.shapes.cublas_workspace,
+                                    Category::Workspace, Place::Device);
+    w.backward = sb.graph.persistent(Name{Name::kNone, "cublas.workspace.backward"}, sb.shapes.cublas_workspace,
+                                     Category::Workspace, Place::Device);
+  }
+  return w;
+}
+
+StepGraph finish_step(StepBuild& sb, CublasWorkspaces w) {
+  // Where the first step allocates them: the first forward and the first backward matmul.
+  if (w.forward >= 0 && !sb.in.prefix_only) {
+    sb.graph.first_allocated_at(w.forward, sb.graph.first_cublas_op(Phase::Forward));
+    sb.graph.first_allocated_at(w.backward, sb.graph.first_cublas_op(Phase::Backward));
+  }
+  return sb.graph.finish();
+}
+
+}  // namespace longctx::step
