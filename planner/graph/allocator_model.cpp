@@ -119,6 +119,7 @@ int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
 }
 
 void CachingAllocatorModel::release_segment(int b) {
+  if (whole_free_segment(b)) --whole_free_segments_;
   const Block& k = block(b);
   pool(k.small).erase(k.size, k.address);
   reserved_ -= k.size;
@@ -155,6 +156,7 @@ int CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
                           last_);
   next_address_ += seg;
   segment_sizes_.push_back(seg);
+  ++whole_free_segments_;
   return b;
 }
 
@@ -214,6 +216,7 @@ void CachingAllocatorModel::unmap_pages(int b) {
 
 void CachingAllocatorModel::release_cached() {
   if (!settings_.expandable_segments) {
+    if (whole_free_segments_ == 0) return;  // nothing to release: no need to look
     for (int b = first_; b >= 0;) {
       const Block& k = block(b);
       const int next = k.next;
@@ -230,6 +233,7 @@ void CachingAllocatorModel::release_cached() {
 }
 
 void CachingAllocatorModel::take(int b, std::int64_t size, bool small) {
+  if (whole_free_segment(b)) --whole_free_segments_;
   const std::int64_t remaining = block(b).size - size;
   if (small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize) {
     const Block& k = block(b);
@@ -261,7 +265,9 @@ void CachingAllocatorModel::free(int handle) {
   k.free = true;
   k.handle = -1;
   allocated_ -= k.size;
-  insert_free(merge(b));
+  const int merged = merge(b);
+  if (whole_free_segment(merged)) ++whole_free_segments_;
+  insert_free(merged);
 }
 
 std::int64_t CachingAllocatorModel::block_size(int handle) const {

@@ -170,6 +170,11 @@ class CachingAllocatorModel {
   // the merged block.
   int merge(int b);
   bool joins(int b, int other) const;
+  // Whether `b` is a free block that is a whole segment (what release_cached releases).
+  bool whole_free_segment(int b) const {
+    const Block& k = block(b);
+    return !settings_.expandable_segments && k.free && k.size == segment_sizes_[static_cast<std::size_t>(k.segment)];
+  }
 
   AllocatorSettings settings_;
   std::vector<Block> blocks_;  // by index; spare_ lists the indices of removed ones
@@ -178,6 +183,7 @@ class CachingAllocatorModel {
   FreeBlocks small_free_, large_free_;
   std::vector<std::int64_t> segment_sizes_;
   int released_segments_ = 0;
+  int whole_free_segments_ = 0;  // blocks for which whole_free_segment() holds
   std::vector<int> live_;  // handle -> block, -1 once freed
   std::int64_t next_address_ = 0;
   int failures_ = 0;

@@ -14,20 +14,68 @@
 namespace longctx {
 namespace {
 
-// Runs and counts evaluations; keeps the feasible plans and the smallest infeasible peak.
+// Runs and counts evaluations (predict_verdict: a plan that does not fit may have a reserved
+// figure that stops short); keeps the feasible plans and, while none fits, what no_fit needs
+// to name the plan of the smallest peak.
 struct Evaluator {
   int evaluated = 0;
   std::vector<Plan> feasible;
-  std::optional<Plan> smallest_infeasible;
+  bool last_exact = true;  // whether the last plan run has predict()'s figures
 
   Plan run(Plan p) {
+    const Verdict v = predict_verdict(p);
+    p.prediction = v.prediction;
+    last_exact = v.exact;
+    if (p.prediction.feasible) {
+      feasible.push_back(p);
+      smallest_.reset();
+      bounded_.clear();
+    } else if (feasible.empty()) {
+      track_infeasible(p, v.exact);
+    }
     ++evaluated;
-    p.prediction = predict(p);
-    if (p.prediction.feasible) feasible.push_back(p);
-    else if (!smallest_infeasible || p.prediction.peak_nvidia_smi_bytes < smallest_infeasible->prediction.peak_nvidia_smi_bytes)
-      smallest_infeasible = p;
     return p;
   }
+
+  // The first plan evaluated of the smallest nvidia-smi peak, among those that do not fit (none
+  // if a plan fits). REQUIRES: no plan fits.
+  std::optional<Plan> smallest_infeasible() const {
+    std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
+    if (smallest_) least = {{figure(smallest_->plan), smallest_->index}};
+    std::optional<Plan> found = smallest_ ? std::optional<Plan>(smallest_->plan) : std::nullopt;
+    for (const Indexed& b : bounded_) {
+      Plan exact = b.plan;
+      exact.prediction = predict(exact);
+      const std::pair<std::int64_t, int> key{figure(exact), b.index};
+      if (!least || key < *least) {
+        least = key;
+        found = exact;
+      }
+    }
+    return found;
+  }
+
+ private:
+  struct Indexed {
+    Plan plan;
+    int index = 0;  // the evaluation's
+  };
+  static std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; }
+
+  // Keeps the smallest exact figure so far (the first on ties), and the plans whose figure
+  // stops short but may still be smaller (a bound under it): settled only if no plan fits.
+  void track_infeasible(const Plan& p, bool exact) {
+    if (exact) {
+      if (smallest_ && figure(p) >= figure(smallest_->plan)) return;
+      smallest_ = Indexed{p, evaluated};
+      std::erase_if(bounded_, [&](const Indexed& b) { return figure(b.plan) > figure(p); });
+    } else if (!smallest_ || figure(p) < figure(smallest_->plan)) {
+      bounded_.push_back({p, evaluated});
+    }
+  }
+
+  std::optional<Indexed> smallest_;
+  std::vector<Indexed> bounded_;
 };
 
 }  // namespace
@@ -79,6 +127,57 @@ namespace {
 struct Candidate {
   Plan coarse;
   Plan fastest;
+  bool exact = true;  // whether `fastest` has predict()'s figures (Evaluator::run)
+};
+
+// Candidates in faster()'s order, fastest first (stable: equals in the order given). faster()
+// ranks equally fast plans by their peaks, which for candidates that do not fit may stop
+// short (Evaluator::run); the figures are settled only for the equally fast candidates the
+// search reaches, each group as it reaches it (against a plan that fits, any figure over the
+// budget ranks alike).
+class CandidateOrder {
+ public:
+  explicit CandidateOrder(std::vector<Candidate> candidates) : candidates_(std::move(candidates)) {
+    std::stable_sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return speed(a) > speed(b);
+    });
+  }
+  // The i-th candidate in faster()'s order. REQUIRES: i < size(), the candidates before it
+  // asked for first, and `best` (the fastest plan found that fits) the search's.
+  const Candidate& at(std::size_t i, const std::optional<Plan>& best) {
+    if (i == settled_) settle_group(i, best);
+    return candidates_[i];
+  }
+  std::size_t size() const { return candidates_.size(); }
+
+ private:
+  static double speed(const Candidate& c) { return rounded_speed(c.fastest.prediction.tokens_per_s); }
+
+  // The group of equally fast candidates from `first`, ordered by peak: those that fit first.
+  // The peaks of those that do not are settled only where the search may run more than one of
+  // them: not where the best plan found is as fast, as the search then stops at the first.
+  void settle_group(std::size_t first, const std::optional<Plan>& best) {
+    std::size_t end = first;
+    int infeasible = 0;
+    while (end < candidates_.size() && speed(candidates_[end]) == speed(candidates_[first]))
+      infeasible += candidates_[end++].fastest.prediction.feasible ? 0 : 1;
+    const auto group_begin = candidates_.begin() + static_cast<std::ptrdiff_t>(first);
+    const auto group_end = candidates_.begin() + static_cast<std::ptrdiff_t>(end);
+    const bool searched = !best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[first]);
+    if (infeasible > 1 && searched)
+      for (auto it = group_begin; it != group_end; ++it)
+        if (!it->exact) {
+          it->fastest.prediction = predict(it->fastest);
+          it->exact = true;
+        }
+    std::stable_sort(group_begin, group_end, [](const Candidate& a, const Candidate& b) {
+      return a.fastest.prediction.peak_nvidia_smi_bytes < b.fastest.prediction.peak_nvidia_smi_bytes;
+    });
+    settled_ = end;
+  }
+
+  std::vector<Candidate> candidates_;
+  std::size_t settled_ = 0;  // candidates before it are in their final order
 };
 
 // The fine rows' candidates for one coarse choice, each fastest first, in table order
@@ -218,20 +317,20 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   std::vector<Candidate> candidates;
   for (const Plan& c : coarse_choices(base, allowed, knobs)) {
     if (!valid(c)) continue;
-    candidates.push_back({c, ev.run(c)});
+    candidates.push_back({c, ev.run(c), ev.last_exact});
     if (candidates.back().fastest.prediction.feasible && (!best || faster(candidates.back().fastest, *best)))
       best = candidates.back().fastest;
   }
   // Phase 2: in order of that bound, search tiles and chunk until the bound cannot beat the
   // best plan found.
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return faster(a.fastest, b.fastest); });
-  for (const Candidate& cand : candidates) {
+  CandidateOrder order(std::move(candidates));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Candidate& cand = order.at(i, best);
     if (cand.fastest.prediction.feasible) continue;  // already its own best
     if (best && !faster(cand.fastest, *best)) break;
     search_fine(cand, allowed, knobs, ev, best);
   }
-  if (!best) return no_fit(base, ev.smallest_infeasible);
+  if (!best) return no_fit(base, ev.smallest_infeasible());
   return summarize(*best, ev);
 }
 
