@@ -132,9 +132,11 @@ struct Candidate {
 
 // Candidates in faster()'s order, fastest first (stable: equals in the order given). faster()
 // ranks equally fast plans by their peaks, which for candidates that do not fit may stop
-// short (Evaluator::run); the figures are settled only for the equally fast candidates the
-// search reaches, each group as it reaches it (against a plan that fits, any figure over the
-// budget ranks alike).
+// short (Evaluator::run: a lower bound, over the budget). The order within a group of equally
+// fast candidates is settled as the search reaches each place: the least peak of those left,
+// settling a peak only where its bound could be the least, and none where the search stops
+// there whichever candidate it is (the best plan found is as fast, and needs less memory than
+// any bound left).
 class CandidateOrder {
  public:
   explicit CandidateOrder(std::vector<Candidate> candidates) : candidates_(std::move(candidates)) {
@@ -145,39 +147,50 @@ class CandidateOrder {
   // The i-th candidate in faster()'s order. REQUIRES: i < size(), the candidates before it
   // asked for first, and `best` (the fastest plan found that fits) the search's.
   const Candidate& at(std::size_t i, const std::optional<Plan>& best) {
-    if (i == settled_) settle_group(i, best);
+    if (i >= group_end_) {
+      group_end_ = i;
+      while (group_end_ < candidates_.size() && speed(candidates_[group_end_]) == speed(candidates_[i])) ++group_end_;
+    }
+    if (!stops_at(i, best)) bring_least_forward(i);
     return candidates_[i];
   }
   std::size_t size() const { return candidates_.size(); }
 
  private:
   static double speed(const Candidate& c) { return rounded_speed(c.fastest.prediction.tokens_per_s); }
+  std::int64_t peak(std::size_t k) const { return candidates_[k].fastest.prediction.peak_nvidia_smi_bytes; }
 
-  // The group of equally fast candidates from `first`, ordered by peak: those that fit first.
-  // The peaks of those that do not are settled only where the search may run more than one of
-  // them: not where the best plan found is as fast, as the search then stops at the first.
-  void settle_group(std::size_t first, const std::optional<Plan>& best) {
-    std::size_t end = first;
-    int infeasible = 0;
-    while (end < candidates_.size() && speed(candidates_[end]) == speed(candidates_[first]))
-      infeasible += candidates_[end++].fastest.prediction.feasible ? 0 : 1;
-    const auto group_begin = candidates_.begin() + static_cast<std::ptrdiff_t>(first);
-    const auto group_end = candidates_.begin() + static_cast<std::ptrdiff_t>(end);
-    const bool searched = !best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[first]);
-    if (infeasible > 1 && searched)
-      for (auto it = group_begin; it != group_end; ++it)
-        if (!it->exact) {
-          it->fastest.prediction = predict(it->fastest);
-          it->exact = true;
-        }
-    std::stable_sort(group_begin, group_end, [](const Candidate& a, const Candidate& b) {
-      return a.fastest.prediction.peak_nvidia_smi_bytes < b.fastest.prediction.peak_nvidia_smi_bytes;
-    });
-    settled_ = end;
+  // Whether the search stops at place i whichever candidate of the group's rest is there.
+  bool stops_at(std::size_t i, const std::optional<Plan>& best) const {
+    if (!best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[i])) return false;
+    for (std::size_t k = i; k < group_end_; ++k)
+      if (candidates_[k].fastest.prediction.feasible || peak(k) <= best->prediction.peak_nvidia_smi_bytes) return false;
+    return true;
+  }
+
+  // Moves the candidate of [i, group end) with the least peak (the first on ties) to i; the
+  // others keep their order.
+  void bring_least_forward(std::size_t i) {
+    std::vector<std::size_t> by_bound;
+    for (std::size_t k = i; k < group_end_; ++k) by_bound.push_back(k);
+    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) { return peak(a) < peak(b); });
+    std::optional<std::size_t> least;
+    for (const std::size_t k : by_bound) {
+      if (least && peak(k) > peak(*least)) break;  // every bound left is larger still
+      if (least && peak(k) == peak(*least) && k > *least) continue;  // at best a tie, which the first wins
+      Candidate& c = candidates_[k];
+      if (!c.exact) {
+        c.fastest.prediction = predict(c.fastest);
+        c.exact = true;
+      }
+      if (!least || peak(k) < peak(*least) || (peak(k) == peak(*least) && k < *least)) least = k;
+    }
+    const auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(i);
+    std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
   }
 
   std::vector<Candidate> candidates_;
-  std::size_t settled_ = 0;  // candidates before it are in their final order
+  std::size_t group_end_ = 0;  // the end of the group of equally fast candidates reached last
 };
 
 // The fine rows' candidates for one coarse choice, each fastest first, in table order
