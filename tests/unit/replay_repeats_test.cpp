@@ -5,6 +5,9 @@
 // capacities tight enough that requests fail.
 #include <gtest/gtest.h>
 
+#include <random>
+#include <tuple>
+
 #include <fmt/format.h>
 
 #include "planner/graph/reserved_replay.h"
@@ -79,6 +82,89 @@ TEST(ReservedReplay, SkippingRepeatsGivesTheWholeReplaysFigures) {
   // The grid exercises the skipping.
   EXPECT_GT(totals.graphs, 100);
   EXPECT_GT(totals.skipped, totals.items / 20) << totals.skipped << " of " << totals.items;
+}
+
+// Shapes drawn at random (a fixed seed): a preset model, a cluster, a stack, a length between
+// 4K and 512K tokens, a configuration of the search's space there, and a capacity from a tenth
+// of the whole replay's peak to past it; each replayed both ways, whole and stopping at the
+// first failure.
+TEST(ReservedReplay, SkippingRepeatsHoldsOverDrawnShapes) {
+  const std::vector<const char*> models = {"llama-3.2-1b", "llama-3.2-3b", "llama-3.1-8b", "qwen3-8b", "mistral-7b",
+                                           "qwen2.5-7b"};
+  const std::vector<const char*> stacks = {"longctx", "hf", "arctic", "torchtitan"};
+  const std::vector<std::int64_t> clusters = {1, 2, 4, 8, 16};
+  std::mt19937_64 draw(20261129);
+  auto pick = [&](std::size_t n) { return static_cast<std::size_t>(draw() % n); };
+  int held = 0, skipped = 0;
+  for (int i = 0; i < 200 && held < 40; ++i) {
+    ClusterRequest request;
+    request.model = models[pick(models.size())];
+    request.gpus = clusters[pick(clusters.size())];
+    request.stack = stacks[pick(stacks.size())];
+    auto resolved = resolve_cluster(request);
+    if (!resolved) continue;
+    Plan base = *resolved;
+    base.train.seq = std::int64_t{4096} << pick(8);
+    const std::vector<Plan> plans = search_space(base, all_techniques());
+    if (plans.empty()) continue;
+    const Plan& p = plans[pick(plans.size())];
+    const StepGraph g = build_step(step_inputs(p));
+    AllocatorSettings s = allocator_settings(p);
+    s.expandable_segments = pick(2) == 1;
+    const ReservedReplay unbounded = replay_reserved(g, s, {.skip_repeats = false});
+    s.capacity = std::max<std::int64_t>(1, unbounded.peak_reserved / 10 * static_cast<std::int64_t>(1 + pick(12)));
+    const std::string what = fmt::format("draw {}: {} {} GPUs {} at {}, capacity {}{}: {}", i, request.model,
+                                         request.gpus, request.stack, base.train.seq, s.capacity,
+                                         s.expandable_segments ? " expandable" : "", describe_knobs(p));
+    const ReservedReplay whole = replay_reserved(g, s, {.skip_repeats = false}), skipping = replay_reserved(g, s);
+    expect_same(skipping, whole, what);
+    const ReservedReplay stopped = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false}),
+                         stopped_skipping = replay_reserved(g, s, {.stop_at_failure = true});
+    expect_same(stopped_skipping, stopped, what + " (stopping at the first failure)");
+    EXPECT_EQ(stopped.first_failed_op, whole.first_failed_op) << what;
+    EXPECT_LE(stopped.peak_reserved, whole.peak_reserved) << what;
+    ++held;
+    skipped += skipping.skipped_items > 0 ? 1 : 0;
+  }
+  EXPECT_GE(held, 30);
+  EXPECT_GT(skipped, held / 4);  // the draws exercise the skipping
+}
+
+// The search's verdicts (predict_verdict) against predict(): the same verdict, speed and
+// allocated figures on every configuration; the same reserved figure where it fits, and where
+// it does not one that stops short, never over predict()'s and still over the budget.
+TEST(ReservedReplay, VerdictsAgreeWithFullPredictions) {
+  int short_figures = 0, plans_held = 0;
+  for (const auto& [model, gpus, seq] : {std::tuple{"llama-3.1-8b", 8, 1 << 20}, std::tuple{"llama-3.1-8b", 1, 1 << 17},
+                                         std::tuple{"qwen3-8b", 16, 1 << 21}}) {
+    ClusterRequest request;
+    request.model = model;
+    request.gpus = gpus;
+    Plan base = resolve_cluster(request).value();
+    base.train.seq = seq;
+    const std::vector<Plan> plans = search_space(base, all_techniques());
+    for (std::size_t i = 0; i < plans.size(); i += std::max<std::size_t>(1, plans.size() / 40)) {
+      const Prediction full = predict(plans[i]);
+      const Verdict v = predict_verdict(plans[i]);
+      const std::string what = fmt::format("{} {} GPUs at {}: {}", model, gpus, seq, describe_knobs(plans[i]));
+      EXPECT_EQ(v.prediction.feasible, full.feasible) << what;
+      EXPECT_EQ(v.prediction.binding, full.binding) << what;
+      EXPECT_EQ(v.prediction.tokens_per_s, full.tokens_per_s) << what;
+      EXPECT_EQ(v.prediction.peak_device_bytes, full.peak_device_bytes) << what;
+      EXPECT_EQ(v.prediction.peak_host_bytes, full.peak_host_bytes) << what;
+      EXPECT_TRUE(v.exact || !full.feasible) << what;
+      if (v.exact) {
+        EXPECT_EQ(v.prediction.peak_nvidia_smi_bytes, full.peak_nvidia_smi_bytes) << what;
+      } else {
+        ++short_figures;
+        EXPECT_LE(v.prediction.peak_nvidia_smi_bytes, full.peak_nvidia_smi_bytes) << what;
+        EXPECT_GT(v.prediction.peak_nvidia_smi_bytes, base.cluster.device_budget_bytes) << what;
+      }
+      ++plans_held;
+    }
+  }
+  EXPECT_GT(plans_held, 60);
+  EXPECT_GT(short_figures, 0);
 }
 
 }  // namespace
