@@ -83,6 +83,35 @@ std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::in
   return h.context_bytes + h.nccl_base_bytes + h.nccl_bytes_per_peer * (in_node + across);
 }
 
+namespace {
+
+// The preset's "measured" object at `mp`: the rates `longctx calibrate` wrote.
+Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const std::string& mp) {
+  using namespace json_fields;
+  if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
+  MeasuredRates r;
+  r.present = true;
+  for (const auto& [key, field] : measured_rate_fields()) {
+    LONGCTX_TRY(r.*field, get_number(m, mp, key));
+    if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+  }
+  for (const auto& [key, table] : attention_rate_tables(r)) {
+    LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
+  }
+  for (const auto& f : optional_measured_rate_fields()) {
+    if (!m.contains(f.key)) continue;
+    LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
+    if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
+    if (!(r.*f.field < f.below))
+      return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
+  }
+  LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
+  r.ranks = static_cast<int>(ranks);
+  return r;
+}
+
+}  // namespace
+
 Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   using namespace json_fields;
   Hardware h;
@@ -120,27 +149,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
   if (j.contains("measured")) {
-    const auto& m = j["measured"];
-    const std::string mp = p + ".measured";
-    if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
-    auto& r = h.measured;
-    r.present = true;
-    for (const auto& [key, field] : measured_rate_fields()) {
-      LONGCTX_TRY(r.*field, get_number(m, mp, key));
-      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
-    }
-    for (const auto& [key, table] : attention_rate_tables(r)) {
-      LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
-    }
-    for (const auto& f : optional_measured_rate_fields()) {
-      if (!m.contains(f.key)) continue;
-      LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
-      if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
-      if (!(r.*f.field < f.below))
-        return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
-    }
-    LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
-    r.ranks = static_cast<int>(ranks);
+    LONGCTX_TRY(h.measured, measured_rates_from_json(j["measured"], p + ".measured"));
   }
   return h;
 }
