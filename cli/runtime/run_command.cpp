@@ -18,6 +18,7 @@
 
 #include "cli/common/commands.h"
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/knobs.h"
 #include "planner/core/plan.h"
 #include "planner/io/prediction_drift.h"

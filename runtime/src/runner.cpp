@@ -11,6 +11,7 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/phase_names.h"
 #include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"
@@ -86,7 +87,7 @@ class BatchSource {
   // outside the vocabulary.
   Result<bool> load(const std::string& path) {
     if (path.empty()) return true;
-    LONGCTX_TRY(auto bytes, read_regular_file(path, "--data"));
+    LONGCTX_TRY(auto bytes, read_regular_file(path, "--data", input_limits::kDataBytes));
     file_.resize(bytes.size() / sizeof(std::uint32_t));
     std::memcpy(file_.data(), bytes.data(), file_.size() * sizeof(std::uint32_t));
     if (auto e = check(path); !e.empty()) return Error::bad_input("--data", e);
