@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/json_fields.h"
-#include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/limits.h"
 #include "planner/core/presets.h"
 
@@ -124,12 +124,22 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node", 1, limits::kMaxGpusPerNode));
-  LONGCTX_TRY(h.peak_flops, get_number(j, p, "peak_bf16_flops"));
-  LONGCTX_TRY(h.hbm_bytes_per_s, get_number(j, p, "hbm_bytes_per_s"));
-  LONGCTX_TRY(h.nvlink_bytes_per_s, get_number(j, p, "nvlink_bytes_per_s"));
-  LONGCTX_TRY(h.internode_bytes_per_s, get_number(j, p, "internode_bytes_per_s"));
-  LONGCTX_TRY(h.pcie_bytes_per_s, get_number(j, p, "pcie_bytes_per_s"));
-  LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
+  // Every rate within bounds far outside real hardware (1e6 to 1e18 per second): a rate of
+  // 1e-300 once made a step take "inf s" and wrote step_time_s: null.
+  const auto rate = [&](const char* key) -> Result<double> {
+    LONGCTX_TRY(const double v, get_number(j, p, key));
+    if (!(v >= 1e6 && v <= 1e18))
+      return Error::bad_input(p + "." + key, fmt::format("{:g} per second is outside longctx's bounds of 1e6 to 1e18; "
+                                                         "give the device's real figure",
+                                                         v));
+    return v;
+  };
+  LONGCTX_TRY(h.peak_flops, rate("peak_bf16_flops"));
+  LONGCTX_TRY(h.hbm_bytes_per_s, rate("hbm_bytes_per_s"));
+  LONGCTX_TRY(h.nvlink_bytes_per_s, rate("nvlink_bytes_per_s"));
+  LONGCTX_TRY(h.internode_bytes_per_s, rate("internode_bytes_per_s"));
+  LONGCTX_TRY(h.pcie_bytes_per_s, rate("pcie_bytes_per_s"));
+  LONGCTX_TRY(h.host_flops, rate("host_flops"));
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
   }

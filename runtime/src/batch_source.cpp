@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 
 namespace longctx::runtime {
 
@@ -20,7 +21,7 @@ BatchSource::BatchSource(const Plan& p, const RunOptions& o, const Communicator&
 
 Result<bool> BatchSource::load(const std::string& path) {
   if (path.empty()) return true;
-  LONGCTX_TRY(auto bytes, read_regular_file(path, "--data"));
+  LONGCTX_TRY(auto bytes, read_regular_file(path, "--data", input_limits::kDataBytes));
   file_.resize(bytes.size() / sizeof(std::uint32_t));
   std::memcpy(file_.data(), bytes.data(), file_.size() * sizeof(std::uint32_t));
   if (auto e = check(path); !e.empty()) return Error::bad_input("--data", e);

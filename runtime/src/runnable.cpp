@@ -10,6 +10,7 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/units.h"
 #include "planner/stacks/profile.h"
 #include "longctx/runtime/attention.h"
