@@ -3,11 +3,32 @@
 # when no GPU is visible); then the robustness checks (docs/robustness.md): the planner's
 # unit tests under ASan+UBSan and a short fuzz run of each input path (LONGCTX_FUZZ_SECONDS
 # per target, 20 by default). LONGCTX_SKIP_ROBUSTNESS=1 leaves those two out.
+#
+# Every test is held to 180 s (tests/CMakeLists.txt). The project's .venv is set up first,
+# beside the build (scripts/python_env.sh: minutes on a fresh clone, most of it unpacking
+# torch's wheel), so that the tests that use it find it made rather than making it inside
+# their limit. The slowest tests are listed at the end (docs/performance.md, "Test suite").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# setup.sh first: it fetches the torch wheel the .venv installs (a no-op once cached).
+bash "$root/scripts/setup.sh" >/dev/null
+venv_log=$(mktemp)
+bash "$root/scripts/python_env.sh" >"$venv_log" 2>&1 &
+venv_pid=$!
 build=$(bash "$root/scripts/build.sh" | tail -n 1)
+if ! wait "$venv_pid"; then
+  cat "$venv_log" >&2
+  echo "scripts/python_env.sh failed: the python, stacks and gpukit tests need .venv" >&2
+  exit 1
+fi
+rm -f "$venv_log"
 cd "$build"
-ctest --output-on-failure -j 2 --timeout 600
+status=0
+ctest --output-on-failure -j 2 --timeout 180 || status=$?
+# The ten slowest tests of this run, from ctest's own record of it.
+echo "slowest tests (s):"
+sed -n 's/^"\(.*\)" time elapsed: \([0-9:]*\)$/\2 \1/p' Testing/Temporary/LastTest.log | sort -r | head -n 10 || true
+[ "$status" = 0 ] || exit "$status"
 # Say why GPU tests were skipped, where they were; and the GPU kit's test (docs/gpu-kit.md).
 "$build/cli/longctx" --version | grep '^GPU:' || true
 if [ -f "$build/tests/gpukit/skipped.txt" ]; then echo "gpukit: $(cat "$build/tests/gpukit/skipped.txt")"; fi

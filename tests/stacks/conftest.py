@@ -2,6 +2,16 @@
 TOLERANCE = 0.01
 
 
+def drawn_seed():
+    """The seed of a run's drawn cases: LONGCTX_VALIDATION_SEED where given (to replay a
+    failure), else a fresh one each run, so that runs add up to shapes no one tuned against.
+    The test prints it; pytest shows what a failing test printed."""
+    import os
+    import random
+    given = os.environ.get("LONGCTX_VALIDATION_SEED")
+    return int(given) if given else random.SystemRandom().randrange(1 << 32)
+
+
 def profile_second_step_of(step, trace_path):
     """Runs `step` twice, the second under the PyTorch profiler (profile_memory=True), and
     writes that step's Chrome trace: AdamW's state exists from the first on, as in any step but

@@ -7,16 +7,15 @@ prediction, with `compare` adding back what existed before profiling began.
 bf16 cases hold the casts (RMSNorm's fp32 copies, the loss's upcast). TRL cases patch the
 model as SFTTrainer does for its chunked loss (TRL 1.14.2's own `_patch_chunked_ce_lm_head`). The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
 than hidden/heads, tied embeddings, Qwen3's q/k norms, Qwen2's biases, Mistral); one more
-case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else today's date), so every CI
+case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else a fresh one each run, printed), so every CI
 run holds a shape nobody tuned against."""
-import datetime
 import os
 import random
 
 import pytest
 
 import longctx
-from conftest import profile_second_step_of, TOLERANCE, assert_phases_within, strip_cpu_gemm_scratch
+from conftest import drawn_seed, profile_second_step_of, TOLERANCE, assert_phases_within, strip_cpu_gemm_scratch
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -164,7 +163,7 @@ def drawn_case(seed):
 
 
 def test_hf_stack_on_a_drawn_shape(tmp_path):
-    seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
+    seed = drawn_seed()
     arch, attention, checkpointing, mask, seq, batch, shape = drawn_case(seed)
     print(f"seed {seed}: {arch} {attention} {checkpointing} attention_mask {mask} seq {seq} x {batch} {shape}")
     # Lengths drawn up to 256 give TRL's loss one chunk; a second draw of the loss spans up to four.

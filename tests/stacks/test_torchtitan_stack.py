@@ -6,21 +6,20 @@ the second under the PyTorch profiler (profile_memory=True, one thread), with ea
 activation checkpointing modes applied by its own apply_ac, alone in fp32 or sharded by its own
 apply_fsdp (FSDP2, param_dtype fp32 or bf16, reduce_dtype fp32) across 2 to 4 ranks. The peak
 and every phase must be within 1% of the prediction. One more case per run is drawn from a seed
-(LONGCTX_VALIDATION_SEED, else today's date).
+(LONGCTX_VALIDATION_SEED, else a fresh one each run, printed).
 
 The sharded cases run rank 0 of a fake process group (torch.testing's FakeStore and "fake"
 backend: collectives that allocate nothing), which is what FSDP2 allocates itself, as under
 NCCL; Gloo's own staging copies are freed on its worker thread, where the profiler does not
 see them go, and are not in the plan (footprint/fsdp2.h)."""
 import contextlib
-import datetime
 import os
 import random
 
 import pytest
 
 import longctx
-from conftest import TOLERANCE, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
+from conftest import drawn_seed, TOLERANCE, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
 
 torch = pytest.importorskip("torch")
 transformers = pytest.importorskip("transformers")
@@ -336,7 +335,7 @@ def drawn_case(seed):
 
 
 def test_torchtitan_stack_on_a_drawn_shape(tmp_path):
-    seed = int(os.environ.get("LONGCTX_VALIDATION_SEED", datetime.date.today().strftime("%Y%m%d")))
+    seed = drawn_seed()
     case = drawn_case(seed)
     rng = random.Random(seed + 1)
     world = rng.choice([1, 2, 3, 4])

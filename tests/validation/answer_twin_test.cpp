@@ -8,9 +8,19 @@
 // layers, by name), its budget the twin's predicted peak plus 1%, enforced by the virtual
 // device: every rank's device and host peak and every phase's are held within 1% of the
 // prediction, and a run above the budget fails.
+//
+// The twin is the cheapest that binds where the answer binds: of heads of 2, 4 and 8, the one
+// whose binding length costs the least attention work (tokens squared per sequence rank,
+// times heads: the CPU flash kernel is most of the run), with 1 layer on one rank and 2 on
+// several (there a layer's exchanges and the next layer's gathered parameters meet; a 1-layer
+// twin of the 8-rank answer runs out of its budget in setup, a gap the planner has for
+// 1-layer models across ranks). 4 layers of heads of 4 took 309 CPU seconds for the 1-GPU
+// answer, 1 layer takes 103. Its size does not change what it proves: the binding op is the
+// same, and every figure is held within 1% at any size.
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <optional>
 #include <regex>
 
 #include "planner/core/knobs.h"
@@ -39,20 +49,60 @@ std::string op_kind(const std::string& op, std::int64_t layers) {
   return std::regex_replace(op, std::regex("^layer\\." + std::to_string(layers - 1) + "\\."), "layer.last.");
 }
 
-// The model cut down by the head dimension's factor to heads of 4: every width in the same
-// ratio (hidden = heads x head_dim as the model's, the MLP and the vocabulary as many times
-// the hidden), the head layout and features kept, 4 layers.
-ModelConfig twin_of(const ModelConfig& big) {
-  const std::int64_t scale = big.head_dim / 4;
+// The model cut down to heads of `head_dim`: every width in the same ratio (hidden = heads x
+// head_dim as the model's, the MLP and the vocabulary as many times the hidden), the head
+// layout and features kept, `layers` layers.
+ModelConfig twin_of(const ModelConfig& big, std::int64_t head_dim, std::int64_t layers) {
+  const std::int64_t scale = big.head_dim / head_dim;
   ModelConfig m = big;
   m.name = big.name + "-twin";
-  m.head_dim = 4;
+  m.head_dim = head_dim;
   m.hidden = big.hidden / scale;
   m.intermediate = big.intermediate / scale;
   m.vocab = big.vocab / scale;
-  m.layers = 4;
+  m.layers = layers;
   m.weights_dtype.clear();
   return m;
+}
+
+// The shortest length of the ladder at which `twin`'s peak is `binding`: every rank holds
+// whole tiles of at least 8 rows. Empty where no length up to 64 times the first binds there.
+std::optional<Evaluation> binding_length(Plan twin, const std::string& binding) {
+  const std::int64_t per_rank_min = 8LL * std::max(twin.parallel.loss_tiles, twin.parallel.mlp_tiles);
+  const std::int64_t ranks = sequence_ranks(twin.parallel);  // the ranks that share a sample
+  for (std::int64_t per_rank = per_rank_min; per_rank <= 64 * per_rank_min; per_rank += per_rank_min / 2) {
+    twin.train.seq = per_rank * ranks;
+    if (!validate(twin.model, twin.cluster.shape, twin.train, twin.parallel)) continue;
+    Evaluation at = evaluate(twin);
+    if (op_kind(at.plan.prediction.peak_at, twin.model.layers) == binding) return at;
+  }
+  return std::nullopt;
+}
+
+// The attention work of one rank: the CPU flash kernel's score blocks, tokens squared per head.
+double attention_work(const Plan& p) {
+  const double per_rank = static_cast<double>(p.train.seq) / static_cast<double>(sequence_ranks(p.parallel));
+  return per_rank * static_cast<double>(p.train.seq) * static_cast<double>(p.model.heads * p.model.layers);
+}
+
+// The twin of `big` on the CPU virtual device of least attention work among those where the
+// same op binds (REQUIRES: big's head_dim a multiple of 8).
+std::optional<Evaluation> cheapest_twin(const Plan& big, const std::string& binding) {
+  const std::int64_t layers = big.cluster.shape.world() > 1 ? 2 : 1;
+  std::optional<Evaluation> best;
+  for (const std::int64_t head_dim : {2, 4, 8}) {
+    Plan twin = big;
+    twin.model = twin_of(big.model, head_dim, layers);
+    twin.cluster.hardware = load_hardware("cpu").value();
+    twin.cluster.device_budget_bytes = 1LL << 30;
+    twin.cluster.host_budget_bytes_per_node = 4LL << 30;
+    // Gradients in the parameters' dtype, as the runtime's autograd keeps them and as `plan
+    // --gpu cpu` plans them; the answer plans a GPU stack's fp32 gradient accumulation.
+    twin.train.grad_dtype = twin.train.dtype;
+    auto at = binding_length(twin, binding);
+    if (at && (!best || attention_work(at->plan) < attention_work(best->plan))) best = std::move(at);
+  }
+  return best;
 }
 
 class AnswerTwin : public ::testing::TestWithParam<Answer> {};
@@ -65,32 +115,12 @@ TEST_P(AnswerTwin, RunsWithinOnePercentWhereTheSameOpBinds) {
               static_cast<long long>(big.cluster.shape.world()), static_cast<long long>(big.train.seq),
               describe_knobs(big).c_str(), big.prediction.peak_at.c_str());
 
-  Plan twin = big;
-  twin.model = twin_of(big.model);
-  twin.cluster.hardware = load_hardware("cpu").value();
-  twin.cluster.device_budget_bytes = 1LL << 30;
-  twin.cluster.host_budget_bytes_per_node = 4LL << 30;
-  // Gradients in the parameters' dtype, as the runtime's autograd keeps them and as `plan
-  // --gpu cpu` plans them; the answer plans a GPU stack's fp32 gradient accumulation.
-  twin.train.grad_dtype = twin.train.dtype;
-  // The shortest length of the ladder at which the twin's peak is the same op: every rank
-  // holds whole tiles of at least 8 rows.
-  const std::int64_t per_rank_min = 8LL * std::max(big.parallel.loss_tiles, big.parallel.mlp_tiles);
-  const std::int64_t ranks = sequence_ranks(big.parallel);  // the ranks that share a sample
-  Evaluation at;
-  bool found = false;
-  for (std::int64_t per_rank = per_rank_min; per_rank <= 64 * per_rank_min && !found; per_rank += per_rank_min / 2) {
-    twin.train.seq = per_rank * ranks;
-    if (!validate(twin.model, twin.cluster.shape, twin.train, twin.parallel)) continue;
-    at = evaluate(twin);
-    found = op_kind(at.plan.prediction.peak_at, twin.model.layers) == binding;
-  }
-  ASSERT_TRUE(found) << "no length up to " << 64 * per_rank_min * ranks << " tokens where the twin's peak is at "
-                     << binding << " (last tried: " << at.plan.prediction.peak_at << ")";
-  twin = at.plan;
-  twin.cluster.device_budget_bytes = at.sim.peak_device_bytes + at.sim.peak_device_bytes / 100;
+  const auto at = cheapest_twin(big, binding);
+  ASSERT_TRUE(at) << "no twin (head dim 2, 4 or 8) whose peak is at " << binding;
+  Plan twin = at->plan;
+  twin.cluster.device_budget_bytes = at->sim.peak_device_bytes + at->sim.peak_device_bytes / 100;
   const Evaluation e = evaluate(twin);
-  ASSERT_EQ(e.plan.prediction.peak_at, at.plan.prediction.peak_at);
+  ASSERT_EQ(e.plan.prediction.peak_at, at->plan.prediction.peak_at);
   std::printf("twin    %s: %lld tokens, peak %lld B at %s, budget %lld B\n", twin.model.name.c_str(),
               static_cast<long long>(twin.train.seq), static_cast<long long>(e.sim.peak_device_bytes),
               e.plan.prediction.peak_at.c_str(), static_cast<long long>(twin.cluster.device_budget_bytes));
