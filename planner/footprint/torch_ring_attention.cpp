@@ -2,8 +2,8 @@
 
 #include <algorithm>
 #include <initializer_list>
-#include <map>
-#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "planner/footprint/attention.h"
@@ -13,26 +13,27 @@ namespace longctx::footprint::torch_ring {
 namespace {
 
 // Python's names and the blocks they hold: a block is freed when the last name holding it
-// lets go. `peak` is the most allocated at once, `live` what is allocated now.
+// lets go. `peak` is the most allocated at once, `live` what is allocated now. Names are the
+// string literals below, looked up in a short flat table (a replay binds about thirty).
 class Replay {
  public:
   // name = a new block of `bytes`.
-  void hold(const std::string& name, std::int64_t bytes) { bind(name, allocate(bytes)); }
+  void hold(std::string_view name, std::int64_t bytes) { bind(name, allocate(bytes)); }
   // name = whatever `other` holds (a view, or the same tensor).
-  void alias(const std::string& name, const std::string& other) { bind(name, held(other)); }
-  void drop(const std::string& name) { bind(name, kNone); }
+  void alias(std::string_view name, std::string_view other) { bind(name, held(other)); }
+  void drop(std::string_view name) { bind(name, kNone); }
   // A temporary made and freed inside one call.
   void scratch(std::int64_t bytes) {
     hold("(scratch)", bytes);
     drop("(scratch)");
   }
-  bool holds(const std::string& name) const { return held(name) != kNone; }
+  bool holds(std::string_view name) const { return held(name) != kNone; }
   // Every name but `kept` lets go (a function returns what `kept` name).
-  void drop_all_but(std::initializer_list<const char*> kept) {
-    std::vector<std::string> going;
+  void drop_all_but(std::initializer_list<std::string_view> kept) {
+    std::vector<std::string_view> going;
     for (const auto& [name, block] : names_)
       if (std::find(kept.begin(), kept.end(), name) == kept.end()) going.push_back(name);
-    for (const std::string& name : going) drop(name);
+    for (const std::string_view name : going) drop(name);
   }
   std::int64_t peak() const { return peak_; }
   std::int64_t live() const { return live_; }
@@ -43,21 +44,31 @@ class Replay {
     std::int64_t bytes = 0;
     int refs = 0;
   };
+  using Names = std::vector<std::pair<std::string_view, int>>;  // name -> block
   int allocate(std::int64_t bytes) {
     blocks_.push_back({bytes, 0});
     live_ += bytes;
     if (live_ > peak_) peak_ = live_;
     return static_cast<int>(blocks_.size()) - 1;
   }
-  int held(const std::string& name) const {
-    const auto it = names_.find(name);
+  Names::const_iterator find(std::string_view name) const {
+    return std::find_if(names_.begin(), names_.end(), [&](const auto& entry) { return entry.first == name; });
+  }
+  int held(std::string_view name) const {
+    const auto it = find(name);
     return it == names_.end() ? kNone : it->second;
   }
-  void bind(const std::string& name, int block) {
+  void bind(std::string_view name, int block) {
     if (block != kNone) ++blocks_[static_cast<std::size_t>(block)].refs;
-    const int old = held(name);
-    if (block == kNone) names_.erase(name);
-    else names_[name] = block;
+    const auto it = names_.begin() + (find(name) - names_.cbegin());
+    const int old = it == names_.end() ? kNone : it->second;
+    if (block == kNone) {
+      if (it != names_.end()) names_.erase(it);
+    } else if (it != names_.end()) {
+      it->second = block;
+    } else {
+      names_.emplace_back(name, block);
+    }
     release(old);
   }
   void release(int block) {
@@ -66,7 +77,7 @@ class Replay {
     if (--b.refs == 0) live_ -= b.bytes;
   }
   std::vector<Block> blocks_;
-  std::map<std::string, int> names_;
+  Names names_;
   std::int64_t live_ = 0, peak_ = 0;
 };
 
@@ -163,7 +174,9 @@ bool forward_output_bshd(const RingShape& s) {
   return s.qkv_transposed && !merged_half;
 }
 
-RingMemory forward_memory(const RingShape& s) {
+namespace {
+
+RingMemory replay_forward(const RingShape& s) {
   Replay m;
   const std::int64_t b = s.b, H = s.q_heads, K = s.kv_heads, Sl = s.local_seq, d = s.head_dim, e = s.elem;
   const std::int64_t kv = b * K * Sl * d * e;
@@ -210,8 +223,6 @@ RingMemory forward_memory(const RingShape& s) {
   m.drop_all_but({"out", "lse"});
   return {m.peak(), m.live()};
 }
-
-namespace {
 
 // One block's kernel in backward: dq, dk, dv over its rows (e) and its scratch, then the
 // block's gradients as grad_query_, grad_key_, grad_value_.
@@ -289,9 +300,7 @@ void accumulate_gradients(Replay& m, const RingShape& s, int i, const StepBlock&
   if (!(i <= s.rank || !s.load_balance)) m.hold("grad_query", q32);  // _partial_update's cat
 }
 
-}  // namespace
-
-RingMemory backward_memory(const RingShape& s) {
+RingMemory replay_backward(const RingShape& s) {
   Replay m;
   const std::int64_t b = s.b, H = s.q_heads, K = s.kv_heads, Sl = s.local_seq, d = s.head_dim, e = s.elem;
   const std::int64_t q32 = b * H * Sl * d * 4, kv32 = b * K * Sl * d * 4, kv = b * K * Sl * d * e;
@@ -329,5 +338,24 @@ RingMemory backward_memory(const RingShape& s) {
   m.drop_all_but({"grad_query", "grad_key", "grad_value"});
   return {m.peak(), m.live()};
 }
+
+// The last shapes' figures, per thread: a step graph asks for one shape once a layer (and a
+// search for the same few shapes in every graph it builds), and a replay costs a few hundred
+// name lookups.
+template <RingMemory (*Compute)(const RingShape&)>
+RingMemory remembered(const RingShape& s) {
+  constexpr std::size_t kShapes = 64;
+  thread_local std::vector<std::pair<RingShape, RingMemory>> known;
+  for (const auto& [shape, memory] : known)
+    if (shape == s) return memory;
+  if (known.size() == kShapes) known.clear();
+  known.emplace_back(s, Compute(s));
+  return known.back().second;
+}
+
+}  // namespace
+
+RingMemory forward_memory(const RingShape& s) { return remembered<replay_forward>(s); }
+RingMemory backward_memory(const RingShape& s) { return remembered<replay_backward>(s); }
 
 }  // namespace longctx::footprint::torch_ring

@@ -52,6 +52,8 @@ struct RingShape {
   // state and peak alike (tests compare the two), and a ring of 2^20 ranks costs no more than
   // one of eight.
   bool every_step = false;
+
+  bool operator==(const RingShape&) const = default;
 };
 
 // Bytes beyond the op's inputs (q, k, v; in backward also grad_out, out, lse): the most
@@ -62,6 +64,7 @@ struct RingMemory {
   std::int64_t returned = 0;
 };
 
+// Each shape's figures are computed once per thread and remembered (a few dozen shapes).
 RingMemory forward_memory(const RingShape& s);
 RingMemory backward_memory(const RingShape& s);
 

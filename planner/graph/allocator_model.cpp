@@ -1,7 +1,6 @@
 #include "planner/graph/allocator_model.h"
 
 #include <algorithm>
-#include <iterator>
 
 namespace longctx {
 namespace {
@@ -34,10 +33,38 @@ CachingAllocatorModel::CachingAllocatorModel(AllocatorSettings settings) : setti
   if (!settings_.expandable_segments) return;
   // Rule 7: one unmapped range per pool, segment 0 small and segment 1 large.
   for (bool small : {true, false}) {
-    blocks_[small ? 0 : kVirtualRange] = Block{kVirtualRange, small ? 0 : 1, small, true, false};
+    add_block(Block{small ? 0 : kVirtualRange, kVirtualRange, small ? 0 : 1, -1, -1, -1, small, true, false}, last_);
     segment_sizes_.push_back(kVirtualRange);
   }
   next_address_ = 2 * kVirtualRange;
+}
+
+int CachingAllocatorModel::add_block(const Block& b, int prev) {
+  int index = static_cast<int>(blocks_.size());
+  if (spare_.empty()) {
+    blocks_.push_back(b);
+  } else {
+    index = spare_.back();
+    spare_.pop_back();
+    block(index) = b;
+  }
+  Block& k = block(index);
+  k.prev = prev;
+  k.next = prev >= 0 ? block(prev).next : first_;
+  if (k.next >= 0) block(k.next).prev = index;
+  else last_ = index;
+  if (prev >= 0) block(prev).next = index;
+  else first_ = index;
+  return index;
+}
+
+void CachingAllocatorModel::remove_block(int b) {
+  const Block& k = block(b);
+  if (k.prev >= 0) block(k.prev).next = k.next;
+  else first_ = k.next;
+  if (k.next >= 0) block(k.next).prev = k.prev;
+  else last_ = k.prev;
+  spare_.push_back(b);
 }
 
 bool CachingAllocatorModel::grow_reserved(std::int64_t bytes) {
@@ -53,108 +80,109 @@ void CachingAllocatorModel::book_failed(std::int64_t bytes) {
   peak_reserved_ = std::max(peak_reserved_, reserved_);
 }
 
-void CachingAllocatorModel::insert_free(std::int64_t address) {
-  const Block& b = blocks_.at(address);
-  if (b.mapped) pool(b.small).insert({b.size, address});
+void CachingAllocatorModel::insert_free(int b) {
+  const Block& k = block(b);
+  if (k.mapped) pool(k.small).insert({k.size, k.address, b});
 }
 
-std::int64_t CachingAllocatorModel::merge(std::int64_t address) {
-  auto it = blocks_.find(address);
-  auto joins = [&](const Block& other) {
-    return other.free && other.segment == it->second.segment && other.mapped == it->second.mapped;
-  };
-  auto next = std::next(it);
-  if (next != blocks_.end() && joins(next->second)) {
-    pool(next->second.small).erase({next->second.size, next->first});
-    it->second.size += next->second.size;
-    blocks_.erase(next);
+bool CachingAllocatorModel::joins(int b, int other) const {
+  if (other < 0) return false;
+  const Block &k = block(b), &o = block(other);
+  return o.free && o.segment == k.segment && o.mapped == k.mapped;
+}
+
+int CachingAllocatorModel::merge(int b) {
+  if (const int next = block(b).next; joins(b, next)) {
+    pool(block(next).small).erase(block(next).size, block(next).address);
+    block(b).size += block(next).size;
+    remove_block(next);
   }
-  if (it != blocks_.begin()) {
-    auto prev = std::prev(it);
-    if (joins(prev->second)) {
-      pool(prev->second.small).erase({prev->second.size, prev->first});
-      prev->second.size += it->second.size;
-      blocks_.erase(it);
-      return prev->first;
-    }
+  if (const int prev = block(b).prev; joins(b, prev)) {
+    pool(block(prev).small).erase(block(prev).size, block(prev).address);
+    block(prev).size += block(b).size;
+    remove_block(b);
+    return prev;
   }
-  return address;
+  return b;
 }
 
-std::int64_t CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
-  FreeSet& free_blocks = pool(small);
-  auto fit = free_blocks.lower_bound({size, 0});
-  if (fit == free_blocks.end()) return -1;
-  const std::int64_t max_split = settings_.max_split_size;
-  if (size < max_split && fit->first >= max_split) return -1;
-  if (size >= max_split && fit->first >= size + kLargeSegment) return -1;
-  const std::int64_t address = fit->second;
-  free_blocks.erase(fit);
-  return address;
+int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
+  FreeBlocks& free_blocks = pool(small);
+  const std::size_t fit = free_blocks.lower_bound(size);
+  if (fit == free_blocks.size()) return -1;
+  const std::int64_t max_split = settings_.max_split_size, found = free_blocks.at(fit).size;
+  if (size < max_split && found >= max_split) return -1;
+  if (size >= max_split && found >= size + kLargeSegment) return -1;
+  const int b = free_blocks.at(fit).block;
+  free_blocks.erase_at(fit);
+  return b;
 }
 
-void CachingAllocatorModel::release_segment(std::int64_t address) {
-  const Block& b = blocks_.at(address);
-  pool(b.small).erase({b.size, address});
-  reserved_ -= b.size;
+void CachingAllocatorModel::release_segment(int b) {
+  if (whole_free_segment(b)) --whole_free_segments_;
+  const Block& k = block(b);
+  pool(k.small).erase(k.size, k.address);
+  reserved_ -= k.size;
   ++released_segments_;
-  blocks_.erase(address);
+  remove_block(b);
 }
 
 bool CachingAllocatorModel::release_oversize(std::int64_t size) {
   const std::int64_t max_split = settings_.max_split_size;
   if (max_split == std::numeric_limits<std::int64_t>::max()) return false;
-  FreeSet& large = pool(false);  // oversize blocks are large, and never split: whole segments
+  FreeBlocks& large = pool(false);  // oversize blocks are large, and never split: whole segments
   const std::int64_t key = std::max(size, max_split);
-  if (auto it = large.lower_bound({key, 0}); it != large.end()) {
-    release_segment(it->second);
+  if (const std::size_t it = large.lower_bound(key); it != large.size()) {
+    release_segment(large.at(it).block);
     return true;
   }
   std::int64_t released = 0;
   while (released < key && !large.empty()) {
-    auto largest = std::prev(large.end());
-    if (largest->first < max_split) break;
-    released += largest->first;
-    release_segment(largest->second);
+    if (large.largest().size < max_split) break;
+    released += large.largest().size;
+    release_segment(large.largest().block);
   }
   return released > 0;
 }
 
-std::int64_t CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
+int CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
   const std::int64_t seg = segment_size(size);
   if (!grow_reserved(seg) && !(release_oversize(size) && grow_reserved(seg))) {
     release_cached();
     if (!grow_reserved(seg)) book_failed(seg);
   }
-  const std::int64_t address = next_address_;
+  // Past every block there is: the last in address order.
+  const int b = add_block(Block{next_address_, seg, static_cast<int>(segment_sizes_.size()), -1, -1, -1, small, true, true},
+                          last_);
   next_address_ += seg;
-  blocks_[address] = Block{seg, static_cast<int>(segment_sizes_.size()), small, true, true};
   segment_sizes_.push_back(seg);
-  return address;
+  ++whole_free_segments_;
+  return b;
 }
 
-std::int64_t CachingAllocatorModel::map_expandable(std::int64_t size, bool small) {
+int CachingAllocatorModel::map_expandable(std::int64_t size, bool small) {
   const std::int64_t base = small ? 0 : kVirtualRange, page = small ? kSmallSegment : kLargeSegment;
   for (int attempt = 0; attempt < 2; ++attempt) {
-    for (auto it = blocks_.lower_bound(base); it != blocks_.end() && it->first < base + kVirtualRange; ++it) {
-      if (it->second.mapped) continue;  // unmapped ranges are always free
-      std::int64_t before = 0;          // the mapped free block just before the range
-      if (it != blocks_.begin()) {
-        const Block& prev = std::prev(it)->second;
-        if (prev.free && prev.mapped && prev.segment == it->second.segment) before = prev.size;
+    for (int b = first_; b >= 0 && block(b).address < base + kVirtualRange; b = block(b).next) {
+      const Block& range = block(b);
+      if (range.address < base || range.mapped) continue;  // unmapped ranges are always free
+      std::int64_t before = 0;                              // the mapped free block just before the range
+      if (range.prev >= 0) {
+        const Block& prev = block(range.prev);
+        if (prev.free && prev.mapped && prev.segment == range.segment) before = prev.size;
       }
-      if (before + it->second.size < size) continue;
-      const std::int64_t bytes = std::min(round_up(size - before, page), it->second.size);
+      if (before + range.size < size) continue;
+      const std::int64_t bytes = std::min(round_up(size - before, page), range.size);
       if (!grow_reserved(bytes)) {
         if (attempt == 0) break;  // release, then look again
         book_failed(bytes);
       }
-      const std::int64_t address = it->first;
-      const Block range = it->second;
-      if (bytes < range.size) blocks_[address + bytes] = Block{range.size - bytes, range.segment, small, true, false};
-      blocks_[address] = Block{bytes, range.segment, small, true, true};
-      const std::int64_t joined = merge(address);
-      pool(small).erase({blocks_.at(joined).size, joined});
+      if (bytes < range.size)
+        add_block(Block{range.address + bytes, range.size - bytes, range.segment, -1, -1, -1, small, true, false}, b);
+      block(b).size = bytes;
+      block(b).mapped = true;
+      const int joined = merge(b);
+      pool(small).erase(block(joined).size, block(joined).address);
       return joined;
     }
     release_cached();
@@ -162,76 +190,88 @@ std::int64_t CachingAllocatorModel::map_expandable(std::int64_t size, bool small
   return -1;  // unreachable: the last range of a pool is as large as the pool's virtual range
 }
 
+void CachingAllocatorModel::unmap_pages(int b) {
+  const Block k = block(b);
+  const std::int64_t base = k.small ? 0 : kVirtualRange, page = k.small ? kSmallSegment : kLargeSegment;
+  const std::int64_t lo = base + round_up(k.address - base, page);
+  const std::int64_t hi = base + (k.address + k.size - base) / page * page;
+  if (hi <= lo) return;
+  pool(k.small).erase(k.size, k.address);
+  // The block becomes up to three: mapped free pages before lo, the unmapped pages, mapped
+  // free bytes from hi.
+  int unmapped = b;
+  if (lo > k.address) {
+    block(b).size = lo - k.address;
+    insert_free(b);
+    unmapped = add_block(Block{lo, hi - lo, k.segment, -1, -1, -1, k.small, true, false}, b);
+  } else {
+    block(b).size = hi - lo;
+    block(b).mapped = false;
+  }
+  if (k.address + k.size > hi)
+    insert_free(add_block(Block{hi, k.address + k.size - hi, k.segment, -1, -1, -1, k.small, true, true}, unmapped));
+  merge(unmapped);
+  reserved_ -= hi - lo;
+}
+
 void CachingAllocatorModel::release_cached() {
   if (!settings_.expandable_segments) {
-    for (auto it = blocks_.begin(); it != blocks_.end();) {
-      const Block& b = it->second;
-      const std::int64_t address = it->first;
-      ++it;
-      if (b.free && b.size == segment_sizes_[static_cast<std::size_t>(b.segment)]) release_segment(address);
+    if (whole_free_segments_ == 0) return;  // nothing to release: no need to look
+    for (int b = first_; b >= 0;) {
+      const Block& k = block(b);
+      const int next = k.next;
+      if (k.free && k.size == segment_sizes_[static_cast<std::size_t>(k.segment)]) release_segment(b);
+      b = next;
     }
     return;
   }
   // Rule 8: the whole pages inside each mapped free block are unmapped.
-  std::vector<std::int64_t> free_mapped;
-  for (const auto& [address, b] : blocks_)
-    if (b.free && b.mapped) free_mapped.push_back(address);
-  for (std::int64_t address : free_mapped) {
-    const Block b = blocks_.at(address);
-    const std::int64_t base = b.small ? 0 : kVirtualRange, page = b.small ? kSmallSegment : kLargeSegment;
-    const std::int64_t lo = base + round_up(address - base, page);
-    const std::int64_t hi = base + (address + b.size - base) / page * page;
-    if (hi <= lo) continue;
-    pool(b.small).erase({b.size, address});
-    blocks_.erase(address);
-    if (lo > address) {
-      blocks_[address] = Block{lo - address, b.segment, b.small, true, true};
-      insert_free(address);
-    }
-    if (address + b.size > hi) {
-      blocks_[hi] = Block{address + b.size - hi, b.segment, b.small, true, true};
-      insert_free(hi);
-    }
-    blocks_[lo] = Block{hi - lo, b.segment, b.small, true, false};
-    merge(lo);
-    reserved_ -= hi - lo;
-  }
+  std::vector<int> free_mapped;
+  for (int b = first_; b >= 0; b = block(b).next)
+    if (block(b).free && block(b).mapped) free_mapped.push_back(b);
+  for (const int b : free_mapped) unmap_pages(b);
 }
 
-std::int64_t CachingAllocatorModel::take(std::int64_t address, std::int64_t size, bool small) {
-  Block& b = blocks_.at(address);
-  const std::int64_t remaining = b.size - size;
+void CachingAllocatorModel::take(int b, std::int64_t size, bool small) {
+  if (whole_free_segment(b)) --whole_free_segments_;
+  const std::int64_t remaining = block(b).size - size;
   if (small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize) {
-    blocks_[address + size] = Block{remaining, b.segment, small, true, true};
-    pool(small).insert({remaining, address + size});
-    b.size = size;
+    const Block& k = block(b);
+    const int rest = add_block(Block{k.address + size, remaining, k.segment, -1, -1, -1, small, true, true}, b);
+    pool(small).insert({remaining, block(rest).address, rest});
+    block(b).size = size;
   }
-  b.free = false;
-  allocated_ += b.size;
+  Block& k = block(b);
+  k.free = false;
+  k.handle = static_cast<int>(live_.size());
+  allocated_ += k.size;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
-  return address;
 }
 
 int CachingAllocatorModel::allocate(std::int64_t bytes) {
   const std::int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
-  std::int64_t address = best_fit(size, small);
-  if (address < 0)
-    address = settings_.expandable_segments ? map_expandable(size, small) : new_segment(size, small);
-  live_[next_handle_] = take(address, size, small);
-  return next_handle_++;
+  int b = best_fit(size, small);
+  if (b < 0) b = settings_.expandable_segments ? map_expandable(size, small) : new_segment(size, small);
+  take(b, size, small);
+  live_.push_back(b);
+  return static_cast<int>(live_.size()) - 1;
 }
 
 void CachingAllocatorModel::free(int handle) {
-  auto live = live_.find(handle);
-  const std::int64_t address = live->second;
-  live_.erase(live);
-  Block& b = blocks_.at(address);
-  b.free = true;
-  allocated_ -= b.size;
-  insert_free(merge(address));
+  const int b = live_[static_cast<std::size_t>(handle)];
+  live_[static_cast<std::size_t>(handle)] = -1;
+  Block& k = block(b);
+  k.free = true;
+  k.handle = -1;
+  allocated_ -= k.size;
+  const int merged = merge(b);
+  if (whole_free_segment(merged)) ++whole_free_segments_;
+  insert_free(merged);
 }
 
-std::int64_t CachingAllocatorModel::block_size(int handle) const { return blocks_.at(live_.at(handle)).size; }
+std::int64_t CachingAllocatorModel::block_size(int handle) const {
+  return block(live_.at(static_cast<std::size_t>(handle))).size;
+}
 
 }  // namespace longctx

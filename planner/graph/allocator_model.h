@@ -49,12 +49,10 @@
 // reserved_replay.h replays a step's requests through this model for the reserved figure.
 #include <cstdint>
 #include <limits>
-#include <map>
-#include <set>
-#include <utility>
 #include <vector>
 
 #include "planner/core/hardware.h"
+#include "planner/graph/free_blocks.h"
 
 namespace longctx {
 
@@ -101,50 +99,93 @@ class CachingAllocatorModel {
   // Size of the block a live handle holds (its rounded request, or more when unsplit).
   std::int64_t block_size(int handle) const;
   int segments() const { return static_cast<int>(segment_sizes_.size()) - released_segments_; }
+  int handles() const { return static_cast<int>(live_.size()); }  // handed out so far
+
+  // The state later requests depend on, appended to `out` as numbers: the counters, then every
+  // block in address order (address, size, segment, flags, and for a block in use what
+  // holder(handle) says of its holder; -1 when free). Two moments whose descriptions are equal
+  // answer every later sequence of requests alike, up to who holds which block
+  // (reserved_replay.h skips repeated layers with it). The peaks are not part of it.
+  template <typename Holder>
+  void describe(std::vector<std::int64_t>& out, const Holder& holder) const {
+    out.insert(out.end(), {allocated_, reserved_, next_address_, static_cast<std::int64_t>(segment_sizes_.size()),
+                           released_segments_, failures_});
+    for (int b = first_; b >= 0; b = block(b).next) {
+      const Block& k = block(b);
+      out.insert(out.end(), {k.address, k.size, k.segment, (k.small ? 1 : 0) | (k.free ? 2 : 0) | (k.mapped ? 4 : 0),
+                             k.free ? -1 : holder(k.handle)});
+    }
+  }
+  static constexpr int kCounters = 6, kBlockFields = 5;  // describe()'s layout
+  // Calls visit(handle) for every block in use, in address order.
+  template <typename Visit>
+  void for_each_held(const Visit& visit) const {
+    for (int b = first_; b >= 0; b = block(b).next)
+      if (!block(b).free) visit(block(b).handle);
+  }
   // The largest cached block of the large pool no request holds (0 if none): the largest
   // request the cache can serve without a new segment.
-  std::int64_t largest_free_block() const { return large_free_.empty() ? 0 : large_free_.rbegin()->first; }
+  std::int64_t largest_free_block() const { return large_free_.empty() ? 0 : large_free_.largest().size; }
 
   static std::int64_t round_size(std::int64_t bytes);
   static std::int64_t segment_size(std::int64_t rounded);
 
  private:
+  // A block of a segment (or of an expandable pool's range), linked to its neighbours in
+  // address order: merging needs only them, and segments are laid out one after another.
   struct Block {
+    std::int64_t address = 0;
     std::int64_t size = 0;
     int segment = 0;  // expandable: the pool's one segment
+    int prev = -1, next = -1;
+    int handle = -1;  // the request holding it; -1 when free
     bool small = false;
     bool free = true;
     bool mapped = true;  // expandable segments only: an unmapped range is never a pool's free block
   };
-  // Free mapped blocks of a pool, best fit first: (size, address).
-  using FreeSet = std::set<std::pair<std::int64_t, std::int64_t>>;
-  FreeSet& pool(bool small) { return small ? small_free_ : large_free_; }
+  FreeBlocks& pool(bool small) { return small ? small_free_ : large_free_; }
+  Block& block(int b) { return blocks_[static_cast<std::size_t>(b)]; }
+  const Block& block(int b) const { return blocks_[static_cast<std::size_t>(b)]; }
 
-  // Takes the free block at `address` for a request of `size` (rules 3-4).
-  std::int64_t take(std::int64_t address, std::int64_t size, bool small);
-  // Rule 3 with rule 9: the free block a request takes, or -1.
-  std::int64_t best_fit(std::int64_t size, bool small);
+  // A new block linked after `prev` (-1: first of all); returns its index.
+  int add_block(const Block& b, int prev);
+  void remove_block(int b);
+  // Takes the free block `b` for a request of `size` (rules 3-4).
+  void take(int b, std::int64_t size, bool small);
+  // Rule 3 with rule 9: the free block a request takes (out of its pool), or -1.
+  int best_fit(std::int64_t size, bool small);
   // Rule 9's first release: true if it freed a block.
   bool release_oversize(std::int64_t size);
-  void release_segment(std::int64_t address);
+  void release_segment(int b);
   // Rule 2 and 6: a new segment's free block, or -1 when none could be had within capacity.
-  std::int64_t new_segment(std::int64_t size, bool small);
+  int new_segment(std::int64_t size, bool small);
   // Rule 7-8: a free mapped block of at least `size`, or -1.
-  std::int64_t map_expandable(std::int64_t size, bool small);
+  int map_expandable(std::int64_t size, bool small);
+  // Rule 8 for one free mapped block: its whole pages unmapped.
+  void unmap_pages(int b);
   bool grow_reserved(std::int64_t bytes);  // false if over capacity
   void book_failed(std::int64_t bytes);    // a request that failed, reserved anyway
-  void insert_free(std::int64_t address);
-  // Merges the free block at `address` with its neighbours of the same segment and mapping.
-  std::int64_t merge(std::int64_t address);
+  void insert_free(int b);
+  // Merges the free block `b` with its neighbours of the same segment and mapping; returns
+  // the merged block.
+  int merge(int b);
+  bool joins(int b, int other) const;
+  // Whether `b` is a free block that is a whole segment (what release_cached releases).
+  bool whole_free_segment(int b) const {
+    const Block& k = block(b);
+    return !settings_.expandable_segments && k.free && k.size == segment_sizes_[static_cast<std::size_t>(k.segment)];
+  }
 
   AllocatorSettings settings_;
-  std::map<std::int64_t, Block> blocks_;  // by address; segments are laid out one after another
-  FreeSet small_free_, large_free_;
+  std::vector<Block> blocks_;  // by index; spare_ lists the indices of removed ones
+  std::vector<int> spare_;
+  int first_ = -1, last_ = -1;  // the lowest and highest addresses
+  FreeBlocks small_free_, large_free_;
   std::vector<std::int64_t> segment_sizes_;
   int released_segments_ = 0;
-  std::map<int, std::int64_t> live_;      // handle -> address
+  int whole_free_segments_ = 0;  // blocks for which whole_free_segment() holds
+  std::vector<int> live_;  // handle -> block, -1 once freed
   std::int64_t next_address_ = 0;
-  int next_handle_ = 0;
   int failures_ = 0;
   std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
 };

@@ -1,152 +1,198 @@
 #include "planner/graph/reserved_replay.h"
 
-#include <algorithm>
+#include <array>
 #include <functional>
+#include <utility>
 #include <vector>
 
-namespace longctx {
+#include "planner/graph/replay_repeats.h"
+#include "planner/graph/replay_script.h"
+#include "planner/graph/work_counts.h"
 
-void for_each_allocator_event(const StepGraph& graph, const std::function<void(const AllocatorEvent&)>& visit) {
-  const auto& tensors = graph.tensors();
-  const auto& ops = graph.ops();
-  // Each op's device tensors to allocate at its start and to free at its end, by index.
-  // Tensors made before the step that the first step makes at an op instead (first_step_op).
-  std::vector<std::vector<int>> born(ops.size()), dying(ops.size()), first_step_born(ops.size());
-  std::vector<int> before_step;
-  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
-    const TensorSpec& t = tensors[static_cast<std::size_t>(i)];
-    if (t.place != Place::Device || t.bytes <= 0) continue;
-    if (t.producer >= 0) born[static_cast<std::size_t>(t.producer)].push_back(i);
-    else if (t.first_step_op >= 0) first_step_born[static_cast<std::size_t>(t.first_step_op)].push_back(i);
-    else before_step.push_back(i);
-    if (!t.persistent && t.last_reader >= 0) dying[static_cast<std::size_t>(t.last_reader)].push_back(i);
+namespace longctx {
+namespace {
+
+using Kind = ScriptItem::Kind;
+
+class Replayer {
+ public:
+  Replayer(const ReplayScript& script, const AllocatorSettings& settings, const ReplayOptions& options,
+           const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
+      : script_(script), settings_(settings), options_(options), at_op_(at_op),
+        models_(static_cast<std::size_t>(script.streams), CachingAllocatorModel(settings)),
+        handle_(static_cast<std::size_t>(script.blocks), -1), holder_(static_cast<std::size_t>(script.streams)) {}
+
+  ReservedReplay run() {
+    if (options_.skip_repeats)
+      for (const Repeat& repeat : script_.repeats)
+        if (!replay_until(repeat.start) || !through_repeat(repeat)) return r_;
+    replay_until(static_cast<int>(script_.items.size()));
+    r_.failed_requests = failures();
+    return r_;
   }
-  // A tensor's live block and the stream whose pool it came from; blocks past the tensors'
-  // indices are workspaces.
-  std::vector<int> block_of(tensors.size(), -1), stream_of(tensors.size(), 0);
-  int next_block = static_cast<int>(tensors.size());
-  auto allocate = [&](int i, int stream, int op, int step) {
-    const auto ii = static_cast<std::size_t>(i);
-    if (block_of[ii] >= 0) return;  // a persistent tensor born in the first step stays
-    block_of[ii] = i;
-    stream_of[ii] = stream;
-    visit(AllocatorEvent{true, i, tensors[ii].bytes, stream, op, step});
-  };
-  for (int step = 0; step < 2; ++step) {
-    for (int i : before_step) allocate(i, 0, -1, step);
-    for (int k = 0; k < static_cast<int>(ops.size()); ++k) {
-      const auto kk = static_cast<std::size_t>(k);
-      const int stream = ops[kk].stream;
-      // The op's outputs, with what the first step makes just after the first of them.
-      auto allocate_outputs = [&] {
-        for (std::size_t j = 0; j < born[kk].size(); ++j) {
-          allocate(born[kk][j], stream, k, step);
-          if (j == 0)
-            for (int i : first_step_born[kk]) allocate(i, stream, k, step);
-        }
-        if (born[kk].empty())
-          for (int i : first_step_born[kk]) allocate(i, stream, k, step);
-      };
-      const std::int64_t workspace = ops[kk].workspace_bytes;
-      const auto& sequence = ops[kk].workspace_sequence;
-      const bool outputs_inside = std::find(sequence.begin(), sequence.end(), 0) != sequence.end();
-      if (!outputs_inside) allocate_outputs();
-      if (!sequence.empty()) {
-        // Block b of the sequence is first + b; each returns once.
-        const int first = next_block;
-        std::vector<std::int64_t> held;
-        for (const std::int64_t entry : sequence) {
-          if (entry == 0) {
-            allocate_outputs();
-          } else if (entry > 0) {
-            visit(AllocatorEvent{true, next_block++, entry, stream, k, step});
-            held.push_back(entry);
-          } else {
-            const auto b = static_cast<std::size_t>(-entry - 1);
-            visit(AllocatorEvent{false, first + static_cast<int>(b), held[b], stream, k, step});
-            held[b] = 0;
-          }
-        }
-        for (std::size_t b = 0; b < held.size(); ++b)
-          if (held[b] > 0) visit(AllocatorEvent{false, first + static_cast<int>(b), held[b], stream, k, step});
-      } else if (workspace > 0) {
-        const int scratch = next_block++;
-        visit(AllocatorEvent{true, scratch, workspace, stream, k, step});
-        visit(AllocatorEvent{false, scratch, workspace, stream, k, step});
-      }
-      for (int i : dying[kk]) {
-        const auto ii = static_cast<std::size_t>(i);
-        visit(AllocatorEvent{false, i, tensors[ii].bytes, stream_of[ii], k, step});
-        block_of[ii] = -1;
-      }
+
+ private:
+  std::int64_t total(std::int64_t (CachingAllocatorModel::*figure)() const) const {
+    std::int64_t sum = 0;
+    for (const auto& m : models_) sum += (m.*figure)();
+    return sum;
+  }
+  int failures() const {
+    int sum = 0;
+    for (const auto& m : models_) sum += m.failures();
+    return sum;
+  }
+
+  // Reserved bytes as an op's outputs and workspace stand (replay_script.cpp says when).
+  void note(int op, int step) {
+    if (r_.first_failed_op < 0 && failures() > 0) r_.first_failed_op = op;
+    const std::int64_t reserved = total(&CachingAllocatorModel::reserved);
+    if (at_op_ != nullptr) (*at_op_)(ReservedAtOp{op, step, reserved});
+    if (reserved > r_.peak_reserved) {
+      r_.peak_reserved = reserved;
+      r_.allocated_at_peak = total(&CachingAllocatorModel::allocated);
+      r_.peak_op = op;
     }
   }
+
+  // The stream's model, its capacity what the other streams leave.
+  CachingAllocatorModel& on(int stream) {
+    auto& m = models_[static_cast<std::size_t>(stream)];
+    if (models_.size() > 1) m.set_capacity(settings_.capacity - (total(&CachingAllocatorModel::reserved) - m.reserved()));
+    return m;
+  }
+
+  void allocate(int i, const ScriptItem& item) {
+    CachingAllocatorModel& m = on(item.stream);
+    const int failed = m.failures();
+    const int handle = m.allocate(item.bytes);
+    handle_[static_cast<std::size_t>(item.block)] = handle;
+    auto& holders = holder_[static_cast<std::size_t>(item.stream)];
+    holders.resize(static_cast<std::size_t>(handle) + 1, -1);
+    holders[static_cast<std::size_t>(handle)] = i;
+    if (options_.stop_at_failure && m.failures() > failed) {
+      const ScriptItem* next = next_note(i);  // where the whole replay would first see the failure
+      note(next != nullptr ? next->op : -1, next != nullptr ? next->step : 0);
+      r_.failed_requests = failures();
+      stopped_ = true;
+    }
+  }
+
+  // The first note at or after item i that names an op (not the step's start), if any.
+  const ScriptItem* next_note(int i) const {
+    for (auto it = script_.items.begin() + i; it != script_.items.end(); ++it)
+      if (it->kind == Kind::Note && it->op >= 0) return &*it;
+    return nullptr;
+  }
+
+  void replay(int i) {
+    const ScriptItem& item = script_.items[static_cast<std::size_t>(i)];
+    switch (item.kind) {
+      case Kind::Allocate: allocate(i, item); break;
+      case Kind::Free: {
+        int& handle = handle_[static_cast<std::size_t>(item.block)];
+        models_[static_cast<std::size_t>(item.stream)].free(handle);
+        handle = -1;
+        break;
+      }
+      case Kind::Note: note(item.op, item.step); break;
+    }
+  }
+
+  // Replays the items from where it stands up to `end`; false once stopped.
+  bool replay_until(int end) {
+    for (; next_ < end && !stopped_; ++next_) {
+      replay(next_);
+      ++r_.replayed_items;
+    }
+    return !stopped_;
+  }
+
+  // Replays a repeated stretch period by period, comparing the state at each boundary with
+  // the one 1 to 4 periods before (a state may repeat every second layer where the requests
+  // repeat every layer), and jumps to the stretch's end at the first that repeats. False
+  // once stopped.
+  bool through_repeat(const Repeat& rep);
+  // The jump: blocks held by a request of the last `period` items before next_ are held by
+  // the one `skipped` items later.
+  void jump(int period, int skipped);
+
+  const ReplayScript& script_;
+  AllocatorSettings settings_;
+  ReplayOptions options_;
+  const std::function<void(const ReservedAtOp&)>* at_op_;  // null: nothing sees the notes
+  std::vector<CachingAllocatorModel> models_;
+  std::vector<int> handle_;               // block -> the handle its model gave it, -1 when not held
+  std::vector<std::vector<int>> holder_;  // stream -> handle -> the Allocate item that requested it
+  int next_ = 0;                          // the next item to replay
+  bool stopped_ = false;
+  ReservedReplay r_;
+};
+
+bool Replayer::through_repeat(const Repeat& rep) {
+  constexpr int kMultiples = 4, kTries = 8;
+  std::array<ReplayState, kMultiples + 1> states;  // the last boundaries', by try % size
+  const int p = rep.period;
+  for (int t = 0; t < kTries && next_ <= rep.end; ++t) {
+    ReplayState& now = states[static_cast<std::size_t>(t % states.size())];
+    describe_replay_state(models_, holder_, next_, now);
+    for (int m = 1; m <= kMultiples && m <= t; ++m) {
+      const ReplayState& before = states[static_cast<std::size_t>((t - m) % states.size())];
+      const int q = m * p, end = rep.end - (m - 1) * p;  // items [rep.start, end) repeat with period q
+      if (before.at + q > end || !same_replay_state(before, now, q)) continue;
+      jump(q, (end - before.at) / q * q);
+      return true;
+    }
+    if (!replay_until(next_ + p)) return false;
+  }
+  return true;
 }
 
-std::vector<AllocatorEvent> step_allocator_events(const StepGraph& graph) {
-  std::vector<AllocatorEvent> events;
-  for_each_allocator_event(graph, [&](const AllocatorEvent& e) { events.push_back(e); });
-  return events;
+void Replayer::jump(int period, int skipped) {
+  std::vector<std::pair<int, int>> moved;  // (stream, handle)
+  for (std::size_t s = 0; s < models_.size(); ++s) {
+    std::vector<int>& holders = holder_[s];
+    models_[s].for_each_held([&](int handle) {
+      int& item = holders[static_cast<std::size_t>(handle)];
+      if (item < next_ - period) return;
+      handle_[static_cast<std::size_t>(script_.items[static_cast<std::size_t>(item)].block)] = -1;
+      item += skipped;
+      moved.emplace_back(static_cast<int>(s), handle);
+    });
+  }
+  for (const auto& [s, handle] : moved) {
+    const int item = holder_[static_cast<std::size_t>(s)][static_cast<std::size_t>(handle)];
+    handle_[static_cast<std::size_t>(script_.items[static_cast<std::size_t>(item)].block)] = handle;
+  }
+  next_ += skipped;
+  r_.skipped_items += skipped;
+}
+
+}  // namespace
+
+namespace {
+
+ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
+                              const std::function<void(const ReservedAtOp&)>* at_op) {
+  const ReplayScript script = replay_script(graph);
+  const ReservedReplay r = Replayer(script, settings, options, at_op).run();
+  WorkCounts& counts = work_counts();
+  ++counts.replays;
+  counts.replayed_items += r.replayed_items;
+  counts.skipped_items += r.skipped_items;
+  return r;
+}
+
+}  // namespace
+
+ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options) {
+  return counted_replay(graph, settings, options, nullptr);
 }
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings,
                                const std::function<void(const ReservedAtOp&)>& at_op) {
-  const auto& ops = graph.ops();
-  int streams = 1;
-  for (const OpSpec& o : ops) streams = std::max(streams, o.stream + 1);
-  std::vector<CachingAllocatorModel> models(static_cast<std::size_t>(streams), CachingAllocatorModel(settings));
-  auto total = [&](std::int64_t (CachingAllocatorModel::*figure)() const) {
-    std::int64_t sum = 0;
-    for (const auto& m : models) sum += (m.*figure)();
-    return sum;
-  };
-  ReservedReplay r;
-  // Reserved bytes are noted once an op's outputs and workspace are allocated, before it frees.
-  int step = 0;  // of the op being noted
-  auto note = [&](int op) {
-    int failures = 0;
-    for (const auto& m : models) failures += m.failures();
-    if (failures > 0 && r.first_failed_op < 0) r.first_failed_op = op;
-    const std::int64_t reserved = total(&CachingAllocatorModel::reserved);
-    if (at_op) at_op(ReservedAtOp{op, step, reserved});
-    if (reserved > r.peak_reserved) {
-      r.peak_reserved = reserved;
-      r.allocated_at_peak = total(&CachingAllocatorModel::allocated);
-      r.peak_op = op;
-    }
-  };
-  // The stream's model, its capacity what the other streams leave.
-  auto on = [&](int stream) -> CachingAllocatorModel& {
-    auto& m = models[static_cast<std::size_t>(stream)];
-    if (streams > 1) m.set_capacity(settings.capacity - (total(&CachingAllocatorModel::reserved) - m.reserved()));
-    return m;
-  };
-  std::vector<int> handle;
-  bool freeing = false;
-  int op = -2;
-  // Visited as they are made: the search replays every plan it confirms, and a vector of a
-  // step's events would be allocated and filled for each.
-  for_each_allocator_event(graph, [&](const AllocatorEvent& e) {
-    if (e.op != op || (e.allocate && freeing)) {
-      if (op != -2 && !freeing) note(op);
-      op = e.op;
-      step = e.step;
-      freeing = false;
-    }
-    const auto b = static_cast<std::size_t>(e.block);
-    if (b >= handle.size()) handle.resize(b + 1, -1);
-    if (e.allocate) {
-      handle[b] = on(e.stream).allocate(e.bytes);
-    } else {
-      if (!freeing) note(op);
-      freeing = true;
-      models[static_cast<std::size_t>(e.stream)].free(handle[b]);
-      handle[b] = -1;
-    }
-  });
-  if (!freeing) note(op);
-  for (const auto& m : models) r.failed_requests += m.failures();
-  return r;
+  // Every note is seen: no stretch skipped.
+  return counted_replay(graph, settings, {.stop_at_failure = false, .skip_repeats = false}, &at_op);
 }
 
 }  // namespace longctx

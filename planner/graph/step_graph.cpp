@@ -1,6 +1,7 @@
 #include "planner/graph/step_graph.h"
 
 #include "planner/core/phase_names.h"
+#include "planner/graph/work_counts.h"
 
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
@@ -63,6 +64,7 @@ int StepGraph::add_op(OpSpec op) {
 }
 
 void StepGraph::finalize() {
+  ++work_counts().graphs;  // once a graph: every builder finishes with it
   for (auto& t : tensors_)
     if (!t.persistent) t.last_reader = t.producer;
   for (int i = 0; i < static_cast<int>(ops_.size()); ++i)

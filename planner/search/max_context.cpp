@@ -44,14 +44,40 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
   return out;
 }
 
+// Whether any plan of the coarse choices `fixed` leaves could beat `fastest`: their plain fine
+// knobs (no tiles, no chunk) make each choice's fastest plan (search.h's bound), and a plan
+// slower to three digits loses whatever its memory.
+bool could_beat(const Plan& at, const TechniqueSet& allowed, const Knobs& fixed, const Plan& fastest) {
+  const double to_beat = rounded_speed(fastest.prediction.tokens_per_s);
+  for (const Plan& c : coarse_choices(at, allowed, fixed))
+    if (valid(c) && rounded_speed(predict_verdict(c).prediction.tokens_per_s) >= to_beat) return true;
+  return false;
+}
+
+// The coarse knobs' values, in the table's order: what a search at one length depends on.
+std::vector<KnobValue> coarse_values(const Plan& p) {
+  std::vector<KnobValue> v;
+  for (const Knob& k : knob_table())
+    if (!k.rule.fine) v.push_back(knob_value(p, k.id));
+  return v;
+}
+
 // The fastest plan at the longest length: only coarse choices whose bound reaches it can fit
-// (any other tiles or chunk only raise their peak).
+// (any other tiles or chunk only raise their peak). Each choice is searched once (a choice
+// reaching with and without a head chunk is one search: the chunk is searched in it), and not
+// at all where it cannot beat the fastest plan found.
 std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, const MaxSeq& top) {
   std::optional<Plan> fastest;
+  std::vector<std::vector<KnobValue>> searched;
   for (const auto& m : top.reaching) {
+    const std::vector<KnobValue> choice = coarse_values(m.coarse);
+    if (std::find(searched.begin(), searched.end(), choice) != searched.end()) continue;
+    searched.push_back(choice);
     Plan at = base;
     at.train.seq = top.tokens;
-    auto found = best_plan(at, allowed, coarse_knobs(m.coarse));
+    const Knobs fixed = coarse_knobs(m.coarse);
+    if (fastest && !could_beat(at, allowed, fixed, *fastest)) continue;
+    auto found = best_plan(at, allowed, fixed);
     if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
   }
   return fastest;

@@ -53,13 +53,15 @@ bool fits(const Plan& p, const OpTotals& t) {
   return fits_as_allocated(p, dev, host * p.cluster.shape.gpus_per_node);
 }
 
-// Whether the plan fits as the device sees it: as allocated, then on CUDA as the caching
-// allocator reserves it (memory_model.h, device_fits). What every answer is confirmed with.
-bool fits_reserved(const Plan& p) {
+// How a plan stands as the device sees it: as allocated, then on CUDA as the caching allocator
+// reserves it (memory_model.h, device_fits). What every answer is confirmed with.
+enum class Fit { Fits, OverAsReserved, OverAsAllocated };
+Fit reserved_fit(const Plan& p) {
   const StepGraph g = build_step(step_inputs(p));
   const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
-  if (!fits(p, t)) return false;
-  return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end()));
+  if (!fits(p, t)) return Fit::OverAsAllocated;
+  return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end())) ? Fit::Fits
+                                                                                              : Fit::OverAsReserved;
 }
 
 // `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
@@ -191,16 +193,21 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
   auto fits_at = [&](std::int64_t k) {
     const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
     if (!valid(at)) return false;
-    if (fits_reserved(at)) return true;
+    if (reserved_fit(at) == Fit::Fits) return true;
     // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
     // segments a later large request cannot use): coarser MLP tiles, finest first, each
     // with the finest loss tiles, until one fits (what the search's staircase then finds).
+    // The step as allocated only grows as the tiles coarsen (fits_as_allocated): once over
+    // the budget so, every coarser count is too.
     const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
     for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
       if (*it == at.parallel.mlp_tiles) continue;
       Plan coarser = at;
       set_knob(coarser, KnobId::mlp_tiles, *it);
-      if (valid(coarser) && fits_reserved(coarser)) return true;
+      if (!valid(coarser)) continue;
+      const Fit fit = reserved_fit(coarser);
+      if (fit == Fit::Fits) return true;
+      if (fit == Fit::OverAsAllocated) return false;
     }
     return false;
   };

@@ -9,31 +9,41 @@ namespace {
 // The device as the allocator holds it: reserved bytes (the replay on CUDA; what is allocated
 // on the CPU virtual device, whose counting allocator caches nothing), the op where they
 // peak (-1: at the allocated peak), and whether they fit the budget with the context.
+// `exact` false: a verdict only (predict_verdict), the replay stopped short or not run.
 struct ReservedFigure {
   std::int64_t peak_reserved = 0;
   int peak_op = -1;
   bool fits = false;
+  bool exact = true;
 };
 
-ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
-  ReservedFigure f{allocated_peak, -1, true};
+bool over_budget_as_allocated(const Plan& p, std::int64_t allocated_peak) {
+  return allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes;
+}
+
+ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, bool verdict_only) {
+  ReservedFigure f{allocated_peak, -1, true, true};
   if (p.cluster.hardware.backend == Backend::Cuda) {
-    const ReservedReplay r = replay_reserved(g, allocator_settings(p));
+    // Over budget as allocated is over as reserved, which is never less.
+    if (verdict_only && over_budget_as_allocated(p, allocated_peak)) return {allocated_peak, -1, false, false};
+    const ReservedReplay r = replay_reserved(g, allocator_settings(p), {.stop_at_failure = verdict_only});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
-    f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0};
+    f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
+         !verdict_only || r.failed_requests == 0};
   }
-  f.fits = f.fits && f.peak_reserved + plan_context_bytes(p) <= p.cluster.device_budget_bytes;
+  f.fits = f.fits && !over_budget_as_allocated(p, f.peak_reserved);
   return f;
 }
 
-Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
+Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim, bool verdict_only, bool& exact) {
   Prediction pr;
   const std::int64_t context = plan_context_bytes(p);
   pr.peak_device_bytes = sim.peak_device_bytes;
   pr.peak_host_bytes = sim.peak_host_bytes_per_rank * p.cluster.shape.gpus_per_node;
   for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
   pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
-  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes);
+  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes, verdict_only);
+  exact = reserved.exact;
   pr.peak_reserved_bytes = reserved.peak_reserved;
   pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
   pr.peak_nvidia_smi_bytes = pr.peak_reserved_bytes + context;
@@ -81,21 +91,28 @@ bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t ho
 }
 
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
-  // Over budget as allocated is over as reserved: no replay needed.
-  if (allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes) return false;
-  return reserved_figure(p, g, allocated_peak).fits;
+  return reserved_figure(p, g, allocated_peak, /*verdict_only=*/true).fits;
 }
 
 Evaluation evaluate(const Plan& inputs) {
   Evaluation e{inputs, build_step(step_inputs(inputs)), {}};
   e.sim = simulate(e.graph, inputs.cluster.hardware.backend);
-  e.plan.prediction = fill(inputs, e.graph, e.sim);
+  bool exact = true;
+  e.plan.prediction = fill(inputs, e.graph, e.sim, false, exact);
   return e;
 }
 
 Prediction predict(const Plan& inputs) {
   const StepGraph g = build_step(step_inputs(inputs));
-  return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend));
+  bool exact = true;
+  return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend), false, exact);
+}
+
+Verdict predict_verdict(const Plan& inputs) {
+  const StepGraph g = build_step(step_inputs(inputs));
+  Verdict v;
+  v.prediction = fill(inputs, g, simulate(g, inputs.cluster.hardware.backend), true, v.exact);
+  return v;
 }
 
 }  // namespace longctx

@@ -26,6 +26,19 @@ Evaluation evaluate(const Plan& inputs);
 // Just the numbers, for the search's inner loop.
 Prediction predict(const Plan& inputs);
 
+// predict()'s verdict with less work where a plan does not fit: its figures are predict()'s
+// where it fits, and where it does not, its verdict (feasible, binding), allocated and host
+// figures and speed are still predict()'s, but on CUDA its reserved figure may stop short
+// (`exact` false): the caching-allocator replay stops at the first request that fails, and is
+// not run at all where the step is over the device budget as allocated. Such a figure is at
+// most predict()'s and still over the budget, so it ranks against any plan that fits as
+// predict()'s does. What the search evaluates with.
+struct Verdict {
+  Prediction prediction;
+  bool exact = true;
+};
+Verdict predict_verdict(const Plan& inputs);
+
 // The step builder's inputs for a plan (`prefix_only`: up to the last layer's backward).
 StepInputs step_inputs(const Plan& p, bool prefix_only = false);
 

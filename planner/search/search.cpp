@@ -14,20 +14,68 @@
 namespace longctx {
 namespace {
 
-// Runs and counts evaluations; keeps the feasible plans and the smallest infeasible peak.
+// Runs and counts evaluations (predict_verdict: a plan that does not fit may have a reserved
+// figure that stops short); keeps the feasible plans and, while none fits, what no_fit needs
+// to name the plan of the smallest peak.
 struct Evaluator {
   int evaluated = 0;
   std::vector<Plan> feasible;
-  std::optional<Plan> smallest_infeasible;
+  bool last_exact = true;  // whether the last plan run has predict()'s figures
 
   Plan run(Plan p) {
+    const Verdict v = predict_verdict(p);
+    p.prediction = v.prediction;
+    last_exact = v.exact;
+    if (p.prediction.feasible) {
+      feasible.push_back(p);
+      smallest_.reset();
+      bounded_.clear();
+    } else if (feasible.empty()) {
+      track_infeasible(p, v.exact);
+    }
     ++evaluated;
-    p.prediction = predict(p);
-    if (p.prediction.feasible) feasible.push_back(p);
-    else if (!smallest_infeasible || p.prediction.peak_nvidia_smi_bytes < smallest_infeasible->prediction.peak_nvidia_smi_bytes)
-      smallest_infeasible = p;
     return p;
   }
+
+  // The first plan evaluated of the smallest nvidia-smi peak, among those that do not fit (none
+  // if a plan fits). REQUIRES: no plan fits.
+  std::optional<Plan> smallest_infeasible() const {
+    std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
+    if (smallest_) least = {{figure(smallest_->plan), smallest_->index}};
+    std::optional<Plan> found = smallest_ ? std::optional<Plan>(smallest_->plan) : std::nullopt;
+    for (const Indexed& b : bounded_) {
+      Plan exact = b.plan;
+      exact.prediction = predict(exact);
+      const std::pair<std::int64_t, int> key{figure(exact), b.index};
+      if (!least || key < *least) {
+        least = key;
+        found = exact;
+      }
+    }
+    return found;
+  }
+
+ private:
+  struct Indexed {
+    Plan plan;
+    int index = 0;  // the evaluation's
+  };
+  static std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; }
+
+  // Keeps the smallest exact figure so far (the first on ties), and the plans whose figure
+  // stops short but may still be smaller (a bound under it): settled only if no plan fits.
+  void track_infeasible(const Plan& p, bool exact) {
+    if (exact) {
+      if (smallest_ && figure(p) >= figure(smallest_->plan)) return;
+      smallest_ = Indexed{p, evaluated};
+      std::erase_if(bounded_, [&](const Indexed& b) { return figure(b.plan) > figure(p); });
+    } else if (!smallest_ || figure(p) < figure(smallest_->plan)) {
+      bounded_.push_back({p, evaluated});
+    }
+  }
+
+  std::optional<Indexed> smallest_;
+  std::vector<Indexed> bounded_;
 };
 
 }  // namespace
@@ -79,6 +127,70 @@ namespace {
 struct Candidate {
   Plan coarse;
   Plan fastest;
+  bool exact = true;  // whether `fastest` has predict()'s figures (Evaluator::run)
+};
+
+// Candidates in faster()'s order, fastest first (stable: equals in the order given). faster()
+// ranks equally fast plans by their peaks, which for candidates that do not fit may stop
+// short (Evaluator::run: a lower bound, over the budget). The order within a group of equally
+// fast candidates is settled as the search reaches each place: the least peak of those left,
+// settling a peak only where its bound could be the least, and none where the search stops
+// there whichever candidate it is (the best plan found is as fast, and needs less memory than
+// any bound left).
+class CandidateOrder {
+ public:
+  explicit CandidateOrder(std::vector<Candidate> candidates) : candidates_(std::move(candidates)) {
+    std::stable_sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+      return speed(a) > speed(b);
+    });
+  }
+  // The i-th candidate in faster()'s order. REQUIRES: i < size(), the candidates before it
+  // asked for first, and `best` (the fastest plan found that fits) the search's.
+  const Candidate& at(std::size_t i, const std::optional<Plan>& best) {
+    if (i >= group_end_) {
+      group_end_ = i;
+      while (group_end_ < candidates_.size() && speed(candidates_[group_end_]) == speed(candidates_[i])) ++group_end_;
+    }
+    if (!stops_at(i, best)) bring_least_forward(i);
+    return candidates_[i];
+  }
+  std::size_t size() const { return candidates_.size(); }
+
+ private:
+  static double speed(const Candidate& c) { return rounded_speed(c.fastest.prediction.tokens_per_s); }
+  std::int64_t peak(std::size_t k) const { return candidates_[k].fastest.prediction.peak_nvidia_smi_bytes; }
+
+  // Whether the search stops at place i whichever candidate of the group's rest is there.
+  bool stops_at(std::size_t i, const std::optional<Plan>& best) const {
+    if (!best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[i])) return false;
+    for (std::size_t k = i; k < group_end_; ++k)
+      if (candidates_[k].fastest.prediction.feasible || peak(k) <= best->prediction.peak_nvidia_smi_bytes) return false;
+    return true;
+  }
+
+  // Moves the candidate of [i, group end) with the least peak (the first on ties) to i; the
+  // others keep their order.
+  void bring_least_forward(std::size_t i) {
+    std::vector<std::size_t> by_bound;
+    for (std::size_t k = i; k < group_end_; ++k) by_bound.push_back(k);
+    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) { return peak(a) < peak(b); });
+    std::optional<std::size_t> least;
+    for (const std::size_t k : by_bound) {
+      if (least && peak(k) > peak(*least)) break;  // every bound left is larger still
+      if (least && peak(k) == peak(*least) && k > *least) continue;  // at best a tie, which the first wins
+      Candidate& c = candidates_[k];
+      if (!c.exact) {
+        c.fastest.prediction = predict(c.fastest);
+        c.exact = true;
+      }
+      if (!least || peak(k) < peak(*least) || (peak(k) == peak(*least) && k < *least)) least = k;
+    }
+    const auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(i);
+    std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
+  }
+
+  std::vector<Candidate> candidates_;
+  std::size_t group_end_ = 0;  // the end of the group of equally fast candidates reached last
 };
 
 // The fine rows' candidates for one coarse choice, each fastest first, in table order
@@ -218,20 +330,20 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   std::vector<Candidate> candidates;
   for (const Plan& c : coarse_choices(base, allowed, knobs)) {
     if (!valid(c)) continue;
-    candidates.push_back({c, ev.run(c)});
+    candidates.push_back({c, ev.run(c), ev.last_exact});
     if (candidates.back().fastest.prediction.feasible && (!best || faster(candidates.back().fastest, *best)))
       best = candidates.back().fastest;
   }
   // Phase 2: in order of that bound, search tiles and chunk until the bound cannot beat the
   // best plan found.
-  std::stable_sort(candidates.begin(), candidates.end(),
-                   [](const Candidate& a, const Candidate& b) { return faster(a.fastest, b.fastest); });
-  for (const Candidate& cand : candidates) {
+  CandidateOrder order(std::move(candidates));
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const Candidate& cand = order.at(i, best);
     if (cand.fastest.prediction.feasible) continue;  // already its own best
     if (best && !faster(cand.fastest, *best)) break;
     search_fine(cand, allowed, knobs, ev, best);
   }
-  if (!best) return no_fit(base, ev.smallest_infeasible);
+  if (!best) return no_fit(base, ev.smallest_infeasible());
   return summarize(*best, ev);
 }
 

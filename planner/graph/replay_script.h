@@ -1,0 +1,45 @@
+#pragma once
+// The reserved replay's script (reserved_replay.h): a step graph's allocator requests for two
+// steps (allocator_events.h), the moments between them at which the replay notes the bytes
+// reserved, each return naming the request whose block it returns, and the stretches that
+// repeat (a layer making the requests the layer before it made), which the replay may skip
+// where the allocator's state repeats too (replay_repeats.h).
+#include <cstdint>
+#include <vector>
+
+#include "planner/graph/step_graph.h"
+
+namespace longctx {
+
+struct ScriptItem {
+  enum class Kind : std::uint8_t { Allocate, Free, Note };
+  Kind kind = Kind::Note;
+  int stream = 0;
+  int op = -1;             // Note: the op whose reserved bytes are noted; -1 before the first
+  int block = 0;           // Allocate, Free: the block (allocator_events.h)
+  std::int64_t bytes = 0;  // Allocate: as requested
+  int request = -1;        // Free: the index of the Allocate item whose block it returns
+  int step = 0;            // Note: the step (0 or 1) of the op noted
+};
+
+// Items [start, end) are each like the item `period` after it (alike()): items
+// [start, end + period) repeat with that period.
+struct Repeat {
+  int start = 0, end = 0, period = 0;
+};
+
+struct ReplayScript {
+  std::vector<ScriptItem> items;
+  int blocks = 0;   // every block number is below it
+  int streams = 1;  // every stream number is below it
+  std::vector<Repeat> repeats;  // disjoint, in order
+};
+
+ReplayScript replay_script(const StepGraph& graph);
+
+// Whether items i and j ask the same of the allocator: the same kind on the same stream, the
+// same bytes requested, or the return of a block requested as many items before. Every
+// allocator decision depends on the items only through this.
+bool alike(const ReplayScript& s, int i, int j);
+
+}  // namespace longctx

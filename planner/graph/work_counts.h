@@ -1,0 +1,19 @@
+#pragma once
+// What the planner's queries cost in work, counted as they run on this thread: step graphs
+// built, reserved replays run and the script items they replayed or skipped
+// (reserved_replay.h). bench/planner_bench reports them beside its times
+// (docs/performance.md); nothing in the planner reads them.
+#include <cstdint>
+
+namespace longctx {
+
+struct WorkCounts {
+  std::int64_t graphs = 0;
+  std::int64_t replays = 0;
+  std::int64_t replayed_items = 0, skipped_items = 0;
+};
+
+// This thread's counts; reset by assigning {}.
+WorkCounts& work_counts();
+
+}  // namespace longctx
