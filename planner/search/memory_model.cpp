@@ -1,5 +1,6 @@
 #include "planner/search/memory_model.h"
 
+#include "planner/footprint/communication.h"
 #include "planner/graph/cost_model.h"
 #include "planner/graph/reserved_replay.h"
 
@@ -38,7 +39,14 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
   pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
   pr.peak_nvidia_smi_bytes = pr.peak_reserved_bytes + context;
   pr.breakdown["allocator"] = pr.peak_reserved_bytes - pr.peak_device_bytes;
-  pr.breakdown["context"] = context;
+  // NCCL's share by communicator ("context.nccl.<group>"), the CUDA context's the rest.
+  std::int64_t nccl = 0;
+  for (const footprint::nccl::Communicator& c : footprint::nccl::communicators(p)) {
+    const std::int64_t bytes = footprint::nccl::communicator_bytes(p.cluster.hardware, c);
+    if (bytes > 0) pr.breakdown[std::string("context.nccl.") + c.name] += bytes;
+    nccl += bytes;
+  }
+  pr.breakdown["context"] = context - nccl;
   const bool device_ok = reserved.fits;
   const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
   pr.feasible = device_ok && host_ok;
@@ -56,8 +64,10 @@ const char* device_binding(const Plan& p) {
   return p.cluster.hardware.backend == Backend::Cuda ? "device memory (nvidia-smi: reserved + context)" : "device memory";
 }
 
+// The CUDA context, and NCCL's buffers on every communicator the plan's stack makes
+// (footprint/communication.h: per communicator, per peer and per node, from NCCL's source).
 std::int64_t plan_context_bytes(const Plan& p) {
-  return device_context_bytes(p.cluster.hardware, p.cluster.shape.world(), p.cluster.shape.gpus_per_node);
+  return p.cluster.hardware.context_bytes + footprint::nccl::plan_nccl_bytes(p);
 }
 
 AllocatorSettings allocator_settings(const Plan& p) {
