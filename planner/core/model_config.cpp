@@ -3,8 +3,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +13,7 @@
 #include "planner/core/param_layout.h"
 #include "planner/core/model_config_fields.h"
 #include "planner/core/presets.h"
+#include "common/input_file.h"
 
 namespace longctx {
 
@@ -213,11 +212,7 @@ std::string describe_model(const ModelConfig& m, std::int64_t seq) {
 }
 
 Result<std::string> json_fields::read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::bad_input(what, fmt::format("cannot read '{}': check the path", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(path, what, input_limits::kJsonBytes);
 }
 
 Result<ModelConfig> load_model(const std::string& name_or_path) {
@@ -232,10 +227,12 @@ Result<ModelConfig> load_model(const std::string& name_or_path) {
     // A model directory (a Hugging Face snapshot): its config.json, named after the folder.
     path = path.lexically_normal();
     if (!path.has_filename()) path = path.parent_path();  // "dir/" -> "dir"
-    if (!fs::is_regular_file(path / "config.json", ec))
+    // Only a missing entry is "no config.json": a FIFO, a device, a folder or a link loop of
+    // that name is refused by the reader, which names what it is.
+    if (!fs::exists(fs::symlink_status(path / "config.json", ec)))
       return Error::bad_input("--model", fmt::format("the directory '{}' holds no config.json", name_or_path));
     path /= "config.json";
-  } else if (!fs::is_regular_file(path, ec)) {
+  } else if (!fs::exists(fs::symlink_status(path, ec))) {
     return Error::bad_input("--model",
                             fmt::format("'{}' is neither a preset nor a config.json file; presets: {} (or give a "
                                         "model directory holding config.json)",
@@ -248,6 +245,10 @@ Result<ModelConfig> load_model(const std::string& name_or_path) {
     const fs::path dir = fs::absolute(path, ec).parent_path();
     if (!dir.filename().empty()) name = dir.filename().string();
   }
+  // A folder's name need not be UTF-8, a plan file's text must be (dump() would throw):
+  // bytes that are not UTF-8 become U+FFFD.
+  name = nlohmann::json::parse(nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+             .get<std::string>();
   return model_from_json(j, name);
 }
 
