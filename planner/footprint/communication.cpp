@@ -11,12 +11,14 @@ constexpr std::int64_t kConnHeaderBytes = 4096;
 
 std::int64_t round_up(std::int64_t v, std::int64_t to) { return (v + to - 1) / to * to; }
 
+}  // namespace
+
 // The communicators of longctx's own runtime (runtime/src/communicator.cpp,
 // Communicator::connect): the world group (ZeRO's gathers and reduce-scatters, or the
 // gradients' all-reduce), the Ulysses groups of u consecutive ranks (their all-to-all), and
 // the rings of r ranks u apart (the k/v passed to the next rank, or all-gathered); a group as
 // large as the world is the world group itself.
-std::vector<Communicator> longctx_communicators(const Plan& p) {
+std::vector<Communicator> runtime_communicators(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world(), per_node = p.cluster.shape.gpus_per_node;
   const std::int64_t u = p.parallel.ulysses, r = p.parallel.ring;
   std::vector<Communicator> out = {{.name = "world", .ranks = world, .collectives = true}};
@@ -38,7 +40,7 @@ std::vector<Communicator> longctx_communicators(const Plan& p) {
 // all_gather of each batch's position_ids and lengths
 // (deepspeed/runtime/sequence_parallel/parallel_state_sp.py initialize_sequence_parallel,
 // ulysses_sp.py UlyssesSPAttentionHF.forward and UlyssesSPDataLoaderAdapter.refill).
-std::vector<Communicator> deepspeed_communicators(const Plan& p) {
+std::vector<Communicator> deepspeed_ulysses_communicators(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world(), u = p.parallel.ulysses;
   std::vector<Communicator> out = {{.name = u > 1 ? "sequence_data_parallel" : "world", .ranks = world, .collectives = true}};
   if (u > 1) out.push_back(all_to_all_group("sequence_parallel", u, 1, p.cluster.shape.gpus_per_node, true));
@@ -50,14 +52,12 @@ std::vector<Communicator> deepspeed_communicators(const Plan& p) {
 // every rank, and the cp group of r consecutive ranks, which all-gathers k/v in the forward and
 // passes dk/dv to the next rank in the backward (torch's ring attention: _AllGatherRotater,
 // then the all-to-all rotater's permute_tensor, one non-empty split).
-std::vector<Communicator> torchtitan_communicators(const Plan& p) {
+std::vector<Communicator> fsdp2_context_parallel_communicators(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world(), r = p.parallel.ring;
   std::vector<Communicator> out = {{.name = "dp_shard_cp", .ranks = world, .collectives = true}};
   if (r > 1) out.push_back(rotation_group("cp", r, 1, p.cluster.shape.gpus_per_node, true));
   return out;
 }
-
-}  // namespace
 
 std::int64_t p2p_recv_bytes_per_channel() {
   return round_up(kConnHeaderBytes + kLlBuffBytes + kLl128BuffBytes + kSimpleBuffBytes, kCudaIpcMin);
@@ -93,19 +93,6 @@ Communicator rotation_group(const char* name, std::int64_t size, std::int64_t st
   return c;
 }
 
-std::vector<Communicator> communicators(const Plan& p) {
-  if (p.cluster.shape.world() < 2) return {};
-  switch (p.train.stack.kind) {
-    case StackKind::Arctic: return deepspeed_communicators(p);
-    // accelerate builds the same mesh, cp innermost, and flattens dp_shard_cp for FSDP2
-    // (parallelism_config.py ParallelismConfig.build_device_mesh, _get_mesh's mesh_order).
-    case StackKind::HF:
-    case StackKind::Torchtitan: return torchtitan_communicators(p);
-    case StackKind::Longctx: break;
-  }
-  return longctx_communicators(p);
-}
-
 std::int64_t communicator_bytes(const Hardware& h, const Communicator& c) {
   if (c.ranks < 2) return 0;
   std::int64_t bytes = c.collectives ? h.nccl_base_bytes : 0;
@@ -114,9 +101,9 @@ std::int64_t communicator_bytes(const Hardware& h, const Communicator& c) {
   return bytes;
 }
 
-std::int64_t plan_nccl_bytes(const Plan& p) {
+std::int64_t nccl_bytes(const Hardware& h, const std::vector<Communicator>& groups) {
   std::int64_t sum = 0;
-  for (const Communicator& c : communicators(p)) sum += communicator_bytes(p.cluster.hardware, c);
+  for (const Communicator& c : groups) sum += communicator_bytes(h, c);
   return sum;
 }
 

@@ -64,9 +64,17 @@ Communicator all_to_all_group(const char* name, std::int64_t size, std::int64_t 
 Communicator rotation_group(const char* name, std::int64_t size, std::int64_t stride, std::int64_t per_node,
                             bool collectives);
 
-// The communicators a plan's stack makes and uses in its step (communication.cpp cites each
-// stack's source); none on one rank.
-std::vector<Communicator> communicators(const Plan& p);
+// The communicators each kind of stack makes in its step (each stack's profile names its own,
+// planner/stacks/profile.h `communicators`; communication.cpp cites the sources). REQUIRES:
+// p's world of 2 ranks or more.
+// longctx's runtime: the world group, its Ulysses groups and rings.
+std::vector<Communicator> runtime_communicators(const Plan& p);
+// DeepSpeed ZeRO-3 with its Ulysses (ArcticTraining): the sequence-data-parallel group and the
+// sequence-parallel groups.
+std::vector<Communicator> deepspeed_ulysses_communicators(const Plan& p);
+// FSDP2 over the flattened dp_shard x cp mesh and torch's context parallel over cp
+// (torchtitan, and accelerate under the Trainer).
+std::vector<Communicator> fsdp2_context_parallel_communicators(const Plan& p);
 
 // One communicator's buffers: the preset's ring/tree channels when it runs collectives over 2
 // ranks or more, a receive and a send connection per P2P channel for each NVLink peer, and the
@@ -74,6 +82,6 @@ std::vector<Communicator> communicators(const Plan& p);
 std::int64_t communicator_bytes(const Hardware& h, const Communicator& c);
 
 // Every communicator's buffers, summed: what NCCL holds on the planned rank's device.
-std::int64_t plan_nccl_bytes(const Plan& p);
+std::int64_t nccl_bytes(const Hardware& h, const std::vector<Communicator>& groups);
 
 }  // namespace longctx::footprint::nccl

@@ -1,6 +1,7 @@
 #include "planner/search/memory_model.h"
 
 #include "planner/footprint/communication.h"
+#include "planner/stacks/profile.h"
 #include "planner/graph/cost_model.h"
 #include "planner/graph/reserved_replay.h"
 
@@ -41,7 +42,7 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim) {
   pr.breakdown["allocator"] = pr.peak_reserved_bytes - pr.peak_device_bytes;
   // NCCL's share by communicator ("context.nccl.<group>"), the CUDA context's the rest.
   std::int64_t nccl = 0;
-  for (const footprint::nccl::Communicator& c : footprint::nccl::communicators(p)) {
+  for (const footprint::nccl::Communicator& c : plan_communicators(p)) {
     const std::int64_t bytes = footprint::nccl::communicator_bytes(p.cluster.hardware, c);
     if (bytes > 0) pr.breakdown[std::string("context.nccl.") + c.name] += bytes;
     nccl += bytes;
@@ -67,7 +68,12 @@ const char* device_binding(const Plan& p) {
 // The CUDA context, and NCCL's buffers on every communicator the plan's stack makes
 // (footprint/communication.h: per communicator, per peer and per node, from NCCL's source).
 std::int64_t plan_context_bytes(const Plan& p) {
-  return p.cluster.hardware.context_bytes + footprint::nccl::plan_nccl_bytes(p);
+  return p.cluster.hardware.context_bytes + footprint::nccl::nccl_bytes(p.cluster.hardware, plan_communicators(p));
+}
+
+std::vector<footprint::nccl::Communicator> plan_communicators(const Plan& p) {
+  if (p.cluster.shape.world() < 2) return {};
+  return stack_profile(p.train.stack.kind).communicators(p);
 }
 
 AllocatorSettings allocator_settings(const Plan& p) {

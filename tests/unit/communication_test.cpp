@@ -1,5 +1,6 @@
 // NCCL's buffers per communicator (planner/footprint/communication.h) against NCCL 2.28.9's
-// own arithmetic written out here, and the communicators each stack's source makes.
+// own arithmetic written out here, and the communicators each stack's source makes (each
+// stack's profile names them: planner/stacks/profile.h).
 #include <gtest/gtest.h>
 
 #include <string>
@@ -80,12 +81,13 @@ TEST(NcclGroups, CollectivesCostTheRingChannelsOnceWhateverTheSize) {
 // Ulysses group as large as the world is the world group, with its all-to-all peers.
 TEST(NcclStacks, LongctxWorldGroupCarriesUlyssesWhenItSpansTheWorld) {
   Plan p = plan_on(StackKind::Longctx, 1, 8);
-  EXPECT_EQ(nccl::plan_nccl_bytes(p), p.cluster.hardware.nccl_base_bytes);
+  EXPECT_EQ(nccl::nccl_bytes(p.cluster.hardware, plan_communicators(p)), p.cluster.hardware.nccl_base_bytes);
   p.parallel.ulysses = 8;
-  ASSERT_EQ(nccl::communicators(p).size(), 1u);
-  EXPECT_EQ(nccl::plan_nccl_bytes(p), p.cluster.hardware.nccl_base_bytes + 7 * p.cluster.hardware.nccl_bytes_per_peer);
+  ASSERT_EQ(plan_communicators(p).size(), 1u);
+  EXPECT_EQ(nccl::nccl_bytes(p.cluster.hardware, plan_communicators(p)),
+            p.cluster.hardware.nccl_base_bytes + 7 * p.cluster.hardware.nccl_bytes_per_peer);
   p.parallel.ulysses = 4;
-  const auto cs = nccl::communicators(p);
+  const auto cs = plan_communicators(p);
   ASSERT_NE(find(cs, "ulysses"), nullptr);
   EXPECT_FALSE(find(cs, "ulysses")->collectives);
   EXPECT_EQ(find(cs, "ulysses")->nvlink_peers, 3);
@@ -96,20 +98,20 @@ TEST(NcclStacks, LongctxWorldGroupCarriesUlyssesWhenItSpansTheWorld) {
 TEST(NcclStacks, ArcticMakesSequenceDataParallelAndSequenceParallelGroups) {
   Plan p = plan_on(StackKind::Arctic, 1, 8);
   p.parallel.ulysses = 8;
-  const auto cs = nccl::communicators(p);
+  const auto cs = plan_communicators(p);
   ASSERT_EQ(cs.size(), 2u);
   ASSERT_NE(find(cs, "sequence_data_parallel"), nullptr);
   ASSERT_NE(find(cs, "sequence_parallel"), nullptr);
   EXPECT_TRUE(find(cs, "sequence_parallel")->collectives);
-  EXPECT_EQ(nccl::plan_nccl_bytes(p),
+  EXPECT_EQ(nccl::nccl_bytes(p.cluster.hardware, plan_communicators(p)),
             2 * p.cluster.hardware.nccl_base_bytes + 7 * p.cluster.hardware.nccl_bytes_per_peer);
 }
 
 TEST(NcclStacks, TorchtitanContextParallelRotatesOverItsOwnGroup) {
   Plan p = plan_on(StackKind::Torchtitan, 1, 8);
-  EXPECT_EQ(nccl::communicators(p).size(), 1u);
+  EXPECT_EQ(plan_communicators(p).size(), 1u);
   p.parallel.ring = 8;
-  const auto cs = nccl::communicators(p);
+  const auto cs = plan_communicators(p);
   ASSERT_NE(find(cs, "cp"), nullptr);
   EXPECT_EQ(find(cs, "cp")->nvlink_peers, 1);
   EXPECT_TRUE(find(cs, "cp")->collectives);
@@ -121,7 +123,9 @@ TEST(NcclStacks, UlyssesAcrossNodesAddsTheNetworkPools) {
   Plan one = plan_on(StackKind::Arctic, 1, 8), two = plan_on(StackKind::Arctic, 2, 8);
   one.parallel.ulysses = 8;
   two.parallel.ulysses = 16;
-  EXPECT_EQ(nccl::plan_nccl_bytes(two) - nccl::plan_nccl_bytes(one), nccl::net_p2p_shared_bytes(two.cluster.hardware));
+  const Hardware& h = two.cluster.hardware;
+  EXPECT_EQ(nccl::nccl_bytes(h, plan_communicators(two)) - nccl::nccl_bytes(h, plan_communicators(one)),
+            nccl::net_p2p_shared_bytes(h));
 }
 
 // The prediction names each communicator's share; with the CUDA context's they add up to

@@ -5,6 +5,7 @@
 
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/hf/validate.h"
+#include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/hf/step.h"
 
@@ -44,6 +45,8 @@ const StackProfile kHfProfile = {
         },
     .build_step = step::hf::build_step,
     .exporter = &kHfExporter,
+    // accelerate builds torchtitan's mesh, cp innermost, FSDP2 on dp_shard_cp (parallelism_config.py).
+    .communicators = footprint::nccl::fsdp2_context_parallel_communicators,
 };
 
 }  // namespace longctx
