@@ -16,6 +16,7 @@ printed beside the prediction. A benchmark, not a test: it asserts nothing.
 import argparse
 import json
 import math
+import re
 import os
 import statistics
 import subprocess
@@ -58,14 +59,58 @@ def torchtitan(r):
     return str(r.get("framework", "")).lower().startswith("torchtitan")
 
 
-def hf_trainer(r):
-    """Whether the record ran transformers' own step in one process (TRL's SFTTrainer or the
-    Trainer, no DeepSpeed, FSDP or sequence parallelism): the hf stack (--stack hf)."""
+def hf(r):
+    """Whether the record ran transformers' modeling code under TRL's SFTTrainer, the Trainer or
+    accelerate (FSDP2, torch context parallel or DeepSpeed across GPUs among them): the hf stack
+    (--stack hf), which refuses, naming the option, what it does not model yet."""
     framework = str(r.get("framework", "")).lower()
+    return not arctic(r) and any(w in framework for w in ("trl", "transformers", "accelerate"))
+
+
+def stack_of(r):
+    return "arctic" if arctic(r) else "torchtitan" if torchtitan(r) else "hf" if hf(r) else "longctx"
+
+
+def degrees(r):
+    """The record's sequence-parallel degrees: Ulysses' and context parallel's (the ring)."""
     p = r.get("parallelism") or {}
-    one_process = int(r.get("num_gpus") or 1) == 1 and not p.get("zero_stage") and \
-        str(p.get("fsdp") or "none").lower() == "none" and int(p.get("ulysses_sp_degree") or 1) == 1
-    return ("trl" in framework or "transformers" in framework) and "deepspeed" not in framework and one_process
+    return int(p.get("ulysses_sp_degree") or 1), int(p.get("context_parallel_degree") or 1)
+
+
+def node_layout(r):
+    """GPUs per node from the record's `gpu` text ("8 per node", "4 nodes"), else at most 8 to a
+    node (every record's machine holds 8), and whether the layout was stated."""
+    gpus, text = int(r["num_gpus"]), str(r.get("gpu", "")).lower()
+    per = re.search(r"(\d+)\s*per node", text)
+    nodes = re.search(r"(\d+)\s*nodes", text)
+    if nodes and int(nodes.group(1)) > 0:
+        return -(-gpus // int(nodes.group(1))), True
+    if per:
+        return min(gpus, int(per.group(1))), True
+    one_node = gpus <= 8 and re.search(r"\bnode\b", text) is not None  # "an H100 node"
+    return min(gpus, 8), gpus == 1 or "single" in text or one_node
+
+
+def hf_knobs(r, knobs, loss):
+    """transformers' step as the record ran it: its default attention (sdpa) unless it names
+    flash attention, non-reentrant checkpointing (transformers 5's default; accelerate's
+    fsdp_activation_checkpointing is torch's non-reentrant checkpoint too), the checkpoint
+    offload its TrainingArguments ask for (5.17 on), TRL's chunked loss where named, and across
+    GPUs FSDP2 or DeepSpeed ZeRO-3 (--sharding zero3), Ulysses and context parallel (--ring)."""
+    kernel = str(r.get("attention_kernel", "")).lower()
+    ulysses, ring = degrees(r)
+    out = {"stack": "hf", "attention": "flash_attention_2" if "flash" in kernel else "sdpa"}
+    for k in ("sharding", "ulysses", "checkpoint", "offload_checkpoints", "offload_optimizer", "offload_params"):
+        out[k] = knobs[k]
+    out["ring"] = ring
+    if knobs["checkpoint"] != "none":
+        out["hf_checkpointing"] = "non-reentrant"
+    if "chunked_nll" in loss:
+        out["hf_loss"] = "trl-chunked-nll"
+    # A run that needed expandable segments to fit (TRL's guide) ran with them.
+    if "expandable_segments" in str(r.get("fit_status", "")):
+        out["expandable_segments"] = True
+    return out
 
 
 def configuration(r):
@@ -73,8 +118,8 @@ def configuration(r):
     approximations it takes."""
     p, ac, opt = r.get("parallelism") or {}, r.get("activation_checkpointing") or {}, r.get("optimizer") or {}
     m = r["model_config"]
-    ulysses = int(p.get("ulysses_sp_degree") or 1)
-    local = -(-r["seq_len"] // ulysses)
+    ulysses, ring = degrees(r)
+    local = -(-r["seq_len"] // (ulysses * ring))
     notes = []
     knobs = {
         "sharding": "zero3" if p.get("zero_stage") == 3 or "FSDP" in str(p.get("fsdp") or "") else "none",
@@ -102,26 +147,15 @@ def configuration(r):
         return knobs, *_dtype_gpu(r), notes
     if torchtitan(r):
         # torchtitan's trainer: FSDP2 across the GPUs, its activation_checkpoint mode (full,
-        # selective every K, or selective per op), nothing else of longctx's knobs.
+        # selective every K, or selective per op), its context parallel, nothing else of longctx's knobs.
         granularity = str(ac.get("granularity", "")).lower()
-        knobs = {"stack": "torchtitan", "sharding": knobs["sharding"], "checkpoint": knobs["checkpoint"]}
+        knobs = {"stack": "torchtitan", "sharding": knobs["sharding"], "checkpoint": knobs["checkpoint"], "ring": ring}
         if ac.get("enabled") and "selective op" in granularity:
             knobs["checkpoint"] = "op"
         return knobs, *_dtype_gpu(r), notes
-    if hf_trainer(r):
-        # transformers' step as the record ran it: its default attention (sdpa) unless it names
-        # flash attention, non-reentrant checkpointing (transformers 5's default), the checkpoint
-        # offload its TrainingArguments ask for (5.17 on), and TRL's chunked loss where named.
-        kernel = str(r.get("attention_kernel", "")).lower()
-        knobs["stack"] = "hf"
-        knobs["attention"] = "flash_attention_2" if "flash" in kernel else "sdpa"
-        if knobs["checkpoint"] != "none":
-            knobs["hf_checkpointing"] = "non-reentrant"
-        if "chunked_nll" in loss:
-            knobs["hf_loss"] = "trl-chunked-nll"
-        for k in ("sharding", "ulysses", "offload_optimizer", "offload_params", "mlp_tiles"):
-            knobs.pop(k)
-        return knobs, *_dtype_gpu(r), notes
+    if hf(r):
+        return hf_knobs(r, knobs, loss), *_dtype_gpu(r), notes
+    knobs["ring"] = ring
     knobs["loss_tiles"] = 1
     if liger:
         knobs["loss_tiles"] = liger_loss_chunks(local, m["hidden"], m["vocab"])
@@ -130,6 +164,57 @@ def configuration(r):
     if "gradient_checkpointing" in str(ac.get("granularity", "")) or "HF" in str(ac.get("granularity", "")):
         notes.append("HF checkpointing planned as longctx's per-layer checkpoint")
     return knobs, *_dtype_gpu(r), notes
+
+
+def _stated(v):
+    text = str(v or "").strip().lower()
+    return text not in ("", "none", "no", "false", "not stated") and not text.startswith("not stated")
+
+
+def unexpressed(r, stack):
+    """What the record gives that its longctx configuration does not express: each field read
+    and left out, in words. Nothing here changes the plan."""
+    p, ac, opt = r.get("parallelism") or {}, r.get("activation_checkpointing") or {}, r.get("optimizer") or {}
+    framework, loss = str(r.get("framework", "")), str(r.get("loss") or "")
+    gpus = int(r["num_gpus"])
+    ulysses, ring = degrees(r)
+    out = []
+    if _stated(r.get("packing")):
+        out.append("packing (" + str(r["packing"]).split(" (")[0] + "): planned as one unpacked sample")
+    elif str(r.get("packing", "")).lower().startswith("not stated"):
+        out.append("packing not stated: planned unpacked")
+    accumulation = re.search(r"grad(?:ient)? accumulation (\d+)", framework.lower())
+    if accumulation:
+        out.append(f"gradient accumulation {accumulation.group(1)}: one micro-batch planned")
+    versions = re.findall(r"(transformers ?>?=?\s?[\d.]+|deepspeed ?>?=?[\d.]+|accelerate ?>?=?[\d.]+|torch [\w.]+|"
+                          r"flash_attn [\d.]+)", framework, re.I)
+    if versions:
+        out.append("versions as run: " + ", ".join(versions))
+    if "yarn" in framework.lower():
+        out.append("YaRN rope scaling (no allocation of its own in the modelled code)")
+    if stack != "torchtitan" and (not loss or "not stated" in loss.lower()):  # torchtitan's trainer has one loss
+        out.append("loss not stated")
+    if "kernels-community" in str(r.get("attention_kernel", "")):
+        out.append("attention kernel " + r["attention_kernel"] + " (planned as flash_attention_2)")
+    if r.get("liger_kernels") and stack != "arctic":
+        out.append("Liger kernels")
+    sharding = p.get("sharding_degree")
+    if sharding and int(sharding) != gpus:
+        out.append(f"sharding_degree {sharding} of {gpus} GPUs (ZeRO over all ranks planned)")
+    replicas = int(p.get("data_parallel_replicas") or 1)
+    if replicas > 1 and not (sharding and int(sharding) == gpus):
+        out.append(f"{replicas} data-parallel replicas")
+    if int(r.get("tokens_per_gpu") or 0) and int(r["tokens_per_gpu"]) != -(-r["seq_len"] // (ulysses * ring)):
+        out.append(f"tokens_per_gpu {r['tokens_per_gpu']} (planned: seq_len / (ulysses x ring))")
+    if gpus > 1 and not node_layout(r)[1]:
+        out.append(f"node layout not stated ({node_layout(r)[0]} GPUs per node planned)")
+    if "not stated" in str(r.get("gpu", "")).lower():
+        out.append("GPU not stated (" + _dtype_gpu(r)[1] + " planned)")
+    if opt.get("type") and "adam" not in str(opt["type"]).lower():
+        out.append("optimizer " + str(opt["type"]))
+    if stack == "hf" and "fsdp" in str(ac.get("granularity", "")).lower():
+        out.append("accelerate's fsdp_activation_checkpointing (planned as the Trainer's non-reentrant checkpointing)")
+    return out
 
 
 def _dtype_gpu(r):
@@ -162,7 +247,7 @@ def held_to(r):
 
 def plan_json(cli, config_path, r, knobs, dtype, gpu, budget):
     gpus = int(r["num_gpus"])
-    cmd = [cli, "plan", "--model", config_path, "--gpus", str(gpus), "--gpus-per-node", str(min(gpus, 8)),
+    cmd = [cli, "plan", "--model", config_path, "--gpus", str(gpus), "--gpus-per-node", str(node_layout(r)[0]),
            "--gpu", gpu, "--seq", str(r["seq_len"]), "--dtype", dtype, "--no-search", "--json",
            "--micro-batch", str(int(r.get("micro_batch") or 1)), "--host-mem", "1000TiB"]
     if budget:
@@ -193,7 +278,7 @@ def predict(r, cli):
         if pred is not None and not pred["feasible"]:
             notes.append("does not fit the GPU in longctx's model")
         if pred is None:
-            raise ValueError(err)
+            raise ValueError(f"--stack {knobs.get('stack', 'longctx')} refuses it: {err}")
     return knobs, dtype, gpu, notes, pred
 
 
@@ -205,8 +290,10 @@ def main():
     a = ap.parse_args()
     with open(a.records) as f:
         records = json.load(f)
-    rows, errors, by_stack = [], [], {}
+    rows, errors, by_stack, left_out, refused = [], [], {}, {}, {}
     for r in records:
+        if set(r["model_config"]) >= {"layers", "heads"}:
+            left_out[r["id"]] = unexpressed(r, stack_of(r))
         published = published_bytes(r)
         missing = {"layers", "hidden", "intermediate", "heads", "kv_heads", "head_dim", "vocab"} - set(r["model_config"])
         if missing:
@@ -217,6 +304,7 @@ def main():
             knobs, dtype, gpu, notes, pred = predict(r, a.cli)
         except ValueError as e:
             rows.append((r["id"], "not expressible: " + str(e), None, None, None, published, None))
+            refused[stack_of(r)] = refused.get(stack_of(r), 0) + 1
             continue
         allocated = pred["peak_device_bytes"]
         reserved = pred.get("peak_reserved_bytes")
@@ -242,6 +330,9 @@ def main():
             print(f"| {rid} | {cfg} | {fmt(al)} | {fmt(re_)} | {fmt(smi)} | {fmt(pub)} | {e} |")
         else:
             print(f"{rid:50s} {fmt(al):>8} {fmt(re_):>8} {fmt(smi):>8} {fmt(pub):>8} {e:>8}  {cfg}")
+    print("\nWhat each record gives that its configuration does not express:")
+    for rid, fields in left_out.items():
+        print(f"- {rid}: " + ("; ".join(fields) if fields else "nothing"))
     def summary(what, errs):
         return (f"{len(errs)} {what}: median error {100 * statistics.median(errs):+.1f}%, median |error| "
                 f"{100 * statistics.median(map(abs, errs)):.1f}%, worst {100 * max(errs, key=abs):+.1f}%")
@@ -249,6 +340,8 @@ def main():
         print("\n" + summary("records", errors))
         for stack, errs in sorted(by_stack.items()):
             print(summary(f"records planned with --stack {stack}", errs))
+    for stack, count in sorted(refused.items()):
+        print(f"{count} records refused by --stack {stack} (not expressible: the refusal is in their row)")
 
 
 if __name__ == "__main__":

@@ -20,7 +20,13 @@ std::int64_t all_gather_workspace(const StepShapes& s, int group) {
 
 std::int64_t unsharded_bytes(const StepShapes& s, int group) { return group_params(s, group) * s.e; }
 
-std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group) { return s.world * padded_shard_elems(s, group) * 4; }
+std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int64_t reduce_e) {
+  return s.world * padded_shard_elems(s, group) * reduce_e;
+}
+
+std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e) {
+  return padded_shard_elems(s, group) * reduce_e;
+}
 
 std::int64_t grad_shard_bytes(const StepShapes& s, int group) { return padded_shard_elems(s, group) * 4; }
 

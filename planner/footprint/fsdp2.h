@@ -31,11 +31,16 @@ std::int64_t all_gather_workspace(const StepShapes& s, int group);
 // foreach_all_gather_copy_out: each parameter unsharded, [its numel] e, until reshard.
 std::int64_t unsharded_bytes(const StepShapes& s, int group);
 
-// foreach_reduce: reduce_scatter_input [world * shard] fp32 (reduce_dtype), the unsharded
+// foreach_reduce: reduce_scatter_input [world * shard] in reduce_dtype (`reduce_e` bytes an
+// element: fp32 under torchtitan's policy, the parameters' bf16 under accelerate's
+// set_mixed_precision, utils/dataclasses.py FullyShardedDataParallelPlugin), the unsharded
 // gradients copied in (chunk_cat); FSDPParamGroup keeps it (reduce_scatter_state) until the
 // next group's reduce begins, or the end of backward.
-std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group);
-// Its output, the rank's gradient shard [shard] fp32, kept as the sharded parameters' grads.
+std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int64_t reduce_e = 4);
+// Its output [shard] in reduce_dtype; below fp32, _to_dtype_if_needed casts it to a new fp32
+// [shard] and the reduced one dies as foreach_reduce returns.
+std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e);
+// The rank's gradient shard [shard] fp32, kept as the sharded parameters' grads.
 std::int64_t grad_shard_bytes(const StepShapes& s, int group);
 
 // torch.optim.AdamW, fused, on the shards: exp_avg and exp_avg_sq [shard] fp32 each and a

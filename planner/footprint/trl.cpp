@@ -6,7 +6,10 @@
 
 namespace longctx::footprint::trl {
 
-std::int64_t loss_rows(const StepShapes& s) { return s.b * (s.S - 1); }
+// Under context parallel the Trainer hands the rank's shift_labels (trainer.py
+// _prepare_context_parallel_inputs) and _chunked_cross_entropy_loss takes every row of its
+// hidden states against them: N = b*Sl, no shift.
+std::int64_t loss_rows(const StepShapes& s) { return s.r > 1 ? s.n : s.b * (s.S - 1); }
 
 std::int64_t chunk_count(const StepShapes& s) { return std::max<std::int64_t>(1, (loss_rows(s) + kChunkRows - 1) / kChunkRows); }
 

@@ -17,7 +17,8 @@ namespace longctx::footprint::trl {
 inline constexpr std::int64_t kChunkRows = 256;
 
 // N = b*(S-1): the rows the loss sees, `hidden_states[..., :-1, :]` against `labels[..., 1:]`
-// (every label valid: the batch's labels are its ids).
+// (every label valid: the batch's labels are its ids); under context parallel (s.r > 1) the
+// rank's b*Sl rows against its shift_labels, unshifted.
 std::int64_t loss_rows(const StepShapes& s);
 // ceil(N / 256) chunks: all of 256 rows but the last, which holds what is left.
 std::int64_t chunk_count(const StepShapes& s);

@@ -1,5 +1,7 @@
 #include "planner/search/memory_model.h"
 
+#include "planner/footprint/communication.h"
+#include "planner/stacks/profile.h"
 #include "planner/graph/cost_model.h"
 #include "planner/graph/reserved_replay.h"
 
@@ -48,7 +50,14 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim, bool ve
   pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
   pr.peak_nvidia_smi_bytes = pr.peak_reserved_bytes + context;
   pr.breakdown["allocator"] = pr.peak_reserved_bytes - pr.peak_device_bytes;
-  pr.breakdown["context"] = context;
+  // NCCL's share by communicator ("context.nccl.<group>"), the CUDA context's the rest.
+  std::int64_t nccl = 0;
+  for (const footprint::nccl::Communicator& c : plan_communicators(p)) {
+    const std::int64_t bytes = footprint::nccl::communicator_bytes(p.cluster.hardware, c);
+    if (bytes > 0) pr.breakdown[std::string("context.nccl.") + c.name] += bytes;
+    nccl += bytes;
+  }
+  pr.breakdown["context"] = context - nccl;
   const bool device_ok = reserved.fits;
   const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
   pr.feasible = device_ok && host_ok;
@@ -66,8 +75,15 @@ const char* device_binding(const Plan& p) {
   return p.cluster.hardware.backend == Backend::Cuda ? "device memory (nvidia-smi: reserved + context)" : "device memory";
 }
 
+// The CUDA context, and NCCL's buffers on every communicator the plan's stack makes
+// (footprint/communication.h: per communicator, per peer and per node, from NCCL's source).
 std::int64_t plan_context_bytes(const Plan& p) {
-  return device_context_bytes(p.cluster.hardware, p.cluster.shape.world(), p.cluster.shape.gpus_per_node);
+  return p.cluster.hardware.context_bytes + footprint::nccl::nccl_bytes(p.cluster.hardware, plan_communicators(p));
+}
+
+std::vector<footprint::nccl::Communicator> plan_communicators(const Plan& p) {
+  if (p.cluster.shape.world() < 2) return {};
+  return stack_profile(p.train.stack.kind).communicators(p);
 }
 
 AllocatorSettings allocator_settings(const Plan& p) {

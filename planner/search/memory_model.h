@@ -3,6 +3,7 @@
 // prediction. The single entry point the CLI, the search and the tests share.
 #include <memory>
 
+#include "planner/footprint/communication.h"
 #include "planner/graph/allocator_model.h"
 #include "planner/core/plan.h"
 #include "planner/graph/simulator.h"
@@ -46,6 +47,8 @@ StepInputs step_inputs(const Plan& p, bool prefix_only = false);
 const char* device_binding(const Plan& p);
 // Device memory outside the caching allocator for the plan's world (hardware.h).
 std::int64_t plan_context_bytes(const Plan& p);
+// The NCCL communicators p's stack makes (its profile's), none on one rank.
+std::vector<footprint::nccl::Communicator> plan_communicators(const Plan& p);
 // The allocator the plan's device runs: its capacity is the budget less the context.
 AllocatorSettings allocator_settings(const Plan& p);
 // Whether `device_bytes` allocated (plus the context) and `host_bytes_per_node` fit the plan's

@@ -24,6 +24,10 @@
 #include "planner/graph/step_graph.h"
 #include "planner/stacks/exporter.h"
 
+namespace longctx::footprint::nccl {
+struct Communicator;
+}  // namespace longctx::footprint::nccl
+
 namespace longctx {
 
 // The dtype a stack keeps its gradients in, and why (" (FSDP2's sharded gradients)").
@@ -70,6 +74,9 @@ struct StackProfile {
   // Its `longctx export --stack` word, writer and refusals (planner/stacks/<name>/export.h;
   // longctx's own plans export as a bare DeepSpeed config).
   const StackExporter* exporter;
+  // The NCCL communicators its step makes on 2 ranks or more (footprint/communication.h),
+  // whose buffers live outside the caching allocator. REQUIRES: p's world is 2 or more.
+  std::vector<footprint::nccl::Communicator> (*communicators)(const Plan& p) = nullptr;
 };
 
 // The profile of stack k. REQUIRES: k is a StackKind enumerator.

@@ -19,10 +19,10 @@ Result<bool> refuse_head_chunks(const Plan& p) {
   return true;
 }
 
-Result<bool> refuse_transformers_layers(const Plan& p) {
+Result<bool> refuse_transformers_layers(const Plan& p, bool own_ring) {
   LONGCTX_TRY(auto whole_layers, refuse_head_chunks(p));
   (void)whole_layers;
-  if (p.parallel.ring != 1)
+  if (p.parallel.ring != 1 && !own_ring)
     return refuse(p, flag(KnobId::ring), "has no ring attention modelled: give 1 (--stack torchtitan has its context parallel)");
   if (p.parallel.checkpoint.kind == CheckpointPolicy::Kind::EveryK)
     return refuse(p, flag(KnobId::checkpoint), "checkpoints every decoder layer or none: give full or none");

@@ -19,8 +19,9 @@ Error refuse(const Plan& p, const std::string& field, const std::string& what);
 Result<bool> refuse_head_chunks(const Plan& p);
 
 // transformers' decoder layers (the hf and arctic stacks): wrapped whole (refuse_head_chunks),
-// checkpointed every one or none by its gradient checkpointing, and no ring attention modelled.
-Result<bool> refuse_transformers_layers(const Plan& p);
+// checkpointed every one or none by its gradient checkpointing, and no ring attention
+// modelled unless the stack runs torch's (`own_ring`: the hf stack's context parallel).
+Result<bool> refuse_transformers_layers(const Plan& p, bool own_ring = false);
 
 // The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses,
 // tiles, checkpoint offload (unless `own_checkpoint_offload`: transformers 5.17's), and state

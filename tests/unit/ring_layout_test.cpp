@@ -169,12 +169,15 @@ TEST(RingLayout, MaxContextPastTheHeadCapChoosesARingAndSaysWhy) {
   ASSERT_TRUE(laddered.ok()) << laddered.error().message;
   EXPECT_EQ(laddered->max_tokens, with->max_tokens);
   EXPECT_EQ(laddered->layout, with->layout);
-  // Without head chunks on one node, where Ulysses reaches every GPU, a ring adds nothing and
-  // the layout says so.
+  // On one node Ulysses reaches every GPU, but its all-to-all holds NCCL's send/recv buffers
+  // for each of its peers (footprint/communication.h: 384 MiB each on H100), where a ring's
+  // rotation holds one peer's: a smaller Ulysses group with a ring may hold more, and the
+  // layout then names what the longest plan without a ring reaches.
   const auto node = answer_max_context(cluster("llama-3.1-8b", 8, "zero3,ulysses,checkpoint,ring"), false);
   ASSERT_TRUE(node.ok()) << node.error().message;
-  EXPECT_EQ(node->plan.parallel.ring, 1) << node->layout;
-  EXPECT_NE(node->layout.find("no further"), std::string::npos) << node->layout;
+  EXPECT_GT(node->plan.parallel.ring, 1) << node->layout;
+  EXPECT_LT(node->plan.parallel.ulysses, 8) << node->layout;
+  EXPECT_NE(node->layout.find("without a ring"), std::string::npos) << node->layout;
 }
 
 }  // namespace

@@ -4,6 +4,7 @@
 
 #include "planner/stacks/arctic/export.h"
 #include "planner/stacks/arctic/tiles.h"
+#include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/arctic/step.h"
 
@@ -43,6 +44,7 @@ const StackProfile kArcticProfile = {
         },
     .build_step = step::arctic::build_step,
     .exporter = &kArcticExporter,
+    .communicators = footprint::nccl::deepspeed_ulysses_communicators,
 };
 
 }  // namespace longctx

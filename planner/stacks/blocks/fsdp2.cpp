@@ -21,8 +21,9 @@ constexpr int kAllGatherStream = 1, kReduceScatterStream = 2;
 
 }  // namespace
 
-Fsdp2::Fsdp2(StepBuild& sb)
+Fsdp2::Fsdp2(StepBuild& sb, std::int64_t reduce_e)
     : sb_(sb),
+      reduce_e_(reduce_e),
       gathered_(static_cast<std::size_t>(param_groups(sb.shapes)), -1),
       unsharded_(static_cast<std::size_t>(param_groups(sb.shapes)), -1) {}
 
@@ -100,17 +101,27 @@ void Fsdp2::post_backward(int group) {
   if (reduce_input_ >= 0)
     sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter_state.release"), Phase::Backward, layer, {reduce_input_}, {});
   const TensorId input = sb.graph.tensor(sb.group_name(group, "fsdp.reduce_scatter_input"),
-                                         fsdp2::reduce_scatter_input_bytes(s, group), Category::Grads);
+                                         fsdp2::reduce_scatter_input_bytes(s, group, reduce_e_), Category::Grads);
   sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, sb.grads[gi], {input});
   const TensorId shard =
       sb.graph.tensor(sb.group_name(group, "grad.shard"), fsdp2::grad_shard_bytes(s, group), Category::Grads);
-  const int o = sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter"), Phase::Backward, layer, {input}, {shard});
+  // Below fp32 the reduce writes a [shard] in reduce_dtype, cast to the fp32 shard kept.
+  const TensorId reduced = reduce_e_ == 4 ? shard
+                                          : sb.graph.tensor(sb.group_name(group, "fsdp.reduce_output"),
+                                                            fsdp2::reduce_scatter_output_bytes(s, group, reduce_e_),
+                                                            Category::Grads);
+  const int o = sb.graph.op(sb.group_name(group, "fsdp.reduce_scatter"), Phase::Backward, layer, {input}, {reduced});
   // Each rank sends the other ranks' chunks, on FSDP2's reduce-scatter stream while the
   // backward goes on (the next reduce, or the optimizer, waits for it).
-  sb.graph.set_comm(o, CommKind::ReduceScatter, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * 4),
+  sb.graph.set_comm(o, CommKind::ReduceScatter, double((s.world - 1) * fsdp2::padded_shard_elems(s, group) * reduce_e_),
                     static_cast<int>(s.world));
   sb.graph.set_comm_async(o);
   if (!s.cpu) sb.graph.set_stream(o, kReduceScatterStream);
+  if (reduced != shard) {
+    const int c = sb.graph.op(sb.group_name(group, "fsdp.reduce_output.to_fp32"), Phase::Backward, layer, {reduced},
+                              {shard});
+    if (!s.cpu) sb.graph.set_stream(c, kReduceScatterStream);
+  }
   reduce_input_ = input;
   sb.grads[gi] = {shard};
 }

@@ -12,7 +12,9 @@ namespace longctx::step::blocks {
 
 class Fsdp2 {
  public:
-  explicit Fsdp2(StepBuild& sb);
+  // `reduce_e`: bytes an element of the policy's reduce_dtype (torchtitan's fp32: 4;
+  // accelerate's bf16 mixed precision reduces in the parameters' dtype).
+  explicit Fsdp2(StepBuild& sb, std::int64_t reduce_e = 4);
 
   // The sharded parameters [shard] fp32 and fused AdamW's state on them, per group.
   void model_states();
@@ -33,6 +35,7 @@ class Fsdp2 {
   void copy_out(int group, Phase phase, TensorId frees);
 
   StepBuild& sb_;
+  std::int64_t reduce_e_;
   std::vector<TensorId> gathered_;   // per group: all_gather_output [world * shard] e, while held
   std::vector<TensorId> unsharded_;  // per group: the parameters unsharded [group_params] e
   TensorId forward_gathered_ = -1;   // forward: the last group's gather, freed at the next copy-out

@@ -114,8 +114,9 @@ NormActs trl_loss_forward(HfStep& sb, TensorId final_x, TrlLossActs& t) {
   const std::int64_t N = loss_rows(s), k = chunk_count(s);
   const NormActs f = final_norm_forward(sb, final_x);  // the backbone returns
   TensorId hidden = o.xf, labels = o.targets;
-  if (s.b > 1) {
-    // The [b, S-1, h] slice is not contiguous: reshape copies it, and the labels.
+  if (s.b > 1 && s.r == 1) {
+    // The [b, S-1, h] slice is not contiguous: reshape copies it, and the labels. (Under
+    // context parallel the rows are the whole [b, Sl, h], a view.)
     hidden = sb.graph.tensor(step_name("loss.trl.hidden"), N * s.h * s.e, kTr);  // [N, h] e
     labels = sb.graph.tensor(step_name("loss.trl.labels"), N * 8, kTr);        // [N] int64
     sb.graph.op(step_name("loss.trl.shift"), L, -1, {o.xf, o.targets}, {hidden, labels});
@@ -163,8 +164,12 @@ TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t) 
   // SliceBackward0 pads them to the final norm's output, [b, S, h] e.
   const TensorId unsorted = sb.graph.tensor(step_name("loss.trl.gather.grad"), N * s.h * s.e, kTr);
   sb.graph.op(step_name("loss.trl.gather.bwd"), kB, -1, {sums.hidden, t.order}, {unsorted});
-  const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
-  sb.graph.op(step_name("loss.trl.shift.bwd"), kB, -1, {unsorted}, {d_xf});
+  // (Under context parallel no slice was taken: the unsorted rows are the gradient.)
+  TensorId d_xf = unsorted;
+  if (s.r == 1) {
+    d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
+    sb.graph.op(step_name("loss.trl.shift.bwd"), kB, -1, {unsorted}, {d_xf});
+  }
   return sb.ops.norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
 }
 

@@ -14,7 +14,9 @@ using nlohmann::json;
 namespace {
 
 constexpr ExportRefusal kRefusals[] = {
-    kUlyssesRingRefusal,
+    // An hf-stack plan's ring is torch's context parallel, which accelerate runs (exported).
+    {kUlyssesRingRefusal.knob, [](const Plan& p) { return plan_has_ring(p) && p.train.stack.kind != StackKind::HF; },
+     kUlyssesRingRefusal.why, kUlyssesRingRefusal.fix},
     kHeadChunkRefusal,
     kMlpTilesRefusal,
     kStageZeroOffloadRefusal,
@@ -29,7 +31,7 @@ constexpr ExportRefusal kRefusals[] = {
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "hf", kRefusals); }
 
-// A plan made for the hf stack: one process, no DeepSpeed, what the hf stack predicted.
+// A plan made for the hf stack: one process or accelerate's FSDP2, what the hf stack predicted.
 bool hf_plan(const Plan& p) { return p.train.stack.kind == StackKind::HF; }
 
 // An hf-stack plan with TRL's chunked loss runs under TRL's SFTTrainer: its arguments are
@@ -57,6 +59,9 @@ void hf_plan_arguments(const Plan& p, StackConfig& c) {
   j["loss_type"] = "chunked_nll";
   j["max_length"] = p.train.seq;
   j["packing"] = false;
+  // torch's load balancer cuts each sample into 2 x cp chunks (_HeadTailLoadBalancer), so
+  // the collator pads to that multiple (TRL's examples/sft_qwen3_8b_1m_context does so).
+  if (p.parallel.ring > 1) j["pad_to_multiple_of"] = 2 * p.parallel.ring;
 }
 
 // A longctx plan under the Trainer: Liger's fused cross-entropy for loss tiles, and FSDP2 or
@@ -122,9 +127,10 @@ StackConfig hf_training_arguments(const Plan& p) {
   j["max_grad_norm"] = 1.0;
   j["bf16"] = p.train.dtype == DType::BF16;
   j["optim"] = hf_plan(p) ? to_string(p.train.stack.optimizer) : "adamw_torch";
-  const bool fsdp2 = hf_uses_fsdp2(p);
-  // Under FSDP the Trainer checkpoints through fsdp_config.activation_checkpointing (and
-  // refuses both at once): gradient_checkpointing would add an all-gather in backward.
+  // Under FSDP longctx's plans checkpoint through fsdp_config.activation_checkpointing (the
+  // Trainer refuses both at once: gradient_checkpointing would add an all-gather in
+  // backward); an hf-stack plan predicted the Trainer's own checkpointing, as TRL runs it.
+  const bool fsdp2 = hf_uses_fsdp2(p) && !hf_plan(p);
   j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
   // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
   // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
@@ -149,21 +155,28 @@ StackConfig accelerate_config(const Plan& p) {
   j["rdzv_backend"] = "static";
   j["same_network"] = true;
   j["use_cpu"] = false;
-  if (hf_plan(p)) {
-    j["distributed_type"] = "NO";  // the hf stack is one process
+  if (hf_plan(p) && p.cluster.shape.world() == 1) {
+    j["distributed_type"] = "NO";  // one process
     return c;
   }
   if (hf_uses_fsdp2(p)) {
     j["distributed_type"] = "FSDP";
     // accelerate/commands/config/cluster.py's fsdp_config questions; FSDP2's CPU offload moves
-    // parameters, gradients and optimizer state together (hence hf_uses_fsdp2's rule).
+    // parameters, gradients and optimizer state together (hence hf_uses_fsdp2's rule). An
+    // hf-stack plan checkpoints with the Trainer (hf_training_arguments).
     j["fsdp_config"] = {{"fsdp_version", 2},
                         {"fsdp_offload_params", p.parallel.offload_params},
                         {"fsdp_auto_wrap_policy", "TRANSFORMER_BASED_WRAP"},
                         {"fsdp_reshard_after_forward", true},
                         {"fsdp_state_dict_type", "SHARDED_STATE_DICT"},
                         {"fsdp_cpu_ram_efficient_loading", true},
-                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any()}};
+                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any() && !hf_plan(p)}};
+    // accelerate/parallelism_config.py ParallelismConfig: context parallel over cp_size ranks,
+    // FSDP over dp_shard x cp, k/v all-gathered (TorchContextParallelConfig's strategy).
+    if (p.parallel.ring > 1)
+      j["parallelism_config"] = {{"parallelism_config_dp_shard_size", p.cluster.shape.world() / p.parallel.ring},
+                                 {"parallelism_config_cp_size", p.parallel.ring},
+                                 {"parallelism_config_cp_comm_strategy", "allgather"}};
     return c;
   }
   j["distributed_type"] = "DEEPSPEED";

@@ -1,9 +1,11 @@
-// transformers' modeling code trained with torch.optim's AdamW on one GPU: checkpointing of
-// every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its offload.
+// transformers' modeling code trained with torch.optim's AdamW: on one GPU, checkpointing of
+// every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its
+// offload; across GPUs, accelerate's FSDP2 and its torch context parallel (distributed.cpp).
 #include <fmt/format.h>
 
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/hf/validate.h"
+#include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/hf/step.h"
 
@@ -13,19 +15,25 @@ extern const StackProfile kHfProfile;
 const StackProfile kHfProfile = {
     .kind = StackKind::HF,
     .name = "hf",
-    .summary = "transformers' modeling code with torch AdamW, one GPU",
+    .summary = "transformers' modeling code with torch AdamW; accelerate's FSDP2 and context parallel across GPUs",
     .defaults = {.kind = StackKind::HF},
     .options = {SettingId::attention, SettingId::hf_checkpointing, SettingId::hf_optimizer, SettingId::hf_loss,
                 SettingId::hf_no_attention_mask},
+    // accelerate's cp_comm_strategy default (TorchContextParallelConfig): k/v all-gathered.
+    .ring_exchange = RingExchange::AllGather,
     // Its checkpoint offload pins host memory: none on the CPU virtual device (validate.cpp).
     .techniques =
         [](const Plan& base) {
           TechniqueSet s = TechniqueSet().set(static_cast<std::size_t>(Technique::Checkpoint));
           if (base.cluster.hardware.backend == Backend::Cuda) s.set(static_cast<std::size_t>(Technique::OffloadCheckpoints));
+          if (base.cluster.shape.world() > 1)
+            s.set(static_cast<std::size_t>(Technique::Zero3)).set(static_cast<std::size_t>(Technique::Ring));
           return s;
         },
-    // Autograd's gradients: the parameters' dtype (torch.optim's AdamW keeps its moments so too).
+    // Autograd's gradients: the parameters' dtype (torch.optim's AdamW keeps its moments so
+    // too); across GPUs FSDP2's sharded ones, fp32 (accelerate upcasts the shards).
     .kept_grads = [](const Plan& p) -> std::optional<KeptGrads> {
+      if (p.cluster.shape.world() > 1) return KeptGrads{DType::FP32, " (FSDP2's sharded gradients)"};
       return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
     },
     .validate = hf::validate,
@@ -37,6 +45,8 @@ const StackProfile kHfProfile = {
         },
     .build_step = step::hf::build_step,
     .exporter = &kHfExporter,
+    // accelerate builds torchtitan's mesh, cp innermost, FSDP2 on dp_shard_cp (parallelism_config.py).
+    .communicators = footprint::nccl::fsdp2_context_parallel_communicators,
 };
 
 }  // namespace longctx

@@ -4,7 +4,8 @@
 // before backward): LlamaModel.forward (embedding, cache_position, the causal mask,
 // LlamaRotaryEmbedding, the layers, the final norm), LlamaForCausalLM's lm_head and
 // ForCausalLMLoss (loss/loss_utils.py) or TRL's chunked loss, autograd's backward, and
-// torch.optim.AdamW. Footprints: footprint/hf.h.
+// torch.optim.AdamW. Footprints: footprint/hf.h. Across GPUs, accelerate's FSDP2 and context
+// parallel around it (distributed.cpp).
 #include "planner/stacks/hf/step.h"
 
 #include "planner/footprint/hf.h"
@@ -14,13 +15,12 @@
 #include "planner/stacks/blocks/hf_model.h"
 #include "planner/stacks/blocks/torch_adamw.h"
 #include "planner/stacks/blocks/trl_loss.h"
+#include "planner/stacks/hf/step_parts.h"
 
 namespace longctx::step::hf {
 
 using namespace blocks;
 using namespace footprint::hf;
-
-namespace {
 
 bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
@@ -33,6 +33,8 @@ bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLos
 // find_packed_sequence_indices always returns a mask function: the causal skip is then not
 // allowed and a boolean mask [b, 1, S, S] is built. flash_attention_2 gets none
 // (flash_attention_mask: no padding, no mask).
+namespace {
+
 void causal_mask(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   const StackSpec& st = sb.in.train.stack;
@@ -44,32 +46,62 @@ void causal_mask(HfStep& sb) {
               {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
 }
 
-// LlamaModel.forward up to the first layer: the batch, the embedding, cache_position =
-// arange(S) [S] int64 (position_ids is a view of it), the causal mask, and the RoPE tables.
-TensorId model_inputs(HfStep& sb) {
+}  // namespace
+
+// LlamaModel.forward up to the first layer: the batch (under context parallel the Trainer's
+// sharded one), the embedding (under FSDP2 in its group), cache_position = arange(Sl) [Sl]
+// int64 (position_ids is a view of it, or the batch's own under context parallel), the causal
+// mask, and the RoPE tables ([1, S, d] e each, or per token [b, Sl, d] e from position_ids).
+TensorId model_inputs(HfStep& sb, Fsdp2* fsdp) {
   const StepShapes& s = sb.shapes;
   HfModelActs& m = sb.model;
-  load_batch(sb);
+  if (s.r > 1) context_parallel_batch(sb);
+  else load_batch(sb);
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
+  if (fsdp != nullptr) fsdp->unshard_forward(embed_group(s), Phase::Forward);
   sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {sb.outer.tokens}, {x0});
-  m.positions = sb.graph.tensor(step_name("model.cache_position"), s.S * 8, kAct);
+  // accelerate groups a tied table with the final norm and lm_head (reshard_after_forward
+  // False): it stays unsharded until its post-backward.
+  if (fsdp != nullptr && !s.tied) fsdp->reshard(embed_group(s), Phase::Forward);
+  const bool per_token = s.r > 1;
+  m.positions = sb.graph.tensor(step_name("model.cache_position"), (per_token ? s.n / s.b : s.S) * 8, kAct);
   sb.graph.op(step_name("model.cache_position"), Phase::Forward, -1, {}, {m.positions});
   causal_mask(sb);
-  m.cos = sb.graph.tensor(step_name("model.rope.cos"), rope_table_bytes(s), kAct);
-  m.sin = sb.graph.tensor(step_name("model.rope.sin"), rope_table_bytes(s), kAct);
+  const std::int64_t table = per_token ? rope_table_bytes_per_token(s) : rope_table_bytes(s);
+  m.cos = sb.graph.tensor(step_name("model.rope.cos"), table, kAct);
+  m.sin = sb.graph.tensor(step_name("model.rope.sin"), table, kAct);
   sb.graph.op(step_name("model.rotary_emb"), Phase::Forward, -1, {m.positions}, {m.cos, m.sin},
-              {.workspace = rope_tables_workspace(s)});
+              {.workspace = per_token ? rope_tables_workspace_per_token(s) : rope_tables_workspace(s)});
   return x0;
 }
 
-// The loss, forward and backward: TRL's chunked loss, or lm_head and ForCausalLMLoss.
-// Returns the last layer's output gradient.
-TensorId loss(HfStep& sb, TensorId final_x) {
-  if (!trl_chunked_loss(sb)) return causal_lm_loss_backward(sb, causal_lm_loss_forward(sb, final_x, -1), -1);
-  TrlLossActs trl;
-  const NormActs f = trl_loss_forward(sb, final_x, trl);
-  return trl_loss_backward(sb, f, trl);
+// The loss, forward and backward: TRL's chunked loss, or lm_head and ForCausalLMLoss; under
+// FSDP2 in the [final norm, lm_head] group, which stays unsharded for its backward
+// (reshard_after_forward=False), its pre-backward issuing the last layer's gather (after the
+// final norm's backward here: TRL reads lm_head's weight without calling it, so the group's
+// output gradient is the norm's). Returns the last layer's output gradient.
+TensorId loss(HfStep& sb, TensorId final_x, Fsdp2* fsdp) {
+  const StepShapes& s = sb.shapes;
+  if (fsdp != nullptr) fsdp->unshard_forward(head_group(s), Phase::Loss);
+  TensorId d_x = -1;
+  if (!trl_chunked_loss(sb)) {
+    const NormActs f = causal_lm_loss_forward(sb, final_x, -1);
+    if (fsdp != nullptr) fsdp->end_forward();
+    d_x = causal_lm_loss_backward(sb, f, -1);
+  } else {
+    TrlLossActs trl;
+    const NormActs f = trl_loss_forward(sb, final_x, trl);
+    if (fsdp != nullptr) fsdp->end_forward();
+    d_x = trl_loss_backward(sb, f, trl);
+  }
+  if (fsdp != nullptr) {
+    fsdp->prefetch(static_cast<int>(s.layers) - 1, Phase::Backward);
+    fsdp->post_backward(head_group(s));
+  }
+  return d_x;
 }
+
+namespace {
 
 void write_ops(HfStep& sb) {
   adamw_model_states(sb);
@@ -77,8 +109,8 @@ void write_ops(HfStep& sb) {
   sb.kv_cache = !trl_chunked_loss(sb);
   HfLayers layers(sb);
   std::vector<HfLayerActs> acts;
-  const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb), acts);
-  embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x)));
+  const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb, nullptr), acts);
+  embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x, nullptr)));
   if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
   if (!sb.in.prefix_only) adamw_step(sb, footprint::group_params);
 }
@@ -86,6 +118,7 @@ void write_ops(HfStep& sb) {
 }  // namespace
 
 StepGraph build_step(const StepInputs& in) {
+  if (in.cluster.world() > 1) return build_distributed_step(in);
   HfStep sb(in, kTransformersOps);
   return write_step(sb, &write_ops);
 }

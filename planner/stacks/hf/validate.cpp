@@ -22,16 +22,43 @@ Result<bool> check_scores(const Plan& p) {
   return true;
 }
 
+// Across GPUs: accelerate's FSDP2 (fsdp_version 2) shards every rank's model states, and its
+// context parallel (parallelism_config cp_size) runs torch's ring attention, which the
+// Trainer allows with sdpa only (trainer.py: "Context parallelism is supported only with
+// SDPA"), k/v all-gathered (cp_comm_strategy's default, TorchContextParallelConfig). Modelled
+// with TRL's chunked loss and the collator's attention_mask (no cache, no mask built).
+Result<bool> check_gpus(const Plan& p) {
+  const std::int64_t world = p.cluster.shape.world();
+  if (world == 1 && p.parallel.sharding != Sharding::None)
+    return refuse(p, flag(KnobId::sharding), "applies no FSDP on one GPU: give none");
+  if (world > 1 && p.parallel.sharding != Sharding::Zero3)
+    return refuse(p, flag(KnobId::sharding), "shards across GPUs with accelerate's FSDP2 (data-parallel replication "
+                                             "is not modelled): give zero3");
+  if (p.parallel.ring == 1) return true;
+  if (world == 1) return refuse(p, flag(KnobId::ring), "needs more than one GPU for context parallel: give 1");
+  if (p.train.stack.attention != HfAttention::Sdpa)
+    return refuse(p, flag(SettingId::attention), "runs context parallel with sdpa only (the Trainer's rule): give sdpa");
+  if (p.parallel.ring_exchange != RingExchange::AllGather)
+    return refuse(p, flag(KnobId::ring_exchange), "is modelled with accelerate's default cp_comm_strategy: give allgather");
+  if (p.train.stack.loss != HfLoss::TrlChunkedNll)
+    return refuse(p, flag(SettingId::hf_loss), "runs context parallel here with TRL's chunked loss only (transformers' "
+                                               "loss under it is not modelled): give trl-chunked-nll");
+  if (!p.train.stack.attention_mask)
+    return refuse(p, flag(SettingId::hf_no_attention_mask), "under context parallel is modelled with the collator's "
+                                                            "attention_mask: leave it out");
+  return true;
+}
+
 }  // namespace
 
 Result<bool> validate(const Plan& p) {
-  LONGCTX_TRY(auto transformers_layers, refuse_transformers_layers(p));
+  LONGCTX_TRY(auto transformers_layers, refuse_transformers_layers(p, /*own_ring=*/true));
   (void)transformers_layers;
   if (p.train.stack.attention == HfAttention::FlashAttention3)
     return refuse(p, flag(SettingId::attention), "models sdpa, eager and flash_attention_2: give one of them "
                                                  "(flash_attention_3 is modelled for --stack arctic)");
-  if (p.cluster.shape.world() != 1) return refuse(p, "--gpus", "is modelled on one GPU (one process) so far: give --gpus 1");
-  if (p.parallel.sharding != Sharding::None) return refuse(p, flag(KnobId::sharding), "runs without ZeRO sharding: give none");
+  LONGCTX_TRY(auto gpus, check_gpus(p));
+  (void)gpus;
   // transformers' checkpoint offload (activation_checkpointing_enable(offload=True), 5.17 on)
   // copies to pinned host memory, which torch allocates only where an accelerator's driver is.
   if (p.parallel.offload_checkpoints && p.cluster.hardware.backend != Backend::Cuda)

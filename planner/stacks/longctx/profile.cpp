@@ -2,6 +2,7 @@
 // technique emitters (planner/stacks/longctx/emitters.h); the one stack `longctx run` executes.
 #include "planner/stacks/longctx/emitters.h"
 #include "planner/stacks/longctx/export.h"
+#include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 
 namespace longctx {
@@ -21,6 +22,7 @@ const StackProfile kLongctxProfile = {
     .describe = [](const StackSpec&) { return std::string("longctx"); },
     .build_step = step::build_step,
     .exporter = &kDeepSpeedExporter,
+    .communicators = footprint::nccl::runtime_communicators,
 };
 
 }  // namespace longctx

@@ -84,7 +84,7 @@ TensorId ring_project_qkv_backward(HfStep& sb, int l, const HfLayerActs& a, Tens
 
 }  // namespace
 
-TensorId ring_attention_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+RingGrads ring_attention_kernel_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o) {
   const StepShapes& s = sb.shapes;
   const TensorId dq = sb.graph.tensor(layer_name(l, "attn.q_rotated.grad"), s.n * s.H * s.d * s.e, kTr);
   const TensorId pair = sb.graph.tensor(layer_name(l, "attn.kv_rotated.grad"), 2 * s.n * s.K * s.d * s.e, kTr);
@@ -92,7 +92,12 @@ TensorId ring_attention_backward(HfStep& sb, int l, const HfLayerActs& a, Tensor
                             {.workspace = tt::ring_backward_workspace(s), .flops = 2.5 * footprint::attention_flops(s, s.H),
                              .kernel_flops = 2.5 * footprint::attention_kernel_flops(s, s.H), .kind = OpKind::Attention});
   sb.graph.set_comm(o, CommKind::AllToAll, tt::ring_backward_sent_bytes(s), static_cast<int>(s.r));
-  return ring_project_qkv_backward(sb, l, a, dq, pair, grads);
+  return {dq, pair};
+}
+
+TensorId ring_attention_backward(HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads) {
+  const RingGrads g = ring_attention_kernel_backward(sb, l, a, d_o);
+  return ring_project_qkv_backward(sb, l, a, g.dq, g.kv_pair, grads);
 }
 
 }  // namespace longctx::step::torchtitan

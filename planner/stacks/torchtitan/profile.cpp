@@ -1,6 +1,7 @@
 // torchtitan's llama3 and qwen3 training: FSDP2 (ZeRO-3's sharding) across GPUs, its
 // activation checkpointing (per-op selective among them), and its context parallel (the ring,
 // all-gathered, the sequence not padded).
+#include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/torchtitan/export.h"
 #include "planner/stacks/torchtitan/step.h"
@@ -42,6 +43,7 @@ const StackProfile kTorchtitanProfile = {
     // checkpointing policies and FSDP2 (planner/stacks/torchtitan/step.h).
     .build_step = step::torchtitan::build_step,
     .exporter = &kTorchtitanExporter,
+    .communicators = footprint::nccl::fsdp2_context_parallel_communicators,
 };
 
 }  // namespace longctx

@@ -53,7 +53,14 @@ TensorId complex_rope_backward(blocks::HfStep& sb, int l, const char* name, cons
 void context_parallel_batch(TorchtitanStep& sb);
 // The attention under context parallel: torch's ring attention, and its backward through the
 // q/k/v projections.
+// (The forward and the kernel's backward are transformers' sdpa layer's too under accelerate's
+// context parallel: planner/stacks/hf/.)
 void ring_attention_forward(blocks::HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc);
+// The ring's backward: dq [b, H, Sl, d] e and the dk/dv pair [2, b, K, Sl, d] e, head-major.
+struct RingGrads {
+  TensorId dq = -1, kv_pair = -1;
+};
+RingGrads ring_attention_kernel_backward(blocks::HfStep& sb, int l, const HfLayerActs& a, TensorId d_o);
 TensorId ring_attention_backward(blocks::HfStep& sb, int l, const HfLayerActs& a, TensorId d_o, Ids& grads);
 
 // ---- step.cpp ---------------------------------------------------------------------------------

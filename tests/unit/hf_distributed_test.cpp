@@ -1,0 +1,125 @@
+// The hf stack across GPUs (planner/stacks/hf/distributed.cpp): accelerate's FSDP2 reducing in
+// bf16 into fp32 shards, torch's context parallel as the Trainer hands it the batch (the
+// buffers resized in place keep their storage), TRL's chunked loss over the rank's rows, what
+// it refuses naming the option, and the accelerate and TRL files it exports.
+#include <gtest/gtest.h>
+
+#include <map>
+#include <string>
+
+#include "planner/footprint/fsdp2.h"
+#include "planner/footprint/step_shapes.h"
+#include "planner/footprint/zero.h"
+#include "planner/io/export.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/request.h"
+#include "planner/stacks/hf/export.h"
+#include "planner/stacks/step_builder.h"
+
+namespace longctx {
+namespace {
+
+PlanRequest hf_request(const std::string& model, std::int64_t gpus, int ring, const std::string& seq) {
+  PlanRequest r;
+  r.cluster.model = model;
+  r.cluster.gpus = gpus;
+  r.cluster.gpu = "h100-80gb";
+  r.cluster.stack = "hf";
+  r.cluster.hf_loss = "trl-chunked-nll";
+  r.seq = seq;
+  r.no_search = true;
+  r.knobs.sharding = gpus > 1 ? Sharding::Zero3 : Sharding::None;
+  r.knobs.ring = ring;
+  r.knobs.checkpoint = CheckpointPolicy::full();
+  return r;
+}
+
+// Each tensor's bytes by name (the first of a name).
+std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& t : g.tensors()) out.emplace(format(t.name), t.bytes);
+  return out;
+}
+
+// set_mixed_precision("bf16"): reduce_dtype bf16, so the reduce-scatter input is [world *
+// shard] bf16 and its output [shard] bf16 before the fp32 shard kept (foreach_reduce).
+TEST(HfDistributed, AccelerateReducesInBf16IntoFp32Shards) {
+  const Plan p = answer_plan(hf_request("llama-3.2-1b", 8, 1, "8K")).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  const footprint::StepShapes s = footprint::step_shapes(step_inputs(p));
+  const std::int64_t shard = footprint::fsdp2::padded_shard_elems(s, 0);
+  bool input = false, output = false, kept = false;
+  for (const auto& t : g.tensors()) {
+    const std::string n = format(t.name);
+    if (n == "layer.0.fsdp.reduce_scatter_input") input = t.bytes == 8 * shard * 2;
+    if (n == "layer.0.fsdp.reduce_output") output = t.bytes == shard * 2;
+    if (n == "layer.0.grad.shard") kept = t.bytes == shard * 4;
+  }
+  EXPECT_TRUE(input && output && kept);
+}
+
+// The Trainer's context-parallel batch: input_ids, labels and the attention_mask keep their
+// [b, S] int64 storage after resize_, shift_labels is the [b, S+1] pad for one sample,
+// position_ids the [S] arange; TRL's loss sees the rank's b*Sl rows, unshifted.
+TEST(HfDistributed, ContextParallelKeepsTheBatchStorageAndLossesTheRanksRows) {
+  const Plan p = answer_plan(hf_request("qwen3-8b", 8, 8, "64K")).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  const auto bytes = tensor_bytes(g);
+  const std::int64_t S = p.train.seq, n = S / 8;
+  EXPECT_EQ(bytes.at("batch.tokens"), S * 8);
+  EXPECT_EQ(bytes.at("batch.attention_mask"), S * 8);
+  EXPECT_EQ(bytes.at("cp.shift_labels"), (S + 1) * 8);
+  EXPECT_EQ(bytes.at("cp.position_ids"), S * 8);
+  EXPECT_EQ(bytes.at("loss.trl.order"), n * 8);
+  EXPECT_EQ(bytes.count("loss.final_norm.out.grad"), 0u) << "no shift's slice to pad back";
+  EXPECT_EQ(bytes.at("model.rope.cos"), n * p.model.head_dim * 2) << "per token from the rank's position_ids";
+  bool ring = false;
+  for (const auto& o : g.ops()) ring = ring || format(o.name) == "layer.0.attn.ring";
+  EXPECT_TRUE(ring);
+}
+
+TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
+  const std::tuple<const char*, void (*)(PlanRequest&)> cases[] = {
+      {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::None; }},
+      {"--attention", [](PlanRequest& r) { r.cluster.attention = "eager"; }},
+      {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "transformers"; }},
+      {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
+      {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 1; r.knobs.ulysses = 2; }},
+  };
+  for (const auto& [field, edit] : cases) {
+    PlanRequest r = hf_request("llama-3.2-1b", 8, 2, "8K");
+    edit(r);
+    const auto a = answer_plan(r);
+    ASSERT_FALSE(a.ok()) << field;
+    EXPECT_EQ(a.error().field, field) << a.error().message;
+  }
+}
+
+// TRL's example: Qwen3-8B at a million tokens on 8 H100s, context parallel 8, its chunked
+// loss, checkpoints offloaded: a plan.
+TEST(HfDistributed, PlansQwen3EightBAtAMillionTokensOnEightGpus) {
+  PlanRequest r = hf_request("qwen3-8b", 8, 8, "1M");
+  r.knobs.offload_checkpoints = true;
+  const auto a = answer_plan(r);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  EXPECT_GT(a.value().recorded.prediction.peak_device_bytes, 0);
+}
+
+// accelerate's config (FSDP2, parallelism_config) and TRL's SFTConfig (the Trainer's
+// checkpointing, padded to 2 x cp) for such a plan.
+TEST(HfDistributed, ExportsAccelerateFsdp2WithContextParallelAndSftConfig) {
+  const Plan p = answer_plan(hf_request("llama-3.2-1b", 8, 4, "8K")).value().recorded;
+  const auto files = export_plan(p, kHfExporter);
+  ASSERT_TRUE(files.ok()) << files.error().message;
+  const std::string& yaml = files.value().files.at(kAccelerateConfigFile);
+  EXPECT_NE(yaml.find("distributed_type: \"FSDP\""), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("parallelism_config_cp_size: 4"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("parallelism_config_dp_shard_size: 2"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("fsdp_activation_checkpointing: false"), std::string::npos) << yaml;
+  const std::string& sft = files.value().files.at(kSftConfigFile);
+  EXPECT_NE(sft.find("\"pad_to_multiple_of\": 8"), std::string::npos) << sft;
+  EXPECT_NE(sft.find("\"gradient_checkpointing\": true"), std::string::npos) << sft;
+}
+
+}  // namespace
+}  // namespace longctx
