@@ -298,7 +298,8 @@ int run(const RunArgs& a) {
           {"phases", phases}}},
         {"predicted",
          {{"peak_device_bytes", predicted.totals.peak_device_bytes},
-          {"peak_host_bytes", predicted.totals.peak_host_bytes},
+          {"peak_host_bytes", predicted.totals.peak_host_bytes},  // per node, as the plan's
+          {"peak_host_bytes_per_rank", predicted.totals.peak_host_bytes / plan->cluster.shape.gpus_per_node},
           {"peak_at", predicted.totals.peak_at},
           {"step_time_s", predicted.totals.step_time_s}}},
         {"plan_prediction",
@@ -317,8 +318,11 @@ int run(const RunArgs& a) {
   fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak device", format_bytes(report->peak_device),
              format_bytes(predicted.totals.peak_device_bytes),
              percent(report->peak_device, predicted.totals.peak_device_bytes));
-  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host", format_bytes(report->peak_host),
-             format_bytes(predicted.totals.peak_host_bytes), percent(report->peak_host, predicted.totals.peak_host_bytes));
+  // The plan's host figure is per node (memory_model.cpp: per rank x GPUs per node); this
+  // process measured one rank's.
+  const std::int64_t host_per_rank = predicted.totals.peak_host_bytes / plan->cluster.shape.gpus_per_node;
+  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host (per rank)", format_bytes(report->peak_host),
+             format_bytes(host_per_rank), percent(report->peak_host, host_per_rank));
   fmt::print("{:<22} {:>14} {:>14}\n", "peak at", measured_at, predicted.totals.peak_at);
   fmt::print("\nper phase, last step   {:>14} {:>14} {:>8} {:>11} {:>11}\n", "device peak", "predicted", "error", "time",
              "predicted");
