@@ -17,6 +17,7 @@
 
 #include "planner/graph/allocation_log_replay.h"
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/core/plan.h"

@@ -1,4 +1,5 @@
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
@@ -9,7 +10,6 @@
 #include <utility>
 
 #include <fmt/format.h>
-#include <zlib.h>
 
 namespace longctx {
 namespace {
@@ -30,15 +30,6 @@ int standard_stream(const std::string& path) {
   if (path == "/dev/stdout" || path == "/dev/fd/1" || path == "/proc/self/fd/1") return STDOUT_FILENO;
   if (path == "/dev/stderr" || path == "/dev/fd/2" || path == "/proc/self/fd/2") return STDERR_FILENO;
   return -1;
-}
-
-const char* kind_of(mode_t m) {
-  if (S_ISDIR(m)) return "a folder";
-  if (S_ISCHR(m)) return "a character device";
-  if (S_ISBLK(m)) return "a block device";
-  if (S_ISFIFO(m)) return "a FIFO";
-  if (S_ISSOCK(m)) return "a socket";
-  return "not a regular file";
 }
 
 struct Target {
@@ -62,7 +53,7 @@ Result<Target> resolve(const std::string& path, const std::string& field) {
       const std::string via = p == path ? "" : fmt::format(" (through the link to '{}')", p);
       return Error::bad_input(field, fmt::format("'{}'{} is {}; longctx writes regular files only (or /dev/stdout): name "
                                                  "a file",
-                                                 path, via, kind_of(st.st_mode)));
+                                                 path, via, file_kind(st.st_mode)));
     }
     std::string link(4096, '\0');
     const ssize_t n = ::readlink(p.c_str(), link.data(), link.size());
@@ -195,68 +186,6 @@ Result<bool> write_text_atomically(const std::string& path, const std::string& f
   LONGCTX_TRY(AtomicFile f, AtomicFile::open(path, field));
   f.write(text.data(), text.size());
   return f.commit();
-}
-
-Result<std::string> read_regular_file(const std::string& path, const std::string& field) {
-  // O_NONBLOCK: opening a FIFO with no writer would otherwise wait for one.
-  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_CLOEXEC);
-  if (fd < 0) return Error::bad_input(field, fmt::format("cannot read '{}': {}", path, std::strerror(errno)));
-  struct stat st{};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    const std::string kind = ::fstat(fd, &st) == 0 ? kind_of(st.st_mode) : std::strerror(errno);
-    ::close(fd);
-    return Error::bad_input(field, fmt::format("'{}' is {}, not a regular file", path, kind));
-  }
-  std::string text;
-  char buf[65536];
-  for (;;) {
-    const ssize_t got = ::read(fd, buf, sizeof buf);
-    if (got < 0 && errno == EINTR) continue;
-    if (got < 0) {
-      const int err = errno;
-      ::close(fd);
-      return Error::bad_input(field, fmt::format("cannot read '{}': {}", path, std::strerror(err)));
-    }
-    if (got == 0) break;
-    text.append(buf, static_cast<std::size_t>(got));
-  }
-  ::close(fd);
-  return text;
-}
-
-namespace {
-
-// The text of a gzip member, or BadInput naming the file when it is damaged.
-Result<std::string> gunzip(const std::string& bytes, const std::string& path, const std::string& field) {
-  z_stream z{};
-  if (inflateInit2(&z, 15 + 32) != Z_OK)  // 15 + 32: a gzip or zlib header, read from the data
-    return Error{ErrorKind::Internal, field, "zlib could not start"};
-  z.next_in = reinterpret_cast<Bytef*>(const_cast<char*>(bytes.data()));
-  z.avail_in = static_cast<uInt>(bytes.size());
-  std::string out;
-  char buf[1 << 16];
-  int rc = Z_OK;
-  while (rc == Z_OK) {
-    z.next_out = reinterpret_cast<Bytef*>(buf);
-    z.avail_out = sizeof buf;
-    rc = inflate(&z, Z_NO_FLUSH);
-    out.append(buf, sizeof buf - z.avail_out);
-  }
-  inflateEnd(&z);
-  if (rc != Z_STREAM_END)
-    return Error::bad_input(field, fmt::format("{} is a damaged or truncated gzip file ({}); pass the whole file", path,
-                                             z.msg ? z.msg : "no end of stream"));
-  return out;
-}
-
-}  // namespace
-
-Result<std::string> read_text_file(const std::string& path, const std::string& field) {
-  LONGCTX_TRY(const std::string text, read_regular_file(path, field));
-  const bool gzip = text.size() >= 2 && static_cast<unsigned char>(text[0]) == 0x1f &&
-                    static_cast<unsigned char>(text[1]) == 0x8b;
-  if (!gzip) return text;
-  return gunzip(text, path, field);
 }
 
 }  // namespace longctx

@@ -73,12 +73,4 @@ bool write_all(int fd, const void* data, std::size_t n);
 // fsync of a folder, so that a rename in it survives a crash.
 bool sync_dir(const std::string& dir);
 
-// The whole of a regular file, read without blocking on a FIFO or device: BadInput naming
-// `field` and the path when it is missing, unreadable, a folder or not a regular file.
-Result<std::string> read_regular_file(const std::string& path, const std::string& field);
-
-// The same, gunzipped when it is a gzip file (its first two bytes the gzip magic); a damaged
-// or truncated gzip file is BadInput naming `field`.
-Result<std::string> read_text_file(const std::string& path, const std::string& field);
-
 }  // namespace longctx

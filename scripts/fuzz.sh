@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Builds the planner's libFuzzer targets (clang, planner only, into build-fuzz/) and runs each
-# for SECONDS (default 30) from seeds: models/ and the plans in fuzz/corpus/plan. Fails on the first crash,
+# for SECONDS (default 30) from seeds: models/, the plans in fuzz/corpus/plan and the names in
+# fuzz/corpus/export. Fails on the first crash,
 # leak, timeout or sanitizer report, leaving the reproducer in build-fuzz/artifacts/.
 # Prints the executions of each target.
 #   LONGCTX_FUZZ_BUILD_DIR overrides the build folder; LONGCTX_JOBS the build's jobs (2).
@@ -8,7 +9,7 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 seconds="${1:-30}"
 build="${LONGCTX_FUZZ_BUILD_DIR:-$root/build-fuzz}"
-targets=(model_config_fuzzer plan_fuzzer evaluate_fuzzer)
+targets=(model_config_fuzzer plan_fuzzer evaluate_fuzzer export_fuzzer)
 
 export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/longctx/ccache}"
 # Paths relative to the clone, and no working directory in the hash: every clone on the
@@ -34,7 +35,7 @@ for t in "${targets[@]}"; do
   log="$build/$t.log"
   args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
         -artifact_prefix="$build/artifacts/$t-")
-  [ -f "$root/fuzz/json.dict" ] && [ "$t" != evaluate_fuzzer ] && args+=(-dict="$root/fuzz/json.dict")
+  case "$t" in model_config_fuzzer | plan_fuzzer) [ -f "$root/fuzz/json.dict" ] && args+=(-dict="$root/fuzz/json.dict") ;; esac
   dirs=("$corpus")
   [ -d "$seeds" ] && dirs+=("$seeds")
   if "$build/fuzz/$t" "${args[@]}" "${dirs[@]}" >"$log" 2>&1; then result=ok; else result=FAILED; status=1; fi

@@ -7,18 +7,24 @@
 
 #include <CLI/CLI.hpp>
 
+#include "planner/io/quoted_text.h"
+
 namespace longctx::cli {
 
 // Exit status for a parse error (0 for --help, 2 otherwise), after printing it and a fix.
+// Printed as every error is: "longctx: error: " and the message (values in it escaped for the
+// terminal), then the fix.
 inline int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
-  const int rc = app.exit(e);
-  if (rc == 0) return 0;
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
+  std::fprintf(stderr, "longctx: error: %s\n", terminal_text(e.what()).c_str());
   if (dynamic_cast<const CLI::ConversionError*>(&e))
     std::fputs("fix: write the value as a plain number in range (--steps 10, --seed 42); sizes take a unit: tokens K "
                "or M (128K), bytes KiB, MiB, GiB or TiB (80GiB)\n",
                stderr);
   else if (dynamic_cast<const CLI::ValidationError*>(&e))
     std::fputs("fix: give the value the option's help asks for (see --help)\n", stderr);
+  else
+    std::fputs("fix: see --help for the options and how often each is given\n", stderr);
   return 2;
 }
 

@@ -5,6 +5,7 @@
 
 #include "planner/core/knobs.h"
 #include "planner/core/settings.h"
+#include "planner/io/quoted_text.h"
 #include "planner/search/stack_answers.h"
 #include "planner/stacks/profile.h"
 
@@ -57,7 +58,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o, bool every_stack) {
 }
 
 int report(const Error& e) {
-  fmt::print(stderr, "longctx: error: {}\n", e.what());
+  // Values and folder names echoed in the message reach the terminal escaped, never raw.
+  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
   return exit_status(e.kind);
 }
 

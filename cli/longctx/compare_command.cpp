@@ -77,11 +77,9 @@ int run_compare(const CompareOptions& o) {
   fmt::print("peak      predicted {} ({} bytes), measured {} ({} bytes): error {:+.3f}%\n", format_bytes(c.predicted), c.predicted,
              format_bytes(c.measured), c.measured, 100 * c.error);
   if (c.baseline > 0) fmt::print("baseline  {} added to every measured figure: {}\n", format_bytes(c.baseline), c.baseline_source);
-  // A profiler trace is most often of transformers; a plan of longctx's runtime predicts less
-  // than its modules keep (docs/stacks.md).
-  if (c.trace_source != "longctx" && stack_profile(c.evaluation.plan.train.stack.kind).runtime_runs_it)
-    fmt::print("stack     the plan predicts longctx's own runtime; for a transformers run, plan with --stack hf "
-               "(and its --attention, --hf-checkpointing) and compare that plan\n");
+  if (const char* note = stack_profile(c.evaluation.plan.train.stack.kind).profiler_trace_note;
+      note && c.trace_source != "longctx")
+    fmt::print("stack     {}\n", note);
   if (c.measured_peak_phase.empty())
     fmt::print("at        predicted {} (op {}); the measured phase is unknown: {}\n", c.predicted_peak_phase,
                c.evaluation.plan.prediction.peak_at, c.phase_note);

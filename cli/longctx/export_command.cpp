@@ -12,6 +12,7 @@
 #include "cli/longctx/cluster_options.h"
 #include "cli/common/commands.h"
 #include "common/atomic_file.h"
+#include "common/atomic_folder.h"
 #include "planner/io/export.h"
 #include "planner/stacks/launch_script.h"
 #include "planner/stacks/profile.h"
@@ -24,19 +25,6 @@ struct ExportOptions {
   std::string stack;
   std::string output;
 };
-
-// Where each file goes: `output` itself when it names one file (the stack writes one and
-// `output` is neither a folder nor ends in '/'), else `output`/name, the folder made when
-// missing.
-Result<std::filesystem::path> destination_folder(const std::string& output) {
-  std::error_code ec;
-  if (std::filesystem::is_directory(output, ec)) return std::filesystem::path(output);
-  if (!std::filesystem::create_directory(output, ec) || ec)
-    return Error::bad_input("-o", fmt::format("cannot make the folder '{}' ({}); give an existing folder or one whose "
-                                              "parent exists",
-                                              output, ec ? ec.message() : "it exists and is not a folder"));
-  return std::filesystem::path(output);
-}
 
 // Whether `output` asks for a folder: an existing one, or a path ending in a separator.
 bool names_a_folder(const std::string& output) {
@@ -66,19 +54,20 @@ int write_files(const ExportedFiles& e, const std::string& output) {
     note_launch_script_left_out();
     return 0;
   }
-  auto folder = destination_folder(output);
-  if (!folder) return report(folder.error());
-  for (const auto& [name, text] : e.files) {
-    const std::string path = (*folder / name).string();
-    if (auto w = write_text_atomically(path, "-o", text); !w) return report(w.error());
-    if (name == kLaunchScriptFile) {
-      // Runnable as ./launch.sh too; a failure leaves `bash launch.sh`, which the script's comment names.
-      std::error_code ec;
-      std::filesystem::permissions(path, std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec |
-                                             std::filesystem::perms::others_exec,
-                                   std::filesystem::perm_options::add, ec);
-    }
-    fmt::print("wrote {}\n", path);
+  // The set is one unit (common/atomic_folder.h): every file replaced, or none.
+  auto w = write_files_atomically(output, "-o", e.files);
+  if (!w) return report(w.error());
+  const std::string folder = output.size() > 1 && output.back() == '/' ? output.substr(0, output.size() - 1) : output;
+  for (const auto& name : w->added) fmt::print("wrote {}/{} (new)\n", folder, name);
+  for (const auto& name : w->replaced) fmt::print("wrote {}/{} (replaced)\n", folder, name);
+  fmt::print("the set's {} file(s) are in place together\n", e.files.size());
+  if (e.files.count(kLaunchScriptFile)) {
+    // Runnable as ./launch.sh too; a failure leaves `bash launch.sh`, which the script's comment names.
+    std::error_code ec;
+    std::filesystem::permissions(std::filesystem::path(folder) / kLaunchScriptFile,
+                                 std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec |
+                                     std::filesystem::perms::others_exec,
+                                 std::filesystem::perm_options::add, ec);
   }
   return 0;
 }

@@ -6,6 +6,7 @@
 
 #include "cli/common/commands.h"
 #include "cli/common/parse_errors.h"
+#include "cli/common/parse_values.h"
 #include "cli/longctx/runtime_exec.h"
 
 int main(int argc, char** argv) {
@@ -31,6 +32,7 @@ int main(int argc, char** argv) {
   commands.push_back(longctx::cli::add_compare_command(app));
   commands.push_back(longctx::cli::add_export_command(app));
 
+  longctx::cli::apply_value_rules(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

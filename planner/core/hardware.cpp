@@ -10,7 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/json_fields.h"
-#include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/limits.h"
 #include "planner/core/presets.h"
 
@@ -83,6 +83,35 @@ std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::in
   return h.context_bytes + h.nccl_base_bytes + h.nccl_bytes_per_peer * (in_node + across);
 }
 
+namespace {
+
+// The preset's "measured" object at `mp`: the rates `longctx calibrate` wrote.
+Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const std::string& mp) {
+  using namespace json_fields;
+  if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
+  MeasuredRates r;
+  r.present = true;
+  for (const auto& [key, field] : measured_rate_fields()) {
+    LONGCTX_TRY(r.*field, get_number(m, mp, key));
+    if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+  }
+  for (const auto& [key, table] : attention_rate_tables(r)) {
+    LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
+  }
+  for (const auto& f : optional_measured_rate_fields()) {
+    if (!m.contains(f.key)) continue;
+    LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
+    if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
+    if (!(r.*f.field < f.below))
+      return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
+  }
+  LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
+  r.ranks = static_cast<int>(ranks);
+  return r;
+}
+
+}  // namespace
+
 Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   using namespace json_fields;
   Hardware h;
@@ -95,12 +124,22 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node", 1, limits::kMaxGpusPerNode));
-  LONGCTX_TRY(h.peak_flops, get_number(j, p, "peak_bf16_flops"));
-  LONGCTX_TRY(h.hbm_bytes_per_s, get_number(j, p, "hbm_bytes_per_s"));
-  LONGCTX_TRY(h.nvlink_bytes_per_s, get_number(j, p, "nvlink_bytes_per_s"));
-  LONGCTX_TRY(h.internode_bytes_per_s, get_number(j, p, "internode_bytes_per_s"));
-  LONGCTX_TRY(h.pcie_bytes_per_s, get_number(j, p, "pcie_bytes_per_s"));
-  LONGCTX_TRY(h.host_flops, get_number(j, p, "host_flops"));
+  // Every rate within bounds far outside real hardware (1e6 to 1e18 per second): a rate of
+  // 1e-300 once made a step take "inf s" and wrote step_time_s: null.
+  const auto rate = [&](const char* key) -> Result<double> {
+    LONGCTX_TRY(const double v, get_number(j, p, key));
+    if (!(v >= 1e6 && v <= 1e18))
+      return Error::bad_input(p + "." + key, fmt::format("{:g} per second is outside longctx's bounds of 1e6 to 1e18; "
+                                                         "give the device's real figure",
+                                                         v));
+    return v;
+  };
+  LONGCTX_TRY(h.peak_flops, rate("peak_bf16_flops"));
+  LONGCTX_TRY(h.hbm_bytes_per_s, rate("hbm_bytes_per_s"));
+  LONGCTX_TRY(h.nvlink_bytes_per_s, rate("nvlink_bytes_per_s"));
+  LONGCTX_TRY(h.internode_bytes_per_s, rate("internode_bytes_per_s"));
+  LONGCTX_TRY(h.pcie_bytes_per_s, rate("pcie_bytes_per_s"));
+  LONGCTX_TRY(h.host_flops, rate("host_flops"));
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
   }
@@ -120,27 +159,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
   if (j.contains("measured")) {
-    const auto& m = j["measured"];
-    const std::string mp = p + ".measured";
-    if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
-    auto& r = h.measured;
-    r.present = true;
-    for (const auto& [key, field] : measured_rate_fields()) {
-      LONGCTX_TRY(r.*field, get_number(m, mp, key));
-      if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
-    }
-    for (const auto& [key, table] : attention_rate_tables(r)) {
-      LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
-    }
-    for (const auto& f : optional_measured_rate_fields()) {
-      if (!m.contains(f.key)) continue;
-      LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
-      if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
-      if (!(r.*f.field < f.below))
-        return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
-    }
-    LONGCTX_TRY(auto ranks, get_int(m, mp, "ranks", 1, limits::kMaxGpus));
-    r.ranks = static_cast<int>(ranks);
+    LONGCTX_TRY(h.measured, measured_rates_from_json(j["measured"], p + ".measured"));
   }
   return h;
 }

@@ -7,6 +7,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "common/json_depth.h"
 #include "common/result.h"
 
 namespace longctx::json_fields {
@@ -65,14 +66,19 @@ inline Result<nlohmann::json> get_object(const nlohmann::json& j, const std::str
   return *it;
 }
 
-// Parses text as JSON; a syntax error names the file and the byte offset.
+// Parses text as JSON: nesting past kMaxJsonDepth (common/json_depth.h) is refused before
+// parsing, naming the field; a syntax error names the file.
 inline Result<nlohmann::json> parse(const std::string& text, const std::string& what) {
+  LONGCTX_TRY(auto shallow, check_json_depth(text, what));
+  (void)shallow;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
   if (j.is_discarded()) return Error::bad_input(what, "is not valid JSON; check the file's syntax");
   if (!j.is_object()) return Error::bad_input(what, "must be a JSON object");
   return j;
 }
 
+// The text of a JSON input file (common/input_file.h: regular files only, at most
+// input_limits::kJsonBytes), errors naming `what`.
 Result<std::string> read_file(const std::string& path, const std::string& what);
 
 }  // namespace longctx::json_fields

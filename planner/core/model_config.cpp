@@ -3,8 +3,6 @@
 #include <cmath>
 #include <filesystem>
 #include <numbers>
-#include <fstream>
-#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -15,6 +13,7 @@
 #include "planner/core/param_layout.h"
 #include "planner/core/model_config_fields.h"
 #include "planner/core/presets.h"
+#include "common/input_file.h"
 
 namespace longctx {
 
@@ -215,11 +214,7 @@ std::string describe_model(const ModelConfig& m, std::int64_t seq) {
 }
 
 Result<std::string> json_fields::read_file(const std::string& path, const std::string& what) {
-  std::ifstream in(path, std::ios::binary);
-  if (!in) return Error::bad_input(what, fmt::format("cannot read '{}': check the path", path));
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
+  return read_regular_file(path, what, input_limits::kJsonBytes);
 }
 
 std::vector<std::string> model_preset_names() { return presets::model_names(); }

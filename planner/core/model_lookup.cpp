@@ -41,6 +41,13 @@ std::string find_preset(const std::string& word) {
   return "";
 }
 
+// A folder's name need not be UTF-8, a plan file's text must be (dump() would throw): bytes
+// that are not UTF-8 become U+FFFD.
+std::string utf8(const std::string& s) {
+  return nlohmann::json::parse(nlohmann::json(s).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
+      .get<std::string>();
+}
+
 // A config.json, or a model folder holding one: named after the file, or its folder when the
 // file is config.json; the model's source is that folder, absolute.
 Result<ModelConfig> model_from_path(const std::string& given, fs::path path) {
@@ -48,7 +55,9 @@ Result<ModelConfig> model_from_path(const std::string& given, fs::path path) {
   if (fs::is_directory(path, ec)) {
     path = path.lexically_normal();
     if (!path.has_filename()) path = path.parent_path();  // "dir/" -> "dir"
-    if (!fs::is_regular_file(path / "config.json", ec))
+    // Only a missing entry is "no config.json": a FIFO, a device, a folder or a link loop of
+    // that name is refused by the reader, which names what it is.
+    if (!fs::exists(fs::symlink_status(path / "config.json", ec)))
       return Error::bad_input("--model", fmt::format("the directory '{}' holds no config.json", given));
     path /= "config.json";
   }
@@ -57,8 +66,8 @@ Result<ModelConfig> model_from_path(const std::string& given, fs::path path) {
   const fs::path folder = fs::absolute(path, ec).lexically_normal().parent_path();
   std::string name = path.stem().string();
   if (name == "config" && !folder.filename().empty()) name = folder.filename().string();
-  LONGCTX_TRY(ModelConfig m, model_from_json(j, name));
-  m.source = folder.string();
+  LONGCTX_TRY(ModelConfig m, model_from_json(j, utf8(name)));
+  m.source = utf8(folder.string());
   return m;
 }
 
@@ -66,7 +75,8 @@ Result<ModelConfig> model_from_path(const std::string& given, fs::path path) {
 
 Result<ModelConfig> load_model(const std::string& name_or_path) {
   std::error_code ec;
-  if (!name_or_path.empty() && fs::exists(name_or_path, ec)) return model_from_path(name_or_path, name_or_path);
+  if (!name_or_path.empty() && fs::exists(fs::symlink_status(name_or_path, ec)))
+    return model_from_path(name_or_path, name_or_path);
   if (presets::model(name_or_path)) return preset_model(name_or_path);
   const std::string preset = find_preset(name_or_path);
   if (!preset.empty() && !looks_like_hub_id(name_or_path)) return preset_model(preset);

@@ -40,14 +40,24 @@ std::int64_t cpu_kv_block(std::int64_t keys) { return std::min<std::int64_t>(512
 std::int64_t cpu_flash_q_block(const StepShapes& s) { return cpu_q_block(s.S); }
 std::int64_t cpu_flash_kv_block(const StepShapes& s) { return cpu_kv_block(s.S); }
 
+// The pairs of query rows and key columns the CPU kernel computes: each q block of `qs` rows
+// attends to the keys up to its last row, rounded up to whole kv blocks of `ks`. In closed
+// form (a loop over the q blocks took minutes at 2^40 tokens). Below 512 tokens a kv block is
+// the whole sequence: L x L. From 512 on ks = 512 and qs (64 or 256) divides it: the q blocks
+// fall in groups of k = ks/qs sharing one key bound, 512 g for group g, the last group's capped
+// at L; a last partial q block of r rows sees all L keys.
 double cpu_causal_kernel_pairs(std::int64_t L) {
+  if (L <= 0) return 0;
   const std::int64_t qs = cpu_q_block(L), ks = cpu_kv_block(L);
-  double pairs = 0;
-  for (std::int64_t m = 0; m < L; m += qs) {
-    const std::int64_t rows = std::min(qs, L - m);
-    const std::int64_t keys = std::min((m + rows + ks - 1) / ks * ks, L);
-    pairs += double(rows) * double(keys);
-  }
+  if (ks == L) return double(L) * double(L);
+  const std::int64_t k = ks / qs;                 // q blocks per kv block
+  const std::int64_t full = L / qs, r = L - full * qs;  // full q blocks, rows of the last
+  const std::int64_t groups = (full + k - 1) / k;
+  const std::int64_t in_last = full - (groups - 1) * k;
+  const double g = double(groups);
+  double pairs = double(qs) * (double(k) * double(ks) * (g - 1) * g / 2.0 +
+                               double(in_last) * double(std::min(ks * groups, L)));
+  if (r > 0) pairs += double(r) * double(L);
   return pairs;
 }
 

@@ -10,10 +10,10 @@
 namespace longctx::footprint {
 
 // RoPE's cos and sin tables for this rank's S/(u*r) positions, built once for the run
-// (runtime/src/layers.cpp, RopeTables::make): cos, sin [S/(u*r), d/2] e bytes each.
+// (runtime/src/norm_rope.cpp, RopeTables::make): cos, sin [S/(u*r), d/2] e bytes each.
 std::int64_t rope_tables_bytes(const StepShapes& s);
 
-// Bytes RoPE moves rotating `elems` elements (runtime/src/layers.cpp, rope_rotate_out), forward
+// Bytes RoPE moves rotating `elems` elements (runtime/src/norm_rope.cpp, rope_rotate_out), forward
 // or backward (which rotates the gradient back): each half written by x*cos, then read with
 // the other half by the addcmul that writes it again, 5 passes of e bytes. The tables are
 // read once per head from cache: not counted.

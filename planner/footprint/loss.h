@@ -9,7 +9,7 @@
 
 namespace longctx::footprint {
 
-// One loss tile (runtime/src/layers.cpp, TiledCrossEntropyFn), forward and backward alike:
+// One loss tile (runtime/src/loss.cpp, TiledCrossEntropyFn), forward and backward alike:
 // the tile's fp32 logits [t, V] x 4, and inside logsumexp exp(logits - max) [t, V] fp32 with
 // the rows' maxima and sums [t] fp32 each. In bf16 the tile's bf16 logits [t, V] e are freed
 // once upcast, before logsumexp. Backward recomputes the logits as forward does, logsumexp
@@ -26,7 +26,7 @@ std::int64_t tiled_loss_workspace(const StepShapes& s, std::int64_t tiles);
 // after the two matmuls, and the fp32 logits last. Its peak is tiled_loss_workspace.
 std::vector<std::int64_t> tiled_loss_workspace_sequence(const StepShapes& s, std::int64_t tiles, bool backward);
 
-// What the loss's kernels cost beyond flops over [n, V] (runtime/src/layers.cpp), per element:
+// What the loss's kernels cost beyond flops over [n, V] (runtime/src/loss.cpp), per element:
 //   log_softmax forward (LibTorch's last-dimension kernel): the row's max, the sum of
 //   exp(x - max), and x - max - log(sum) read and written: 16 bytes, one exp; its backward,
 //   grad - exp(out) * sum(grad): grad read for the sum, then grad and out read and the

@@ -8,28 +8,28 @@
 
 namespace longctx::footprint {
 
-// Rows of the chunks SwiGLU's backward takes over `rows` rows (runtime/src/layers.cpp,
+// Rows of the chunks SwiGLU's backward takes over `rows` rows (runtime/src/mlp.cpp,
 // swiglu_backward_in_place): row_chunk (row_chunk.h) of rows of I elements of e bytes.
 std::int64_t swiglu_chunk_rows(const StepShapes& s, std::int64_t rows);
 
-// Plain MLP backward of silu(gate) * up (runtime/src/layers.cpp, SwiGluFn::backward): the
+// Plain MLP backward of silu(gate) * up (runtime/src/mlp.cpp, SwiGluFn::backward): the
 // gradients are written into gate's and up's buffers (d_gate into up's, d_up into gate's),
 // which then live until the gate/up projection's backward has read them; beside them one
 // chunk's scratch [r, I] e (silu(gate), then 1 + gate - silu(gate), then sigmoid(gate)).
 std::int64_t swiglu_backward_workspace(const StepShapes& s);
 
-// Tiled MLP forward (runtime/src/layers.cpp, TiledMlpFn::forward), per tile: gate [t, I] e,
+// Tiled MLP forward (runtime/src/mlp.cpp, TiledMlpFn::forward), per tile: gate [t, I] e,
 // which silu and then the product with up overwrite in place, and up [t, I] e; the tile's
 // rows of the output [n, h] are written into the output directly.
 std::int64_t tiled_mlp_forward_workspace(const StepShapes& s, std::int64_t tiles);
 
-// Tiled MLP backward (runtime/src/layers.cpp, TiledMlpFn::backward), per tile: gate and up
+// Tiled MLP backward (runtime/src/mlp.cpp, TiledMlpFn::backward), per tile: gate and up
 // recomputed [t, I] e each, their product a [t, I] e, whose buffer then receives the
 // product's gradient da, and SwiGLU's in-place backward over gate and up with one chunk's
 // scratch [r, I] e (r = swiglu_chunk_rows over the tile's t rows): 3 x [t, I] e + [r, I] e.
 std::int64_t tiled_mlp_backward_workspace(const StepShapes& s, std::int64_t tiles);
 
-// What SwiGLU's kernels cost beyond flops (runtime/src/layers.cpp), over [n, I] e:
+// What SwiGLU's kernels cost beyond flops (runtime/src/mlp.cpp), over [n, I] e:
 //   forward (SwiGluFn): silu(gate), then *= up: 5 passes, n*I SiLUs;
 //   backward (swiglu_backward_in_place): silu, da*u, 1+g-silu, two products, sigmoid, a
 //   product, silu in place and da*silu, 25 passes, 3 n*I transcendentals (silu, sigmoid, silu);

@@ -7,12 +7,12 @@
 
 namespace longctx::footprint {
 
-// Rows of the chunks a norm over `rows` rows of `width` takes at a time (runtime/src/layers.cpp,
+// Rows of the chunks a norm over `rows` rows of `width` takes at a time (runtime/src/norm_rope.cpp,
 // rms_norm_forward and rms_norm_backward): row_chunk (row_chunk.h) of rows of width fp32
 // elements, so the fp32 scratch is bounded by a constant number of bytes; r below.
 std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width);
 
-// Forward over `rows` rows of `width` (runtime/src/layers.cpp, rms_norm_forward): the outputs
+// Forward over `rows` rows of `width` (runtime/src/norm_rope.cpp, rms_norm_forward): the outputs
 // y [rows, width] e and rstd [rows] fp32 are made first, then filled a chunk at a time. bf16
 // on the CPU: the chunk's norm (at::linalg_vector_norm_out with an fp32 result) is reduced
 // from an fp32 copy x_fp32 [r, width] x 4, freed before the chunk's rstd is rounded to bf16
@@ -21,7 +21,7 @@ std::int64_t rms_norm_chunk_rows(std::int64_t rows, std::int64_t width);
 // [r] e block per chunk, the rounded rstd, and nothing else: traces/h100/): r*e. fp32: nothing.
 std::int64_t rms_norm_forward_workspace(const StepShapes& s, std::int64_t rows, std::int64_t width);
 
-// Backward (runtime/src/layers.cpp, rms_norm_backward), beyond the input gradient [rows, width]
+// Backward (runtime/src/norm_rope.cpp, rms_norm_backward), beyond the input gradient [rows, width]
 // e: the weight's gradient accumulated over the chunks in fp32 dw [width] x 4, and per chunk
 // its column sums [width] fp32 and then its rows' dot products s [r] fp32; in bf16 also the
 // weight's fp32 copy wf [width] x 4, and per chunk an fp32 copy of the chunk of the input
@@ -38,7 +38,7 @@ std::int64_t rms_norm_backward_scratch(const StepShapes& s, std::int64_t rows, s
 inline double rms_norm_forward_flops(std::int64_t rows, std::int64_t width) { return 4.0 * double(rows * width); }
 inline double rms_norm_backward_flops(std::int64_t rows, std::int64_t width) { return 8.0 * double(rows * width); }
 
-// Bytes the norm's kernels move over rows x width (runtime/src/layers.cpp), for its time.
+// Bytes the norm's kernels move over rows x width (runtime/src/norm_rope.cpp), for its time.
 // Forward (rms_norm_forward): the norm reads x, y = x * rstd reads x and writes y, y *= w
 // reads and writes y: 5 passes of e bytes; in bf16 the norm reduces an fp32 copy of x,
 // written and read (2 passes of 4). Backward (rms_norm_backward), fp32: dy*x, *= rstd, the

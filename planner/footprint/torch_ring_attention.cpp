@@ -211,6 +211,86 @@ RingMemory forward_memory(const RingShape& s) {
   return {m.peak(), m.live()};
 }
 
+namespace {
+
+// One block's kernel in backward: dq, dk, dv over its rows (e) and its scratch, then the
+// block's gradients as grad_query_, grad_key_, grad_value_.
+void backward_kernel(Replay& m, const RingShape& s, const StepBlock& blk) {
+  const std::int64_t b = s.b, H = s.q_heads, K = s.kv_heads, d = s.head_dim, e = s.elem;
+  m.alias("k", "key");
+  m.alias("v", "value");
+  // The second half's lse: logsumexp.chunk(2)[1].contiguous() copies unless b*H == 1.
+  if (blk.partial && b * H > 1) m.hold("lse_half", b * H * blk.q_rows * 4);
+  else m.drop("lse_half");
+  // The kernel: dq, dk, dv zeros over its rows (e); the CPU kernel's grad_out.contiguous()
+  // in [b, rows, H, d] where it is not laid out so (a half of it never is with b > 1), its
+  // per-thread buffers (and for bf16 their copies in e) and row sums.
+  m.hold("kernel_dq", b * H * blk.q_rows * d * e);
+  m.hold("kernel_dk", b * K * blk.kv_rows * d * e);
+  m.hold("kernel_dv", b * K * blk.kv_rows * d * e);
+  if (s.cpu) {
+    const bool dout_copied = !(s.grad_out_bshd || H == 1) || (blk.partial && b > 1);
+    if (dout_copied) m.hold("grad_out_contig", b * H * blk.q_rows * d * e);
+    m.scratch(cpu_flash_backward_scratch(blk.q_rows, blk.kv_rows, e, s.cpu_threads));
+    m.drop("grad_out_contig");
+  } else {
+    // PyTorch's copy of FlashAttention-2's mha_bwd: softmax_d and dq_accum; under GQA dk and
+    // dv over the query heads, summed into the kv heads' on return.
+    m.hold("softmax_d", flash::fa2_softmax_d_bytes(b, blk.q_rows, H));
+    m.hold("dq_accum", flash::fa2_dq_accum_bytes(b, blk.q_rows, H, d));
+    if (H != K) {
+      m.hold("dk_expanded", b * H * blk.kv_rows * d * e);
+      m.hold("dv_expanded", b * H * blk.kv_rows * d * e);
+      m.drop("dk_expanded");
+      m.drop("dv_expanded");
+    }
+    m.drop("dq_accum");
+    m.drop("softmax_d");
+  }
+  m.alias("grad_query_", "kernel_dq");
+  m.alias("grad_key_", "kernel_dk");
+  m.alias("grad_value_", "kernel_dv");
+  m.drop("kernel_dq");
+  m.drop("kernel_dk");
+  m.drop("kernel_dv");
+}
+
+// Step i's gradients summed into the running dq and the dk/dv pair from the previous rank,
+// and that pair sent on. `cast`: the CPU casts a bf16 addend to fp32 beside an fp32 sum.
+void accumulate_gradients(Replay& m, const RingShape& s, int i, const StepBlock& blk, bool cast) {
+  const std::int64_t b = s.b, H = s.q_heads, K = s.kv_heads, Sl = s.local_seq, d = s.head_dim;
+  const std::int64_t q32 = b * H * Sl * d * 4, kv32 = b * K * Sl * d * 4;
+  const std::int64_t kv_block_bytes = b * K * blk.kv_rows * d * 4;
+  if (i == 0) {
+    if (cast) {
+      m.scratch(kv_block_bytes);
+      m.scratch(kv_block_bytes);
+    }
+  } else {
+    // The dk/dv pair from the previous rank; grad_key, grad_value its views.
+    m.alias("next_grad_kv", "dkv_rotater");
+    m.alias("grad_key", "next_grad_kv");
+    m.alias("grad_value", "next_grad_kv");
+    if (i <= s.rank && s.load_balance) {
+      // _partial_update(add=True): the first half summed in place, then torch.cat.
+      if (cast) m.scratch(kv_block_bytes);
+      m.hold("grad_key", kv32);
+      if (cast) m.scratch(kv_block_bytes);
+      m.hold("grad_value", kv32);
+    } else if (cast) {
+      m.scratch(kv_block_bytes);
+      m.scratch(kv_block_bytes);
+    }
+  }
+  // cat(dk, dv) sent on by all-to-all, one received.
+  m.hold("next_grad_kv", 2 * kv32);
+  m.hold("dkv_rotater", 2 * kv32);
+  if (cast) m.scratch(b * H * blk.q_rows * d * 4);
+  if (!(i <= s.rank || !s.load_balance)) m.hold("grad_query", q32);  // _partial_update's cat
+}
+
+}  // namespace
+
 RingMemory backward_memory(const RingShape& s) {
   Replay m;
   const std::int64_t b = s.b, H = s.q_heads, K = s.kv_heads, Sl = s.local_seq, d = s.head_dim, e = s.elem;
@@ -232,76 +312,13 @@ RingMemory backward_memory(const RingShape& s) {
     const bool skip = skipped(s, i);
     const StepBlock blk = skip ? StepBlock{Sl, Sl, false} : block_of(s, i);
     if (!skip) {
-      m.alias("k", "key");
-      m.alias("v", "value");
-      // The second half's lse: logsumexp.chunk(2)[1].contiguous() copies unless b*H == 1.
-      if (blk.partial && b * H > 1) m.hold("lse_half", b * H * blk.q_rows * 4);
-      else m.drop("lse_half");
-      // The kernel: dq, dk, dv zeros over its rows (e); the CPU kernel's grad_out.contiguous()
-      // in [b, rows, H, d] where it is not laid out so (a half of it never is with b > 1), its
-      // per-thread buffers (and for bf16 their copies in e) and row sums.
-      m.hold("kernel_dq", b * H * blk.q_rows * d * e);
-      m.hold("kernel_dk", b * K * blk.kv_rows * d * e);
-      m.hold("kernel_dv", b * K * blk.kv_rows * d * e);
-      if (s.cpu) {
-        const bool dout_copied = !(s.grad_out_bshd || H == 1) || (blk.partial && b > 1);
-        if (dout_copied) m.hold("grad_out_contig", b * H * blk.q_rows * d * e);
-        m.scratch(cpu_flash_backward_scratch(blk.q_rows, blk.kv_rows, e, s.cpu_threads));
-        m.drop("grad_out_contig");
-      } else {
-        // PyTorch's copy of FlashAttention-2's mha_bwd: softmax_d and dq_accum; under GQA dk and
-        // dv over the query heads, summed into the kv heads' on return.
-        m.hold("softmax_d", flash::fa2_softmax_d_bytes(b, blk.q_rows, H));
-        m.hold("dq_accum", flash::fa2_dq_accum_bytes(b, blk.q_rows, H, d));
-        if (H != K) {
-          m.hold("dk_expanded", b * H * blk.kv_rows * d * e);
-          m.hold("dv_expanded", b * H * blk.kv_rows * d * e);
-          m.drop("dk_expanded");
-          m.drop("dv_expanded");
-        }
-        m.drop("dq_accum");
-        m.drop("softmax_d");
-      }
-      m.alias("grad_query_", "kernel_dq");
-      m.alias("grad_key_", "kernel_dk");
-      m.alias("grad_value_", "kernel_dv");
-      m.drop("kernel_dq");
-      m.drop("kernel_dk");
-      m.drop("kernel_dv");
+      backward_kernel(m, s, blk);
     } else {
       m.hold("grad_query_", q32);
       m.hold("grad_key_", kv32);
       m.hold("grad_value_", kv32);
     }
-    // The CPU casts a bf16 addend to fp32 beside an fp32 sum.
-    const bool cast = s.cpu && e != 4 && !skip;
-    const std::int64_t kv_block_bytes = b * K * blk.kv_rows * d * 4;
-    if (i == 0) {
-      if (cast) {
-        m.scratch(kv_block_bytes);
-        m.scratch(kv_block_bytes);
-      }
-    } else {
-      // The dk/dv pair from the previous rank; grad_key, grad_value its views.
-      m.alias("next_grad_kv", "dkv_rotater");
-      m.alias("grad_key", "next_grad_kv");
-      m.alias("grad_value", "next_grad_kv");
-      if (i <= s.rank && s.load_balance) {
-        // _partial_update(add=True): the first half summed in place, then torch.cat.
-        if (cast) m.scratch(kv_block_bytes);
-        m.hold("grad_key", kv32);
-        if (cast) m.scratch(kv_block_bytes);
-        m.hold("grad_value", kv32);
-      } else if (cast) {
-        m.scratch(kv_block_bytes);
-        m.scratch(kv_block_bytes);
-      }
-    }
-    // cat(dk, dv) sent on by all-to-all, one received.
-    m.hold("next_grad_kv", 2 * kv32);
-    m.hold("dkv_rotater", 2 * kv32);
-    if (cast) m.scratch(b * H * blk.q_rows * d * 4);
-    if (!(i <= s.rank || !s.load_balance)) m.hold("grad_query", q32);  // _partial_update's cat
+    accumulate_gradients(m, s, i, blk, /*cast=*/s.cpu && e != 4 && !skip);
   }
   // dq back in e; the pair that came home (in e).
   if (e != 4) m.hold("grad_query", b * H * Sl * d * e);

@@ -34,34 +34,100 @@ bool parse(const std::string& line, Event& e) {
   return static_cast<bool>(in >> word >> e.addr) && word == "addr";
 }
 
+// The allocator model of each stream driven by the log's lines, beside the reserved bytes the
+// log measured, line by line.
+class Replayer {
+ public:
+  Replayer(const AllocatorSettings& settings, bool has_returns, const std::string& field)
+      : settings_(settings), has_returns_(has_returns), field_(field) {}
+
+  // Line `number`'s event applied to the models; BadInput for a block freed that no earlier
+  // line handed out.
+  Result<bool> apply(const Event& e, std::int64_t number) {
+    if (e.kind == "host") return true;
+    const bool request = e.kind == "device" && e.sign == '+';
+    if (e.kind == "segment") {
+      measured_ += e.sign == '+' ? e.bytes : -e.bytes;
+    } else if (request) {
+      auto [it, fresh] = pools_.try_emplace(e.stream, settings_);
+      live_[e.addr] = {e.stream, it->second.allocate(std::max<std::int64_t>(e.bytes, 1))};
+      ++r_.requests;
+    } else if (e.kind == (has_returns_ ? "returned" : "device")) {
+      auto it = live_.find(e.addr);
+      if (it == live_.end())
+        return Error::bad_input(field_, fmt::format("line {} frees the block at {}, which no earlier line handed out; "
+                                                    "pass the whole log, from the run's first CUDA allocation",
+                                                    number, e.addr));
+      pools_.at(it->second.stream).free(it->second.handle);
+      live_.erase(it);
+    }
+    record(e, number, request);
+    return true;
+  }
+
+  AllocationLogReplay finish() {
+    r_.streams = static_cast<int>(pools_.size());
+    return std::move(r_);
+  }
+
+ private:
+  struct Live {
+    std::string stream;
+    int handle = -1;
+  };
+
+  std::int64_t modelled() const {
+    std::int64_t sum = 0;
+    for (const auto& [stream, m] : pools_) sum += m.reserved();
+    return sum;
+  }
+
+  // A row per stretch of lines under one phase name: a phase of the second step is its own row.
+  ReservedByPhase& phase_of(const std::string& name) {
+    if (r_.phases.empty() || r_.phases.back().phase != name) {
+      std::int64_t largest = 0;
+      for (const auto& [stream, m] : pools_) largest = std::max(largest, m.largest_free_block());
+      r_.phases.push_back({name, measured_, modelled(), largest});
+    }
+    return r_.phases.back();
+  }
+
+  // The figures after the line: the first divergence at a request, and the peaks.
+  void record(const Event& e, std::int64_t number, bool request) {
+    // Reserved bytes change only at requests and segments; one sum per line serves every figure.
+    const std::int64_t model = modelled();
+    if (request) {
+      const std::int64_t gap = std::llabs(model - measured_);
+      if (gap > r_.largest_difference) r_.largest_difference = gap;
+      if (gap != 0 && r_.first_divergent_line == 0) {
+        r_.first_divergent_line = number;
+        r_.first_divergent_phase = e.phase;
+        r_.measured_at_divergence = measured_;
+        r_.modelled_at_divergence = model;
+      }
+    }
+    ReservedByPhase& p = phase_of(e.phase);
+    p.measured_peak = std::max(p.measured_peak, measured_);
+    p.modelled_peak = std::max(p.modelled_peak, model);
+    r_.measured_peak_reserved = std::max(r_.measured_peak_reserved, measured_);
+    r_.modelled_peak_reserved = std::max(r_.modelled_peak_reserved, model);
+  }
+
+  const AllocatorSettings& settings_;
+  const bool has_returns_;
+  const std::string& field_;
+  std::map<std::string, CachingAllocatorModel> pools_;  // by stream
+  std::map<std::string, Live> live_;                    // by address
+  AllocationLogReplay r_;
+  std::int64_t measured_ = 0;
+};
+
 }  // namespace
 
 Result<AllocationLogReplay> replay_allocation_log(const std::string& text, const AllocatorSettings& settings,
                                                   const std::string& field) {
   // Logs written before `returned` lines existed free a block when its tensor frees it.
-  const bool has_returns = text.find(" returned ") != std::string::npos;
-  std::map<std::string, CachingAllocatorModel> pools;  // by stream
-  struct Live {
-    std::string stream;
-    int handle = -1;
-  };
-  std::map<std::string, Live> live;  // by address
-  AllocationLogReplay r;
-  std::int64_t measured = 0;
-  auto modelled = [&] {
-    std::int64_t sum = 0;
-    for (const auto& [stream, m] : pools) sum += m.reserved();
-    return sum;
-  };
-  // A row per stretch of lines under one phase name: a phase of the second step is its own row.
-  auto phase_of = [&](const std::string& name) -> ReservedByPhase& {
-    if (r.phases.empty() || r.phases.back().phase != name) {
-      std::int64_t largest = 0;
-      for (const auto& [stream, m] : pools) largest = std::max(largest, m.largest_free_block());
-      r.phases.push_back({name, measured, modelled(), largest});
-    }
-    return r.phases.back();
-  };
+  Replayer replay(settings, text.find(" returned ") != std::string::npos, field);
   std::istringstream in(text);
   std::string line;
   std::int64_t number = 0;
@@ -73,43 +139,9 @@ Result<AllocationLogReplay> replay_allocation_log(const std::string& text, const
       return Error::bad_input(field, fmt::format("line {} is not an allocation-log line: '{}'; pass a file written by "
                                                  "`longctx run --device cuda --allocation-log`",
                                                  number, line.substr(0, 120)));
-    if (e.kind == "host") continue;
-    const bool request = e.kind == "device" && e.sign == '+';
-    if (e.kind == "segment") {
-      measured += e.sign == '+' ? e.bytes : -e.bytes;
-    } else if (request) {
-      auto [it, fresh] = pools.try_emplace(e.stream, settings);
-      live[e.addr] = {e.stream, it->second.allocate(std::max<std::int64_t>(e.bytes, 1))};
-      ++r.requests;
-    } else if (e.kind == (has_returns ? "returned" : "device")) {
-      auto it = live.find(e.addr);
-      if (it == live.end())
-        return Error::bad_input(field, fmt::format("line {} frees the block at {}, which no earlier line handed out; "
-                                                   "pass the whole log, from the run's first CUDA allocation",
-                                                   number, e.addr));
-      pools.at(it->second.stream).free(it->second.handle);
-      live.erase(it);
-    }
-    // Reserved bytes change only at requests and segments; one sum per line serves every figure.
-    const std::int64_t model = modelled();
-    if (request) {
-      const std::int64_t gap = std::llabs(model - measured);
-      if (gap > r.largest_difference) r.largest_difference = gap;
-      if (gap != 0 && r.first_divergent_line == 0) {
-        r.first_divergent_line = number;
-        r.first_divergent_phase = e.phase;
-        r.measured_at_divergence = measured;
-        r.modelled_at_divergence = model;
-      }
-    }
-    ReservedByPhase& p = phase_of(e.phase);
-    p.measured_peak = std::max(p.measured_peak, measured);
-    p.modelled_peak = std::max(p.modelled_peak, model);
-    r.measured_peak_reserved = std::max(r.measured_peak_reserved, measured);
-    r.modelled_peak_reserved = std::max(r.modelled_peak_reserved, model);
+    if (auto r = replay.apply(e, number); !r) return r.error();
   }
-  r.streams = static_cast<int>(pools.size());
-  return r;
+  return replay.finish();
 }
 
 }  // namespace longctx

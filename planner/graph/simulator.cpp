@@ -6,51 +6,80 @@
 
 namespace longctx {
 
-SimResult simulate(const StepGraph& graph, Backend backend) {
+namespace {
+
+// Bytes each op allocates at its start and frees at its end, by category on the device and in
+// total on the host, and what is live before the first op (tensors no op produces).
+struct OpDeltas {
+  std::vector<CategoryBytes> alloc_dev, free_dev;
+  std::vector<std::int64_t> alloc_host, free_host;
+  CategoryBytes device_before{};
+  std::int64_t host_before = 0;
+};
+
+OpDeltas op_deltas(const StepGraph& graph, Backend backend) {
   const auto& tensors = graph.tensors();
+  const std::size_t n = graph.ops().size();
+  OpDeltas d{std::vector<CategoryBytes>(n), std::vector<CategoryBytes>(n), std::vector<std::int64_t>(n, 0),
+             std::vector<std::int64_t>(n, 0)};
+  for (const auto& t : tensors) {
+    const auto c = static_cast<std::size_t>(t.category);
+    const bool dev = t.place == Place::Device;
+    const std::int64_t bytes = dev ? allocated_bytes(backend, t.bytes) : t.bytes;
+    if (t.producer < 0) {
+      if (dev) d.device_before[c] += bytes;
+      else d.host_before += bytes;
+    } else {
+      if (dev) d.alloc_dev[static_cast<std::size_t>(t.producer)][c] += bytes;
+      else d.alloc_host[static_cast<std::size_t>(t.producer)] += bytes;
+    }
+    if (!t.persistent && t.last_reader >= 0) {
+      if (dev) d.free_dev[static_cast<std::size_t>(t.last_reader)][c] += bytes;
+      else d.free_host[static_cast<std::size_t>(t.last_reader)] += bytes;
+    }
+  }
+  return d;
+}
+
+std::int64_t total(const CategoryBytes& c) {
+  std::int64_t s = 0;
+  for (auto v : c) s += v;
+  return s;
+}
+
+// The device tensors live while op `peak_op` runs, largest first.
+std::vector<int> live_at(const StepGraph& graph, int peak_op) {
+  const auto& tensors = graph.tensors();
+  std::vector<int> live;
+  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
+    const auto& t = tensors[static_cast<std::size_t>(i)];
+    if (t.place != Place::Device) continue;
+    const bool born = t.producer <= peak_op;
+    const bool alive = t.persistent || t.last_reader >= peak_op;
+    if (born && alive) live.push_back(i);
+  }
+  std::stable_sort(live.begin(), live.end(),
+                   [&](int a, int b) { return tensors[static_cast<std::size_t>(a)].bytes > tensors[static_cast<std::size_t>(b)].bytes; });
+  return live;
+}
+
+}  // namespace
+
+SimResult simulate(const StepGraph& graph, Backend backend) {
   const auto& ops = graph.ops();
   SimResult r;
   r.per_op.resize(ops.size());
-
-  // Bytes each op allocates and frees, by category (device) and in total (host).
-  std::vector<CategoryBytes> alloc_dev(ops.size()), free_dev(ops.size());
-  std::vector<std::int64_t> alloc_host(ops.size(), 0), free_host(ops.size(), 0);
-  CategoryBytes device{};
-  std::int64_t host = 0;
-  auto size_of = [&](const TensorSpec& t) {
-    return t.place == Place::Device ? allocated_bytes(backend, t.bytes) : t.bytes;
-  };
-  for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
-    const auto& t = tensors[static_cast<std::size_t>(i)];
-    const auto c = static_cast<std::size_t>(t.category);
-    const bool dev = t.place == Place::Device;
-    const std::int64_t bytes = size_of(t);
-    if (t.producer < 0) {
-      if (dev) device[c] += bytes;
-      else host += bytes;
-    } else {
-      if (dev) alloc_dev[static_cast<std::size_t>(t.producer)][c] += bytes;
-      else alloc_host[static_cast<std::size_t>(t.producer)] += bytes;
-    }
-    if (!t.persistent && t.last_reader >= 0) {
-      if (dev) free_dev[static_cast<std::size_t>(t.last_reader)][c] += bytes;
-      else free_host[static_cast<std::size_t>(t.last_reader)] += bytes;
-    }
-  }
-  auto total = [](const CategoryBytes& c) {
-    std::int64_t s = 0;
-    for (auto v : c) s += v;
-    return s;
-  };
-
+  OpDeltas d = op_deltas(graph, backend);
+  CategoryBytes device = d.device_before;
+  std::int64_t host = d.host_before;
   for (int i = 0; i < static_cast<int>(ops.size()); ++i) {
     const auto& op = ops[static_cast<std::size_t>(i)];
     const auto k = static_cast<std::size_t>(i);
-    for (int c = 0; c < kCategories; ++c) device[static_cast<std::size_t>(c)] += alloc_dev[k][static_cast<std::size_t>(c)];
-    host += alloc_host[k];
+    for (int c = 0; c < kCategories; ++c) device[static_cast<std::size_t>(c)] += d.alloc_dev[k][static_cast<std::size_t>(c)];
+    host += d.alloc_host[k];
     CategoryBytes during = device;
     during[static_cast<std::size_t>(Category::Workspace)] += allocated_bytes(backend, op.workspace_bytes);
-    auto& m = r.per_op[static_cast<std::size_t>(i)];
+    auto& m = r.per_op[k];
     m.device_during = total(during);
     m.device_by_category_during = during;
     m.host_during = host + op.host_workspace_bytes;
@@ -63,23 +92,11 @@ SimResult simulate(const StepGraph& graph, Backend backend) {
       r.peak_host_bytes_per_rank = m.host_during;
       r.peak_host_op = i;
     }
-    for (int c = 0; c < kCategories; ++c) device[static_cast<std::size_t>(c)] -= free_dev[k][static_cast<std::size_t>(c)];
-    host -= free_host[k];
+    for (int c = 0; c < kCategories; ++c) device[static_cast<std::size_t>(c)] -= d.free_dev[k][static_cast<std::size_t>(c)];
+    host -= d.free_host[k];
     m.device_after = total(device);
   }
-
-  // The live set at the peak, recomputed from lifetimes.
-  if (r.peak_op >= 0) {
-    for (int i = 0; i < static_cast<int>(tensors.size()); ++i) {
-      const auto& t = tensors[static_cast<std::size_t>(i)];
-      if (t.place != Place::Device) continue;
-      const bool born = t.producer <= r.peak_op;
-      const bool alive = t.persistent || t.last_reader >= r.peak_op;
-      if (born && alive) r.live_at_peak.push_back(i);
-    }
-    std::stable_sort(r.live_at_peak.begin(), r.live_at_peak.end(),
-                     [&](int a, int b) { return tensors[static_cast<std::size_t>(a)].bytes > tensors[static_cast<std::size_t>(b)].bytes; });
-  }
+  if (r.peak_op >= 0) r.live_at_peak = live_at(graph, r.peak_op);
   return r;
 }
 

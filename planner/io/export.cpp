@@ -78,7 +78,11 @@ Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to) {
   out.approximations = written.approximations;
   for (const ExportFile& f : written.files) {
     switch (f.format) {
-      case ExportFile::Format::Json: out.files[f.name] = f.value.dump(2) + "\n"; break;
+      // Bytes that are not UTF-8 (a name from a folder's name) become U+FFFD, as in the YAML
+      // and TOML files (planner/io/quoted_text.h), instead of dump() throwing.
+      case ExportFile::Format::Json:
+        out.files[f.name] = f.value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
+        break;
       case ExportFile::Format::Yaml: out.files[f.name] = to_yaml(f.value, f.comment); break;
       case ExportFile::Format::Text: out.files[f.name] = f.value.get<std::string>(); break;
       case ExportFile::Format::Toml: {

@@ -9,6 +9,8 @@
 #include <nlohmann/json.hpp>
 
 #include "common/atomic_file.h"
+#include "common/input_file.h"
+#include "common/json_depth.h"
 #include "planner/core/fingerprint.h"
 #include "planner/io/trace_schema.h"
 #include "planner/io/profiler_phases.h"
@@ -125,6 +127,8 @@ TraceIdentity trace_identity(const Plan& plan) {
 
 Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what) {
   namespace k = trace_schema;
+  LONGCTX_TRY(auto shallow, check_json_depth(text, what));
+  (void)shallow;
   nlohmann::json doc = nlohmann::json::parse(text, nullptr, false);
   if (doc.is_discarded()) return Error::bad_input(what, "is not valid JSON; pass the trace file a run wrote");
   const nlohmann::json* events = nullptr;

@@ -10,6 +10,8 @@
 #include "planner/core/limits.h"
 #include "planner/core/plan.h"
 #include "planner/core/settings.h"
+#include "planner/io/plan_keys.h"
+#include "planner/io/plan_text.h"
 #include "planner/stacks/profile.h"
 
 #include "common/atomic_file.h"
@@ -158,6 +160,29 @@ Result<Prediction> prediction_from_json(const nlohmann::json& pr) {
   return out;
 }
 
+// The derived padding, where written, must be this longctx's: else the file was edited by
+// hand or written under another padding rule.
+Result<bool> check_derived_padding(const nlohmann::json& train, const Plan& p) {
+  using namespace json_fields;
+  const std::int64_t padded = padded_seq(p.train.seq, p.parallel);
+  const std::int64_t bound = limits::kMaxSeq + 2 * limits::kMaxGpus;
+  const auto rule = fmt::format("seq {} padded to a multiple of {}", p.train.seq, sequence_multiple(p.parallel));
+  if (train.contains("padded_seq")) {
+    LONGCTX_TRY(auto written, get_int(train, "train", "padded_seq", 1, bound));
+    if (written != padded)
+      return Error::bad_input("train.padded_seq", fmt::format("{} is not {} ({}); remove it or write the plan again",
+                                                              written, rule, padded));
+  }
+  if (train.contains("padding_tokens")) {
+    LONGCTX_TRY(auto written, get_int(train, "train", "padding_tokens", 0, bound));
+    if (written != padded - p.train.seq)
+      return Error::bad_input("train.padding_tokens", fmt::format("{} is not the padding of {} ({}); remove it or write "
+                                                                  "the plan again",
+                                                                  written, rule, padded - p.train.seq));
+  }
+  return true;
+}
+
 }  // namespace
 
 nlohmann::json plan_to_json(const Plan& p) {
@@ -227,19 +252,14 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(auto parallel_knobs, knobs_from_json(par, "parallel", p));
   (void)parallel_knobs;
 
+  // A misspelt key would leave its knob at the default, silently.
+  LONGCTX_TRY(auto known, refuse_unknown_plan_keys(j, p));
+  (void)known;
   // What the CLI would refuse, a plan file is refused alike, naming its field.
   LONGCTX_TRY(auto ok, validate(p, FieldNames::PlanKeys));
   (void)ok;
-  // The derived padding, where written, must be this longctx's: else the file was edited by
-  // hand or written under another padding rule.
-  if (train.contains("padded_seq")) {
-    LONGCTX_TRY(auto padded, get_int(train, "train", "padded_seq", 1, limits::kMaxSeq + 2 * limits::kMaxGpus));
-    if (padded != padded_seq(p.train.seq, p.parallel))
-      return Error::bad_input("train.padded_seq", fmt::format("{} is not seq {} padded to a multiple of {} ({}); "
-                                                              "remove it or write the plan again",
-                                                              padded, p.train.seq, sequence_multiple(p.parallel),
-                                                              padded_seq(p.train.seq, p.parallel)));
-  }
+  LONGCTX_TRY(auto padding, check_derived_padding(train, p));
+  (void)padding;
 
   if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
     LONGCTX_TRY(p.prediction, prediction_from_json(*it));
@@ -247,10 +267,14 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   return p;
 }
 
+Result<Plan> plan_from_text(const std::string& text, const std::string& what) {
+  LONGCTX_TRY(auto j, json_fields::parse(text, what));  // the nesting bound first: no deep copy below
+  return plan_from_json(j);
+}
+
 Result<Plan> read_plan_file(const std::string& path) {
   LONGCTX_TRY(auto text, json_fields::read_file(path, "--plan"));
-  LONGCTX_TRY(auto j, json_fields::parse(text, path));
-  return plan_from_json(j);
+  return plan_from_text(text, path);
 }
 
 Result<bool> write_plan_file(const Plan& p, const std::string& path) {

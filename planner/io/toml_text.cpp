@@ -1,5 +1,7 @@
 #include "planner/io/toml_text.h"
 
+#include "planner/io/quoted_text.h"
+
 #include <cctype>
 #include <cmath>
 
@@ -19,10 +21,11 @@ bool bare_key(const std::string& k) {
   return true;
 }
 
-std::string key_text(const std::string& k) { return bare_key(k) ? k : json(k).dump(); }
+std::string key_text(const std::string& k) { return bare_key(k) ? k : toml_quoted(k); }
 
 Result<std::string> scalar(const json& v, const std::string& key) {
-  if (v.is_string() || v.is_boolean() || v.is_number_integer() || v.is_number_unsigned()) return v.dump();
+  if (v.is_string()) return toml_quoted(v.get_ref<const std::string&>());
+  if (v.is_boolean() || v.is_number_integer() || v.is_number_unsigned()) return v.dump();
   if (v.is_number_float()) {
     if (!std::isfinite(v.get<double>())) return Error::bad_input(key, "is not a finite number");
     std::string s = v.dump();  // shortest round-trip form
@@ -46,7 +49,7 @@ Result<std::string> scalar(const json& v, const std::string& key) {
 Result<std::string> to_toml(const json& value, const std::vector<std::string>& comment) {
   if (!value.is_object()) return Error::bad_input("toml", "the document must be a table (a JSON object)");
   std::string out;
-  for (const std::string& line : comment) out += "# " + line + "\n";
+  for (const std::string& line : comment) out += "# " + comment_text(line) + "\n";
   for (const auto& [k, v] : value.items()) {
     if (v.is_object()) continue;
     LONGCTX_TRY(std::string text, scalar(v, k));

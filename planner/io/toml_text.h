@@ -6,7 +6,8 @@
 // The output is what Python's tomllib reads back as the same value:
 //   - each top-level key whose value is an object is a `[table]` of `key = value` lines;
 //     top-level scalars come first, before any table;
-//   - strings basic-quoted with JSON's escapes (TOML's basic strings take the same ones);
+//   - strings basic-quoted (toml_quoted, planner/io/quoted_text.h: control characters
+//     escaped); comment lines stay one line (comment_text);
 //   - floats always with a '.' or an exponent ("1.0", "1e-05"): TOML reads "1" as an integer;
 //   - keys bare when they are [A-Za-z0-9_-]+, quoted otherwise.
 // Keys come in the json's order (nlohmann::json sorts them). Nested tables, arrays of tables

@@ -1,5 +1,7 @@
 #include "planner/io/yaml_text.h"
 
+#include "planner/io/quoted_text.h"
+
 #include <cctype>
 
 #include <nlohmann/json.hpp>
@@ -14,7 +16,7 @@ bool bare_key(const std::string& k) {
   return true;
 }
 
-std::string key_text(const std::string& k) { return bare_key(k) ? k : nlohmann::json(k).dump(); }
+std::string key_text(const std::string& k) { return bare_key(k) ? k : yaml_quoted(k); }
 
 std::string scalar_text(const nlohmann::json& v) {
   if (v.is_number_float()) {
@@ -23,7 +25,8 @@ std::string scalar_text(const nlohmann::json& v) {
     if (e != std::string::npos && s.find('.') == std::string::npos) s.insert(e, ".0");
     return s;
   }
-  return v.dump();  // strings quoted with JSON's escapes; null, true, false, integers as such
+  if (v.is_string()) return yaml_quoted(v.get_ref<const std::string&>());
+  return v.dump();  // null, true, false, integers as such
 }
 
 bool is_block(const nlohmann::json& v) { return (v.is_object() || v.is_array()) && !v.empty(); }
@@ -63,7 +66,7 @@ void emit(const nlohmann::json& v, int indent, std::string& out) {
 
 std::string to_yaml(const nlohmann::json& value, const std::vector<std::string>& comment) {
   std::string out;
-  for (const auto& line : comment) out += line.empty() ? "#\n" : "# " + line + '\n';
+  for (const auto& line : comment) out += line.empty() ? "#\n" : "# " + comment_text(line) + '\n';
   if (!is_block(value)) {
     out += value.is_object() ? "{}\n" : value.is_array() ? "[]\n" : scalar_text(value) + '\n';
     return out;

@@ -5,8 +5,9 @@
 // The output is what PyYAML and every YAML 1.1/1.2 reader read back as the same value:
 //   - maps as `key: value` blocks, lists as `- item` blocks, nested by two spaces; an empty
 //     map or list as `{}` / `[]`;
-//   - strings always double-quoted with JSON's escapes (a subset of YAML's double-quoted
-//     style), so "yes", "1e5", "null" or ": " stay strings;
+//   - strings always double-quoted (yaml_quoted, planner/io/quoted_text.h: every control
+//     byte escaped, never raw), so "yes", "1e5", "null" or ": " stay strings and a newline in
+//     a name cannot start a key; comment lines likewise stay one line (comment_text);
 //   - keys bare when they are identifiers ([A-Za-z_][A-Za-z0-9_.-]*), quoted otherwise;
 //   - floats always with a '.' before an exponent ("1.0e-05"): PyYAML reads "1e-05" as text.
 // Keys come in the json's order (nlohmann::json sorts them).

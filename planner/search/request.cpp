@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/core/json_fields.h"
 #include "planner/core/limits.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/core/units.h"
@@ -15,9 +16,8 @@ namespace longctx {
 
 Result<ModelConfig> resolve_model(const ClusterRequest& o) {
   if (o.model_config_json.empty()) return load_model(o.model);
-  const auto j = nlohmann::json::parse(o.model_config_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded() || !j.is_object())
-    return Error::bad_input("model", "the model's config is not a JSON object; give a config.json's contents");
+  // json_fields::parse: the nesting bound, then the parse, as for a config.json file.
+  LONGCTX_TRY(auto j, json_fields::parse(o.model_config_json, "model"));
   return model_from_json(j, o.model);
 }
 

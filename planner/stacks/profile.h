@@ -46,6 +46,9 @@ struct StackProfile {
   // padded_seq); one that does not takes only lengths that cut evenly.
   bool pads_sequence = true;
   std::optional<RingExchange> ring_exchange = {};  // the one exchange its ring runs, if it has one
+  // What `longctx compare` adds when a profiler's trace (not longctx's) is held to a plan of
+  // this stack, or nullptr: a trace from another stack's run predicts differently.
+  const char* profiler_trace_note = nullptr;
 
   // The techniques the search may use on this stack for the base plan's settings and hardware.
   TechniqueSet (*techniques)(const Plan& base);

@@ -33,7 +33,14 @@ Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload) {
   const ParallelConfig& par = p.parallel;
   if (par.ulysses != 1) return refuse(p, flag(KnobId::ulysses), "has no sequence parallelism of its own: give 1");
   if (par.mlp_tiles != 1) return refuse(p, flag(KnobId::mlp_tiles), "has no tiled MLP: give 1");
-  if (par.loss_tiles != 1) return refuse(p, flag(KnobId::loss_tiles), "computes the loss over the full logits: give 1");
+  if (par.loss_tiles != 1) {
+    // TRL's chunked NLL chunks the loss itself, in chunks of its own size, not in --loss-tiles.
+    const bool trl_chunked = p.train.stack.kind == StackKind::HF && p.train.stack.loss == HfLoss::TrlChunkedNll;
+    return refuse(p, flag(KnobId::loss_tiles),
+                  trl_chunked ? "with --hf-loss trl-chunked-nll chunks the loss in TRL's own chunks, not in longctx's "
+                                "tiles: give 1 (the prediction already holds TRL's chunks)"
+                              : "computes the loss over the full logits: give 1");
+  }
   if (par.offload_checkpoints && !own_checkpoint_offload)
     return refuse(p, flag(KnobId::offload_checkpoints), "does not offload checkpoints: leave it out");
   if (par.offload_optimizer || par.offload_params)

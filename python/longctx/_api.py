@@ -57,6 +57,44 @@ def _answer(result: "tuple[bool, str]") -> str:
     raise _ERRORS.get(e["kind"], LongctxError)(e["field"], e["message"])
 
 
+#: The largest GPU count the planner takes (planner/core/limits.h, kMaxGpus).
+_MAX_GPUS = 1 << 20
+
+
+def _text(name: str, value: Any) -> str:
+    """`value` when it is a str; BadInput naming the argument otherwise (None included)."""
+    if not isinstance(value, str):
+        raise BadInput(name, f"{value!r} is not a string")
+    return value
+
+
+def _flag(name: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise BadInput(name, f"{value!r} is not True or False")
+    return value
+
+
+def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = False) -> Optional[int]:
+    """An int in 1..high (bool is not a count); None where `optional`."""
+    if value is None and optional:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise BadInput(name, f"{value!r} is not a count; give an int of 1 or more")
+    if not 1 <= value <= high:
+        raise BadInput(name, f"{value} is outside 1..{high}")
+    return value
+
+
+def _techniques(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
+        names = list(value)
+        if all(isinstance(t, str) for t in names):
+            return ",".join(names)
+    raise BadInput("techniques", f"{value!r} is not 'all', 'none', a comma list or a list of technique names")
+
+
 def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     if hasattr(model, "to_dict") and callable(model.to_dict):  # transformers.PretrainedConfig
         config = model.to_dict()
@@ -79,11 +117,13 @@ def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     args.model = path
 
 
-def _bytes_text(value: Union[int, str, None]) -> str:
+def _bytes_text(value: Union[int, str, None], name: str = "budget") -> str:
     if value is None:
         return ""
     if isinstance(value, bool) or not isinstance(value, (int, str)):
-        raise BadInput("budget", f"{value!r} is not a size; give bytes as an int or text such as '80GiB'")
+        raise BadInput(name, f"{value!r} is not a size; give bytes as an int or text such as '80GiB'")
+    if isinstance(value, str) and not value.strip():
+        raise BadInput(name, "is empty; give a size such as '80GiB', or leave it out for the preset's")
     return f"{value}B" if isinstance(value, int) else value
 
 
@@ -97,11 +137,9 @@ def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
         if value is None:
             continue
         if kind == "switch":
-            if not isinstance(value, bool):
-                raise BadInput(keyword, f"{value!r} is not True or False")
-            setattr(args, attribute, (not value) if negated else value)
-        elif not isinstance(value, str):
-            raise BadInput(keyword, f"{value!r} is not a string")
+            setattr(args, attribute, (not value) if negated else _flag(keyword, value))
+        elif not _text(keyword, value).strip():
+            raise BadInput(keyword, "is empty; give one of its values, or leave it out (None) for the default")
         else:
             setattr(args, attribute, value)
 
@@ -110,17 +148,13 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
              expandable_segments: bool, settings: Dict[str, Any]) -> "_core.ClusterRequest":
     args = _core.ClusterRequest()
     _model_args(model, args)
-    if isinstance(gpus, bool) or not isinstance(gpus, int):
-        raise BadInput("gpus", f"{gpus!r} is not a GPU count; give an int of 1 or more")
-    args.gpus = gpus
-    args.gpus_per_node = gpus_per_node
-    args.gpu = gpu
-    args.budget = _bytes_text(budget)
-    args.host_mem = _bytes_text(host_mem)
-    args.techniques = techniques if isinstance(techniques, str) else ",".join(techniques)
-    if not isinstance(expandable_segments, bool):
-        raise BadInput("expandable_segments", f"{expandable_segments!r} is not True or False")
-    args.expandable_segments = expandable_segments
+    args.gpus = _count("gpus", gpus)
+    args.gpus_per_node = _count("gpus_per_node", gpus_per_node, optional=True)
+    args.gpu = _text("gpu", gpu)
+    args.budget = _bytes_text(budget, "budget")
+    args.host_mem = _bytes_text(host_mem, "host_mem")
+    args.techniques = _techniques(techniques)
+    args.expandable_segments = _flag("expandable_segments", expandable_segments)
     _settings(args, settings)
     return args
 
@@ -232,20 +266,27 @@ class Plan:
     @staticmethod
     def from_json(text: Union[str, bytes, Mapping[str, Any]]) -> "Plan":
         """A plan from a plan file's text (or its parsed dict); checked by the planner."""
-        data = dict(text) if isinstance(text, Mapping) else json.loads(text)
+        if not isinstance(text, (str, bytes, Mapping)):
+            raise BadInput("plan", f"cannot read a plan from a {type(text).__name__}; give its text or its dict")
+        try:
+            data = dict(text) if isinstance(text, Mapping) else json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
+        if not isinstance(data, dict):
+            raise BadInput("plan", "must be a JSON object, as `longctx plan -o` writes it")
         _answer(_core.explain(json.dumps(data), 0))  # the planner's checks: BadInput on a bad file
         return Plan(data)
 
     def explain(self, live_rows: int = 12) -> str:
         """Where the memory goes: the summary, the breakdown at the peak and the live set
         there, as ``longctx explain`` prints it."""
-        return _answer(_core.explain(self.to_json(None), live_rows))
+        return _answer(_core.explain(self.to_json(None), _count("live_rows", live_rows, 1 << 20)))
 
     def export(self, stack: str) -> Dict[str, str]:
         """The files the training stack ``"arctic"``, ``"hf"``, ``"deepspeed"`` or ``"torchtitan"`` runs this plan
         with, file name -> text (``longctx export --stack``; docs/export.md). Each
         approximation is a ``UserWarning``; a knob the stack cannot run raises BadInput."""
-        j = json.loads(_answer(_core.export(self.to_json(None), stack)))
+        j = json.loads(_answer(_core.export(self.to_json(None), _text("stack", stack))))
         for line in j["approximations"]:
             warnings.warn(f"approximation: {line}", stacklevel=2)
         return dict(j["files"])
@@ -314,7 +355,7 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, settings)
     if settings:
         raise BadInput(next(iter(settings)), f"is not a setting; the settings are {', '.join(setting_keywords())}")
-    return MaxContext._from(json.loads(_answer(_core.max_context(args, ladder))))
+    return MaxContext._from(json.loads(_answer(_core.max_context(args, _flag("ladder", ladder)))))
 
 
 def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",
@@ -327,13 +368,38 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
     (``stack``, ``attention``, ``dtype``, ...: :func:`setting_keywords`) as for :func:`max_context`.
     Raises BadInput, or NoFit when no plan fits."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, options)
-    fixed = {k: ("true" if v else "false") if isinstance(v, bool) else str(v) for k, v in options.items()}
-    return Plan(json.loads(_answer(_core.plan(args, str(seq), fixed, no_search))))
+    if isinstance(seq, bool) or not isinstance(seq, (int, str)):
+        raise BadInput("seq", f"{seq!r} is not a length; give tokens as an int or text such as '128K'")
+    return Plan(json.loads(_answer(_core.plan(args, str(seq), _fixed_knobs(options), _flag("no_search", no_search)))))
+
+
+def _fixed_knobs(options: Dict[str, Any]) -> Dict[str, str]:
+    """The knob keywords as the CLI's flag text, each of its kind's type (knobs()): a switch a
+    bool, an int knob an int (not '2', not 2.0), a text knob a str."""
+    kinds = dict(_core.knob_keys())
+    fixed = {}
+    for name, value in options.items():
+        kind = kinds.get(name)
+        if kind == "switch":
+            fixed[name] = "true" if _flag(name, value) else "false"
+        elif kind == "int":
+            if isinstance(value, bool) or not isinstance(value, int):
+                raise BadInput(name, f"{value!r} is not an int")
+            if not 0 <= value < 1 << 62:
+                raise BadInput(name, f"{value} is outside 0..2**62; see the knob's bounds in `longctx plan --help`")
+            fixed[name] = str(value)
+        else:  # text, or not a knob: the planner names it
+            fixed[name] = _text(name, value)
+    return fixed
 
 
 def compare(plan: Plan, trace: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]:
     """A plan's predicted peaks beside a measured trace's (``longctx run --trace`` or a
     PyTorch profiler trace exported with ``profile_memory=True``)."""
+    if not isinstance(plan, Plan):
+        raise BadInput("plan", f"{plan!r} is not a Plan; give one from plan() or Plan.from_json()")
+    if not isinstance(trace, (str, os.PathLike)):
+        raise BadInput("trace", f"{trace!r} is not a path")
     return json.loads(_answer(_core.compare(plan.to_json(None), os.fspath(trace))))
 
 

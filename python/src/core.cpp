@@ -23,6 +23,7 @@
 #include "cli/longctx/plan_output.h"
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
+#include "planner/io/plan_text.h"
 #include "planner/footprint/torch_ring_attention.h"
 #include "planner/core/knobs.h"
 #include "planner/search/memory_model.h"
@@ -105,9 +106,9 @@ Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::m
 }
 
 Result<Plan> plan_of(const std::string& plan_json) {
-  const auto j = nlohmann::json::parse(plan_json, nullptr, /*allow_exceptions=*/false);
-  if (j.is_discarded()) return Error::bad_input("plan", "is not JSON; give a plan as `longctx plan -o` writes it");
-  return plan_from_json(j);
+  // The nesting bound before parsing (plan_from_text): a deeply nested plan is refused by
+  // name instead of overflowing the stack.
+  return plan_from_text(plan_json, "plan");
 }
 
 // The breakdown and the live set at the peak, as `longctx explain` prints them.

@@ -1,7 +1,7 @@
+// run_plan: the check (runnable.h), the rank joined, then the steps run and measured.
 #include "longctx/runtime/runner.h"
 
 #include <chrono>
-#include <cstring>
 #include <optional>
 
 #include <c10/core/AllocatorConfig.h>
@@ -10,127 +10,18 @@
 #include <fmt/format.h>
 #include <torch/torch.h>
 
-#include "common/atomic_file.h"
 #include "planner/core/phase_names.h"
 #include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"
-#include "longctx/runtime/attention.h"
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/op_timer.h"
 #include "longctx/runtime/sharded_params.h"
+#include "batch_source.h"
 
 namespace longctx::runtime {
 
-Result<bool> runnable(const Plan& plan, const RunOptions& o) {
-  if (auto v = validate(plan.model, plan.cluster.shape, plan.train, plan.parallel); !v) return v.error();
-  int started = 1;
-  if (o.comm) {
-    started = o.comm->world();
-  } else {
-    RankEnv env;
-    LONGCTX_TRY(env, rank_env_from_environment());
-    started = env.world_size;
-  }
-  const auto world = plan.cluster.shape.world();
-  if (world != started)
-    return Error::bad_input("cluster", fmt::format("the plan has {} ranks but {} {} started: run it with `longctx run "
-                                                   "--nproc {}` (or torchrun --nproc-per-node {}), or plan for {}",
-                                                   world, started, started == 1 ? "was" : "were", world, world,
-                                                   started == 1 ? "--gpus 1" : fmt::format("{} ranks", started)));
-  if (o.device != "cpu" && o.device != "cuda")
-    return Error::bad_input("--device", fmt::format("'{}' is unknown; use cpu or cuda", o.device));
-  if (o.device == "cuda" && !torch::cuda::is_available())
-    return Error::bad_input("--device", "cuda was asked for but no GPU is visible; use --device cpu");
-  if (o.device == "cuda" && plan.train.dtype != DType::BF16)
-    return Error::bad_input("train.dtype", "the CUDA flash kernels need bf16; plan with --dtype bf16 or run on cpu");
-  if (o.device == "cuda" && plan.model.head_dim > kCudaFlashMaxHeadDim)
-    return Error::bad_input("model.head_dim", fmt::format("{} is above the {} the CUDA flash kernel supports; run this "
-                                                          "model with --device cpu",
-                                                          plan.model.head_dim, kCudaFlashMaxHeadDim));
-  // Autograd hands each parameter its gradient in the parameter's dtype and the runtime keeps
-  // it so (AdamW::step upcasts one parameter's at a time): a plan of fp32 gradient buffers
-  // for bf16 parameters predicts memory this runtime never holds.
-  if (plan.train.grad_dtype != plan.train.dtype)
-    return Error::bad_input("train.grad_dtype",
-                            fmt::format("the plan keeps {} gradients of {} parameters, but longctx's runtime keeps "
-                                        "autograd's gradients in the parameters' dtype: plan again without --grad-dtype "
-                                        "(or with --grad-dtype {})",
-                                        to_string(plan.train.grad_dtype), to_string(plan.train.dtype),
-                                        to_string(plan.train.dtype)));
-  if (o.steps < 1) return Error::bad_input("--steps", "must be at least 1");
-  return check_checkpoint_options(o.checkpoint);
-}
-
 namespace {
-
-struct Batch {
-  torch::Tensor tokens, targets;  // [b, S] int64
-};
-
-// Synthetic tokens from (seed, step); or consecutive windows of a uint32 token file. The
-// world's batch is dp x micro_batch samples; a rank takes its samples' rows and its
-// S/(u*r) columns of them (ulysses.h, sequence_shard).
-class BatchSource {
- public:
-  BatchSource(const Plan& p, const RunOptions& o, const Communicator& c)
-      : b_(p.train.micro_batch * c.dp_size()),
-        S_(p.train.seq),
-        V_(p.model.vocab),
-        seed_(o.seed),
-        rows_(p.train.micro_batch),
-        first_row_(p.train.micro_batch * c.dp_rank()),
-        shard_(sequence_shard(p.train.seq, p.parallel, c.ring_rank(), c.sp_rank())) {}
-  // Reads the token file, if any: BadInput naming --data when it is missing, a folder, a
-  // FIFO or a device (read_regular_file never blocks on one), too short, or holds an id
-  // outside the vocabulary.
-  Result<bool> load(const std::string& path) {
-    if (path.empty()) return true;
-    LONGCTX_TRY(auto bytes, read_regular_file(path, "--data"));
-    file_.resize(bytes.size() / sizeof(std::uint32_t));
-    std::memcpy(file_.data(), bytes.data(), file_.size() * sizeof(std::uint32_t));
-    if (auto e = check(path); !e.empty()) return Error::bad_input("--data", e);
-    return true;
-  }
-
- private:
-  std::string check(const std::string& path) const {
-    if (static_cast<std::int64_t>(file_.size()) < b_ * S_ + 1)
-      return fmt::format("{} holds {} tokens; a step needs {} (micro_batch x seq + 1)", path, file_.size(), b_ * S_ + 1);
-    for (auto id : file_)
-      if (static_cast<std::int64_t>(id) >= V_) return fmt::format("{} holds token id {} >= the vocabulary {}", path, id, V_);
-    return "";
-  }
-
- public:
-  std::int64_t tokens() const { return static_cast<std::int64_t>(file_.size()); }  // 0: synthetic
-  // The read position in the file; synthetic tokens have none (they come from the step).
-  std::int64_t cursor() const { return cursor_; }
-  void restore_cursor(std::int64_t c) { cursor_ = c; }
-  Batch next(int step, torch::Device device) {
-    torch::Tensor all;
-    if (file_.empty()) {
-      auto gen = at::make_generator<at::CPUGeneratorImpl>(seed_ * 1000003ULL + static_cast<std::uint64_t>(step) + 1);
-      all = at::randint(V_, {b_, S_ + 1}, gen, torch::TensorOptions().dtype(torch::kLong));
-    } else {
-      all = torch::empty({b_, S_ + 1}, torch::kLong);
-      auto* a = all.data_ptr<std::int64_t>();
-      const auto n = static_cast<std::int64_t>(file_.size());
-      for (std::int64_t i = 0; i < b_ * (S_ + 1); ++i) a[i] = file_[static_cast<std::size_t>((cursor_ + i) % n)];
-      cursor_ = (cursor_ + b_ * S_) % n;
-    }
-    auto [tokens, targets] = shard_batch(all.narrow(0, first_row_, rows_), shard_, device);  // padded: ulysses.h
-    return {tokens, targets};
-  }
-
- private:
-  std::int64_t b_, S_, V_;
-  std::uint64_t seed_;
-  std::int64_t rows_, first_row_;
-  SequenceShard shard_;
-  std::vector<std::uint32_t> file_;
-  std::int64_t cursor_ = 0;
-};
 
 // The rank's device made current and the meter started on it.
 Result<std::shared_ptr<MemoryMeter>> start_meter(const Plan& plan, torch::Device device, bool budget, int rank) {
@@ -182,31 +73,38 @@ Error step_failure(const Plan& plan, const MemoryMeter& meter, const Communicato
   return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm.rank(), comm.world(), e.what())};
 }
 
-}  // namespace
+// The rank joined: its device current, its meter started on it, and its communicator.
+struct RankSetup {
+  torch::Device device = torch::kCPU;
+  std::shared_ptr<MemoryMeter> meter;
+  std::shared_ptr<Communicator> comm;
+};
 
-Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCallback& on_step) {
-  if (auto r = runnable(plan, o); !r) return r.error();
-  std::shared_ptr<Communicator> comm = o.comm;
+Result<RankSetup> join_rank(const Plan& plan, const RunOptions& o) {
+  RankSetup rank;
+  rank.comm = o.comm;
   RankEnv env;
   LONGCTX_TRY(env, rank_env_from_environment());
   const int local = o.comm ? 0 : env.local_rank;
-  LONGCTX_TRY(const torch::Device device,
+  LONGCTX_TRY(rank.device,
               rank_device(o.device, local, o.device == "cuda" ? static_cast<int>(c10::cuda::device_count()) : 0));
-  const bool cpu = device.is_cpu();
-  const bool budget = o.enforce_budget && cpu;
-  LONGCTX_TRY(std::shared_ptr<MemoryMeter> meter, start_meter(plan, device, budget, env.rank));
-  if (!comm) {
+  const bool budget = o.enforce_budget && rank.device.is_cpu();
+  LONGCTX_TRY(rank.meter, start_meter(plan, rank.device, budget, env.rank));
+  if (!rank.comm) {
     ProcessGroupOptions po;
     po.backend = o.device == "cuda" ? CommBackend::Nccl : CommBackend::Gloo;
     po.timeout = std::chrono::seconds(o.comm_timeout_s);
-    po.device = device;
-    LONGCTX_TRY(comm, Communicator::connect(env, plan.parallel.ulysses, plan.parallel.ring, po));
+    po.device = rank.device;
+    LONGCTX_TRY(rank.comm, Communicator::connect(env, plan.parallel.ulysses, plan.parallel.ring, po));
   }
-  if (comm->device() != device)
+  if (rank.comm->device() != rank.device)
     return Error{ErrorKind::Internal, "comm", fmt::format("the communicator's tensors live on {}, the run's on {}",
-                                                          comm->device().str(), device.str())};
-  BatchSource data(plan, o, *comm);
-  if (auto loaded = data.load(o.data_path); !loaded) return loaded.error();
+                                                          rank.comm->device().str(), rank.device.str())};
+  return rank;
+}
+
+// LibTorch's threads and kernels as the plan's prediction counts them.
+void configure_libtorch(const Plan& plan, const RunOptions& o, torch::Device device) {
   // The plan's thread count on the virtual device: the prediction counts the flash kernel's
   // per-thread buffers.
   const int threads = o.threads > 0 ? o.threads
@@ -218,35 +116,48 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
   // depends on the CPU's instruction set (tens to hundreds of KiB, several % of a small
   // step), which no plan can predict; LibTorch's own kernels allocate only their outputs.
   if (device.is_cpu()) at::globalContext().setUserEnabledMkldnn(false);
+}
+
+// The rank's place among the checkpoint's writers; a failure anywhere fails every rank's save.
+CheckpointRank checkpoint_rank(Communicator& comm) {
   CheckpointRank place;
-  place.rank = comm->rank();
-  place.world = comm->world();
-  place.count_failures = [c = comm.get()](bool failed) {
+  place.rank = comm.rank();
+  place.world = comm.world();
+  place.count_failures = [c = &comm](bool failed) {
     return static_cast<int>(std::lround(c->all_reduce_sum(failed ? 1.0 : 0.0)));
   };
-  LONGCTX_TRY(auto checkpoints, TrainingCheckpoints::open(o.checkpoint, plan, o.seed, data.tokens(), o.steps, place));
+  return place;
+}
 
-  meter->set_log(o.allocation_log);
-  RunReport report;
-  report.device = cpu ? "cpu (virtual device)" : fmt::format("cuda:{}", device.index());
-  MeterScope scope(meter);
-  try {
-    WeightPlacement where;
-    where.dtype = plan.train.dtype == DType::BF16 ? torch::kBFloat16 : torch::kFloat;
-    where.device = device;
-    // Across ranks the shards, not the layers, go to the host pool (ShardedParams).
-    const bool sharded = comm->world() > 1 && plan.parallel.sharding != Sharding::None;
-    where.layers_in_host_pool = plan.parallel.offload_params && !sharded;
-    where.pinned = !cpu;
-    LlamaWeights weights = init_weights(plan.model, o.seed, where);
-    LlamaStep step(plan.model, plan.parallel, plan.train.seq, weights, device, comm.get());
-    std::unique_ptr<ShardedParams> shards;
-    if (sharded)
-      shards = std::make_unique<ShardedParams>(weights, plan.parallel.sharding, plan.parallel.offload_params, *comm, !cpu);
-    // Not offloaded, the optimizer state is on the device with the gradients, also for
-    // parameters in the host pool (ZeRO-3 with offloaded parameters).
-    AdamW optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer, !cpu,
-                    device);
+// Across ranks the shards, not the layers, go to the host pool (ShardedParams).
+bool sharded_across_ranks(const Plan& plan, const Communicator& comm) {
+  return comm.world() > 1 && plan.parallel.sharding != Sharding::None;
+}
+
+WeightPlacement weight_placement(const Plan& plan, torch::Device device, bool sharded) {
+  WeightPlacement where;
+  where.dtype = plan.train.dtype == DType::BF16 ? torch::kBFloat16 : torch::kFloat;
+  where.device = device;
+  where.layers_in_host_pool = plan.parallel.offload_params && !sharded;
+  where.pinned = !device.is_cpu();
+  return where;
+}
+
+// The model on the rank: its weights, the step over them, their shards across ranks and the
+// optimizer, allocated in that order under the meter. Built in place (the step holds the
+// weights by reference).
+struct RankModel {
+  RankModel(const Plan& plan, const RunOptions& o, torch::Device device, Communicator& comm)
+      : weights(init_weights(plan.model, o.seed, weight_placement(plan, device, sharded_across_ranks(plan, comm)))),
+        step(plan.model, plan.parallel, plan.train.seq, weights, device, &comm),
+        shards(sharded_across_ranks(plan, comm) ? std::make_unique<ShardedParams>(weights, plan.parallel.sharding,
+                                                                                   plan.parallel.offload_params, comm,
+                                                                                   !device.is_cpu())
+                                                : nullptr),
+        // Not offloaded, the optimizer state is on the device with the gradients, also for
+        // parameters in the host pool (ZeRO-3 with offloaded parameters).
+        optimizer(shards ? shards->shards() : weights.all(), AdamWOptions{}, plan.parallel.offload_optimizer,
+                  !device.is_cpu(), device) {
     // With the optimizer offloaded, each gradient goes into its fp32 host buffer as soon as
     // backward finishes it (the planner's grad.to_host): zero2/zero3's reduced shards,
     // zero1's slice of the all-reduced group, and without shards each group's, all-reduced
@@ -256,63 +167,110 @@ Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCall
       step.stream_gradients_to(&optimizer);
     }
     step.use_shards(shards.get());
-    const auto params = weights.all();
+    params = weights.all();
     // What a checkpoint holds of the parameters: zero3's shards, or the full parameters
     // (zero1/zero2 shards are views of them).
-    const auto state = shards && shards->gathers() ? shards->shards() : params;
-    report.persistent_device = meter->current(Pool::Device);
-    report.persistent_host = meter->current(Pool::Host);
-    if (auto r = checkpoints.restore(state, optimizer); !r) return r.error();
+    state = shards && shards->gathers() ? shards->shards() : params;
+  }
+  RankModel(const RankModel&) = delete;
+  RankModel& operator=(const RankModel&) = delete;
+
+  LlamaWeights weights;
+  LlamaStep step;
+  std::unique_ptr<ShardedParams> shards;
+  AdamW optimizer;
+  std::vector<torch::Tensor> params;  // every parameter, full
+  std::vector<torch::Tensor> state;   // what a checkpoint saves of them
+};
+
+// Step i (0-based) on the rank: the batch, forward and backward, the optimizer; measured.
+// On CUDA, the driver's figure of the device in use is kept in `report`.
+StepResult train_step(int i, RankModel& model, BatchSource& data, const RankSetup& rank, RunReport& report) {
+  MemoryMeter& meter = *rank.meter;
+  meter.reset_peaks();
+  meter.set_phase(phase_name(StepPhase::Batch));
+  const auto t0 = std::chrono::steady_clock::now();
+  StepResult r;
+  r.step = i + 1;
+  {
+    Batch batch = data.next(i, rank.device);
+    r.loss = model.step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
+  }
+  meter.set_phase(phase_name(StepPhase::Optimizer));
+  if (model.shards) model.shards->prepare_step();
+  if (rank.comm->world() > 1 && !model.shards && !model.step.streams_gradients()) sum_gradients(model.params, *rank.comm);
+  model.optimizer.step();
+  if (model.shards) model.shards->finish_step();
+  if (!rank.device.is_cpu()) {
+    torch::cuda::synchronize();
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess)
+      report.device_in_use_driver = std::max(report.device_in_use_driver, static_cast<std::int64_t>(total - free));
+  }
+  meter.finish();
+  r.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  r.peak_device = meter.peak(Pool::Device);
+  r.peak_host = meter.peak(Pool::Host);
+  r.peak_device_reserved = meter.peak_device_reserved();
+  r.phases = meter.take_phases();
+  r.samples = meter.take_samples();
+  if (!r.phases.empty() && r.phases.front().name != phase_name(StepPhase::Batch)) r.phases.erase(r.phases.begin());  // the idle gap
+  return r;
+}
+
+// The step's peaks into the run's, the step kept (the newest o.keep_steps) and reported.
+void record_step(RunReport& report, StepResult r, const RunOptions& o, const StepCallback& on_step, int i) {
+  report.peak_device = std::max(report.peak_device, r.peak_device);
+  report.peak_host = std::max(report.peak_host, r.peak_host);
+  report.peak_device_reserved = std::max(report.peak_device_reserved, r.peak_device_reserved);
+  report.steps.push_back(std::move(r));
+  if (on_step) on_step(i, report.steps.back());
+  if (o.keep_steps > 0 && report.steps.size() > static_cast<std::size_t>(o.keep_steps))
+    report.steps.erase(report.steps.begin());  // a long run's memory stays flat
+}
+
+// The model built on the joined rank, restored from its checkpoint if any, and trained for
+// the steps left, each measured and saved when due.
+Result<RunReport> execute(const Plan& plan, const RunOptions& o, const RankSetup& rank, BatchSource& data,
+                          TrainingCheckpoints& checkpoints, const StepCallback& on_step) {
+  MemoryMeter& meter = *rank.meter;
+  meter.set_log(o.allocation_log);
+  RunReport report;
+  report.device = rank.device.is_cpu() ? "cpu (virtual device)" : fmt::format("cuda:{}", rank.device.index());
+  MeterScope scope(rank.meter);
+  try {
+    RankModel model(plan, o, rank.device, *rank.comm);
+    report.persistent_device = meter.current(Pool::Device);
+    report.persistent_host = meter.current(Pool::Host);
+    if (auto r = checkpoints.restore(model.state, model.optimizer); !r) return r.error();
     data.restore_cursor(checkpoints.data_cursor());
     report.resumed_after = checkpoints.start_step();
-    meter->take_phases();
-    meter->take_samples();
+    meter.take_phases();
+    meter.take_samples();
     std::optional<OpTimer> op_timer;
     if (o.time_ops) op_timer.emplace();
-
     for (int i = checkpoints.start_step(); i < o.steps; ++i) {
-      meter->reset_peaks();
-      meter->set_phase(phase_name(StepPhase::Batch));
-      const auto t0 = std::chrono::steady_clock::now();
-      StepResult r;
-      r.step = i + 1;
-      {
-        Batch batch = data.next(i, device);
-        r.loss = step.forward_backward(std::move(batch.tokens), std::move(batch.targets));
-      }
-      meter->set_phase(phase_name(StepPhase::Optimizer));
-      if (shards) shards->prepare_step();
-      if (comm->world() > 1 && !shards && !step.streams_gradients()) sum_gradients(params, *comm);
-      optimizer.step();
-      if (shards) shards->finish_step();
-      if (!cpu) {
-        torch::cuda::synchronize();
-        std::size_t free = 0, total = 0;
-        if (cudaMemGetInfo(&free, &total) == cudaSuccess)
-          report.device_in_use_driver = std::max(report.device_in_use_driver, static_cast<std::int64_t>(total - free));
-      }
-      meter->finish();
-      r.time_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      r.peak_device = meter->peak(Pool::Device);
-      r.peak_host = meter->peak(Pool::Host);
-      r.peak_device_reserved = meter->peak_device_reserved();
-      r.phases = meter->take_phases();
-      r.samples = meter->take_samples();
-      if (!r.phases.empty() && r.phases.front().name != phase_name(StepPhase::Batch)) r.phases.erase(r.phases.begin());  // the idle gap
-      report.peak_device = std::max(report.peak_device, r.peak_device);
-      report.peak_host = std::max(report.peak_host, r.peak_host);
-      report.peak_device_reserved = std::max(report.peak_device_reserved, r.peak_device_reserved);
-      report.steps.push_back(std::move(r));
-      if (on_step) on_step(i, report.steps.back());
-      if (o.keep_steps > 0 && report.steps.size() > static_cast<std::size_t>(o.keep_steps))
-        report.steps.erase(report.steps.begin());  // a long run's memory stays flat
+      record_step(report, train_step(i, model, data, rank, report), o, on_step, i);
       if (checkpoints.due(i + 1))  // between steps, outside the measured phases
-        if (auto c = checkpoints.save(i + 1, data.cursor(), state, optimizer); !c) return c.error();
+        if (auto c = checkpoints.save(i + 1, data.cursor(), model.state, model.optimizer); !c) return c.error();
     }
   } catch (const std::exception& e) {
-    return step_failure(plan, *meter, *comm, e);
+    return step_failure(plan, meter, *rank.comm, e);
   }
   return report;
+}
+
+}  // namespace
+
+Result<RunReport> run_plan(const Plan& plan, const RunOptions& o, const StepCallback& on_step) {
+  if (auto r = runnable(plan, o); !r) return r.error();
+  LONGCTX_TRY(const RankSetup rank, join_rank(plan, o));
+  BatchSource data(plan, o, *rank.comm);
+  if (auto loaded = data.load(o.data_path); !loaded) return loaded.error();
+  configure_libtorch(plan, o, rank.device);
+  LONGCTX_TRY(auto checkpoints, TrainingCheckpoints::open(o.checkpoint, plan, o.seed, data.tokens(), o.steps,
+                                                          checkpoint_rank(*rank.comm)));
+  return execute(plan, o, rank, data, checkpoints, on_step);
 }
 
 }  // namespace longctx::runtime

@@ -20,6 +20,7 @@
 #include <torch/torch.h>
 
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/core/fingerprint.h"
 #include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"

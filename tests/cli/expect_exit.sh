@@ -3,7 +3,8 @@
 #   expect_exit.sh LONGCTX STATUS REGEX [--] ARGS...
 # Passes when the exit status is STATUS and stdout+stderr match the extended regular
 # expression REGEX (grep -E); otherwise prints what came instead and fails. In ARGS,
-# @TMP@ is replaced by a fresh temporary folder, for config files written with WRITE=.
+# @TMP@ is replaced by a fresh temporary folder, for config files written with WRITE=, and an
+# argument @EMPTY@ by an empty one (CMake drops empty list elements).
 #   WRITE='name=contents' (environment): writes @TMP@/name before the run.
 set -uo pipefail
 longctx="$1"; want="$2"; regex="$3"; shift 3
@@ -14,7 +15,9 @@ if [ -n "${WRITE:-}" ]; then
   printf '%s' "${WRITE#*=}" >"$tmp/${WRITE%%=*}"
 fi
 args=()
-for a in "$@"; do args+=("${a//@TMP@/$tmp}"); done
+for a in "$@"; do
+  if [ "$a" = "@EMPTY@" ]; then args+=(""); else args+=("${a//@TMP@/$tmp}"); fi
+done
 out=$("$longctx" "${args[@]}" 2>&1)
 got=$?
 ok=1

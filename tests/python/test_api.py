@@ -167,6 +167,51 @@ def test_a_plan_file_is_refused_as_the_cli_refuses_it_naming_its_field():
     assert from_keywords.value.field == "--sharding" and from_keywords.value.message == from_file.value.message
 
 
+# Arguments of another type than the signature's (python/longctx/_core.pyi, the docstrings):
+# the package's own BadInput naming the argument, never a binding TypeError or AttributeError.
+WRONG_TYPES = [
+    ("gpus", lambda: longctx.plan("tiny-gqa", gpus=2**64, gpu="cpu", seq="1K")),
+    ("gpus", lambda: longctx.plan("tiny-gqa", gpus="1", gpu="cpu", seq="1K")),
+    ("gpu", lambda: longctx.plan("tiny-gqa", gpus=1, gpu=None, seq="1K")),
+    ("ladder", lambda: longctx.max_context("tiny-gqa", gpus=1, gpu="cpu", ladder="no")),
+    ("techniques", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", techniques=None)),
+    ("ulysses", lambda: longctx.plan("tiny-gqa", gpus=2, gpu="cpu", seq="1K", ulysses="2")),
+    ("seq", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512.0)),
+    ("attention", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", attention="")),
+    ("budget", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", budget="")),
+    ("plan", lambda: longctx.Plan.from_json(None)),
+    ("plan", lambda: longctx.Plan.from_json("[1]")),
+]
+
+
+@pytest.mark.parametrize("field,call", WRONG_TYPES)
+def test_arguments_of_other_types_raise_bad_input_naming_them(field, call):
+    with pytest.raises(longctx.BadInput) as e:
+        call()
+    assert e.value.field == field
+
+
+def test_a_plans_methods_check_their_arguments():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", no_search=True, stack=None)
+    for field, call in [("stack", lambda: plan.export(None)), ("live_rows", lambda: plan.explain("x")),
+                        ("trace", lambda: longctx.compare(plan, None)), ("plan", lambda: longctx.compare("x", "y"))]:
+        with pytest.raises(longctx.BadInput) as e:
+            call()
+        assert e.value.field == field
+    # The types the signatures say still work: ints for int knobs, any iterable of names.
+    assert longctx.plan("tiny-gqa", gpus=2, gpu="cpu", seq="1K", ulysses=2, no_search=True).parallel["ulysses"] == 2
+    assert longctx.max_context("tiny-gqa", gpus=1, gpu="cpu", techniques=("zero3", "checkpoint"), ladder=False).max_tokens > 0
+
+
+def test_a_deeply_nested_plan_is_refused_not_a_crash():
+    """100,000 nested arrays once overflowed the planner's stack and killed the interpreter."""
+    deep = '{"schema": ' + "[" * 100000 + "]" * 100000 + "}"
+    ok, payload = longctx._core.explain(deep, 0)
+    assert not ok and "64 levels" in json.loads(payload)["message"]
+    with pytest.raises(longctx.BadInput):
+        longctx.Plan.from_json(deep)
+
+
 def test_every_stacks_answer_equals_the_clis_and_says_who_exports_it(tmp_path):
     """max_context(stack="all") is `max-context --stack all`: longctx's own answer, then each
     stack's longest context or why it cannot run the model there; every plan says which

@@ -78,7 +78,7 @@ TEST(MeasuredCostModel, TranscendentalsBindAtTheMeasuredRateAndOnlyWhereEvaluate
   for (const auto& op : e.graph.ops()) {
     evaluations += op.transcendentals;
     // SwiGLU: one SiLU an element forward, silu, sigmoid and silu backward; the log-softmax one
-    // exp an element each way (runtime/src/layers.cpp).
+    // exp an element each way (runtime/src/mlp.cpp, runtime/src/loss.cpp).
     const std::string name = format(op.name);
     if (name.ends_with("mlp.swiglu")) EXPECT_EQ(op.transcendentals, double(n * I)) << name;
     if (name.ends_with("mlp.swiglu.bwd")) EXPECT_EQ(op.transcendentals, 3.0 * double(n * I)) << name;

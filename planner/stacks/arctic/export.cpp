@@ -12,7 +12,7 @@ using nlohmann::json;
 
 namespace {
 
-constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal};
+constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal, kStageZeroOffloadRefusal};
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "arctic", kRefusals); }
 

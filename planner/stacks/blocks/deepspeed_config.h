@@ -23,4 +23,19 @@ nlohmann::json zero_optimization(const ParallelConfig& p);
 // accumulated and reduced in.
 nlohmann::json data_types(const TrainConfig& t);
 
+// DeepSpeed offloads the optimizer under ZeRO only: at stage 0 the engine builds its basic
+// optimizer, DeepSpeedCPUAdam when offload_optimizer names the CPU (deepspeed/runtime/engine.py,
+// DeepSpeedEngine._configure_basic_optimizer: zero_use_cpu_optimizer()), over parameters left
+// on the GPU, and its first step fails (deepspeed/ops/adam/cpu_adam.py, DeepSpeedCPUAdam.step:
+// "CPUAdam param is on cuda:0 and must be 'cpu'"). A stage-0 config with offload_optimizer
+// does not run, so it is not written.
+inline bool plan_offloads_unsharded_optimizer(const Plan& p) {
+  return p.parallel.offload_optimizer && p.parallel.sharding == Sharding::None;
+}
+inline constexpr ExportRefusal kStageZeroOffloadRefusal = {
+    "parallel.offload_optimizer", plan_offloads_unsharded_optimizer,
+    "offload the optimizer at ZeRO stage 0 (sharding none): DeepSpeed's CPU Adam then steps parameters left on the "
+    "GPU and fails at the first step",
+    "re-plan with --sharding zero1 (or zero2, zero3) and --offload-optimizer, or without --offload-optimizer"};
+
 }  // namespace longctx

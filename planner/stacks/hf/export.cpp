@@ -18,6 +18,7 @@ constexpr ExportRefusal kRefusals[] = {
     kUlyssesRingRefusal,
     kHeadChunkRefusal,
     kMlpTilesRefusal,
+    kStageZeroOffloadRefusal,
     // An hf-stack plan predicted transformers' own offload (5.17 on): it is exported.
     {"parallel.offload_checkpoints",
      [](const Plan& p) { return p.parallel.offload_checkpoints && p.train.stack.kind != StackKind::HF; },

@@ -1,6 +1,6 @@
-// The loss: final norm, output projection and cross-entropy, plain (runtime/src/layers.cpp,
+// The loss: final norm, output projection and cross-entropy, plain (runtime/src/loss.cpp,
 // cross_entropy_loss) or tiled over rows and recomputed per tile in backward
-// (runtime/src/layers.cpp, TiledCrossEntropyFn). Forward, then backward, which produces the
+// (runtime/src/loss.cpp, TiledCrossEntropyFn). Forward, then backward, which produces the
 // head's gradient (and, tied, the embedding's). Footprints: footprint/loss.h.
 #include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/loss.h"

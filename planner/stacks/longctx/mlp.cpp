@@ -1,6 +1,6 @@
 // The SwiGLU MLP, plain (runtime/src/llama_step.cpp, LlamaStep::layer_forward: project,
-// then runtime/src/layers.cpp, SwiGluFn, and the down projection) or tiled over rows and
-// recomputed per tile in backward (runtime/src/layers.cpp, TiledMlpFn). Forward, then
+// then runtime/src/mlp.cpp, SwiGluFn, and the down projection) or tiled over rows and
+// recomputed per tile in backward (runtime/src/mlp.cpp, TiledMlpFn). Forward, then
 // backward. Footprints: footprint/mlp.h.
 #include "planner/stacks/longctx/emitters.h"
 #include "planner/footprint/zero.h"

@@ -1,4 +1,4 @@
-// RMSNorm's ops (runtime/src/layers.cpp, rms_norm_forward and rms_norm_backward, through
+// RMSNorm's ops (runtime/src/norm_rope.cpp, rms_norm_forward and rms_norm_backward, through
 // RmsNormFn): the layers' attention and MLP norms, the final norm, Qwen3's q and k norms.
 // Footprints: footprint/norm.h.
 #include "planner/stacks/longctx/emitters.h"

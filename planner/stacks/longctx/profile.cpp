@@ -13,6 +13,10 @@ const StackProfile kLongctxProfile = {
     .summary = "its own runtime",
     .defaults = {},
     .runtime_runs_it = true,
+    // A profiler trace is most often of transformers; a plan of longctx's runtime predicts
+    // less than its modules keep (docs/stacks.md).
+    .profiler_trace_note = "the plan predicts longctx's own runtime; for a transformers run, plan with --stack hf "
+                           "(and its --attention, --hf-checkpointing) and compare that plan",
     .techniques = [](const Plan&) { return all_techniques(); },
     .describe = [](const StackSpec&) { return std::string("longctx"); },
     .build_step = step::build_step,

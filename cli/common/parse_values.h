@@ -1,0 +1,55 @@
+#pragma once
+// One rule for every value a flag takes, in both programs, checked by CLI11 before any value
+// is converted: no empty or blank value (`--attention ""` is a mistake, not "not given"), no
+// control bytes, no spaces around a value (`'512 '` and `' 512'` alike), and whole numbers
+// (the options CLI11 converts to integers) written in plain decimal digits within int64:
+// `--gpus 0x8`, `--gpus -1` and `--gpus 99999999999999999999` are refused as `--seq 0x10` is.
+// Refusals are CLI11 ValidationErrors, reported by report_parse_error as every error is.
+#include <string>
+
+#include <CLI/CLI.hpp>
+
+namespace longctx::cli {
+
+namespace value_rules {
+
+inline bool is_control(unsigned char c) { return c < 0x20 || c == 0x7f; }
+
+// "" when `text` may be a value; else why not.
+inline std::string any_value(const std::string& text) {
+  if (text.find_first_not_of(" \t") == std::string::npos)
+    return "is empty; give a value, or leave the option out for its default";
+  for (unsigned char c : text)
+    if (is_control(c)) return "holds a control character; write the value in plain text";
+  if (text.front() == ' ' || text.front() == '\t' || text.back() == ' ' || text.back() == '\t')
+    return "'" + text + "' has spaces around it; write the value without them";
+  return "";
+}
+
+// "" when `text` is a whole number in plain decimal within int64.
+inline std::string whole_number(const std::string& text) {
+  if (std::string why = any_value(text); !why.empty()) return why;
+  if (text.find_first_not_of("0123456789") != std::string::npos)
+    return "'" + text + "' is not a whole number; write it in decimal digits, like 8";
+  const std::string digits = text.substr(std::min(text.find_first_not_of('0'), text.size() - 1));
+  if (digits.size() > 19 || (digits.size() == 19 && digits > "9223372036854775807"))
+    return "'" + text + "' is far above any bound longctx has; give a realistic count";
+  return "";
+}
+
+}  // namespace value_rules
+
+// Adds the rules above to every option of `app` and of its subcommands that takes a value
+// (flags take none); the integer rule to those CLI11 converts to integers (type name "INT").
+// Call once, after every option is added and before parsing.
+inline void apply_value_rules(CLI::App& app) {
+  static const CLI::Validator any(value_rules::any_value, "", "value");
+  static const CLI::Validator whole(value_rules::whole_number, "", "whole number");
+  for (CLI::Option* o : app.get_options()) {
+    if (o->get_type_size_max() == 0 || o->get_expected_max() == 0) continue;  // a flag
+    o->check(o->get_type_name() == "INT" ? whole : any);
+  }
+  for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_value_rules(*sub);
+}
+
+}  // namespace longctx::cli
