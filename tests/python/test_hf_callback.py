@@ -61,7 +61,7 @@ def test_the_callback_refuses_a_plan_of_another_step_naming_what_differs(tmp_pat
     config = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
                                       num_key_value_heads=2, vocab_size=256, max_position_embeddings=SEQ)
     model = transformers.LlamaForCausalLM(config)
-    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=SEQ, no_search=True, techniques="none,checkpoint",
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=SEQ, no_search=True, techniques="checkpoint",
                         micro_batch=2, checkpoint="full")
     assert "micro_batch=2" in repr(plan)
     args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1,
