@@ -11,7 +11,8 @@ struct ClusterOptions : ClusterRequest {
   bool json = false;
 };
 
-void add_cluster_options(CLI::App& app, ClusterOptions& o);
+// `every_stack`: --stack also takes `all` (max-context: every stack's answer).
+void add_cluster_options(CLI::App& app, ClusterOptions& o, bool every_stack = false);
 
 // Prints an error the way every command does and returns its exit status.
 int report(const Error& e);

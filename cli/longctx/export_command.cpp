@@ -1,7 +1,10 @@
-// `longctx export PLAN --stack arctic|hf|deepspeed [-o FILE|DIR]`: the plan as the files a
-// training stack runs it with (docs/export.md). Approximations go to stderr, one per line;
-// a knob the stack cannot run within the plan's memory exits 2 naming the knob and the stack.
+// `longctx export PLAN --stack WORD [-o FILE|DIR]`: the plan as the files a training stack
+// runs it with, and the script that launches them (docs/export.md). Approximations go to
+// stderr, one per line; a knob the stack cannot run within the plan's memory exits 2 naming
+// the knob and the stack. The launch script finds the configs beside it, so it is written only
+// into a folder: printed, or written as one FILE, a stack's configs come without it.
 #include <filesystem>
+#include <map>
 #include <system_error>
 
 #include <fmt/format.h>
@@ -11,6 +14,8 @@
 #include "common/atomic_file.h"
 #include "common/atomic_folder.h"
 #include "planner/io/export.h"
+#include "planner/stacks/launch_script.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
 namespace {
@@ -27,11 +32,26 @@ bool names_a_folder(const std::string& output) {
   return std::filesystem::is_directory(output, ec) || (!output.empty() && output.back() == '/');
 }
 
+// The stack's configuration files: every file but the launch script.
+std::map<std::string, std::string> configs_of(const ExportedFiles& e) {
+  auto configs = e.files;
+  configs.erase(kLaunchScriptFile);
+  return configs;
+}
+
+void note_launch_script_left_out() {
+  fmt::print(stderr, "note: {} (the launch script, which finds the configs beside it) is written only when -o names "
+                     "a folder\n",
+             kLaunchScriptFile);
+}
+
 int write_files(const ExportedFiles& e, const std::string& output) {
-  if (e.files.size() == 1 && !names_a_folder(output)) {
-    const auto& [name, text] = *e.files.begin();
+  const auto configs = configs_of(e);
+  if (configs.size() == 1 && !names_a_folder(output)) {
+    const auto& [name, text] = *configs.begin();
     if (auto w = write_text_atomically(output, "-o", text); !w) return report(w.error());
     fmt::print("wrote {} ({})\n", output, name);
+    note_launch_script_left_out();
     return 0;
   }
   // The set is one unit (common/atomic_folder.h): every file replaced, or none.
@@ -41,6 +61,14 @@ int write_files(const ExportedFiles& e, const std::string& output) {
   for (const auto& name : w->added) fmt::print("wrote {}/{} (new)\n", folder, name);
   for (const auto& name : w->replaced) fmt::print("wrote {}/{} (replaced)\n", folder, name);
   fmt::print("the set's {} file(s) are in place together\n", e.files.size());
+  if (e.files.count(kLaunchScriptFile)) {
+    // Runnable as ./launch.sh too; a failure leaves `bash launch.sh`, which the script's comment names.
+    std::error_code ec;
+    std::filesystem::permissions(std::filesystem::path(folder) / kLaunchScriptFile,
+                                 std::filesystem::perms::owner_exec | std::filesystem::perms::group_exec |
+                                     std::filesystem::perms::others_exec,
+                                 std::filesystem::perm_options::add, ec);
+  }
   return 0;
 }
 
@@ -53,22 +81,29 @@ int run_export(const ExportOptions& o) {
   if (!exported) return report(exported.error());
   for (const auto& line : exported->approximations) fmt::print(stderr, "approximation: {}\n", line);
   if (!o.output.empty()) return write_files(*exported, o.output);
-  const bool one = exported->files.size() == 1;
-  for (const auto& [name, text] : exported->files) fmt::print("{}{}", one ? "" : fmt::format("==> {} <==\n", name), text);
+  const auto configs = configs_of(*exported);
+  const bool one = configs.size() == 1;
+  for (const auto& [name, text] : configs) fmt::print("{}{}", one ? "" : fmt::format("==> {} <==\n", name), text);
+  note_launch_script_left_out();
   return 0;
+}
+
+// --stack's help from the registry: every stack's word and what it writes.
+std::string stack_words_help() {
+  std::string help;
+  for (const StackProfile* s : stack_profiles())
+    help += fmt::format("{}{}: {}", help.empty() ? "" : "; ", s->exporter->word, s->exporter->files);
+  return help + fmt::format("; each with {} (into a folder)", kLaunchScriptFile);
 }
 
 }  // namespace
 
 Command add_export_command(CLI::App& app) {
   auto o = std::make_shared<ExportOptions>();
-  auto* sub = app.add_subcommand("export", "Write the configuration a training stack (DeepSpeed, ArcticTraining, Hugging Face) "
-                                           "needs to run a plan");
-  sub->add_option("plan", o->plan_file, "Plan file written by `longctx plan -o`")->required();
-  sub->add_option("--stack", o->stack,
-                  "deepspeed: ds_config.json; arctic: an ArcticTraining recipe (YAML); hf: accelerate config, "
-                  "TrainingArguments JSON and, under DeepSpeed, ds_config.json")
-      ->required();
+  auto* sub = app.add_subcommand("export", "Write the configuration a training stack needs to run a plan, and the "
+                                           "script that launches it");
+  sub->add_option("plan", o->plan_file, "Plan file written by `longctx plan -o` or `longctx max-context -o`")->required();
+  sub->add_option("--stack", o->stack, stack_words_help())->required();
   sub->add_option("-o,--output", o->output,
                   "File (one-file stacks) or folder (made if missing; end it in '/' for a one-file stack) to write; "
                   "without it the files are printed");

@@ -1,70 +1,155 @@
+// `longctx max-context`: the longest context, its fastest plan, the ladder, and which stacks'
+// files run the plan; with --stack all every stack's longest context beside longctx's own.
 #include <algorithm>
+#include <filesystem>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
-#include "cli/longctx/cluster_options.h"
 #include "cli/common/commands.h"
-#include "planner/search/search.h"
-#include "planner/core/units.h"
+#include "cli/longctx/cluster_options.h"
 #include "cli/longctx/plan_output.h"
+#include "cli/longctx/progress_line.h"
+#include "planner/core/units.h"
+#include "planner/io/export.h"
+#include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
+#include "planner/search/search.h"
+#include "planner/search/stack_answers.h"
 
 namespace longctx::cli {
 namespace {
 
-int run_max_context(const ClusterOptions& o, bool no_ladder) {
-  if (!o.json) fmt::print(stderr, "searching {} on {} GPUs of {} ...\n", o.model, o.gpus, o.gpu);
-  auto r = answer_max_context(o, !no_ladder);
-  if (!r) return report(r.error());
-  if (o.json) {
-    fmt::print("{}\n", max_context_json(*r).dump(2));
-    return 0;
+struct MaxContextOptions {
+  ClusterOptions cluster;
+  bool no_ladder = false;
+  std::string output;  // -o: the answer's plan file
+};
+
+void print_ladder(const MaxContextResult& r) {
+  fmt::print("\nwhat each technique buys (added in order; each rung keeps the ones above)\n");
+  std::vector<std::string> before;
+  for (const auto& rung : r.ladder) {
+    std::string added;
+    for (const auto& t : rung.techniques)
+      if (std::find(before.begin(), before.end(), t) == before.end()) added += (added.empty() ? "+" : ", +") + t;
+    fmt::print("  {:<36} {:>13} tokens ({:>6})   limit: {}\n", added, format_count(rung.max_tokens),
+               format_tokens(rung.max_tokens), rung.binding.empty() ? "-" : rung.binding);
+    before = rung.techniques;
   }
-  const auto& p = r->plan;
+}
+
+void print_answer(const MaxContextResult& r) {
+  const auto& p = r.plan;
   // Every length up to the answer plans (padded to the layout); one granule more does not.
-  const std::string granularity = r->granularity == 1 ? std::string("exact to the token")
-                                                      : fmt::format("to a granularity of {} tokens", r->granularity);
-  fmt::print("max context  {} tokens ({}), {}; {} binds beyond it\n", r->max_tokens, format_tokens(r->max_tokens),
-             granularity, r->binding);
+  const std::string granularity = r.granularity == 1 ? std::string("exact to the token")
+                                                     : fmt::format("to a granularity of {} tokens", format_count(r.granularity));
+  fmt::print("max context  {}, {}; {} binds beyond it\n", describe_tokens(r.max_tokens), granularity, r.binding);
   fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
-             p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
+             p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes),
+             format_bytes(p.cluster.host_budget_bytes_per_node));
   fmt::print("plan         {}\n", describe_knobs(p));
-  if (!r->rule.empty()) fmt::print("rule         {}\n", r->rule);
-  if (!r->layout.empty()) fmt::print("layout       {}\n", r->layout);
+  if (!r.rule.empty()) fmt::print("rule         {}\n", r.rule);
+  if (!r.layout.empty()) fmt::print("layout       {}\n", r.layout);
   fmt::print("memory       device peak {} as nvidia-smi shows it (allocated {} at {}, reserved {}), host {} per node\n",
              format_bytes(p.prediction.peak_nvidia_smi_bytes), format_bytes(p.prediction.peak_device_bytes),
              p.prediction.peak_at, format_bytes(p.prediction.peak_reserved_bytes), format_bytes(p.prediction.peak_host_bytes));
   fmt::print("speed        {:.1f} s per step, {:.0f} tokens/s, MFU {:.1f}%\n", p.prediction.step_time_s,
              p.prediction.tokens_per_s, p.prediction.mfu * 100);
-  if (!r->ladder.empty()) {
-    fmt::print("\nwhat each technique buys (added in order; each rung keeps the ones above)\n");
-    std::vector<std::string> before;
-    for (const auto& rung : r->ladder) {
-      std::string added;
-      for (const auto& t : rung.techniques)
-        if (std::find(before.begin(), before.end(), t) == before.end()) added += (added.empty() ? "+" : ", +") + t;
-      fmt::print("  {:<36} {:>9} {:>10} tokens   limit: {}\n", added, format_tokens(rung.max_tokens), rung.max_tokens,
-                 rung.binding.empty() ? "-" : rung.binding);
-      before = rung.techniques;
+  fmt::print("export       {}\n", describe_exports(p));
+  if (!r.ladder.empty()) print_ladder(r);
+}
+
+// The table of --stack all: a row a stack, its longest context, what binds, and its plan.
+void print_stack_table(const std::vector<StackAnswer>& all, const Plan& headline) {
+  fmt::print("\neach stack's longest context on {} x {} (export: the stacks whose files run that plan)\n",
+             headline.cluster.shape.world(), headline.cluster.hardware.name);
+  for (const StackAnswer& a : all) {
+    if (!a.answer) {
+      fmt::print("  {:<11} cannot run it here: {}\n", a.stack, a.refusal->what());
+      continue;
+    }
+    const MaxContextResult& r = *a.answer;
+    fmt::print("  {:<11} {:>13} tokens ({:>6})  binds: {}\n", a.stack, format_count(r.max_tokens),
+               format_tokens(r.max_tokens), r.binding);
+    fmt::print("  {:<11} plan: {}\n", "", describe_knobs(r.plan));
+    fmt::print("  {:<11} export: {}\n", "", describe_exports(r.plan));
+  }
+}
+
+// The plan file of an answer: as `plan -o` writes it (the prediction per phase included).
+Result<bool> write_answer_plan(const MaxContextResult& r, const std::string& path) {
+  return write_plan_file(with_phase_predictions(evaluate(r.plan)), path);
+}
+
+// --stack all's other stacks' plan files beside -o's: PLAN.json -> PLAN.<stack>.json.
+std::string stack_plan_path(const std::string& output, const std::string& stack) {
+  std::filesystem::path p(output);
+  const std::string ext = p.has_extension() ? p.extension().string() : ".json";
+  return p.replace_extension().string() + "." + stack + ext;
+}
+
+int write_outputs(const MaxContextOptions& o, const MaxContextResult& headline, const std::vector<StackAnswer>& others) {
+  if (o.output.empty()) return 0;
+  std::vector<std::string> written = {o.output};
+  if (auto w = write_answer_plan(headline, o.output); !w) return report(w.error());
+  for (std::size_t i = 1; i < others.size(); ++i) {
+    if (!others[i].answer) continue;
+    written.push_back(stack_plan_path(o.output, others[i].stack));
+    if (auto w = write_answer_plan(*others[i].answer, written.back()); !w) return report(w.error());
+  }
+  if (!o.cluster.json) fmt::print("\nwrote {}\n", fmt::join(written, ", "));
+  return 0;
+}
+
+int run_max_context(MaxContextOptions o) {
+  const bool every_stack = o.cluster.stack == kEveryStack;
+  if (!o.cluster.json)
+    fmt::print(stderr, "searching {} on {} GPUs of {}{} ...\n", o.cluster.model, o.cluster.gpus, o.cluster.gpu,
+               every_stack ? ", every stack" : "");
+  std::vector<StackAnswer> all;
+  {
+    ProgressLine progress(fmt::format("max-context: {} on {} x {}", o.cluster.model, o.cluster.gpus, o.cluster.gpu));
+    if (every_stack) {
+      all = answer_max_context_per_stack(o.cluster, !o.no_ladder, [&](std::size_t done, std::size_t total,
+                                                                      const std::string& stack) {
+        progress.stage(static_cast<int>(done), static_cast<int>(total), "stack " + stack);
+      });
+    } else {
+      auto r = answer_max_context(o.cluster, !o.no_ladder);
+      if (!r) return report(r.error());
+      all.push_back({o.cluster.stack, std::move(*r), std::nullopt});
     }
   }
-  return 0;
+  if (!all.front().answer) return report(*all.front().refusal);
+  const MaxContextResult& headline = *all.front().answer;
+  if (o.cluster.json) {
+    nlohmann::json j = max_context_answer_json(headline);
+    if (every_stack) j["stacks"] = stack_answers_json(all);
+    fmt::print("{}\n", j.dump(2));
+  } else {
+    print_answer(headline);
+    if (every_stack) print_stack_table(all, headline.plan);
+  }
+  return write_outputs(o, headline, all);
 }
 
 }  // namespace
 
 Command add_max_context_command(CLI::App& app) {
-  auto o = std::make_shared<ClusterOptions>();
-  auto no_ladder = std::make_shared<bool>(false);
+  auto o = std::make_shared<MaxContextOptions>();
   auto* sub = app.add_subcommand(
       "max-context",
-      "The longest sequence any allowed plan trains on the cluster, the fastest plan there, and the ladder: the "
-      "maximum as techniques are added one at a time (zero3, +ulysses, +checkpoint, +offload-checkpoints, "
-      "+tiled-mlp/tiled-loss, +untied).");
-  add_cluster_options(*sub, *o);
-  sub->add_flag("--no-ladder", *no_ladder, "Skip the ladder (faster)");
-  return {sub, [o, no_ladder] { return run_max_context(*o, *no_ladder); }};
+      "The longest sequence any allowed plan trains on the cluster, the fastest plan there, the stacks whose files "
+      "run it, and the ladder: the maximum as techniques are added one at a time (zero3, +ulysses, +checkpoint, "
+      "+offload-checkpoints, +tiled-mlp/tiled-loss, +untied). --stack all adds every stack's longest context.");
+  add_cluster_options(*sub, o->cluster, /*every_stack=*/true);
+  sub->add_flag("--no-ladder", o->no_ladder, "Skip the ladder (faster)");
+  sub->add_option("-o,--output", o->output,
+                  "Write the answer's plan file (as `plan -o`: `export` and `run` read it); with --stack all each "
+                  "other stack's beside it as NAME.<stack>.json");
+  return {sub, [o] { return run_max_context(*o); }};
 }
 
 }  // namespace longctx::cli

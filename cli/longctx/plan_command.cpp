@@ -12,7 +12,9 @@
 #include "planner/search/phase_peaks.h"
 #include "planner/search/search.h"
 #include "planner/core/units.h"
+#include "planner/io/export.h"
 #include "cli/longctx/plan_output.h"
+#include "cli/longctx/progress_line.h"
 
 namespace longctx::cli {
 namespace {
@@ -63,7 +65,11 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
 int run_plan(const PlanOptions& o) {
   auto knobs = knobs_from(o.knobs);
   if (!knobs) return report(knobs.error());
-  auto answer = answer_plan({o.cluster, o.seq, *knobs, o.no_search});
+  auto answer = [&] {
+    ProgressLine progress(fmt::format("plan: {} at {} tokens on {} x {}", o.cluster.model, o.seq, o.cluster.gpus,
+                                      o.cluster.gpu));
+    return answer_plan({o.cluster, o.seq, *knobs, o.no_search});
+  }();
   if (!answer) return report(answer.error());
   const auto& [found, e, recorded] = *answer;
   if (!o.output.empty()) {
@@ -73,6 +79,7 @@ int run_plan(const PlanOptions& o) {
   if (o.cluster.json) {
     nlohmann::json j = plan_to_json(recorded);
     j["search"] = o.no_search ? no_search_json() : search_summary_json(found);
+    j["exports"] = exports_json(recorded);
     fmt::print("{}\n", j.dump(2));
   } else {
     fmt::print("{}", render_plan(e));

@@ -5,6 +5,7 @@
 
 #include "planner/core/knobs.h"
 #include "planner/core/units.h"
+#include "planner/io/export.h"
 #include "planner/stacks/profile.h"
 
 namespace longctx::cli {
@@ -43,30 +44,31 @@ std::string render_timeline(const Evaluation& e) {
 std::string render_padding(const Plan& p) {
   const std::int64_t pad = padding_tokens(p.train.seq, p.parallel);
   const std::int64_t padded = padded_seq(p.train.seq, p.parallel), per_rank = tokens_per_rank(p.train, p.parallel);
-  if (pad == 0) return fmt::format("padding   none: {} tokens per rank\n", per_rank);
+  if (pad == 0) return fmt::format("padding   none: {} tokens per rank\n", format_count(per_rank));
   const std::string multiple = p.parallel.ring > 1 ? fmt::format("2 x ring {} x ulysses {}", p.parallel.ring, p.parallel.ulysses)
                                                    : fmt::format("ulysses {}", p.parallel.ulysses);
   return fmt::format("padding   {} token{} a sample, to {} (a multiple of {}): {} tokens per rank; masked "
                      "out of the loss, counted in memory and time\n",
-                     pad, pad > 1 ? "s" : "", padded, multiple, per_rank);
+                     format_count(pad), pad > 1 ? "s" : "", format_count(padded), multiple, format_count(per_rank));
 }
 
 std::string render_plan(const Evaluation& e, int live_rows) {
   const Plan& p = e.plan;
   const Prediction& pr = p.prediction;
   std::string out;
-  out += fmt::format("model     {} ({:.2f}B parameters; {})\n", p.model.name, double(p.model.total_params()) / 1e9,
+  out += fmt::format("model     {} ({} parameters; {})\n", p.model.name, format_parameters(p.model.total_params()),
                      describe_model(p.model, p.train.seq));
   out += fmt::format("cluster   {} x {} ({} node{} of {}), budget {} per GPU, host {} per node\n",
                      p.cluster.shape.world(), p.cluster.hardware.name, p.cluster.shape.nodes,
                      p.cluster.shape.nodes > 1 ? "s" : "", p.cluster.shape.gpus_per_node,
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
-  out += fmt::format("train     seq {} ({} tokens), micro-batch {}, {} compute, {} gradients\n",
-                     format_tokens(p.train.seq), p.train.seq, p.train.micro_batch, to_string(p.train.dtype),
+  out += fmt::format("train     seq {}, micro-batch {}, {} compute, {} gradients\n",
+                     describe_tokens(p.train.seq), p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
   if (!stack_profile(p.train.stack.kind).runtime_runs_it) out += fmt::format("stack     {}\n", describe(p.train.stack));
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
+  out += fmt::format("export    {}\n", describe_exports(p));
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
                      pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_nvidia_smi_bytes),
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(pr.peak_host_bytes),

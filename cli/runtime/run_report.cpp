@@ -117,7 +117,8 @@ void print_run_json(const RunComparison& c, const std::vector<StepLine>& steps) 
                         {"phases", phases_json(last, c.predicted)}}},
                       {"predicted",
                        {{"peak_device_bytes", totals.peak_device_bytes},
-                        {"peak_host_bytes", totals.peak_host_bytes},
+                        {"peak_host_bytes", totals.peak_host_bytes},  // per node, as the plan's
+                        {"peak_host_bytes_per_rank", totals.peak_host_bytes / c.plan.cluster.shape.gpus_per_node},
                         {"peak_at", totals.peak_at},
                         {"step_time_s", totals.step_time_s}}},
                       {"plan_prediction",
@@ -138,8 +139,11 @@ void print_run_table(const RunComparison& c, const std::string& trace_path) {
   fmt::print("\n{:<22} {:>14} {:>14} {:>8}\n", "", "measured", "predicted", "error");
   fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak device", format_bytes(run.peak_device),
              format_bytes(totals.peak_device_bytes), percent(run.peak_device, totals.peak_device_bytes));
-  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host", format_bytes(run.peak_host),
-             format_bytes(totals.peak_host_bytes), percent(run.peak_host, totals.peak_host_bytes));
+  // The plan's host figure is per node (memory_model.cpp: per rank x GPUs per node); this
+  // process measured one rank's.
+  const std::int64_t host_per_rank = totals.peak_host_bytes / c.plan.cluster.shape.gpus_per_node;
+  fmt::print("{:<22} {:>14} {:>14} {:>8}\n", "peak host (per rank)", format_bytes(run.peak_host),
+             format_bytes(host_per_rank), percent(run.peak_host, host_per_rank));
   fmt::print("{:<22} {:>14} {:>14}\n", "peak at", measured_peak_at(last), totals.peak_at);
   fmt::print("\nper phase, last step   {:>14} {:>14} {:>8} {:>11} {:>11}\n", "device peak", "predicted", "error", "time",
              "predicted");

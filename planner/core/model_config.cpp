@@ -103,6 +103,7 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
     m.model_type = t->get<std::string>();
   }
   m.qk_norm = m.model_type == "qwen3";
+  if (auto s = j.find("_name_or_path"); s != j.end() && s->is_string()) m.source = s->get<std::string>();
   LONGCTX_TRY(m.hidden, get_int(j, p, "hidden_size", 1, limits::kMaxHidden));
   LONGCTX_TRY(m.intermediate, get_int(j, p, "intermediate_size", 1, limits::kMaxIntermediate));
   LONGCTX_TRY(m.layers, get_int(j, p, "num_hidden_layers", 1, limits::kMaxLayers));
@@ -152,6 +153,7 @@ nlohmann::json model_to_json(const ModelConfig& m) {
           {"rms_norm_eps", m.rms_norm_eps},
           {"hidden_act", "silu"}};
   model_fields::write(m, j);
+  if (!m.source.empty()) j["_name_or_path"] = m.source;
   return j;
 }
 
@@ -213,43 +215,6 @@ std::string describe_model(const ModelConfig& m, std::int64_t seq) {
 
 Result<std::string> json_fields::read_file(const std::string& path, const std::string& what) {
   return read_regular_file(path, what, input_limits::kJsonBytes);
-}
-
-Result<ModelConfig> load_model(const std::string& name_or_path) {
-  if (auto text = presets::model(name_or_path)) {
-    LONGCTX_TRY(auto j, json_fields::parse(std::string(*text), "--model"));
-    return model_from_json(j, name_or_path);
-  }
-  namespace fs = std::filesystem;
-  std::error_code ec;
-  fs::path path(name_or_path);
-  if (fs::is_directory(path, ec)) {
-    // A model directory (a Hugging Face snapshot): its config.json, named after the folder.
-    path = path.lexically_normal();
-    if (!path.has_filename()) path = path.parent_path();  // "dir/" -> "dir"
-    // Only a missing entry is "no config.json": a FIFO, a device, a folder or a link loop of
-    // that name is refused by the reader, which names what it is.
-    if (!fs::exists(fs::symlink_status(path / "config.json", ec)))
-      return Error::bad_input("--model", fmt::format("the directory '{}' holds no config.json", name_or_path));
-    path /= "config.json";
-  } else if (!fs::exists(fs::symlink_status(path, ec))) {
-    return Error::bad_input("--model",
-                            fmt::format("'{}' is neither a preset nor a config.json file; presets: {} (or give a "
-                                        "model directory holding config.json)",
-                                        name_or_path, fmt::join(model_preset_names(), ", ")));
-  }
-  LONGCTX_TRY(auto text, json_fields::read_file(path.string(), "--model"));
-  LONGCTX_TRY(auto j, json_fields::parse(text, path.string()));
-  std::string name = path.stem().string();
-  if (name == "config") {
-    const fs::path dir = fs::absolute(path, ec).parent_path();
-    if (!dir.filename().empty()) name = dir.filename().string();
-  }
-  // A folder's name need not be UTF-8, a plan file's text must be (dump() would throw):
-  // bytes that are not UTF-8 become U+FFFD.
-  name = nlohmann::json::parse(nlohmann::json(name).dump(-1, ' ', false, nlohmann::json::error_handler_t::replace))
-             .get<std::string>();
-  return model_from_json(j, name);
 }
 
 std::vector<std::string> model_preset_names() { return presets::model_names(); }

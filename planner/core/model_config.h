@@ -27,6 +27,9 @@ struct RopeScaling {
 
 struct ModelConfig {
   std::string name;
+  // Where a training stack loads the model from (config.json's "_name_or_path"): the Hugging
+  // Face Hub id given or a preset's, or the absolute folder of the config.json read; "" if none.
+  std::string source;
   // "llama", "mistral", "qwen2" or "qwen3" (qwen3 adds per-head q/k RMSNorm).
   std::string model_type = "llama";
   std::int64_t hidden = 0;
@@ -84,8 +87,9 @@ Result<bool> validate_model(const ModelConfig& m);
 Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name);
 nlohmann::json model_to_json(const ModelConfig& m);
 
-// A preset name from models/ ("llama-3.1-8b"), a path to a config.json, or a model
-// directory holding one (named after the directory).
+// A path to a config.json or to a model directory holding one (named after the directory), a
+// preset name from models/ ("llama-3.1-8b", any case) or a preset's Hub id, or a Hub id in the
+// local Hugging Face cache (hub_cache.h; never the network). planner/core/model_lookup.cpp.
 Result<ModelConfig> load_model(const std::string& name_or_path);
 std::vector<std::string> model_preset_names();
 

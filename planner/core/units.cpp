@@ -86,11 +86,34 @@ std::string format_bytes(std::int64_t bytes) {
 }
 
 std::string format_tokens(std::int64_t tokens) {
-  constexpr std::int64_t M = 1024 * 1024;
-  if (tokens >= M && tokens % M == 0) return fmt::format("{}M", tokens / M);
-  if (tokens >= M && tokens % (M / 1024 * 128) == 0) return fmt::format("{:.3g}M", double(tokens) / M);
-  if (tokens >= 1024 && tokens % 1024 == 0) return fmt::format("{}K", tokens / 1024);
+  constexpr std::int64_t K = 1024, M = K * K;
+  if (tokens >= M) return tokens % M == 0 ? fmt::format("{}M", tokens / M) : fmt::format("{:.2f}M", double(tokens) / M);
+  if (tokens >= K) return tokens % K == 0 ? fmt::format("{}K", tokens / K) : fmt::format("{:.1f}K", double(tokens) / K);
   return fmt::format("{}", tokens);
+}
+
+std::string format_count(std::int64_t n) {
+  std::string digits = fmt::format("{}", n < 0 ? -n : n), out;
+  for (std::size_t i = 0; i < digits.size(); ++i) {
+    if (i > 0 && (digits.size() - i) % 3 == 0) out += ',';
+    out += digits[i];
+  }
+  return n < 0 ? "-" + out : out;
+}
+
+std::string describe_tokens(std::int64_t tokens) {
+  constexpr std::int64_t K = 1024, M = K * K;
+  if (tokens < K) return fmt::format("{} tokens", format_count(tokens));
+  return fmt::format("{} tokens ({}; {} = {})", format_count(tokens), format_tokens(tokens), tokens >= M ? "M" : "K",
+                     format_count(tokens >= M ? M : K));
+}
+
+std::string format_parameters(std::int64_t n) {
+  const double v = static_cast<double>(n);
+  if (v >= 1e9) return fmt::format("{:.2f}B", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.1f}K", v / 1e3);
+  return fmt::format("{}", n);
 }
 
 }  // namespace longctx

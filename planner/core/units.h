@@ -16,7 +16,15 @@ Result<std::int64_t> parse_bytes(std::string_view text, std::string_view field);
 
 // 85899345920 -> "80.00 GiB"; exact below 1 KiB.
 std::string format_bytes(std::int64_t bytes);
-// 3145728 -> "3M", 131072 -> "128K", 1000 -> "1000".
+// Token counts are written one way everywhere: exact with thousands separators, then in K or
+// M (powers of 1024, as --seq reads them), the base stated once where a count is described.
+// 3145728 -> "3M", 12877824 -> "12.28M", 131072 -> "128K", 1536 -> "1.5K", 1000 -> "1000".
 std::string format_tokens(std::int64_t tokens);
+// 12877824 -> "12,877,824".
+std::string format_count(std::int64_t n);
+// 12877824 -> "12,877,824 tokens (12.28M; M = 1,048,576)"; 1000 -> "1,000 tokens".
+std::string describe_tokens(std::int64_t tokens);
+// Parameters in powers of 1000: 8030261248 -> "8.03B", 2400000 -> "2.40M", 109184 -> "109.2K".
+std::string format_parameters(std::int64_t n);
 
 }  // namespace longctx

@@ -5,6 +5,8 @@
 #include <cstring>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
+#include <nlohmann/json.hpp>
 
 #include "planner/io/toml_text.h"
 #include "planner/io/yaml_text.h"
@@ -35,6 +37,39 @@ Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
   return to.check(p);
 }
 
+std::vector<ExportVerdict> export_verdicts(const Plan& p) {
+  std::vector<ExportVerdict> out;
+  for (const StackProfile* s : stack_profiles()) {
+    auto ok = check_expressible(p, *s->exporter);
+    out.push_back({s->exporter->word, ok ? std::nullopt : std::optional<Error>(ok.error())});
+  }
+  return out;
+}
+
+std::string describe_exports(const Plan& p) {
+  std::vector<std::string> yes, no;
+  for (const ExportVerdict& v : export_verdicts(p)) {
+    if (!v.refusal) yes.push_back(v.word);
+    else no.push_back(fmt::format("{} ({})", v.word, v.refusal->field));
+  }
+  const std::string refused = no.empty() ? "" : fmt::format("not {}", fmt::join(no, ", "));
+  if (yes.empty()) return fmt::format("none: {}", refused);
+  return fmt::format("{}{}{}", fmt::join(yes, ", "), no.empty() ? "" : "; ", refused);
+}
+
+nlohmann::json exports_json(const Plan& p) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const ExportVerdict& v : export_verdicts(p)) {
+    nlohmann::json j = {{"stack", v.word}, {"exports", !v.refusal}};
+    if (v.refusal) {
+      j["field"] = v.refusal->field;
+      j["refusal"] = v.refusal->message;
+    }
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
 Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to) {
   LONGCTX_TRY(auto ok, check_expressible(p, to));
   (void)ok;
@@ -49,6 +84,7 @@ Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to) {
         out.files[f.name] = f.value.dump(2, ' ', false, nlohmann::json::error_handler_t::replace) + "\n";
         break;
       case ExportFile::Format::Yaml: out.files[f.name] = to_yaml(f.value, f.comment); break;
+      case ExportFile::Format::Text: out.files[f.name] = f.value.get<std::string>(); break;
       case ExportFile::Format::Toml: {
         LONGCTX_TRY(std::string text, to_toml(f.value, f.comment));
         out.files[f.name] = text;

@@ -6,8 +6,11 @@
 // Pure functions of the plan: no file is read or written here (the CLI and the Python
 // package write what export_plan returns).
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
+
+#include <nlohmann/json_fwd.hpp>
 
 #include "common/result.h"
 #include "planner/core/plan.h"
@@ -28,6 +31,20 @@ Result<StackExporter> parse_stack(const std::string& text, const std::string& fi
 // BadInput naming the knob and the stack (or "--stack", for a plan made for another stack)
 // when `to` cannot run the plan without more memory than the plan predicts; ok otherwise.
 Result<bool> check_expressible(const Plan& p, const StackExporter& to);
+
+// Whether one `export --stack` word runs a plan: its refusal (check_expressible's) if not.
+struct ExportVerdict {
+  std::string word;
+  std::optional<Error> refusal;
+};
+// Every stack's verdict on p, in the registry's order (each profile's exporter asked once).
+std::vector<ExportVerdict> export_verdicts(const Plan& p);
+// "arctic; not deepspeed (parallel.loss_tiles), hf (...)": the words that export p, then those
+// that refuse it with the field each names. One line of every plan and max-context answer.
+std::string describe_exports(const Plan& p);
+// [{"stack": "arctic", "exports": true}, {"stack": "hf", "exports": false, "field": ...,
+// "refusal": ...}]: the "exports" block of the JSON answers.
+nlohmann::json exports_json(const Plan& p);
 
 // check_expressible, then every file the stack needs, as text.
 Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to);

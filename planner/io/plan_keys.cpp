@@ -32,9 +32,9 @@ Result<bool> only_known(const nlohmann::json& object, const std::string& section
   return true;
 }
 
-// model_to_json's keys and the config.json spellings model_from_json also reads
-// (planner/core/model_config.cpp, model_config_fields.cpp).
-const Keys kModelKeys = {"name", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
+// model_to_json's keys (the model's source, "_name_or_path", among them) and the config.json
+// spellings model_from_json also reads (planner/core/model_config.cpp, model_config_fields.cpp).
+const Keys kModelKeys = {"name", "_name_or_path", "model_type", "hidden_size", "intermediate_size", "num_hidden_layers",
                          "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                          "tie_word_embeddings", "rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling",
                          "rope_parameters", "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window",

@@ -5,19 +5,20 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/limits.h"
+#include "planner/core/units.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
 #include "planner/search/max_seq.h"
+#include "planner/search/progress.h"
 #include "planner/search/search_space.h"
 
 namespace longctx {
 namespace {
 
-// The ladder's rungs, in the order a practitioner adds techniques; each rung's answer is a
-// floor for the next and for the final answer.
-std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor) {
-  const std::vector<std::vector<Technique>> rungs = {
+// The ladder's rungs, in the order a practitioner adds techniques.
+const std::vector<std::vector<Technique>>& ladder_rungs() {
+  static const std::vector<std::vector<Technique>> rungs = {
       {Technique::Zero3},
       {Technique::Ulysses},
       {Technique::Checkpoint},
@@ -27,9 +28,22 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
       {Technique::Ring},
       {Technique::Zero1, Technique::Zero2, Technique::OffloadOptimizer, Technique::OffloadParams},
   };
+  return rungs;
+}
+
+// The rungs that add a technique `allowed` holds: the ladder's length.
+int rungs_climbed(const TechniqueSet& allowed) {
+  int n = 0;
+  for (const auto& rung : ladder_rungs())
+    n += std::any_of(rung.begin(), rung.end(), [&](Technique t) { return has(allowed, t); }) ? 1 : 0;
+  return n;
+}
+
+// Each rung's answer is a floor for the next and for the final answer.
+std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor) {
   std::vector<LadderRung> out;
   TechniqueSet so_far;
-  for (const auto& rung : rungs) {
+  for (const auto& rung : ladder_rungs()) {
     bool added = false;
     for (Technique t : rung)
       if (has(allowed, t)) {
@@ -40,6 +54,7 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
     const MaxSeq m = max_seq(base, so_far, cache, floor);
     out.push_back({technique_names(so_far), m.tokens, m.binding});
     floor = std::max(floor, m.tokens);
+    search_progress().finish_stage();
   }
   return out;
 }
@@ -134,15 +149,15 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   if (r > 1 && umax < world)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses stops at degree {} of the {} "
                        "GPUs: {})",
-                       shape, tokens, alone.tokens, umax, world,
+                       shape, format_count(tokens), format_count(alone.tokens), umax, world,
                        has(allowed, Technique::Ulysses) ? "the heads' rules" : "Ulysses is not among the techniques allowed "
                                                                               "(or the stack has none)");
   if (r > 1)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
                        "ring's layout holds less at this length)",
-                       shape, tokens, alone.tokens, world);
+                       shape, format_count(tokens), format_count(alone.tokens), world);
   return fmt::format("{}: a ring reaches no further ({} tokens without one; Ulysses up to degree {})", shape,
-                     alone.tokens, umax);
+                     format_count(alone.tokens), umax);
 }
 
 }  // namespace
@@ -166,8 +181,11 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   MaxContextResult r;
   BoundCache cache;
   std::int64_t floor = 0;
+  // The stages a progress line counts: the rungs, the answer, its fastest plan, its layout.
+  search_progress().expect((with_ladder ? rungs_climbed(allowed) : 0) + 3);
   if (with_ladder) r.ladder = ladder(base, allowed, cache, floor);
   MaxSeq top = max_seq(base, allowed, cache, floor);
+  search_progress().finish_stage();
   refine_to_padding(top, allowed);
   r.max_tokens = top.tokens;
   r.granularity = top.grid;
@@ -183,9 +201,11 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   }
   const std::optional<Plan> fastest = fastest_at(base, allowed, top);
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
+  search_progress().finish_stage();
   r.plan = *fastest;
   r.rule = ulysses_rule(r.plan, base, allowed);
   r.layout = layout_reason(r.plan, base, allowed, r.max_tokens, cache);
+  search_progress().finish_stage();
   return r;
 }
 

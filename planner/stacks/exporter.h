@@ -30,9 +30,9 @@ struct StackConfig {
 };
 
 // One file a stack runs a plan with: its content, and the format it is written in (YAML and
-// TOML with `comment` lines above it).
+// TOML with `comment` lines above it; Text: `value` is the file's text, a script).
 struct ExportFile {
-  enum class Format { Json, Yaml, Toml };
+  enum class Format { Json, Yaml, Toml, Text };
   std::string name;
   Format format = Format::Json;
   nlohmann::json value;
@@ -48,6 +48,7 @@ struct StackFiles {
 // One `longctx export --stack WORD`: a stack's writer and its refusals.
 struct StackExporter {
   const char* word;  // "deepspeed", "hf", "arctic", "torchtitan"
+  const char* files;  // what it writes, for `export --help`: "ds_config.json (a DeepSpeed config)"
   // What a plan made for this stack predicts ("transformers alone"): such a plan is exported
   // with this word only. Null: the stack's plans are exported with any word.
   const char* plans_predict;

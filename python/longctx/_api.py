@@ -44,6 +44,10 @@ class NoFit(LongctxError):
 
 _ERRORS = {"bad_input": BadInput, "no_fit": NoFit, "internal": LongctxError}
 
+#: Keys of an answer that are not part of the plan file: the search's summary and the stacks
+#: whose files run the plan.
+_ANSWER_ONLY_KEYS = ("search", "exports")
+
 
 def _answer(result: "tuple[bool, str]") -> str:
     ok, payload = result
@@ -217,9 +221,47 @@ class Plan:
         """The search's summary (configurations evaluated, runners-up, Pareto set), if one ran."""
         return self.data.get("search")
 
+    @property
+    def exports(self) -> List[Dict[str, Any]]:
+        """Which stacks' files run this plan (``longctx export --stack``): one dict a stack, its
+        ``stack`` word, ``exports`` True or False, and when False the ``field`` and ``refusal``."""
+        if "exports" not in self.data:
+            return list(json.loads(_answer(_core.exports(self.to_json(None)))))
+        return list(self.data["exports"])
+
+    @property
+    def exportable_by(self) -> List[str]:
+        """The ``export --stack`` words whose files run this plan."""
+        return [e["stack"] for e in self.exports if e["exports"]]
+
     def to_json(self, indent: Optional[int] = 2) -> str:
-        body = {k: v for k, v in self.data.items() if k != "search"}
+        body = {k: v for k, v in self.data.items() if k not in _ANSWER_ONLY_KEYS}
         return json.dumps(body, indent=indent)
+
+    def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
+        """Writes the plan file (as ``longctx plan -o``), whole or not at all."""
+        path = os.fspath(path)
+        folder = os.path.dirname(os.path.abspath(path))
+        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
+        try:
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write(self.to_json() + "\n")
+                f.flush()
+                os.fsync(f.fileno())
+            os.replace(tmp, path)
+        finally:
+            if os.path.exists(tmp):
+                os.unlink(tmp)
+
+    @staticmethod
+    def load(path: Union[str, "os.PathLike[str]"]) -> "Plan":
+        """The plan file at ``path`` (``longctx plan -o``, ``max-context -o``), checked by the planner."""
+        try:
+            with open(os.fspath(path), encoding="utf-8") as f:
+                text = f.read()
+        except OSError as e:
+            raise BadInput("plan", f"cannot read '{os.fspath(path)}' ({e.strerror}); give a plan file") from None
+        return Plan.from_json(text)
 
     @staticmethod
     def from_json(text: Union[str, bytes, Mapping[str, Any]]) -> "Plan":
@@ -251,7 +293,8 @@ class Plan:
 
     def __repr__(self) -> str:
         p = self.prediction
-        return (f"Plan(model={self.data['model'].get('name', '?')!r}, seq={self.seq}, parallel={self.parallel}, "
+        return (f"Plan(model={self.data['model'].get('name', '?')!r}, seq={self.seq}, "
+                f"micro_batch={self.micro_batch}, parallel={self.parallel}, "
                 f"peak_device_bytes={p.peak_device_bytes}, feasible={p.feasible})")
 
 
@@ -268,6 +311,27 @@ class MaxContext:
     raw: Dict[str, Any] = field(repr=False)
     #: the sequence layout the plan runs (Ulysses, ring, hybrid) and why
     layout: str = ""
+    #: with ``stack="all"``: every stack's answer by its word, a MaxContext or the BadInput
+    #: saying why the stack cannot run the model on this hardware
+    stacks: Dict[str, Union["MaxContext", LongctxError]] = field(default_factory=dict, repr=False)
+
+    @property
+    def exports(self) -> List[Dict[str, Any]]:
+        """Which stacks' files run the plan (:attr:`Plan.exports`)."""
+        return list(self.raw.get("exports", []))
+
+    @staticmethod
+    def _from(j: Mapping[str, Any]) -> "MaxContext":
+        stacks: Dict[str, Union[MaxContext, LongctxError]] = {}
+        for s in j.get("stacks", []):
+            if "refusal" in s:
+                stacks[s["stack"]] = BadInput(s["refusal"]["field"], s["refusal"]["message"])
+            else:
+                stacks[s["stack"]] = MaxContext._from(s)
+        plan = dict(j["plan"])
+        plan["exports"] = j.get("exports", [])
+        return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
+                          Plan(plan), list(j.get("ladder", [])), dict(j), j.get("layout", ""), stacks)
 
 
 def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
@@ -285,14 +349,13 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under
     DeepSpeed ZeRO-3; ``attention``: "flash_attention_2" or "flash_attention_3";
     ``arctic_model``: "liger", Liger's kernels, or "huggingface"). ``stack="torchtitan"``
-    predicts torchtitan's Llama 3 training (FSDP2 across GPUs; one GPU in fp32). Raises
-    BadInput, or NoFit when nothing fits at all."""
+    predicts torchtitan's Llama 3 training (FSDP2 across GPUs; one GPU in fp32). ``stack="all"``
+    answers for longctx's own runtime and fills :attr:`MaxContext.stacks` with every stack's
+    answer (``longctx max-context --stack all``). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, settings)
     if settings:
         raise BadInput(next(iter(settings)), f"is not a setting; the settings are {', '.join(setting_keywords())}")
-    j = json.loads(_answer(_core.max_context(args, _flag("ladder", ladder))))
-    return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
-                      Plan(j["plan"]), list(j.get("ladder", [])), j, j.get("layout", ""))
+    return MaxContext._from(json.loads(_answer(_core.max_context(args, _flag("ladder", ladder)))))
 
 
 def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] = "128K", gpu: str = "h100-80gb",

@@ -15,6 +15,12 @@ counts only what is allocated while it profiles (c10's ProfiledCPUMemoryReporter
 tensors alive before the step starts — parameters, buffers, gradients, optimizer states —
 are added as a measured baseline, each storage once.
 
+The callback refuses (:class:`longctx.BadInput`, naming each) a plan made for another run than
+the Trainer's: its micro-batch (``per_device_train_batch_size``), sequence length (the first
+batch's ``input_ids``), dtype (the model's parameters, and ``bf16`` autocast), gradient
+checkpointing and, for an hf-stack plan, optimizer (``optim``) must be the plan's, since a
+prediction for another step says nothing about this one.
+
 Plan with ``stack="hf"``: the plan then predicts transformers' own step with the Trainer's
 default optimizer (docs/stacks.md). A plan of longctx's own runtime predicts less than
 Hugging Face's modules keep (its SwiGLU and RMSNorm save more activations, eager attention
@@ -30,7 +36,7 @@ from typing import Any, Callable, Dict, List, Optional
 
 from transformers import TrainerCallback
 
-from ._api import Plan
+from ._api import BadInput, Plan
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -51,6 +57,49 @@ def predicted_phase_peaks(plan: Plan) -> Dict[str, int]:
         phase = _phase_of(row["phase"])
         peaks[phase] = max(peaks[phase], int(row["peak_device_bytes"]))
     return peaks
+
+
+_DTYPE_WORDS = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float16": "fp16"}
+
+
+def trainer_differences(plan: Plan, args: Any, model: Any) -> List[str]:
+    """What the Trainer runs that ``plan`` did not predict, one line each ("micro-batch: ..."):
+    the micro-batch, the dtype, gradient checkpointing and, for an hf-stack plan, the optimizer.
+    The sequence length is checked at the first batch (:func:`sequence_difference`)."""
+    train = plan.data["train"]
+    out: List[str] = []
+    if int(args.per_device_train_batch_size) != plan.micro_batch:
+        out.append(f"micro-batch: the Trainer's per_device_train_batch_size is {args.per_device_train_batch_size}, "
+                   f"the plan's train.micro_batch {plan.micro_batch}")
+    dtype = _DTYPE_WORDS.get(str(next(model.parameters()).dtype), str(next(model.parameters()).dtype))
+    if getattr(args, "bf16", False) and dtype != "bf16":
+        dtype = f"{dtype} parameters under bf16 autocast (bf16=True)"
+    if dtype != train.get("dtype"):
+        out.append(f"dtype: the Trainer runs {dtype}, the plan's train.dtype is {train.get('dtype')}")
+    checkpointing = bool(getattr(args, "gradient_checkpointing", False)) or bool(
+        (getattr(args, "fsdp_config", None) or {}).get("activation_checkpointing", False))
+    planned = str(plan.parallel.get("checkpoint", "none")) != "none"
+    if checkpointing != planned:
+        out.append(f"checkpointing: the Trainer's gradient_checkpointing is {checkpointing}, the plan's "
+                   f"parallel.checkpoint is {plan.parallel.get('checkpoint', 'none')}")
+    stack = train.get("stack", {})
+    optim = str(getattr(getattr(args, "optim", None), "value", getattr(args, "optim", "")))
+    if stack.get("name") == "hf" and stack.get("optimizer") and optim != stack["optimizer"]:
+        out.append(f"optimizer: the Trainer's optim is {optim}, the plan's train.stack.optimizer {stack['optimizer']}")
+    return out
+
+
+def sequence_difference(plan: Plan, input_ids: Any) -> Optional[str]:
+    """The line naming a batch's sequence length when it is not the plan's, else None."""
+    seq = int(input_ids.shape[-1])
+    if seq == plan.seq:
+        return None
+    return f"sequence length: the Trainer's batches hold {seq} tokens, the plan's train.seq is {plan.seq}"
+
+
+def _refuse(differences: List[str]) -> None:
+    raise BadInput("plan", "the plan predicts another step than the Trainer runs; re-plan with the Trainer's "
+                           "settings (or set the Trainer's to the plan's): " + "; ".join(differences))
 
 
 @dataclass
@@ -140,10 +189,21 @@ class MemoryReportCallback(TrainerCallback):
 
     # -- Trainer events ----------------------------------------------------------------
     def on_train_begin(self, args, state, control, model=None, optimizer=None, **kwargs):
+        differences = trainer_differences(self.plan, args, model)
+        if differences:
+            _refuse(differences)
         self._model, self._optimizer = model, optimizer
         self._cuda = next(model.parameters()).device.type == "cuda"
+        checked = []
 
-        def before_forward(module, inputs):
+        def before_forward(module, inputs, kwargs):
+            if not checked:
+                ids = kwargs.get("input_ids", inputs[0] if inputs else None)
+                if ids is not None:
+                    checked.append(True)
+                    wrong = sequence_difference(self.plan, ids)
+                    if wrong:
+                        _refuse([wrong])
             if self._measuring and self._phase is None:
                 self._enter("forward")
 
@@ -152,7 +212,8 @@ class MemoryReportCallback(TrainerCallback):
                 self._leave()
                 self._enter("backward")
 
-        self._hooks = [model.register_forward_pre_hook(before_forward), model.register_forward_hook(after_forward)]
+        self._hooks = [model.register_forward_pre_hook(before_forward, with_kwargs=True),
+                       model.register_forward_hook(after_forward)]
 
     def on_step_begin(self, args, state, control, **kwargs):
         import torch

@@ -32,6 +32,7 @@
 #include "planner/core/settings.h"
 #include "planner/search/request.h"
 #include "planner/search/search.h"
+#include "planner/search/stack_answers.h"
 
 namespace nb = nanobind;
 
@@ -79,9 +80,17 @@ Result<Knobs> knobs_from(const std::map<std::string, std::string>& given) {
   return k;
 }
 
+// max-context's answer; with stack "all" every stack's answer under "stacks" (stack_answers.h).
 Answer max_context_answer(const ClusterRequest& a, bool ladder) {
+  if (a.stack == kEveryStack) {
+    const auto all = answer_max_context_per_stack(a, ladder);
+    if (!all.front().answer) return failure(*all.front().refusal);
+    nlohmann::json j = max_context_answer_json(*all.front().answer);
+    j["stacks"] = stack_answers_json(all);
+    return success(j);
+  }
   auto r = answer_max_context(a, ladder);
-  return r ? success(max_context_json(*r)) : failure(r.error());
+  return r ? success(max_context_answer_json(*r)) : failure(r.error());
 }
 
 Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::map<std::string, std::string>& knobs,
@@ -92,6 +101,7 @@ Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::m
   if (!r) return failure(r.error());
   nlohmann::json j = plan_to_json(r->recorded);
   j["search"] = no_search ? no_search_json() : search_summary_json(r->found);
+  j["exports"] = exports_json(r->recorded);
   return success(j);
 }
 
@@ -117,6 +127,12 @@ Answer export_answer(const std::string& plan_json, const std::string& stack_name
   auto e = export_plan(*p, *stack);
   if (!e) return failure(e.error());
   return success({{"files", e->files}, {"approximations", e->approximations}});
+}
+
+// Which stacks' files run the plan (io/export.h exports_json).
+Answer exports_answer(const std::string& plan_json) {
+  auto p = plan_of(plan_json);
+  return p ? success(exports_json(*p)) : failure(p.error());
 }
 
 // `longctx compare --json`'s answer: the plan's peaks beside a measured trace's (a longctx
@@ -183,6 +199,7 @@ NB_MODULE(_core, m) {
         nb::call_guard<nb::gil_scoped_release>());
   m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
   m.def("export", &export_answer, nb::arg("plan_json"), nb::arg("stack"));
+  m.def("exports", &exports_answer, nb::arg("plan_json"));
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("request"));
   m.def("models", &longctx::model_preset_names);

@@ -210,3 +210,39 @@ def test_a_deeply_nested_plan_is_refused_not_a_crash():
     assert not ok and "64 levels" in json.loads(payload)["message"]
     with pytest.raises(longctx.BadInput):
         longctx.Plan.from_json(deep)
+
+
+def test_every_stacks_answer_equals_the_clis_and_says_who_exports_it(tmp_path):
+    """max_context(stack="all") is `max-context --stack all`: longctx's own answer, then each
+    stack's longest context or why it cannot run the model there; every plan says which
+    stacks' files run it, and `-o` writes each stack's plan file beside the first."""
+    answer = longctx.max_context("tiny-gqa", gpus=2, gpu="cpu", stack="all", ladder=False)
+    out = tmp_path / "plan.json"
+    cli = cli_json("max-context", "--model", "tiny-gqa", "--gpus", "2", "--gpu", "cpu", "--stack", "all", "--no-ladder",
+                   "-o", str(out))
+    assert answer.max_tokens == cli["max_tokens"]
+    assert [e["stack"] for e in answer.exports] == ["deepspeed", "hf", "arctic", "torchtitan"]
+    assert set(answer.stacks) == {"longctx", "hf", "arctic", "torchtitan"}
+    for entry in cli["stacks"]:
+        mine = answer.stacks[entry["stack"]]
+        if "refusal" in entry:
+            assert isinstance(mine, longctx.BadInput) and mine.field == entry["refusal"]["field"]
+            assert not (tmp_path / f"plan.{entry['stack']}.json").exists()
+        else:
+            assert mine.max_tokens == entry["max_tokens"]
+            assert mine.plan.exportable_by == [e["stack"] for e in entry["exports"] if e["exports"]]
+            if entry["stack"] != "longctx":
+                written = longctx.Plan.load(tmp_path / f"plan.{entry['stack']}.json")
+                assert written.data["train"]["stack"]["name"] == entry["stack"]
+                assert written.seq == entry["max_tokens"] or written.seq == entry["plan"]["train"]["seq"]
+    assert longctx.Plan.load(out).seq == cli["plan"]["train"]["seq"]
+    with pytest.raises(longctx.BadInput, match="cannot read"):
+        longctx.Plan.load(tmp_path / "missing.json")
+
+
+def test_a_plans_repr_shows_its_micro_batch_and_its_exports_are_asked_of_the_planner():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=1024, no_search=True, techniques="none", micro_batch=2)
+    assert "micro_batch=2" in repr(plan)
+    assert "exports" not in json.loads(plan.to_json())  # the answer's, not the plan file's
+    again = longctx.Plan.from_json(plan.to_json())
+    assert again.exportable_by == plan.exportable_by and again.exports == plan.exports

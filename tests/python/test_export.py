@@ -129,10 +129,12 @@ def test_hf_training_arguments_construct_and_accelerate_reads_its_config(tmp_pat
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
     out = tmp_path / "hf"
     export(make_plan(tmp_path, "--sharding", "zero2", "--offload-optimizer", "--checkpoint", "every:2"), "hf", out)
-    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "ds_config.json", "training_args.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "ds_config.json", "launch.sh",
+                                                     "training_args.json"]
     args = json.loads((out / "training_args.json").read_text())
-    assert args["deepspeed"] == "ds_config.json" and args["gradient_checkpointing"] is True
     ds = json.loads((out / "ds_config.json").read_text())
+    # The config itself, not a path the Trainer would open from the folder it runs in.
+    assert args["deepspeed"] == ds and args["gradient_checkpointing"] is True
     check_deepspeed_keys(ds)
     assert ds["zero_optimization"]["stage"] == 2 and ds["train_micro_batch_size_per_gpu"] == "auto"
     # In a process of its own: with `deepspeed` set, TrainingArguments turns on DeepSpeed
@@ -193,7 +195,7 @@ def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):
         "--attention", "eager", "--checkpoint", "full", "--hf-checkpointing", "reentrant", "-o", str(plan))
     out = tmp_path / "hf"
     run = export(plan, "hf", out)
-    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "training_args.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "launch.sh", "training_args.json"]
     assert 'attn_implementation="eager"' in run.stdout + run.stderr
     args = json.loads((out / "training_args.json").read_text())
     assert "deepspeed" not in args and args["gradient_checkpointing_kwargs"] == {"use_reentrant": True}
@@ -215,7 +217,7 @@ def test_an_hf_stack_plan_with_trls_loss_exports_an_sft_config_trl_reads(tmp_pat
         "--stack", "hf", "--hf-loss", "trl-chunked-nll", "--checkpoint", "full", "--offload-checkpoints", "-o", str(plan))
     out = tmp_path / "trl"
     export(plan, "hf", out)
-    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "sft_config.json"]
+    assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "launch.sh", "sft_config.json"]
     args = json.loads((out / "sft_config.json").read_text())
     args["output_dir"] = str(tmp_path / "run")
     assert args["bf16"] is True
@@ -264,7 +266,7 @@ def test_the_python_package_exports_what_the_cli_writes(tmp_path):
     plan = longctx.Plan.from_json(plan_path.read_text())
     with pytest.warns(UserWarning, match="approximation: parallel.loss_tiles"):
         files = plan.export("arctic")
-    assert files == {"arctic_recipe.yaml": out.read_text()}
+    assert sorted(files) == ["arctic_recipe.yaml", "launch.sh"] and files["arctic_recipe.yaml"] == out.read_text()
     with pytest.raises(longctx.BadInput, match="stack"):
         plan.export("megatron")
 

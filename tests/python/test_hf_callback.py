@@ -53,3 +53,37 @@ def test_the_callback_reports_measured_beside_predicted_for_each_phase(tmp_path)
         assert r.measured_bytes >= 3 * params
     assert rows["backward"].measured_bytes >= 4 * params
     assert "measured" in reports[0] and "predicted" in reports[0]
+
+
+def test_the_callback_refuses_a_plan_of_another_step_naming_what_differs(tmp_path):
+    """A plan searched at another micro-batch, or with checkpointing the Trainer does not run,
+    predicts another step: the callback refuses it before training, naming each difference."""
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=SEQ)
+    model = transformers.LlamaForCausalLM(config)
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=SEQ, no_search=True, techniques="checkpoint",
+                        micro_batch=2, checkpoint="full")
+    assert "micro_batch=2" in repr(plan)
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1,
+                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=RandomTokens(config.vocab_size, 4),
+                                   callbacks=[MemoryReportCallback(plan)])
+    with pytest.raises(longctx.BadInput) as refused:
+        trainer.train()
+    message = str(refused.value)
+    assert "micro-batch" in message and "per_device_train_batch_size is 1" in message
+    assert "checkpointing" in message
+    assert "dtype" not in message  # fp32 both
+
+
+def test_the_callback_refuses_batches_of_another_length(tmp_path):
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=2 * SEQ)
+    model = transformers.LlamaForCausalLM(config)
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=2 * SEQ, no_search=True, techniques="none")
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1,
+                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no")
+    trainer = transformers.Trainer(model=model, args=args, train_dataset=RandomTokens(config.vocab_size, 4),
+                                   callbacks=[MemoryReportCallback(plan)])
+    with pytest.raises(longctx.BadInput, match=f"batches hold {SEQ} tokens, the plan's train.seq is {2 * SEQ}"):
+        trainer.train()

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <map>
 
 #include "planner/io/export.h"
 #include "planner/stacks/arctic/export.h"
 #include "planner/stacks/blocks/deepspeed_config.h"
 #include "planner/stacks/hf/export.h"
+#include "planner/stacks/launch_script.h"
 #include "planner/stacks/longctx/export.h"
+#include "planner/stacks/profile.h"
 #include "planner/io/toml_text.h"
 #include "planner/io/yaml_text.h"
 #include "test_plans.h"
@@ -199,11 +202,68 @@ TEST(Export, HfPicksFsdp2ForPlainZero3AndDeepSpeedOtherwise) {
   EXPECT_FALSE(hf_uses_fsdp2(p));
   files = export_plan(p, kHfExporter).value().files;
   EXPECT_EQ(files.count(kDeepSpeedConfigFile), 1u);
-  EXPECT_EQ(hf_training_arguments(p).value["deepspeed"], kDeepSpeedConfigFile);
+  // The config itself: a file name would be opened from wherever the Trainer runs.
+  EXPECT_EQ(hf_training_arguments(p).value["deepspeed"], deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value);
   const auto accel = accelerate_config(p).value;
   EXPECT_EQ(accel["distributed_type"], "DEEPSPEED");
   EXPECT_EQ(accel["deepspeed_config"]["zero3_init_flag"], true);
   EXPECT_EQ(deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value["train_micro_batch_size_per_gpu"], "auto");
+}
+
+TEST(Export, EveryStackWritesALaunchScriptThatFindsItsFilesBesideIt) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::Zero3;
+  p.cluster.expandable_segments = true;
+  p.model.source = "meta-llama/Llama-3.2-1B";
+  for (const StackProfile* s : stack_profiles()) {
+    Plan q = p;
+    q.train.stack = s->defaults;  // each stack's own plan exports with its own word
+    const auto e = export_plan(q, *s->exporter);
+    ASSERT_TRUE(e) << s->name << ": " << e.error().what();
+    ASSERT_EQ(e->files.count(kLaunchScriptFile), 1u) << s->name;
+    const std::string& script = e->files.at(kLaunchScriptFile);
+    EXPECT_EQ(script.rfind("#!/usr/bin/env bash\n", 0), 0u);
+    EXPECT_NE(script.find("here=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\""), std::string::npos);
+    // Every other file it writes is named from the script's folder.
+    for (const auto& [name, text] : e->files)
+      if (name != kLaunchScriptFile && name != kDeepSpeedConfigFile)
+        EXPECT_NE(script.find("$here/" + name), std::string::npos) << s->name << " " << name;
+    EXPECT_NE(script.find("export PYTORCH_CUDA_ALLOC_CONF=\"${PYTORCH_CUDA_ALLOC_CONF:-expandable_segments:True}\""),
+              std::string::npos) << s->name;
+    EXPECT_NE(script.find("-ne 8 ]"), std::string::npos) << s->name;  // the plan's world, guarded
+  }
+  p.cluster.expandable_segments = false;
+  const auto ds = export_plan(p, kDeepSpeedExporter).value().files.at(kLaunchScriptFile);
+  EXPECT_EQ(ds.find("PYTORCH_CUDA_ALLOC_CONF"), std::string::npos);
+  EXPECT_NE(ds.find("MODEL=\"${MODEL:-meta-llama/Llama-3.2-1B}\""), std::string::npos);
+  EXPECT_NE(ds.find("--deepspeed_config \"$here/ds_config.json\""), std::string::npos);
+  // A model read from a folder is loaded from that folder; without a source, by its name.
+  p.model.source = "/models/my \"llama\"";
+  EXPECT_NE(export_plan(p, kDeepSpeedExporter).value().files.at(kLaunchScriptFile).find(
+                "MODEL=\"${MODEL:-/models/my \\\"llama\\\"}\""),
+            std::string::npos);
+  p.model.source.clear();
+  EXPECT_EQ(arctic_recipe(p).value["model"]["name_or_path"], p.model.name);
+}
+
+TEST(Export, VerdictsSayWhichStacksExportAPlanAndWhyTheOthersRefuse) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::Zero3;
+  p.parallel.ulysses = 8;
+  p.parallel.loss_tiles = 4;
+  const auto verdicts = export_verdicts(p);
+  ASSERT_EQ(verdicts.size(), stack_profiles().size());
+  std::map<std::string, std::string> refused;
+  for (const auto& v : verdicts)
+    if (v.refusal) refused[v.word] = v.refusal->field;
+  EXPECT_EQ(refused.at("deepspeed"), "parallel.loss_tiles");  // no loss setting in a DeepSpeed config
+  EXPECT_EQ(refused.count("torchtitan"), 1u);  // no Ulysses (and Llama 3.2 1B's tied embeddings across GPUs)
+  EXPECT_EQ(refused.count("arctic"), 0u);
+  EXPECT_EQ(refused.count("hf"), 0u);
+  EXPECT_EQ(describe_exports(p).rfind("hf, arctic; not deepspeed (parallel.loss_tiles), torchtitan (", 0), 0u)
+      << describe_exports(p);
+  p.parallel.head_chunk = 1;  // no stack runs head-chunked attention
+  EXPECT_EQ(describe_exports(p).rfind("none: not ", 0), 0u) << describe_exports(p);
 }
 
 TEST(Export, ParseStackNamesTheField) {

@@ -39,6 +39,17 @@ TEST(Units, FormatsRoundTrip) {
   EXPECT_EQ(format_tokens(131072), "128K");
   EXPECT_EQ(format_tokens(3 * 1048576), "3M");
   EXPECT_EQ(format_tokens(1000), "1000");
+  // One compact form: M from 2^20 on (never "12864K"), K below.
+  EXPECT_EQ(format_tokens(12864 * 1024), "12.56M");
+  EXPECT_EQ(format_tokens(1536), "1.5K");
+  EXPECT_EQ(format_count(12877824), "12,877,824");
+  EXPECT_EQ(format_count(999), "999");
+  EXPECT_EQ(format_count(-1000), "-1,000");
+  EXPECT_EQ(describe_tokens(12877824), "12,877,824 tokens (12.28M; M = 1,048,576)");
+  EXPECT_EQ(describe_tokens(131072), "131,072 tokens (128K; K = 1,024)");
+  EXPECT_EQ(describe_tokens(1000), "1,000 tokens");
+  EXPECT_EQ(format_parameters(8030261248), "8.03B");
+  EXPECT_EQ(format_parameters(109184), "109.2K");  // a tiny model is not "0.00B"
   EXPECT_EQ(format_bytes(512), "512 B");
   EXPECT_EQ(format_bytes(80LL << 30), "80.00 GiB");
 }

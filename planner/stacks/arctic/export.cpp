@@ -4,6 +4,7 @@
 #include <fmt/format.h>
 
 #include "planner/stacks/blocks/deepspeed_config.h"
+#include "planner/stacks/launch_script.h"
 
 namespace longctx {
 
@@ -39,15 +40,30 @@ void add_runtime_plan_notes(const Plan& p, std::vector<std::string>& notes) {
                                 arctic_mlp_shards(p), par.mlp_tiles));
 }
 
+// ArcticTraining's launcher (arctic_training/cli.py main): the recipe, then the deepspeed
+// runner's arguments, which it passes on (deepspeed/launcher/runner.py parse_args).
+LaunchSpec launch() {
+  return {.launcher = "arctic_training",
+          .usage = "[DEEPSPEED_ARGS...]",
+          .about = {"the recipe beside it names the model (model.name_or_path) and the data (data.sources)"},
+          .setup = deepspeed_node_setup(),
+          .command = {fmt::format("arctic_training \"$here/{}\"", kArcticRecipeFile),
+                      "${DEEPSPEED_NODES[@]+\"${DEEPSPEED_NODES[@]}\"}", "--num_nodes \"$NNODES\"",
+                      "--num_gpus \"$GPUS_PER_NODE\"", "--master_addr \"$MASTER_ADDR\"", "--master_port \"$MASTER_PORT\"",
+                      "\"$@\""},
+          .takes_model = false};
+}
+
 StackFiles write(const Plan& p) {
   StackConfig recipe = arctic_recipe(p);
-  const std::vector<std::string> comment = {
-      export_header(p, "arctic"),
-      fmt::format("model.name_or_path: the plan's model name '{}'; replace it with that model's Hugging Face id "
-                  "or checkpoint folder",
-                  p.model.name),
-      "data.sources: replace DATASET with the training data (a Hugging Face dataset name or path)"};
-  return {.files = {{kArcticRecipeFile, ExportFile::Format::Yaml, std::move(recipe.value), comment}},
+  std::vector<std::string> comment = {export_header(p, "arctic")};
+  if (p.model.source.empty())
+    comment.push_back(fmt::format("model.name_or_path: the plan's model name '{}'; replace it with that model's "
+                                  "Hugging Face id or checkpoint folder",
+                                  p.model.name));
+  comment.push_back("data.sources: replace DATASET with the training data (a Hugging Face dataset name or path)");
+  return {.files = {{kArcticRecipeFile, ExportFile::Format::Yaml, std::move(recipe.value), comment},
+                    launch_script(p, "arctic", launch())},
           .approximations = std::move(recipe.approximations)};
 }
 
@@ -55,6 +71,7 @@ StackFiles write(const Plan& p) {
 
 const StackExporter kArcticExporter = {
     .word = "arctic",
+    .files = "arctic_recipe.yaml (an ArcticTraining recipe)",
     .plans_predict = "ArcticTraining",
     .check = check,
     .write = write,
@@ -79,7 +96,7 @@ StackConfig arctic_recipe(const Plan& p) {
       {"deepspeed", deepspeed},
       {"model",
        {{"type", arctic_plan ? to_string(p.train.stack.arctic_model) : par.loss_tiles > 1 ? "liger" : "huggingface"},
-        {"name_or_path", p.model.name},
+        {"name_or_path", model_to_load(p)},
         {"dtype", dtype_name(p.train.dtype)},
         {"attn_implementation", arctic_plan ? to_string(p.train.stack.attention) : "sdpa"},
         {"disable_activation_checkpoint", !par.checkpoint.any()}}},

@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "planner/stacks/blocks/deepspeed_config.h"
+#include "planner/stacks/launch_script.h"
 
 namespace longctx {
 
@@ -83,8 +84,34 @@ void runtime_plan_arguments(const Plan& p, StackConfig& c) {
                         {"reshard_after_forward", true},
                         {"activation_checkpointing", par.checkpoint.any()}};
   } else {
-    j["deepspeed"] = kDeepSpeedConfigFile;
+    // The config itself, not its file name, which the Trainer would open from the folder it
+    // runs in (TrainingArguments.deepspeed takes "a path or an already loaded json file as a
+    // dict": transformers/training_args.py; HfTrainerDeepSpeedConfig reads either).
+    j["deepspeed"] = deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value;
   }
+}
+
+// accelerate's launcher (accelerate/commands/launch.py launch_command_parser) on the user's
+// Trainer script: the config file, and the machines and rendezvous from the parameters, which
+// take precedence over the file's (_validate_launch_command fills only what is not given).
+LaunchSpec launch(const Plan& p) {
+  const char* args = exports_sft_config(p) ? kSftConfigFile : kTrainingArgumentsFile;
+  LaunchSpec s{.launcher = "accelerate launch",
+               .usage = "TRAIN.py [ARGS...]",
+               .about = {fmt::format("TRAIN.py: your Trainer script; it finds its arguments in $LONGCTX_TRAINING_ARGS "
+                                     "(this folder's {}: HfArgumentParser(...).parse_json_file) and the model in "
+                                     "$LONGCTX_MODEL",
+                                     args)},
+               .setup = {fmt::format("export LONGCTX_TRAINING_ARGS=\"$here/{}\"", args), "export LONGCTX_MODEL=\"$MODEL\""},
+               .command = {"accelerate launch", fmt::format("--config_file \"$here/{}\"", kAccelerateConfigFile)},
+               .takes_script = true};
+  if (!hf_uses_fsdp2(p) && !hf_plan(p))
+    s.command.push_back(fmt::format("--deepspeed_config_file \"$here/{}\"", kDeepSpeedConfigFile));
+  for (const char* word : {"--num_machines \"$NNODES\"", "--num_processes \"$((NNODES * GPUS_PER_NODE))\"",
+                           "--machine_rank \"$NODE_RANK\"", "--main_process_ip \"$MASTER_ADDR\"",
+                           "--main_process_port \"$MASTER_PORT\"", "\"$@\""})
+    s.command.push_back(word);
+  return s;
 }
 
 StackFiles write(const Plan& p) {
@@ -98,6 +125,7 @@ StackFiles write(const Plan& p) {
   if (!hf_uses_fsdp2(p) && !hf_plan(p))
     out.files.push_back({kDeepSpeedConfigFile, ExportFile::Format::Json,
                          deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value, {}});
+  out.files.push_back(launch_script(p, "hf", launch(p)));
   return out;
 }
 
@@ -105,6 +133,7 @@ StackFiles write(const Plan& p) {
 
 const StackExporter kHfExporter = {
     .word = "hf",
+    .files = "training_args.json (TrainingArguments; sft_config.json for TRL's chunked loss), accelerate_config.yaml and, under DeepSpeed, ds_config.json",
     .plans_predict = "transformers alone",
     .check = check,
     .write = write,

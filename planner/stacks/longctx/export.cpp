@@ -3,6 +3,7 @@
 #include "planner/stacks/longctx/export.h"
 
 #include "planner/stacks/blocks/deepspeed_config.h"
+#include "planner/stacks/launch_script.h"
 
 namespace longctx {
 
@@ -20,9 +21,27 @@ constexpr ExportRefusal kRefusals[] = {
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "deepspeed", kRefusals); }
 
+// The deepspeed runner (deepspeed/launcher/runner.py parse_args) on the user's script, which
+// reads the config through deepspeed.add_config_arguments' --deepspeed_config.
+LaunchSpec launch(const Plan&) {
+  LaunchSpec s{.launcher = "deepspeed",
+               .usage = "TRAIN.py [ARGS...]",
+               .about = {"TRAIN.py: your DeepSpeed training script; it gets --deepspeed_config (this folder's "
+                         "ds_config.json) and finds the model in $LONGCTX_MODEL"},
+               .setup = deepspeed_node_setup(),
+               .command = {"deepspeed", "${DEEPSPEED_NODES[@]+\"${DEEPSPEED_NODES[@]}\"}", "--num_nodes \"$NNODES\"",
+                           "--num_gpus \"$GPUS_PER_NODE\"", "--master_addr \"$MASTER_ADDR\"",
+                           "--master_port \"$MASTER_PORT\"", "\"$1\"", "--deepspeed_config \"$here/ds_config.json\"",
+                           "\"${@:2}\""},
+               .takes_script = true};
+  s.setup.push_back("export LONGCTX_MODEL=\"$MODEL\"");
+  return s;
+}
+
 StackFiles write(const Plan& p) {
   StackConfig ds = deepspeed_config(p, DeepSpeedLauncher::Script);
-  return {.files = {{kDeepSpeedConfigFile, ExportFile::Format::Json, std::move(ds.value), {}}},
+  return {.files = {{kDeepSpeedConfigFile, ExportFile::Format::Json, std::move(ds.value), {}},
+                    launch_script(p, "deepspeed", launch(p))},
           .approximations = std::move(ds.approximations)};
 }
 
@@ -30,6 +49,7 @@ StackFiles write(const Plan& p) {
 
 const StackExporter kDeepSpeedExporter = {
     .word = "deepspeed",
+    .files = "ds_config.json (a DeepSpeed config of longctx's own plans, for your DeepSpeed script)",
     .plans_predict = nullptr,  // longctx's plans run on longctx's runtime: any stack may run them
     .check = check,
     .write = write,

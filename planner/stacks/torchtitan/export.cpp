@@ -4,6 +4,7 @@
 
 #include <fmt/format.h>
 
+#include "planner/stacks/launch_script.h"
 #include "planner/stacks/torchtitan/models.h"
 
 namespace longctx {
@@ -150,9 +151,24 @@ std::vector<std::string> job_comment(const Plan& p) {
   return comment;
 }
 
+// torchrun (torch/distributed/run.py get_args_parser) on torchtitan's trainer module
+// (torchtitan/train.py), with the job file and the model's assets folder.
+LaunchSpec launch() {
+  return {.launcher = "torchrun",
+          .usage = "[TORCHTITAN_ARGS...]",
+          .about = {"MODEL: the folder of the model's tokenizer files (model.hf_assets_path; torchtitan reads no "
+                    "Hub id: fetch them with its scripts/download_hf_assets.py --repo_id ID --assets tokenizer)"},
+          .setup = {},
+          .command = {"torchrun", "--nnodes \"$NNODES\"", "--nproc-per-node \"$GPUS_PER_NODE\"",
+                      "--node-rank \"$NODE_RANK\"", "--master-addr \"$MASTER_ADDR\"", "--master-port \"$MASTER_PORT\"",
+                      "-m torchtitan.train", fmt::format("--job.config_file \"$here/{}\"", kTorchtitanJobFile),
+                      "--model.hf_assets_path \"$MODEL\"", "\"$@\""}};
+}
+
 StackFiles write(const Plan& p) {
   StackConfig job = torchtitan_job(p);
-  return {.files = {{kTorchtitanJobFile, ExportFile::Format::Toml, std::move(job.value), job_comment(p)}},
+  return {.files = {{kTorchtitanJobFile, ExportFile::Format::Toml, std::move(job.value), job_comment(p)},
+                    launch_script(p, "torchtitan", launch())},
           .approximations = std::move(job.approximations)};
 }
 
@@ -160,6 +176,7 @@ StackFiles write(const Plan& p) {
 
 const StackExporter kTorchtitanExporter = {
     .word = "torchtitan",
+    .files = "torchtitan_job.toml (a torchtitan 0.2.2 job file)",
     .plans_predict = "torchtitan",
     .check = check,
     .write = write,

@@ -1,0 +1,45 @@
+#include "planner/search/stack_answers.h"
+
+#include <nlohmann/json.hpp>
+
+#include "planner/io/export.h"
+#include "planner/stacks/profile.h"
+
+namespace longctx {
+
+std::vector<StackAnswer> answer_max_context_per_stack(const ClusterRequest& r, bool with_ladder,
+                                                      const StackProgress& progress) {
+  std::vector<StackAnswer> out;
+  for (const StackProfile* s : stack_profiles()) {
+    if (progress) progress(out.size(), stack_profiles().size(), s->name);
+    ClusterRequest one = r;
+    one.stack = s->name;
+    auto a = answer_max_context(one, with_ladder && out.empty());
+    if (a) out.push_back({s->name, std::move(*a), std::nullopt});
+    else out.push_back({s->name, std::nullopt, a.error()});
+  }
+  return out;
+}
+
+nlohmann::json max_context_answer_json(const MaxContextResult& r) {
+  nlohmann::json j = max_context_json(r);
+  j["exports"] = exports_json(r.plan);
+  return j;
+}
+
+nlohmann::json stack_answers_json(const std::vector<StackAnswer>& all) {
+  nlohmann::json out = nlohmann::json::array();
+  for (const StackAnswer& a : all) {
+    if (!a.answer) {
+      out.push_back({{"stack", a.stack}, {"refusal", {{"field", a.refusal->field}, {"message", a.refusal->message}}}});
+      continue;
+    }
+    nlohmann::json j = max_context_answer_json(*a.answer);
+    j.erase("ladder");
+    j["stack"] = a.stack;
+    out.push_back(std::move(j));
+  }
+  return out;
+}
+
+}  // namespace longctx
