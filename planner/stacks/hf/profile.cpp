@@ -36,6 +36,7 @@ const StackProfile kHfProfile = {
       if (p.cluster.shape.world() > 1) return KeptGrads{DType::FP32, " (FSDP2's sharded gradients)"};
       return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
     },
+    .conform = hf::conform,
     .validate = hf::validate,
     .describe =
         [](const StackSpec& s) {
