@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/knobs.h"
+#include "planner/core/units.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/plan.h"
 #include "planner/search/request.h"
@@ -162,7 +163,7 @@ TEST(RingLayout, MaxContextPastTheHeadCapChoosesARingAndSaysWhy) {
   EXPECT_EQ(without->plan.parallel.ring, 1);
   EXPECT_LE(without->plan.parallel.ulysses, 32);
   EXPECT_NE(with->layout.find("ring"), std::string::npos) << with->layout;
-  EXPECT_NE(with->layout.find(std::to_string(without->max_tokens)), std::string::npos) << with->layout;
+  EXPECT_NE(with->layout.find(format_count(without->max_tokens)), std::string::npos) << with->layout;
   // The ladder's rungs leave bounds behind that only hold above their floors: the answer
   // and its layout line are the same with the ladder as without it.
   const auto laddered = answer_max_context(cluster("llama-3.1-8b", 64), /*with_ladder=*/true);

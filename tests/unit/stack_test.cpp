@@ -62,8 +62,9 @@ TEST(HfStack, RefusesWhatItCannotExpressNamingTheOption) {
       {"--mlp-tiles", [](PlanRequest& r) { r.knobs.mlp_tiles = 2; }},
       {"--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},
       {"--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::every_k(2); }},
-      // Across GPUs it runs accelerate's FSDP2 (hf_distributed_test.cpp), not replicas.
-      {"--sharding", [](PlanRequest& r) { r.cluster.gpus = 2; }},
+      // Across GPUs it runs accelerate's FSDP2 (hf_distributed_test.cpp), not replicas: a
+      // sharding other than zero3 there is refused (left out, its profile decides zero3).
+      {"--sharding", [](PlanRequest& r) { r.cluster.gpus = 2; r.knobs.sharding = Sharding::Zero1; }},
       {"--grad-dtype", [](PlanRequest& r) { r.cluster.grad_dtype = "bf16"; }},
   };
   for (const auto& [field, edit] : cases) {

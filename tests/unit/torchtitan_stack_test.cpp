@@ -12,6 +12,7 @@
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/longctx/export.h"
 #include "planner/stacks/torchtitan/export.h"
+#include "planner/stacks/launch_script.h"
 #include "planner/footprint/step_shapes.h"
 #include "planner/footprint/torchtitan.h"
 #include "planner/core/param_layout.h"
@@ -166,7 +167,9 @@ TEST(TorchtitanStack, ExportsItsJobFileAndOnlyThat) {
   const Plan p = answer_plan(r).value().recorded;
   const auto files = export_plan(p, kTorchtitanExporter);
   ASSERT_TRUE(files.ok()) << files.error().message;
-  ASSERT_EQ(files.value().files.size(), 1u);
+  // Its job file and the torchrun script that launches it (launch_script.h), nothing else.
+  ASSERT_EQ(files.value().files.size(), 2u);
+  EXPECT_EQ(files.value().files.count(kLaunchScriptFile), 1u);
   const std::string& toml = files.value().files.at(kTorchtitanJobFile);
   EXPECT_NE(toml.find("[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"2\"\n"), std::string::npos) << toml;
   EXPECT_NE(toml.find("seq_len = 1024\n"), std::string::npos) << toml;
