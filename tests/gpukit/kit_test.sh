@@ -61,7 +61,7 @@ echo "configured from the kit: $(elapsed)"
 import json, os, shlex, subprocess, sys
 db, prefix, root = sys.argv[1:4]
 # One translation unit for each of the kit's header packages that a GPU check compiles.
-wanted = ["planner/graph/step_graph.cpp", "cli/main.cpp", "tests/unit/units_test.cpp", "runtime/src/process_group.cpp"]
+wanted = ["planner/graph/step_graph.cpp", "cli/longctx/main.cpp", "tests/unit/units_test.cpp", "runtime/src/process_group.cpp"]
 entries = {os.path.relpath(e["file"], root): e for e in json.load(open(db))}
 headers = set()
 for unit in wanted:
