@@ -75,12 +75,14 @@ def _flag(name: str, value: Any) -> bool:
 
 
 def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = False) -> Optional[int]:
-    """An int in 1..high (bool is not a count); None where `optional`."""
+    """An int (bool is not a count) of at most `high` in size; None where `optional`. Its range
+    (1 or more) is the planner's rule, refused there naming the flag as the command line does;
+    sizes the binding cannot carry are refused here."""
     if value is None and optional:
         return None
     if isinstance(value, bool) or not isinstance(value, int):
         raise BadInput(name, f"{value!r} is not a count; give an int of 1 or more")
-    if not 1 <= value <= high:
+    if not -high <= value <= high:
         raise BadInput(name, f"{value} is outside 1..{high}")
     return value
 
