@@ -28,7 +28,7 @@ ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t a
   if (p.cluster.hardware.backend == Backend::Cuda) {
     // Over budget as allocated is over as reserved, which is never less.
     if (verdict_only && over_budget_as_allocated(p, allocated_peak)) return {allocated_peak, -1, false, false};
-    const ReservedReplay r = replay_reserved(g, allocator_settings(p), {.stop_at_failure = verdict_only});
+    const ReservedReplay r = replay_reserved(g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
     f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
          !verdict_only || r.failed_requests == 0};

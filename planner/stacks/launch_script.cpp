@@ -4,6 +4,8 @@
 
 #include <fmt/format.h>
 
+#include "planner/io/quoted_text.h"
+
 namespace longctx {
 
 std::string model_to_load(const Plan& p) { return p.model.source.empty() ? p.model.name : p.model.source; }
@@ -15,7 +17,8 @@ std::vector<std::string> deepspeed_node_setup() {
 
 namespace {
 
-// `s` inside a double-quoted ${VAR:-s}: the characters bash expands there escaped.
+// `s` inside a double-quoted ${VAR:-s}: the characters bash expands there escaped. Callers
+// pass names through comment_text first, so the script stays UTF-8 and one line a parameter.
 std::string shell_default(const std::string& s) {
   std::string out;
   for (char c : s) {
@@ -33,7 +36,7 @@ std::vector<std::string> parameters(const Plan& p, const LaunchSpec& s) {
           "NODE_RANK=\"${NODE_RANK:-0}\"",
           "MASTER_ADDR=\"${MASTER_ADDR:-127.0.0.1}\"",
           "MASTER_PORT=\"${MASTER_PORT:-29500}\""};
-  if (s.takes_model) out.push_back(fmt::format("MODEL=\"${{MODEL:-{}}}\"", shell_default(model_to_load(p))));
+  if (s.takes_model) out.push_back(fmt::format("MODEL=\"${{MODEL:-{}}}\"", shell_default(comment_text(model_to_load(p)))));
   return out;
 }
 
@@ -51,14 +54,14 @@ std::vector<std::string> world_guard(const Plan& p) {
 
 ExportFile launch_script(const Plan& p, const char* word, const LaunchSpec& s) {
   std::string t = "#!/usr/bin/env bash\n";
-  t += fmt::format("# {}\n", export_header(p, word));
+  t += fmt::format("# {}\n", comment_text(export_header(p, word)));
   t += fmt::format("# Launches the plan with {}. Run it on each of the NNODES nodes with the same MASTER_ADDR and\n"
                    "# MASTER_PORT (node 0's) and that node's NODE_RANK; the defaults are the plan's:\n"
                    "#   [NNODES=..] [GPUS_PER_NODE=..] [NODE_RANK=..] [MASTER_ADDR=..] [MASTER_PORT=..]{} \\\n"
                    "#     bash launch.sh {}\n"
                    "# The files beside it are found from any folder.\n",
                    s.launcher, s.takes_model ? " [MODEL=..]" : "", s.usage);
-  for (const std::string& line : s.about) t += "# " + line + "\n";
+  for (const std::string& line : s.about) t += "# " + comment_text(line) + "\n";
   t += "set -euo pipefail\nhere=\"$(cd \"$(dirname \"${BASH_SOURCE[0]}\")\" && pwd)\"\n";
   for (const std::string& line : parameters(p, s)) t += line + "\n";
   for (const std::string& line : world_guard(p)) t += line + "\n";
