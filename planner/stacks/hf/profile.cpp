@@ -6,6 +6,7 @@
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/hf/validate.h"
 #include "planner/footprint/communication.h"
+#include "planner/stacks/blocks/fsdp2_sharding.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/hf/step.h"
 
@@ -36,7 +37,7 @@ const StackProfile kHfProfile = {
       if (p.cluster.shape.world() > 1) return KeptGrads{DType::FP32, " (FSDP2's sharded gradients)"};
       return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
     },
-    .conform = hf::conform,
+    .conform = step::blocks::conform_fsdp2_sharding,
     .validate = hf::validate,
     .describe =
         [](const StackSpec& s) {

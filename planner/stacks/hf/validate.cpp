@@ -70,9 +70,4 @@ Result<bool> validate(const Plan& p) {
   return check_scores(p);
 }
 
-// (No product of the cluster's sizes: probes run before validate() bounds them.)
-void conform(const ModelConfig&, const Cluster& c, const TrainConfig&, ParallelConfig& p) {
-  p.sharding = c.nodes > 1 || c.gpus_per_node > 1 ? Sharding::Zero3 : Sharding::None;
-}
-
 }  // namespace longctx::hf

@@ -11,9 +11,4 @@ namespace longctx::hf {
 // a missing attention_mask materialize.
 Result<bool> validate(const Plan& p);
 
-// The sharding it decides itself: accelerate's FSDP2 full shard (zero3) across GPUs, none on
-// one (no data-parallel replication is modelled), so that a search over its plans starts
-// from what it runs.
-void conform(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p);
-
 }  // namespace longctx::hf

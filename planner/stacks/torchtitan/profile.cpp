@@ -2,6 +2,7 @@
 // activation checkpointing (per-op selective among them), and its context parallel (the ring,
 // all-gathered, the sequence not padded).
 #include "planner/footprint/communication.h"
+#include "planner/stacks/blocks/fsdp2_sharding.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/torchtitan/export.h"
 #include "planner/stacks/torchtitan/step.h"
@@ -33,7 +34,7 @@ const StackProfile kTorchtitanProfile = {
       if (c.nodes > 1 || c.gpus_per_node > 1) return KeptGrads{DType::FP32, " (FSDP2's sharded gradients)"};
       return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
     },
-    .conform = torchtitan::conform,
+    .conform = step::blocks::conform_fsdp2_sharding,
     .validate = torchtitan::validate,
     .describe =
         [](const StackSpec&) {

@@ -56,9 +56,4 @@ Result<bool> validate(const Plan& p) {
   return refuse_runtime_knobs(p, /*own_checkpoint_offload=*/false);
 }
 
-// (No product of the cluster's sizes: probes run before validate() bounds them.)
-void conform(const ModelConfig&, const Cluster& c, const TrainConfig&, ParallelConfig& p) {
-  p.sharding = c.nodes > 1 || c.gpus_per_node > 1 ? Sharding::Zero3 : Sharding::None;
-}
-
 }  // namespace longctx::torchtitan

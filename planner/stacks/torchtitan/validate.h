@@ -15,7 +15,4 @@ namespace longctx::torchtitan {
 // (distributed/utils.py, maybe_enable_amp), which is not modelled: fp32 only.
 Result<bool> validate(const Plan& p);
 
-// FSDP2 (zero3) whenever it runs on more than one rank; on one no FSDP at all.
-void conform(const ModelConfig& m, const Cluster& c, const TrainConfig& t, ParallelConfig& p);
-
 }  // namespace longctx::torchtitan
