@@ -84,7 +84,8 @@ TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
       {"--attention", [](PlanRequest& r) { r.cluster.attention = "eager"; }},
       {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "transformers"; }},
       {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
-      {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 1; r.knobs.ulysses = 2; }},
+      // Ulysses runs under DeepSpeed (hf_deepspeed_test.cpp), not beside context parallel.
+      {"--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; }},
   };
   for (const auto& [field, edit] : cases) {
     PlanRequest r = hf_request("llama-3.2-1b", 8, 2, "8K");
