@@ -175,7 +175,8 @@ struct HfStep : StepBuild {
   bool kv_cache = false;              // a plain layer forward appends k and v to a DynamicCache (use_cache)
   // A tied table's gradient reaches the stack's hook once, when the embedding's backward has
   // added into lm_head's (autograd sums a parameter's uses before its AccumulateGrad, whose
-  // post-accumulate hook DeepSpeed's ZeRO-3 registers); else lm_head's is handed over as made.
+  // post-accumulate hook ZeRO-3 registers: deepspeed/utils/torch.py register_grad_hook, from
+  // stage3.py create_reduce_and_remove_grad_hooks); else lm_head's is handed over as made.
   bool tied_grad_once = false;
 };
 
