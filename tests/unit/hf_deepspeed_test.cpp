@@ -13,6 +13,7 @@
 #include "planner/search/request.h"
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
+#include "graph_names.h"
 
 namespace longctx {
 namespace {
@@ -39,12 +40,7 @@ Plan planned(const PlanRequest& r) {
   return a.value().recorded;
 }
 
-// Each tensor's bytes by name (the first of a name).
-std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
-  std::map<std::string, std::int64_t> out;
-  for (const auto& t : g.tensors()) out.emplace(format(t.name), t.bytes);
-  return out;
-}
+using testing::tensor_bytes;
 
 bool has_op(const StepGraph& g, const std::string& name) {
   for (const auto& o : g.ops())

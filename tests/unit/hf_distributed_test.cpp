@@ -15,6 +15,7 @@
 #include "planner/search/request.h"
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
+#include "graph_names.h"
 
 namespace longctx {
 namespace {
@@ -34,12 +35,7 @@ PlanRequest hf_request(const std::string& model, std::int64_t gpus, int ring, co
   return r;
 }
 
-// Each tensor's bytes by name (the first of a name).
-std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
-  std::map<std::string, std::int64_t> out;
-  for (const auto& t : g.tensors()) out.emplace(format(t.name), t.bytes);
-  return out;
-}
+using testing::tensor_bytes;
 
 // set_mixed_precision("bf16"): reduce_dtype bf16, so the reduce-scatter input is [world *
 // shard] bf16 and its output [shard] bf16 before the fp32 shard kept (foreach_reduce).
