@@ -134,6 +134,8 @@ TEST(HfDeepSpeed, RefusesWhatItDoesNotModelNamingTheOption) {
       {"--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::none(); }},
       {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 2; }},
       {"--sharding", [](PlanRequest& r) { r.cluster.gpu = "cpu"; r.cluster.attention = ""; }},
+      // The offloads are DeepSpeed's: one GPU without ZeRO-3 runs none.
+      {"--sharding", [](PlanRequest& r) { r.cluster.gpus = 1; r.knobs.ulysses = 1; r.knobs.sharding = Sharding::None; }},
   };
   for (const auto& [field, edit] : cases) {
     PlanRequest r = deepspeed_request("llama-3.2-1b", 4, 2, "8K");

@@ -60,6 +60,9 @@ Result<bool> check_gpus(const Plan& p) {
     return refuse(p, flag(KnobId::sharding), "shards across GPUs with accelerate's FSDP2 (data-parallel replication "
                                              "is not modelled): give zero3");
   if (runs_deepspeed(p)) return check_deepspeed(p);
+  const ParallelConfig& par = p.parallel;
+  if (par.ulysses > 1 || par.offload_optimizer || par.offload_params)
+    return refuse(p, flag(KnobId::sharding), "runs Ulysses and the state offloads under DeepSpeed ZeRO-3: give zero3");
   if (p.parallel.ring == 1) return true;
   if (world == 1) return refuse(p, flag(KnobId::ring), "needs more than one GPU for context parallel: give 1");
   if (p.train.stack.attention != HfAttention::Sdpa)
