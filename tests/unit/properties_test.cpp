@@ -320,7 +320,16 @@ TEST_P(MaxContextBounds, EveryShorterLength) {
   const TechniqueSet techniques =
       i % 2 ? *parse_techniques("zero3,ulysses,checkpoint,offload-checkpoints,untied") : all_techniques();
   auto m = max_context(base, techniques, /*with_ladder=*/false);
-  ASSERT_TRUE(m.ok()) << base.model.name << ": " << m.error().what();
+  if (!m.ok()) {
+    // A draw where nothing fits at any length (8B's states on one H100 without their offload):
+    // the promise is then that the shortest length finds no plan either.
+    ASSERT_EQ(m.error().kind, ErrorKind::NoFit) << base.model.name << ": " << m.error().what();
+    Plan shortest = base;
+    shortest.train.seq = 1;
+    EXPECT_FALSE(best_plan(shortest, techniques).ok()) << base.model.name << ": max-context found nothing, "
+                                                       << "yet one token fits: " << m.error().what();
+    return;
+  }
   const std::string text = fmt::format("{} on {} GPUs, budget {}: max {} granularity {}", base.model.name,
                                        base.cluster.shape.world(), base.cluster.device_budget_bytes, m->max_tokens,
                                        m->granularity);
