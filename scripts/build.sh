@@ -6,14 +6,8 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 build="${LONGCTX_BUILD_DIR:-$root/build}"
 torch_prefix=$(bash "$root/scripts/setup.sh" | tail -n 1)
 
-# One compiler cache per machine, shared by every clone; precompiled headers need these
-# sloppiness settings to be cacheable.
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/longctx/ccache}"
-# Paths relative to the clone, and no working directory in the hash: every clone on the
-# machine (CI's fresh one too) hits the same cache entries.
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
-export CCACHE_SLOPPINESS="pch_defines,time_macros,include_file_mtime,include_file_ctime"
-export CCACHE_MAXSIZE="${CCACHE_MAXSIZE:-5G}"
+# shellcheck source=scripts/ccache_env.sh
+. "$root/scripts/ccache_env.sh"
 export PATH="/usr/local/cuda/bin:$PATH"
 
 if [ ! -f "$build/CMakeCache.txt" ]; then

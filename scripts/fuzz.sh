@@ -11,10 +11,8 @@ seconds="${1:-30}"
 build="${LONGCTX_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=(model_config_fuzzer plan_fuzzer evaluate_fuzzer export_fuzzer)
 
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/longctx/ccache}"
-# Paths relative to the clone, and no working directory in the hash: every clone on the
-# machine (CI's fresh one too) hits the same cache entries.
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+# shellcheck source=scripts/ccache_env.sh
+. "$root/scripts/ccache_env.sh"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_CXX_COMPILER=clang++ -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DLONGCTX_WITH_RUNTIME=OFF -DLONGCTX_FUZZ=ON >&2

@@ -84,6 +84,7 @@ fi
 
 # The package itself, from this checkout; the build folder is reused between runs, and the
 # compiler cache is the one scripts/build.sh shares between clones.
-export CCACHE_DIR="${CCACHE_DIR:-$CACHE_ROOT/ccache}" CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+# shellcheck source=scripts/ccache_env.sh
+. "$root/scripts/ccache_env.sh"
 "${pip[@]}" install --no-build-isolation "$root" >&2
 echo "$venv/bin/python"

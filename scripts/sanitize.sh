@@ -8,10 +8,8 @@ set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
 build="${LONGCTX_SANITIZE_BUILD_DIR:-$root/build-sanitize}"
 
-export CCACHE_DIR="${CCACHE_DIR:-$HOME/.cache/longctx/ccache}"
-# Paths relative to the clone, and no working directory in the hash: every clone on the
-# machine (CI's fresh one too) hits the same cache entries.
-export CCACHE_BASEDIR="$root" CCACHE_NOHASHDIR=1
+# shellcheck source=scripts/ccache_env.sh
+. "$root/scripts/ccache_env.sh"
 if [ ! -f "$build/CMakeCache.txt" ]; then
   cmake -S "$root" -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
         -DLONGCTX_WITH_RUNTIME=OFF -DLONGCTX_SANITIZE=ON >&2

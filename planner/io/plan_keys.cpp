@@ -48,9 +48,11 @@ const Keys kHardwareKeys = {"description", "sources", "name", "backend", "device
                             "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured"};
 const Keys kClusterKeys = {"nodes", "gpus_per_node", "gpus", "hardware", "device_budget_bytes",
                            "host_budget_bytes_per_node", "expandable_segments"};
-// "search" (plan --json) and "ladder" (max-context --json's plan, read by explain --html) are
-// written beside a plan by the commands whose output users save as plan files.
-const Keys kTopKeys = {"schema", "model", "cluster", "train", "parallel", "prediction", "search", "ladder"};
+// "search", "exports" and "positions" (plan --json) and "ladder" (max-context --json's plan, read
+// by explain --html) are written beside a plan by the commands whose output users save as plan
+// files; they are derived from the plan, so reading them back ignores them.
+const Keys kTopKeys = {"schema", "model", "cluster", "train", "parallel", "prediction", "search", "exports", "positions",
+                       "ladder"};
 
 std::string leaf_of(const char* key) {
   const std::string k = key;

@@ -136,10 +136,20 @@ Result<bool> check_searchable(const Plan& base, const TechniqueSet& techniques) 
   return true;
 }
 
+// The gradients' dtype a stack keeps may follow the fixed knobs (the hf stack: DeepSpeed's
+// under Ulysses or an offload, FSDP2's across GPUs otherwise): unless --grad-dtype is given,
+// the one it keeps with them.
+void keep_stack_grads(const PlanRequest& r, Plan& base) {
+  const StackProfile& stack = stack_profile(base.train.stack.kind);
+  if (!r.cluster.grad_dtype.empty() || !stack.kept_grads) return;
+  if (const auto kept = stack.kept_grads(with_knobs(base, r.knobs))) base.train.grad_dtype = kept->dtype;
+}
+
 }  // namespace
 
 Result<PlanAnswer> answer_plan(const PlanRequest& r) {
   LONGCTX_TRY(Plan base, resolve_cluster(r.cluster));
+  keep_stack_grads(r, base);
   LONGCTX_TRY(base.train.seq, parse_tokens(r.seq, "--seq"));
   LONGCTX_TRY(const TechniqueSet techniques, allowed_techniques(r.cluster, base));
   PlanAnswer a;

@@ -29,9 +29,9 @@ Result<bool> refuse_transformers_layers(const Plan& p, bool own_ring) {
   return true;
 }
 
-Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload) {
+Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload, bool own_deepspeed) {
   const ParallelConfig& par = p.parallel;
-  if (par.ulysses != 1) return refuse(p, flag(KnobId::ulysses), "has no sequence parallelism of its own: give 1");
+  if (par.ulysses != 1 && !own_deepspeed) return refuse(p, flag(KnobId::ulysses), "has no sequence parallelism of its own: give 1");
   if (par.mlp_tiles != 1) return refuse(p, flag(KnobId::mlp_tiles), "has no tiled MLP: give 1");
   if (par.loss_tiles != 1) {
     // TRL's chunked NLL chunks the loss itself, in chunks of its own size, not in --loss-tiles.
@@ -43,7 +43,7 @@ Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload) {
   }
   if (par.offload_checkpoints && !own_checkpoint_offload)
     return refuse(p, flag(KnobId::offload_checkpoints), "does not offload checkpoints: leave it out");
-  if (par.offload_optimizer || par.offload_params)
+  if ((par.offload_optimizer || par.offload_params) && !own_deepspeed)
     return refuse(p, flag(par.offload_optimizer ? KnobId::offload_optimizer : KnobId::offload_params),
                   "keeps its model states on the GPU");
   return true;

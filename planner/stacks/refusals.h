@@ -23,9 +23,9 @@ Result<bool> refuse_head_chunks(const Plan& p);
 // modelled unless the stack runs torch's (`own_ring`: the hf stack's context parallel).
 Result<bool> refuse_transformers_layers(const Plan& p, bool own_ring = false);
 
-// The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses,
-// tiles, checkpoint offload (unless `own_checkpoint_offload`: transformers 5.17's), and state
-// offload.
-Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload);
+// The knobs of longctx's runtime that neither transformers alone nor torchtitan has: Ulysses
+// and state offload (unless `own_deepspeed`: DeepSpeed's, under the Trainer), tiles, and
+// checkpoint offload (unless `own_checkpoint_offload`: transformers 5.17's).
+Result<bool> refuse_runtime_knobs(const Plan& p, bool own_checkpoint_offload, bool own_deepspeed = false);
 
 }  // namespace longctx

@@ -15,6 +15,7 @@
 #include "planner/search/request.h"
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
+#include "graph_names.h"
 
 namespace longctx {
 namespace {
@@ -34,12 +35,7 @@ PlanRequest hf_request(const std::string& model, std::int64_t gpus, int ring, co
   return r;
 }
 
-// Each tensor's bytes by name (the first of a name).
-std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
-  std::map<std::string, std::int64_t> out;
-  for (const auto& t : g.tensors()) out.emplace(format(t.name), t.bytes);
-  return out;
-}
+using testing::tensor_bytes;
 
 // set_mixed_precision("bf16"): reduce_dtype bf16, so the reduce-scatter input is [world *
 // shard] bf16 and its output [shard] bf16 before the fp32 shard kept (foreach_reduce).
@@ -84,7 +80,8 @@ TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
       {"--attention", [](PlanRequest& r) { r.cluster.attention = "eager"; }},
       {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "transformers"; }},
       {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
-      {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 1; r.knobs.ulysses = 2; }},
+      // Ulysses runs under DeepSpeed (hf_deepspeed_test.cpp), not beside context parallel.
+      {"--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; }},
   };
   for (const auto& [field, edit] : cases) {
     PlanRequest r = hf_request("llama-3.2-1b", 8, 2, "8K");

@@ -58,6 +58,7 @@ TEST(HfStack, APlanFileKeepsItsStack) {
 
 TEST(HfStack, RefusesWhatItCannotExpressNamingTheOption) {
   const std::pair<const char*, void (*)(PlanRequest&)> cases[] = {
+      // One GPU with ZeRO-3 runs DeepSpeed (hf_deepspeed_test.cpp), on CUDA GPUs only.
       {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::Zero3; r.knobs.offload_params = true; }},
       {"--mlp-tiles", [](PlanRequest& r) { r.knobs.mlp_tiles = 2; }},
       {"--loss-tiles", [](PlanRequest& r) { r.knobs.loss_tiles = 2; }},

@@ -147,19 +147,6 @@ TensorId causal_lm_loss(HfStep& sb, TensorId final_x) {
   return causal_lm_loss_backward(sb, f, deepspeed_gather(sb, -1, "head.params.full.bwd", s.V * s.h, kB));
 }
 
-// EmbeddingBackward0: the dense [V, h] e gradient, to DeepSpeed's hook; the module's table
-// is gathered for it.
-void deepspeed_embedding_backward(HfStep& sb, TensorId d_x) {
-  const StepShapes& s = sb.shapes;
-  const TensorId w = deepspeed_gather(sb, -1, "embed.params.full.bwd", s.V * s.h, kB);
-  Ids reads = {d_x, sb.outer.tokens};
-  if (w >= 0) reads.push_back(w);
-  const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
-  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g},
-              {.workspace = embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)});
-  grad_ready(sb, g, s.V * s.h);
-}
-
 void write_ops(HfStep& sb) {
   deepspeed_model_states(sb);
   DeepSpeedGradients gradients(sb);

@@ -11,13 +11,8 @@ using blocks::HfStep;
 using footprint::StepShapes;
 
 // ---- The decoder layer (layer.cpp) -----------------------------------------------------------
-struct Attention {
-  TensorId q_sp = -1, k_sp = -1, v_sp = -1;  // what flash attention reads (after Ulysses' all-to-all)
-  TensorId o_sp = -1;                        // its output [b*S, hl, d] e
-};
-struct LayerActs : blocks::HfLayerActs {
-  Attention attn;
-};
+// Ulysses' tensors in HfLayerActs::sp (blocks/ulysses_attention.h).
+using LayerActs = blocks::HfLayerActs;
 // `rc`: the recompute in backward (reentrant checkpointing: the whole layer).
 LayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc);
 // Returns the layer input's gradient.

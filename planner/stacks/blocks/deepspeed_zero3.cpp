@@ -14,6 +14,7 @@
 #include <algorithm>
 
 #include "planner/footprint/deepspeed.h"
+#include "planner/footprint/embedding.h"
 #include "planner/footprint/optimizer.h"
 #include "planner/footprint/zero.h"
 
@@ -142,6 +143,24 @@ std::int64_t layer_gathered_elems(const StepShapes& s, bool attention, bool mlp)
     if ((attention && of_attention) || (mlp && of_mlp)) bytes += param_copy_bytes(s, p);
   }
   return bytes / s.e;
+}
+
+void deepspeed_embedding_backward(HfStep& sb, TensorId d_x) {
+  const StepShapes& s = sb.shapes;
+  const TensorId w = deepspeed_gather(sb, -1, "embed.params.full.bwd", s.V * s.h, kB);
+  Ids reads = {d_x, sb.outer.tokens};
+  if (w >= 0) reads.push_back(w);
+  const OpCost cost = {.workspace = embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)};
+  if (s.tied && sb.tied_grad_once) {
+    const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
+    sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
+    grad_ready(sb, sb.outer.tied_grad, s.V * s.h);
+    return;
+  }
+  const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+  sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, cost);
+  grad_ready(sb, g, s.V * s.h);
 }
 
 void deepspeed_optimizer_step(StepBuild& sb) {

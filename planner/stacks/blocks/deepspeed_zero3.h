@@ -44,6 +44,11 @@ class DeepSpeedGradients final : public GradientHook {
   Ids pending_;                    // gradients too large to copy in: their own buffers until the reduction
 };
 
+// EmbeddingBackward0 under ZeRO-3, the module's table gathered for it (its pre-backward hook):
+// the dense [V, h] e gradient, to the hook; or, tied with HfStep::tied_grad_once, added into
+// lm_head's gradient, which then reaches the hook.
+void deepspeed_embedding_backward(HfStep& sb, TensorId d_x);
+
 // stage3.py step(): the CPU Adam step on the host (offloaded) or fused Adam on the device,
 // and the bf16 partitions refreshed from the fp32 masters.
 void deepspeed_optimizer_step(StepBuild& sb);

@@ -69,6 +69,7 @@ HfLayerActs layer_forward(HfStep& sb, int l, TensorId x, Phase phase, bool rc, L
   // and v, until the attention returns (what a forward without a graph, checkpointed, keeps
   // longer).
   for (const TensorId t : {a.norm1.y, a.q, a.k, a.v}) sb.graph.add_input(sb.graph.last_op(), t);
+  if (a.attn_params >= 0) sb.graph.add_input(sb.graph.last_op(), a.attn_params);  // ZeRO-3's gather, held as long
   a.mid = sb.graph.tensor(layer_name(l, "mid", rc), s.n * s.h * s.e, kAct);
   sb.graph.op(layer_name(l, "attn.residual", rc), phase, l, {x, o}, {a.mid});
   a.norm2 = ops.norm_forward(sb, layer_norm_spec(s, l, true), a.mid, phase, rc);

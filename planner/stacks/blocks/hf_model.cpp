@@ -112,7 +112,7 @@ TensorId lm_head_backward(HfStep& sb, const NormActs& f, TensorId d_logits, Tens
   sb.graph.op(step_name("loss.lm_head.bwd"), kB, -1, {d_logits, o.xf}, {g_out, d_xf},
               {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
   if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
-  grad_ready(sb, g_out, s.V * s.h);
+  if (!(s.tied && sb.tied_grad_once)) grad_ready(sb, g_out, s.V * s.h);
   return sb.ops.norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
 }
 

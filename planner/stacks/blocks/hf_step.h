@@ -64,6 +64,14 @@ struct NormActs {
   TensorId y = -1;     // output [rows, width] e
 };
 
+// DeepSpeed's Ulysses attention (ulysses_attention.h): what flash attention reads after the
+// all-to-all, [b*S, hl or kvr, d] e each (the projections' q, k, v themselves when u = 1), and
+// its output [b*S, hl, d] e.
+struct UlyssesActs {
+  TensorId q = -1, k = -1, v = -1;
+  TensorId o = -1;
+};
+
 // What one decoder layer's forward leaves for its backward.
 struct HfLayerActs {
   TensorId in = -1;                  // the layer's input [n, h] e
@@ -77,7 +85,9 @@ struct HfLayerActs {
   TensorId probs32 = -1, probs = -1;  // eager: softmax output [b, H, S, S] fp32, and cast (bf16)
   TensorId o = -1;                   // attention output [n, H*d] e
   TensorId o_heads = -1;             // torchtitan's ring: its output [b, H, Sl, d] e, saved; o is its copy
-  TensorId lse = -1;                 // sdpa: [b, H, S] fp32
+  TensorId lse = -1;                 // sdpa: [b, H, S] fp32 (flash under Ulysses: [b, hl, S] fp32)
+  UlyssesActs sp;                    // DeepSpeed's Ulysses attention (ulysses_attention.h)
+  TensorId attn_params = -1;         // ZeRO-3: the attention projections gathered, until o_proj returns
   TensorId rope_table = -1;          // torchtitan's qwen3 under FSDP2 in bf16: rope_cache cast [S, 2d] e;
                                      // context parallel: freqs_cis at the rank's positions [n, d/2] complex64
   TensorId mid = -1;                 // residual stream after attention [n, h] e
@@ -163,6 +173,11 @@ struct HfStep : StepBuild {
   OpSac op_sac;                       // off unless the checkpoint policy is per-op (hf_layers.cpp)
   GradientHook* grad_hook = nullptr;  // none unless the stack reduces gradients as they come
   bool kv_cache = false;              // a plain layer forward appends k and v to a DynamicCache (use_cache)
+  // A tied table's gradient reaches the stack's hook once, when the embedding's backward has
+  // added into lm_head's (autograd sums a parameter's uses before its AccumulateGrad, whose
+  // post-accumulate hook ZeRO-3 registers: deepspeed/utils/torch.py register_grad_hook, from
+  // stage3.py create_reduce_and_remove_grad_hooks); else lm_head's is handed over as made.
+  bool tied_grad_once = false;
 };
 
 // A parameter's gradient made: handed to the stack's hook, if it has one.

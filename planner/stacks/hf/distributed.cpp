@@ -103,7 +103,7 @@ void write_ops(FsdpStep& sb) {
   sb.kv_cache = !trl_chunked_loss(sb);
   FsdpLayers layers(sb);
   std::vector<HfLayerActs> acts;
-  const TensorId final_x = forward_layers(layers, static_cast<int>(s.layers), model_inputs(sb, &sb.fsdp2), acts);
+  const TensorId final_x = forward_layers(layers, static_cast<int>(s.layers), model_inputs(sb, &sb.fsdp2, false), acts);
   const TensorId d_x = backward_layers(layers, acts, sb.graph, loss(sb, final_x, &sb.fsdp2));
   if (!s.tied) sb.fsdp2.copy_out_backward(embed_group(s));
   embedding_backward(sb, d_x);

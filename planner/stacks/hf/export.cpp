@@ -6,6 +6,7 @@
 #include <fmt/format.h>
 
 #include "planner/stacks/blocks/deepspeed_config.h"
+#include "planner/stacks/hf/validate.h"
 #include "planner/stacks/launch_script.h"
 
 namespace longctx {
@@ -32,8 +33,15 @@ constexpr ExportRefusal kRefusals[] = {
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "hf", kRefusals); }
 
-// A plan made for the hf stack: one process or accelerate's FSDP2, what the hf stack predicted.
+// A plan made for the hf stack: one process, accelerate's FSDP2 or DeepSpeed ZeRO-3, what the
+// hf stack predicted.
 bool hf_plan(const Plan& p) { return p.train.stack.kind == StackKind::HF; }
+
+// Whether the plan runs under DeepSpeed, with its config file: longctx's own plans unless
+// FSDP2 can run them, an hf-stack plan where the hf stack predicted DeepSpeed.
+bool writes_deepspeed_config(const Plan& p) {
+  return hf_plan(p) ? hf::runs_deepspeed(p) : !hf_uses_fsdp2(p);
+}
 
 // An hf-stack plan with TRL's chunked loss runs under TRL's SFTTrainer: its arguments are
 // trl.SFTConfig's.
@@ -53,6 +61,12 @@ void hf_plan_arguments(const Plan& p, StackConfig& c) {
                                "5.17 or later (earlier versions pass it to torch.utils.checkpoint, which refuses it)");
   }
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  if (p.parallel.ulysses > 1)
+    // accelerate 1.15.0 accelerator.py _prepare_deepspeed: sp_backend "deepspeed" needs
+    // DeepSpeed 0.18.2 (ver_min_required), and the batch needs position_ids
+    // (ulysses_sp.py UlyssesSPDataLoaderAdapter.refill refuses a batch without them).
+    c.approximations.push_back("parallel.ulysses: DeepSpeed's Ulysses under accelerate needs DeepSpeed 0.18.2 or later, "
+                               "and a collator that returns position_ids (UlyssesSPDataLoaderAdapter requires them)");
   c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
                                          to_string(p.train.stack.attention),
                                          p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
@@ -105,7 +119,7 @@ LaunchSpec launch(const Plan& p) {
                .setup = {fmt::format("export LONGCTX_TRAINING_ARGS=\"$here/{}\"", args), "export LONGCTX_MODEL=\"$MODEL\""},
                .command = {"accelerate launch", fmt::format("--config_file \"$here/{}\"", kAccelerateConfigFile)},
                .takes_script = true};
-  if (!hf_uses_fsdp2(p) && !hf_plan(p))
+  if (writes_deepspeed_config(p))
     s.command.push_back(fmt::format("--deepspeed_config_file \"$here/{}\"", kDeepSpeedConfigFile));
   for (const char* word : {"--num_machines \"$NNODES\"", "--num_processes \"$((NNODES * GPUS_PER_NODE))\"",
                            "--machine_rank \"$NODE_RANK\"", "--main_process_ip \"$MASTER_ADDR\"",
@@ -122,7 +136,7 @@ StackFiles write(const Plan& p) {
   out.files.push_back({exports_sft_config(p) ? kSftConfigFile : kTrainingArgumentsFile, ExportFile::Format::Json,
                        std::move(args.value), {}});
   out.files.push_back({kAccelerateConfigFile, ExportFile::Format::Yaml, std::move(accel.value), {export_header(p, "hf")}});
-  if (!hf_uses_fsdp2(p) && !hf_plan(p))
+  if (writes_deepspeed_config(p))
     out.files.push_back({kDeepSpeedConfigFile, ExportFile::Format::Json,
                          deepspeed_config(p, DeepSpeedLauncher::HfTrainer).value, {}});
   out.files.push_back(launch_script(p, "hf", launch(p)));
@@ -141,6 +155,7 @@ const StackExporter kHfExporter = {
 
 bool hf_uses_fsdp2(const Plan& p) {
   const ParallelConfig& par = p.parallel;
+  if (hf_plan(p)) return p.cluster.shape.world() > 1 && !hf::runs_deepspeed(p);
   return par.sharding == Sharding::Zero3 && par.ulysses == 1 && par.offload_optimizer == par.offload_params &&
          p.train.grad_dtype == DType::FP32;
 }
@@ -184,7 +199,7 @@ StackConfig accelerate_config(const Plan& p) {
   j["rdzv_backend"] = "static";
   j["same_network"] = true;
   j["use_cpu"] = false;
-  if (hf_plan(p) && p.cluster.shape.world() == 1) {
+  if (hf_plan(p) && !hf::runs_deepspeed(p) && p.cluster.shape.world() == 1) {
     j["distributed_type"] = "NO";  // one process
     return c;
   }
@@ -215,11 +230,14 @@ StackConfig accelerate_config(const Plan& p) {
     // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
     // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
     // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
+    // The core attention UlyssesSPAttentionHF wraps: an hf-stack plan's own (flash_attention_2,
+    // hf/validate.cpp), sdpa for longctx's.
+    const std::string core = hf_plan(p) ? to_string(p.train.stack.attention) : "sdpa";
     j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
                                {"parallelism_config_sp_backend", "deepspeed"},
                                {"parallelism_config_sp_seq_length", p.train.seq},
                                {"parallelism_config_sp_seq_length_is_variable", true},
-                               {"parallelism_config_sp_attn_implementation", "sdpa"}};
+                               {"parallelism_config_sp_attn_implementation", core}};
   }
   return c;
 }

@@ -1,6 +1,7 @@
 // transformers' modeling code trained with torch.optim's AdamW: on one GPU, checkpointing of
 // every decoder layer (gradient_checkpointing_enable) and, from transformers 5.17, its
-// offload; across GPUs, accelerate's FSDP2 and its torch context parallel (distributed.cpp).
+// offload; across GPUs, accelerate's FSDP2 and its torch context parallel (distributed.cpp);
+// under DeepSpeed ZeRO-3 (one GPU or more), its offloads and Ulysses (deepspeed.cpp).
 #include <fmt/format.h>
 
 #include "planner/stacks/hf/export.h"
@@ -16,7 +17,8 @@ extern const StackProfile kHfProfile;
 const StackProfile kHfProfile = {
     .kind = StackKind::HF,
     .name = "hf",
-    .summary = "transformers' modeling code with torch AdamW; accelerate's FSDP2 and context parallel across GPUs",
+    .summary = "transformers' modeling code with torch AdamW; accelerate's FSDP2 and context parallel, or DeepSpeed "
+               "ZeRO-3 and Ulysses, under the Trainer",
     .defaults = {.kind = StackKind::HF},
     .options = {SettingId::attention, SettingId::hf_checkpointing, SettingId::hf_optimizer, SettingId::hf_loss,
                 SettingId::hf_no_attention_mask},
@@ -34,6 +36,7 @@ const StackProfile kHfProfile = {
     // Autograd's gradients: the parameters' dtype (torch.optim's AdamW keeps its moments so
     // too); across GPUs FSDP2's sharded ones, fp32 (accelerate upcasts the shards).
     .kept_grads = [](const Plan& p) -> std::optional<KeptGrads> {
+      if (hf::runs_deepspeed(p)) return KeptGrads{p.train.dtype, " (DeepSpeed's ZeRO-3 reduces the parameters' dtype)"};
       if (p.cluster.shape.world() > 1) return KeptGrads{DType::FP32, " (FSDP2's sharded gradients)"};
       return KeptGrads{p.train.dtype, " (the parameters' dtype)"};
     },
@@ -47,8 +50,13 @@ const StackProfile kHfProfile = {
         },
     .build_step = step::hf::build_step,
     .exporter = &kHfExporter,
-    // accelerate builds torchtitan's mesh, cp innermost, FSDP2 on dp_shard_cp (parallelism_config.py).
-    .communicators = footprint::nccl::fsdp2_context_parallel_communicators,
+    // accelerate builds torchtitan's mesh, cp innermost, FSDP2 on dp_shard_cp (parallelism_config.py);
+    // under DeepSpeed, DeepSpeed's own groups, as ArcticTraining's.
+    .communicators =
+        [](const Plan& p) {
+          return hf::runs_deepspeed(p) ? footprint::nccl::deepspeed_ulysses_communicators(p)
+                                       : footprint::nccl::fsdp2_context_parallel_communicators(p);
+        },
 };
 
 }  // namespace longctx

@@ -10,6 +10,7 @@
 
 #include "planner/footprint/hf.h"
 #include "planner/footprint/zero.h"
+#include "planner/stacks/blocks/deepspeed_zero3.h"
 #include "planner/stacks/blocks/hf_layer.h"
 #include "planner/stacks/blocks/hf_layers.h"
 #include "planner/stacks/blocks/hf_model.h"
@@ -49,21 +50,26 @@ void causal_mask(HfStep& sb) {
 }  // namespace
 
 // LlamaModel.forward up to the first layer: the batch (under context parallel the Trainer's
-// sharded one), the embedding (under FSDP2 in its group), cache_position = arange(Sl) [Sl]
-// int64 (position_ids is a view of it, or the batch's own under context parallel), the causal
-// mask, and the RoPE tables ([1, S, d] e each, or per token [b, Sl, d] e from position_ids).
-TensorId model_inputs(HfStep& sb, Fsdp2* fsdp) {
+// sharded one, under Ulysses the adapter's), the embedding (under FSDP2 in its group, under
+// ZeRO-3 its table gathered by the module's hook), cache_position = arange(Sl) [Sl] int64
+// (position_ids is a view of it, or the batch's own under context parallel or Ulysses), the
+// causal mask, and the RoPE tables ([1, S, d] e each, or per token [b, Sl, d] e from position_ids).
+TensorId model_inputs(HfStep& sb, Fsdp2* fsdp, bool zero3) {
   const StepShapes& s = sb.shapes;
   HfModelActs& m = sb.model;
   if (s.r > 1) context_parallel_batch(sb);
+  else if (s.u > 1) ulysses_batch(sb);
   else load_batch(sb);
   const TensorId x0 = sb.graph.tensor(layer_name(0, "in"), s.n * s.h * s.e, kAct);  // [n, h] e
   if (fsdp != nullptr) fsdp->unshard_forward(embed_group(s), Phase::Forward);
-  sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, {sb.outer.tokens}, {x0});
+  Ids reads = {sb.outer.tokens};
+  const TensorId gathered = zero3 ? deepspeed_gather(sb, -1, "embed.params.full", s.V * s.h, Phase::Forward) : -1;
+  if (gathered >= 0) reads.push_back(gathered);
+  sb.graph.op(Name{Name::kEmbed, "forward"}, Phase::Forward, -1, reads, {x0});
   // accelerate groups a tied table with the final norm and lm_head (reshard_after_forward
   // False): it stays unsharded until its post-backward.
   if (fsdp != nullptr && !s.tied) fsdp->reshard(embed_group(s), Phase::Forward);
-  const bool per_token = s.r > 1;
+  const bool per_token = s.r > 1 || s.u > 1;  // the batch's position_ids
   m.positions = sb.graph.tensor(step_name("model.cache_position"), (per_token ? s.n / s.b : s.S) * 8, kAct);
   sb.graph.op(step_name("model.cache_position"), Phase::Forward, -1, {}, {m.positions});
   causal_mask(sb);
@@ -109,7 +115,7 @@ void write_ops(HfStep& sb) {
   sb.kv_cache = !trl_chunked_loss(sb);
   HfLayers layers(sb);
   std::vector<HfLayerActs> acts;
-  const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb, nullptr), acts);
+  const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb, nullptr, false), acts);
   embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x, nullptr)));
   if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
   if (!sb.in.prefix_only) adamw_step(sb, footprint::group_params);
@@ -118,6 +124,7 @@ void write_ops(HfStep& sb) {
 }  // namespace
 
 StepGraph build_step(const StepInputs& in) {
+  if (longctx::hf::runs_deepspeed(in.parallel, in.cluster.world())) return build_deepspeed_step(in);
   if (in.cluster.world() > 1) return build_distributed_step(in);
   HfStep sb(in, kTransformersOps);
   return write_step(sb, &write_ops);

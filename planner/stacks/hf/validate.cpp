@@ -22,6 +22,31 @@ Result<bool> check_scores(const Plan& p) {
   return true;
 }
 
+// DeepSpeed ZeRO-3 under the Trainer (hf/deepspeed.cpp), as modelled: on CUDA GPUs (its
+// offloads pin host memory, and flash attention is CUDA's), transformers' loss over
+// the full logits (TRL's chunked loss under it is not), no ring (accelerate's ParallelismConfig
+// keeps context parallel to FSDP2), and under Ulysses flash_attention_2 as the core attention
+// (UlyssesSPAttentionHF's sdpa path is not modelled) inside the Trainer's checkpointing (which
+// turns the cache off: the cache's copies under Ulysses are not modelled).
+Result<bool> check_deepspeed(const Plan& p) {
+  if (p.cluster.hardware.backend != Backend::Cuda)
+    return refuse(p, flag(KnobId::sharding), "runs DeepSpeed ZeRO-3 on CUDA GPUs here: pick a GPU preset, or give none");
+  if (p.parallel.ring != 1 && p.parallel.ulysses > 1)
+    return refuse(p, flag(KnobId::ulysses), "runs DeepSpeed's Ulysses or context parallel (accelerate's ParallelismConfig "
+                                            "keeps context parallel to FSDP2), not both: give 1");
+  if (p.parallel.ring != 1)
+    return refuse(p, flag(KnobId::ring), "runs context parallel under FSDP2 only, not under DeepSpeed: give 1");
+  if (p.train.stack.loss != HfLoss::Transformers)
+    return refuse(p, flag(SettingId::hf_loss), "under DeepSpeed is modelled with transformers' loss: give transformers");
+  if (p.parallel.ulysses == 1) return true;
+  if (p.train.stack.attention != HfAttention::FlashAttention2)
+    return refuse(p, flag(SettingId::attention), "runs DeepSpeed's Ulysses here over flash_attention_2: give flash_attention_2");
+  if (!p.parallel.checkpoint.any())
+    return refuse(p, flag(KnobId::checkpoint), "runs DeepSpeed's Ulysses here with the Trainer's gradient checkpointing: "
+                                               "give full");
+  return true;
+}
+
 // Across GPUs: accelerate's FSDP2 (fsdp_version 2) shards every rank's model states, and its
 // context parallel (parallelism_config cp_size) runs torch's ring attention, which the
 // Trainer allows with sdpa only (trainer.py: "Context parallelism is supported only with
@@ -29,11 +54,15 @@ Result<bool> check_scores(const Plan& p) {
 // with TRL's chunked loss and the collator's attention_mask (no cache, no mask built).
 Result<bool> check_gpus(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world();
-  if (world == 1 && p.parallel.sharding != Sharding::None)
-    return refuse(p, flag(KnobId::sharding), "applies no FSDP on one GPU: give none");
+  if (world == 1 && p.parallel.sharding != Sharding::None && p.parallel.sharding != Sharding::Zero3)
+    return refuse(p, flag(KnobId::sharding), "applies no FSDP on one GPU, and DeepSpeed at ZeRO-3 only: give none or zero3");
   if (world > 1 && p.parallel.sharding != Sharding::Zero3)
     return refuse(p, flag(KnobId::sharding), "shards across GPUs with accelerate's FSDP2 (data-parallel replication "
                                              "is not modelled): give zero3");
+  if (runs_deepspeed(p)) return check_deepspeed(p);
+  const ParallelConfig& par = p.parallel;
+  if (par.ulysses > 1 || par.offload_optimizer || par.offload_params)
+    return refuse(p, flag(KnobId::sharding), "runs Ulysses and the state offloads under DeepSpeed ZeRO-3: give zero3");
   if (p.parallel.ring == 1) return true;
   if (world == 1) return refuse(p, flag(KnobId::ring), "needs more than one GPU for context parallel: give 1");
   if (p.train.stack.attention != HfAttention::Sdpa)
@@ -65,7 +94,7 @@ Result<bool> validate(const Plan& p) {
     return Error::bad_input(flag(KnobId::offload_checkpoints),
                             "--stack hf offloads checkpoints as transformers does, to pinned host memory, which needs a "
                             "GPU: pick a GPU preset or leave it out");
-  LONGCTX_TRY(auto plain, refuse_runtime_knobs(p, /*own_checkpoint_offload=*/true));
+  LONGCTX_TRY(auto plain, refuse_runtime_knobs(p, /*own_checkpoint_offload=*/true, /*own_deepspeed=*/runs_deepspeed(p)));
   (void)plain;
   return check_scores(p);
 }

@@ -1,0 +1,17 @@
+#pragma once
+// Step graphs looked up by name for planner tests.
+#include <map>
+#include <string>
+
+#include "planner/graph/step_graph.h"
+
+namespace longctx::testing {
+
+// Each tensor's bytes by name (the first of a name).
+inline std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
+  std::map<std::string, std::int64_t> out;
+  for (const auto& t : g.tensors()) out.emplace(format(t.name), t.bytes);
+  return out;
+}
+
+}  // namespace longctx::testing
