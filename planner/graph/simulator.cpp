@@ -65,10 +65,11 @@ std::vector<int> live_at(const StepGraph& graph, int peak_op) {
 
 }  // namespace
 
-SimResult simulate(const StepGraph& graph, Backend backend) {
+SimResult simulate(const StepGraph& graph, Backend backend, bool per_op) {
   const auto& ops = graph.ops();
   SimResult r;
-  r.per_op.resize(ops.size());
+  if (per_op) r.per_op.resize(ops.size());
+  OpMemory scratch;
   OpDeltas d = op_deltas(graph, backend);
   CategoryBytes device = d.device_before;
   std::int64_t host = d.host_before;
@@ -79,7 +80,7 @@ SimResult simulate(const StepGraph& graph, Backend backend) {
     host += d.alloc_host[k];
     CategoryBytes during = device;
     during[static_cast<std::size_t>(Category::Workspace)] += allocated_bytes(backend, op.workspace_bytes);
-    auto& m = r.per_op[k];
+    OpMemory& m = per_op ? r.per_op[k] : scratch;
     m.device_during = total(during);
     m.device_by_category_during = during;
     m.host_during = host + op.host_workspace_bytes;
@@ -96,7 +97,7 @@ SimResult simulate(const StepGraph& graph, Backend backend) {
     host -= d.free_host[k];
     m.device_after = total(device);
   }
-  if (r.peak_op >= 0) r.live_at_peak = live_at(graph, r.peak_op);
+  if (per_op && r.peak_op >= 0) r.live_at_peak = live_at(graph, r.peak_op);
   return r;
 }
 

@@ -34,7 +34,9 @@ struct SimResult {
   std::vector<OpMemory> per_op;        // one entry per op, in schedule order
 };
 
-SimResult simulate(const StepGraph& graph, Backend backend);
+// `per_op` false: the peaks and the breakdown at the device peak only (per_op and
+// live_at_peak left empty), the same figures: what a prediction reads.
+SimResult simulate(const StepGraph& graph, Backend backend, bool per_op = true);
 
 // Only the totals while each op runs (device, and host per rank): the search's inner loop.
 struct OpTotals {

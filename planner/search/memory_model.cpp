@@ -121,13 +121,13 @@ Evaluation evaluate(const Plan& inputs) {
 Prediction predict(const Plan& inputs) {
   const StepGraph g = build_step(step_inputs(inputs));
   bool exact = true;
-  return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend), false, exact);
+  return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend, /*per_op=*/false), false, exact);
 }
 
 Verdict predict_verdict(const Plan& inputs) {
   const StepGraph g = build_step(step_inputs(inputs));
   Verdict v;
-  v.prediction = fill(inputs, g, simulate(g, inputs.cluster.hardware.backend), true, v.exact);
+  v.prediction = fill(inputs, g, simulate(g, inputs.cluster.hardware.backend, /*per_op=*/false), true, v.exact);
   return v;
 }
 

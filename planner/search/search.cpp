@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cmath>
+#include <numeric>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -10,76 +11,10 @@
 #include "planner/search/length_refusals.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/units.h"
+#include "planner/search/search_order.h"
 #include "planner/search/search_space.h"
 
 namespace longctx {
-namespace {
-
-// Runs and counts evaluations (predict_verdict: a plan that does not fit may have a reserved
-// figure that stops short); keeps the feasible plans and, while none fits, what no_fit needs
-// to name the plan of the smallest peak.
-struct Evaluator {
-  int evaluated = 0;
-  std::vector<Plan> feasible;
-  bool last_exact = true;  // whether the last plan run has predict()'s figures
-
-  Plan run(Plan p) {
-    const Verdict v = predict_verdict(p);
-    p.prediction = v.prediction;
-    last_exact = v.exact;
-    if (p.prediction.feasible) {
-      feasible.push_back(p);
-      smallest_.reset();
-      bounded_.clear();
-    } else if (feasible.empty()) {
-      track_infeasible(p, v.exact);
-    }
-    ++evaluated;
-    return p;
-  }
-
-  // The first plan evaluated of the smallest nvidia-smi peak, among those that do not fit (none
-  // if a plan fits). REQUIRES: no plan fits.
-  std::optional<Plan> smallest_infeasible() const {
-    std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
-    if (smallest_) least = {{figure(smallest_->plan), smallest_->index}};
-    std::optional<Plan> found = smallest_ ? std::optional<Plan>(smallest_->plan) : std::nullopt;
-    for (const Indexed& b : bounded_) {
-      Plan exact = b.plan;
-      exact.prediction = predict(exact);
-      const std::pair<std::int64_t, int> key{figure(exact), b.index};
-      if (!least || key < *least) {
-        least = key;
-        found = exact;
-      }
-    }
-    return found;
-  }
-
- private:
-  struct Indexed {
-    Plan plan;
-    int index = 0;  // the evaluation's
-  };
-  static std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; }
-
-  // Keeps the smallest exact figure so far (the first on ties), and the plans whose figure
-  // stops short but may still be smaller (a bound under it): settled only if no plan fits.
-  void track_infeasible(const Plan& p, bool exact) {
-    if (exact) {
-      if (smallest_ && figure(p) >= figure(smallest_->plan)) return;
-      smallest_ = Indexed{p, evaluated};
-      std::erase_if(bounded_, [&](const Indexed& b) { return figure(b.plan) > figure(p); });
-    } else if (!smallest_ || figure(p) < figure(smallest_->plan)) {
-      bounded_.push_back({p, evaluated});
-    }
-  }
-
-  std::optional<Indexed> smallest_;
-  std::vector<Indexed> bounded_;
-};
-
-}  // namespace
 
 // Differences below three digits are inside the cost model's error, and should not buy a plan
 // that needs more memory. Rounding is monotone, so the search's bounds still hold.
@@ -96,6 +31,11 @@ bool faster(const Plan& a, const Plan& b) {
 }
 
 namespace {
+
+using search_detail::Candidate;
+using search_detail::CandidateOrder;
+using search_detail::Evaluator;
+using search_detail::knob_values;
 
 // `untried`: the plans a length rule kept from being evaluated (LengthRefusals::explain), or "".
 Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::string& untried) {
@@ -124,77 +64,6 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::s
 }  // namespace
 
 namespace {
-
-// A choice of the coarse knobs and its fastest plan (fine knobs at their fixed or plain
-// values): an upper bound on the speed of every plan with that choice.
-struct Candidate {
-  Plan coarse;
-  Plan fastest;
-  bool exact = true;  // whether `fastest` has predict()'s figures (Evaluator::run)
-};
-
-// Candidates in faster()'s order, fastest first (stable: equals in the order given). faster()
-// ranks equally fast plans by their peaks, which for candidates that do not fit may stop
-// short (Evaluator::run: a lower bound, over the budget). The order within a group of equally
-// fast candidates is settled as the search reaches each place: the least peak of those left,
-// settling a peak only where its bound could be the least, and none where the search stops
-// there whichever candidate it is (the best plan found is as fast, and needs less memory than
-// any bound left).
-class CandidateOrder {
- public:
-  explicit CandidateOrder(std::vector<Candidate> candidates) : candidates_(std::move(candidates)) {
-    std::stable_sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
-      return speed(a) > speed(b);
-    });
-  }
-  // The i-th candidate in faster()'s order. REQUIRES: i < size(), the candidates before it
-  // asked for first, and `best` (the fastest plan found that fits) the search's.
-  const Candidate& at(std::size_t i, const std::optional<Plan>& best) {
-    if (i >= group_end_) {
-      group_end_ = i;
-      while (group_end_ < candidates_.size() && speed(candidates_[group_end_]) == speed(candidates_[i])) ++group_end_;
-    }
-    if (!stops_at(i, best)) bring_least_forward(i);
-    return candidates_[i];
-  }
-  std::size_t size() const { return candidates_.size(); }
-
- private:
-  static double speed(const Candidate& c) { return rounded_speed(c.fastest.prediction.tokens_per_s); }
-  std::int64_t peak(std::size_t k) const { return candidates_[k].fastest.prediction.peak_nvidia_smi_bytes; }
-
-  // Whether the search stops at place i whichever candidate of the group's rest is there.
-  bool stops_at(std::size_t i, const std::optional<Plan>& best) const {
-    if (!best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[i])) return false;
-    for (std::size_t k = i; k < group_end_; ++k)
-      if (candidates_[k].fastest.prediction.feasible || peak(k) <= best->prediction.peak_nvidia_smi_bytes) return false;
-    return true;
-  }
-
-  // Moves the candidate of [i, group end) with the least peak (the first on ties) to i; the
-  // others keep their order.
-  void bring_least_forward(std::size_t i) {
-    std::vector<std::size_t> by_bound;
-    for (std::size_t k = i; k < group_end_; ++k) by_bound.push_back(k);
-    std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) { return peak(a) < peak(b); });
-    std::optional<std::size_t> least;
-    for (const std::size_t k : by_bound) {
-      if (least && peak(k) > peak(*least)) break;  // every bound left is larger still
-      if (least && peak(k) == peak(*least) && k > *least) continue;  // at best a tie, which the first wins
-      Candidate& c = candidates_[k];
-      if (!c.exact) {
-        c.fastest.prediction = predict(c.fastest);
-        c.exact = true;
-      }
-      if (!least || peak(k) < peak(*least) || (peak(k) == peak(*least) && k < *least)) least = k;
-    }
-    const auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(i);
-    std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
-  }
-
-  std::vector<Candidate> candidates_;
-  std::size_t group_end_ = 0;  // the end of the group of equally fast candidates reached last
-};
 
 // The fine rows' candidates for one coarse choice, each fastest first, in table order
 // (fine_knobs()). The search nests them in that order, by search.h's bounds: the first (the
@@ -240,9 +109,10 @@ void staircase(const Plan& c, KnobValue chunk, const FineOptions& o, Evaluator& 
   }
 }
 
-// Searches the fine knobs of one coarse choice, updating `best`.
+// Searches the fine knobs of one coarse choice, updating `best`. `heads`: where given, each
+// chunk's fastest plan that was held against `best` is added to it.
 void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs& fixed, Evaluator& ev,
-                 std::optional<Plan>& best) {
+                 std::optional<Plan>& best, std::vector<Plan>* heads = nullptr) {
   const Plan& c = cand.coarse;
   const FineOptions o = fine_options(cand.fastest, allowed, fixed);
   const auto& [chunks, mlps, losses] = o;
@@ -257,6 +127,7 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   for (KnobValue chunk : chunks) {
     // The chunk's fastest plan (fewest tiles) cannot win: smaller chunks are slower still.
     const Plan head = ev.run(with_fine(c, {chunk, mlps.front(), losses.front()}));
+    if (heads) heads->push_back(head);
     if (best && !faster(head, *best)) {
       if (chunk != 0) break;
       continue;
@@ -269,14 +140,98 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   }
 }
 
-// Every knob's value, in the table's order: one order on plans that faster() finds equal.
-std::vector<KnobValue> knob_values(const Plan& p) {
-  std::vector<KnobValue> v;
-  for (const Knob& k : knob_table()) v.push_back(knob_value(p, k.id));
-  return v;
+bool same_choice(const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }
+
+// Whether a chunk's fastest plan ends its chunk's search against `best` (search_fine).
+bool pruned_by(const std::optional<Plan>& best, const Plan& head) { return best && !faster(head, *best); }
+
+// What a group searched out of order leaves, for order_is_moot.
+struct GroupPass {
+  std::optional<Plan> before;          // the best plan before the group
+  std::vector<Plan> heads;             // search_fine's chunk heads, held against the best
+  std::vector<std::size_t> found_from; // per candidate: where its feasible plans start in ev.feasible
+};
+
+// Whether searching a group's candidates in any order gives what faster()'s order gives: the
+// same evaluations and the same best plan. The search reaches every candidate of a group
+// slower than the best plan (none fits; a candidate that fits was the best already), so
+// each is searched whatever its place, while the best stays slower than the group (else
+// the rest would be cut at its peak). A candidate's evaluations depend on the order only
+// through the best its chunk heads are held against (search_fine), and the best only
+// improves, so a head judged alike by the best before and after the group is judged alike
+// at every place. The best plan found is the first of the fastest (faster() is strict): the
+// same in every order unless plans of two candidates tie for it. With no plan found at all
+// the smallest peak named (no_fit) is the first evaluated on ties: the order is needed.
+bool order_is_moot(const GroupPass& g, const std::optional<Plan>& best, const Evaluator& ev, double group_speed) {
+  if (!best) return true;  // as yet: best_plan searches again in order if none is ever found
+  if (rounded_speed(best->prediction.tokens_per_s) >= group_speed) return false;
+  for (const Plan& h : g.heads)
+    if (pruned_by(g.before, h) != pruned_by(best, h)) return false;
+  if (g.before && !faster(*best, *g.before)) return true;  // unchanged: the earlier best wins ties
+  int tying = 0;  // candidates with a plan as good as the best
+  for (std::size_t k = 0; k < g.found_from.size(); ++k) {
+    const std::size_t end = k + 1 < g.found_from.size() ? g.found_from[k + 1] : ev.feasible.size();
+    for (std::size_t f = g.found_from[k]; f < end; ++f)
+      if (!faster(*best, ev.feasible[f]) && !faster(ev.feasible[f], *best)) {
+        ++tying;
+        break;
+      }
+  }
+  return tying == 1;
 }
 
-bool same_choice(const Plan& a, const Plan& b) { return a.parallel == b.parallel && a.train.micro_batch == b.train.micro_batch; }
+// Searches the group of equally fast candidates [first, end) least bound first, where that
+// gives what faster()'s order gives (order_is_moot): their peaks, which stop short for a plan
+// that does not fit (each settled by a whole replay), are then never settled. Otherwise
+// forgets what it ran and returns false, for the search to go through the group in order
+// (the evaluations it ran are remembered: Evaluator). Tried only while no plan fits: there the
+// search settles most peaks, and a group searched in vain (a plan as fast as the group found)
+// costs its evaluations without a replay saved.
+bool search_group_in_any_order(const CandidateOrder& order, std::size_t first, std::size_t end,
+                               const TechniqueSet& allowed, const Knobs& knobs, Evaluator& ev, std::optional<Plan>& best) {
+  const double group_speed = order.speed_at(first);
+  if (best) return false;
+  const Evaluator::Mark mark = ev.mark();
+  GroupPass g{best, {}, {}};
+  // Least peak first, as faster() would have them were the peaks exact: where a candidate
+  // finds a plan as fast as the group, the order is needed, and the sooner that shows the less
+  // is searched in vain.
+  std::vector<std::size_t> by_bound(end - first);
+  std::iota(by_bound.begin(), by_bound.end(), first);
+  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) {
+    return order.unordered(a).fastest.prediction.peak_nvidia_smi_bytes < order.unordered(b).fastest.prediction.peak_nvidia_smi_bytes;
+  });
+  for (const std::size_t k : by_bound) {
+    g.found_from.push_back(ev.feasible.size());
+    search_fine(order.unordered(k), allowed, knobs, ev, best, &g.heads);
+    if (best && rounded_speed(best->prediction.tokens_per_s) >= group_speed) break;  // the order is needed
+  }
+  if (order_is_moot(g, best, ev, group_speed)) return true;
+  ev.rollback(mark);
+  best = g.before;
+  return false;
+}
+
+// Phase 2 of best_plan: each candidate's fine knobs, in faster()'s order, until its bound
+// cannot beat the best plan found. `any_order`: a group whose order cannot change the result
+// is searched as it lies (search_group_in_any_order).
+void search_candidates(CandidateOrder& order, const TechniqueSet& allowed, const Knobs& knobs, Evaluator& ev,
+                       std::optional<Plan>& best, bool any_order) {
+  std::size_t group_end = 0;  // of the group reached last
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    if (any_order && i >= group_end) {  // a group's first place
+      group_end = order.group_end(i);
+      if (search_group_in_any_order(order, i, group_end, allowed, knobs, ev, best)) {
+        i = group_end - 1;
+        continue;
+      }
+    }
+    const Candidate& cand = order.at(i, best);
+    if (cand.fastest.prediction.feasible) continue;  // already its own best
+    if (best && !faster(cand.fastest, *best)) break;
+    search_fine(cand, allowed, knobs, ev, best);
+  }
+}
 
 SearchResult summarize(const Plan& best, Evaluator& ev) {
   SearchResult r;
@@ -342,13 +297,15 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
       best = candidates.back().fastest;
   }
   // Phase 2: in order of that bound, search tiles and chunk until the bound cannot beat the
-  // best plan found.
+  // best plan found. Where no plan fits, the smallest peak named is the first evaluated on
+  // ties (no_fit), which the order of every group decides: the groups are searched again,
+  // each in order.
+  const Evaluator::Mark after_fastest = ev.mark();
   CandidateOrder order(std::move(candidates));
-  for (std::size_t i = 0; i < order.size(); ++i) {
-    const Candidate& cand = order.at(i, best);
-    if (cand.fastest.prediction.feasible) continue;  // already its own best
-    if (best && !faster(cand.fastest, *best)) break;
-    search_fine(cand, allowed, knobs, ev, best);
+  search_candidates(order, allowed, knobs, ev, best, search_detail::any_order_allowed());
+  if (!best) {
+    ev.rollback(after_fastest);
+    search_candidates(order, allowed, knobs, ev, best, /*any_order=*/false);
   }
   if (!best) return no_fit(base, ev.smallest_infeasible(), untried.explain());
   return summarize(*best, ev);

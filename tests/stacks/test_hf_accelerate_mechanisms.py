@@ -7,8 +7,7 @@ a view of the [b, S+1] pad; and accelerate's FSDP2 wrapping upcasts the shards t
 a tied table in one group with the final norm. Over a fake process group of 4 ranks, whose
 collectives allocate nothing.
 
-Not yet here: the whole step profiled per phase against the plan, as
-test_torchtitan_stack.py holds torchtitan's (docs/stacks.md says what is left)."""
+The whole step, profiled per phase against the plan: tests/stacks/test_hf_distributed_stack.py."""
 import contextlib
 import types
 

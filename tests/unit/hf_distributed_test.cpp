@@ -2,6 +2,7 @@
 // bf16 into fp32 shards, torch's context parallel as the Trainer hands it the batch (the
 // buffers resized in place keep their storage), TRL's chunked loss over the rank's rows, what
 // it refuses naming the option, and the accelerate and TRL files it exports.
+#include <fmt/format.h>
 #include <gtest/gtest.h>
 
 #include <map>
@@ -72,6 +73,60 @@ TEST(HfDistributed, ContextParallelKeepsTheBatchStorageAndLossesTheRanksRows) {
   bool ring = false;
   for (const auto& o : g.ops()) ring = ring || format(o.name) == "layer.0.attn.ring";
   EXPECT_TRUE(ring);
+}
+
+// The index of the first op named `name`, or -1.
+int op_index(const StepGraph& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.ops().size(); ++i)
+    if (format(g.ops()[i].name) == name) return static_cast<int>(i);
+  return -1;
+}
+
+// The name of the last op reading the first tensor named `name`.
+std::string last_reader(const StepGraph& g, const std::string& name) {
+  for (const auto& t : g.tensors())
+    if (format(t.name) == name) return t.last_reader >= 0 ? format(g.ops()[static_cast<std::size_t>(t.last_reader)].name) : "";
+  return "(no tensor)";
+}
+
+// accelerate's tied wrapping (fully_shard([norm, embed_tokens, lm_head])): the final norm is
+// gathered with the table, so its forward gathers nothing and the last layer's gathered
+// buffer lives until the root's post-forward, after the loss; one reduce for both at the end.
+TEST(HfDistributed, ATiedTableIsOneGroupWithTheFinalNorm) {
+  const Plan p = answer_plan(hf_request("llama-3.2-1b", 8, 2, "8K")).value().recorded;
+  ASSERT_TRUE(p.model.tie_embeddings);
+  const StepGraph g = build_step(step_inputs(p));
+  EXPECT_EQ(op_index(g, "head.fsdp.all_gather"), -1);
+  EXPECT_EQ(op_index(g, "head.fsdp.reduce_scatter"), -1);
+  EXPECT_GE(op_index(g, "embed.fsdp.reduce_scatter"), 0);
+  const std::string last_layer = fmt::format("layer.{}.fsdp.all_gather_output", p.model.layers - 1);
+  EXPECT_EQ(last_reader(g, last_layer), "fsdp.root_post_forward");
+}
+
+// A reentrant checkpoint reruns the layer under its FSDP forward hooks: the copy-out keeps
+// the gathered buffer until the recompute's post-forward, and the next layer's gather comes
+// after the recompute.
+TEST(HfDistributed, AReentrantRecomputeHoldsItsGatherUntilItsPostForward) {
+  PlanRequest r = hf_request("qwen3-8b", 8, 2, "8K");
+  r.cluster.hf_checkpointing = "reentrant";
+  const Plan p = answer_plan(r).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  const int post_forward = op_index(g, "layer.3.fsdp.recompute_post_forward");
+  ASSERT_GE(post_forward, 0);
+  int gather = -1;
+  for (std::size_t i = 0; i < g.ops().size(); ++i)
+    if (format(g.ops()[i].name) == "layer.2.fsdp.all_gather" && g.ops()[i].phase == Phase::Backward)
+      gather = static_cast<int>(i);
+  EXPECT_GT(gather, post_forward);
+}
+
+// context_parallel's generator frame holds the shards and the last clone until backward ends.
+TEST(HfDistributed, ContextParallelsFrameHoldsItsShardsThroughBackward) {
+  const Plan p = answer_plan(hf_request("qwen3-8b", 8, 8, "64K")).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  EXPECT_EQ(tensor_bytes(g).at("cp.shard.clone"), p.train.seq / 8 * 8);
+  EXPECT_EQ(last_reader(g, "cp.shard.input_ids.local"), "cp.context_exit");
+  EXPECT_EQ(last_reader(g, "cp.shard.clone"), "cp.context_exit");
 }
 
 TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {

@@ -7,6 +7,8 @@
 
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
+#include "planner/search/search_order.h"
+#include "planner/graph/work_counts.h"
 #include "test_plans.h"
 
 namespace longctx {
@@ -97,6 +99,45 @@ TEST(Search, RunnersUpAreDistinctAndNeverFasterThanTheBest) {
       }
     }
   EXPECT_GE(listed, 10);
+}
+
+// What a search answers, whole: its best plan, counts, runners-up and Pareto front, or the
+// error it names.
+std::string search_answer(const Plan& base) {
+  const auto r = best_plan(base, all_techniques());
+  if (!r.ok()) return r.error().message;
+  return plan_to_json(r->best).dump() + search_summary_json(*r).dump();
+}
+
+// A group of equally fast candidates searched as it lies, where the search finds its order
+// cannot change the result, gives what faster()'s order gives: the same evaluations (their
+// count), the same best plan, runners-up and front, and the same smallest peak where nothing
+// fits. On CUDA, where a plan that does not fit has a peak that stops short, over budgets from
+// nothing fitting to most plans fitting.
+TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
+  int compared = 0, fitted = 0, searched_otherwise = 0;
+  for (const auto& [model, gpus, seq] : {std::tuple{"tiny-gqa", 2, 1024 * 1024}, std::tuple{"tiny-odd", 4, 2048 * 1024}})
+    for (const double share : {0.01, 0.05, 0.2}) {
+      Plan base = testing::gpu_plan(model, "h100-80gb", gpus, seq);
+      base.cluster.device_budget_bytes = static_cast<std::int64_t>(share * double(base.cluster.device_budget_bytes));
+      auto answer = [&](bool any_order, std::int64_t& graphs) {
+        search_detail::any_order_allowed() = any_order;
+        const std::int64_t before = work_counts().graphs;
+        std::string a = search_answer(base);
+        graphs = work_counts().graphs - before;
+        return a;
+      };
+      std::int64_t in_order_graphs = 0, any_order_graphs = 0;
+      const std::string in_order = answer(false, in_order_graphs);
+      const std::string any_order = answer(true, any_order_graphs);
+      EXPECT_EQ(in_order, any_order) << model << " gpus=" << gpus << " seq=" << seq << " share=" << share;
+      fitted += in_order.starts_with("{");
+      searched_otherwise += any_order_graphs != in_order_graphs;
+      ++compared;
+    }
+  EXPECT_GE(fitted, 2);
+  EXPECT_LT(fitted, compared);
+  EXPECT_GE(searched_otherwise, 1);  // some group was searched as it lies: other work, same answer
 }
 
 TEST(Search, NoFitNamesTheSmallestPeak) {

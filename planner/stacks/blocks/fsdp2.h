@@ -30,9 +30,27 @@ class Fsdp2 {
   void copy_out_backward(int group);
   void post_backward(int group);
   void end_backward();
+  // A reentrant checkpoint's recompute runs the group's forward hooks inside its backward
+  // (CheckpointFunction.backward, before the inner backward's pre-backward hooks): the group
+  // is that forward's root (_fsdp_state.py _root_pre_forward), its pre-forward copies out the
+  // gather prefetched for it (or gathers) in forward state, so FSDPParamGroup.wait_for_unshard
+  // keeps the gathered buffer (all_gather_state) until the recompute's post-forward frees it
+  // as the root's (_post_forward). REQUIRES: the group's backward gather issued (prefetch).
+  void copy_out_recompute(int group);
+  void end_recompute(int group);
+  // One fully_shard call over two groups' modules (accelerate's tied wrapping,
+  // utils/fsdp_utils.py fsdp2_prepare_model: fully_shard([final norm, embedding, lm_head])):
+  // `joined`'s parameters are gathered, copied out, resharded and reduced with `into`'s, in
+  // one buffer each (one FSDPParamGroup); calls naming `joined` then do nothing.
+  // REQUIRES: before any op of either group; joined != into.
+  void join(int joined, int into);
 
  private:
   void copy_out(int group, Phase phase, TensorId frees);
+  // The groups one FSDPParamGroup holds: `group`, and the group joined to it.
+  std::vector<int> members(int group) const;
+  template <class Bytes>
+  std::int64_t summed(int group, Bytes bytes) const;
 
   StepBuild& sb_;
   std::int64_t reduce_e_;
@@ -40,6 +58,7 @@ class Fsdp2 {
   std::vector<TensorId> unsharded_;  // per group: the parameters unsharded [group_params] e
   TensorId forward_gathered_ = -1;   // forward: the last group's gather, freed at the next copy-out
   TensorId reduce_input_ = -1;       // backward: the last reduce-scatter's input, freed at the next
+  int joined_ = -1, into_ = -1;      // join(): the group gathered and reduced with another
 };
 
 }  // namespace longctx::step::blocks

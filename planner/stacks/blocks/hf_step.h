@@ -28,6 +28,7 @@ struct HfModelActs {
   std::vector<TensorId> cache;  // use_cache: the k/v copies the DynamicCache holds until the loss
   Ids model_locals;             // what else LlamaModel.forward holds until it returns (arctic: position_ids, the embedding output)
   Ids batch;                    // input_ids, labels (and an attention_mask), held until the step returns
+  Ids context_locals;           // context parallel: what its generator's frame holds until backward is done
 };
 
 // The names of one RMSNorm call's tensors and ops (string literals: Name keeps the pointer),

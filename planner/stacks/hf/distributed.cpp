@@ -30,9 +30,16 @@ namespace tt = footprint::torchtitan;
 
 namespace {
 
-// FSDP2 over the ranks, reducing in the parameters' dtype (bf16 mixed precision).
+// FSDP2 over the ranks, reducing in the parameters' dtype (bf16 mixed precision). A tied
+// table is wrapped in one group with the final norm (accelerate's fsdp2_prepare_model:
+// fully_shard([norm, embed_tokens, lm_head])): the norm is gathered at the embedding's
+// forward, its forward gathers nothing (so the last layer's gathered buffer, FSDPParamGroup's
+// all_gather_state, lives until the root's post-forward, after the loss), and both are
+// reduced at backward's final callback.
 struct FsdpStep : HfStep {
-  FsdpStep(const StepInputs& inputs, const LayerOps& layer_ops) : HfStep(inputs, layer_ops), fsdp2(*this, shapes.e) {}
+  FsdpStep(const StepInputs& inputs, const LayerOps& layer_ops) : HfStep(inputs, layer_ops), fsdp2(*this, shapes.e) {
+    if (shapes.tied) fsdp2.join(head_group(shapes), embed_group(shapes));
+  }
   Fsdp2 fsdp2;
 };
 
@@ -51,13 +58,24 @@ class FsdpLayers final : public HfLayers {
     HfLayers::after_forward(l, a);
     fsdp_.reshard(l, Phase::Forward);
   }
-  // Layer 0's pre-backward gathers the embedding's group again, unless it is the tied one,
-  // never resharded.
+  // The layer's pre-backward copies out its parameters and gathers the next group's (layer
+  // 0's: the embedding's again, unless it is the tied one, never resharded). A reentrant
+  // checkpoint recomputes the layer first, under its forward hooks (Fsdp2::copy_out_recompute),
+  // and the pre-backward runs after.
   void before_backward(int l) override {
-    fsdp_.copy_out_backward(l);
-    if (l > 0) fsdp_.prefetch(l - 1, Phase::Backward);
-    else if (!sb_.shapes.tied) fsdp_.prefetch(embed_group(sb_.shapes), Phase::Backward);
+    if (recomputes_under_hooks(l)) {
+      fsdp_.copy_out_recompute(l);
+    } else {
+      fsdp_.copy_out_backward(l);
+      prefetch_before(l);
+    }
     HfLayers::before_backward(l);
+  }
+  void after_recompute(int l, const HfLayerActs& a, TensorId in, TensorId d_out) override {
+    HfLayers::after_recompute(l, a, in, d_out);
+    if (!recomputes_under_hooks(l)) return;
+    fsdp_.end_recompute(l);
+    prefetch_before(l);
   }
   void after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) override {
     HfLayers::after_backward(l, a, d_out, recomputed, last);
@@ -65,6 +83,17 @@ class FsdpLayers final : public HfLayers {
   }
 
  private:
+  // torch.utils.checkpoint's CheckpointFunction reruns the layer's module call (its FSDP
+  // hooks) before the inner backward; non-reentrant recomputes inside the layer's backward,
+  // where FSDP's pre-forward sees the pre-backward state and does nothing.
+  bool recomputes_under_hooks(int l) const {
+    return checkpointed(l) && sb_.in.train.stack.checkpointing == HfCheckpointing::Reentrant;
+  }
+  void prefetch_before(int l) {
+    if (l > 0) fsdp_.prefetch(l - 1, Phase::Backward);
+    else if (!sb_.shapes.tied) fsdp_.prefetch(embed_group(sb_.shapes), Phase::Backward);
+  }
+
   Fsdp2& fsdp_;
 };
 
@@ -110,6 +139,8 @@ void write_ops(FsdpStep& sb) {
   if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
   sb.fsdp2.post_backward(embed_group(s));
   sb.fsdp2.end_backward();
+  if (sb.model.context_locals.size() > 0)
+    sb.graph.op(step_name("cp.context_exit"), Phase::Backward, -1, sb.model.context_locals, {});
   if (!sb.in.prefix_only) adamw_step(sb, sharded_elems);
 }
 
@@ -119,10 +150,13 @@ void write_ops(FsdpStep& sb) {
 // arange(S).expand(b, -1) (storage [S] int64) and shift_labels = pad(labels, (0, 1),
 // -100)[:, 1:] ([b, S+1] int64 for one sample, whose view it is; a [b, S] copy for more), then
 // torch's context_parallel shards each buffer (input_ids, labels, shift_labels, the
-// attention_mask, position_ids) in place: the balancer's indices [1, S] int32, and per buffer
-// the gather [b, S] with its int64 index (tt::cp_shard_workspace), the rank's [b, Sl] clone,
-// then buffer.resize_(shard) and copy_, which keeps the buffer's whole storage
-// (_context_parallel_buffers; no restore: every buffer is in no_restore_buffers). The
+// attention_mask, position_ids) in place: the balancer's indices [1, S] int32;
+// _context_parallel_buffers shards every buffer first (the gather [b, S] with its int64 index,
+// tt::cp_shard_workspace, then the rank's [b, Sl] clone), then each shard is cloned again
+// (`shard = shard.clone()`), and buffer.resize_(shard) and copy_ keep the buffer's whole storage
+// (no restore: every buffer is in no_restore_buffers). context_parallel is a generator: its
+// frame holds the `shards` list and the last clone from its `yield` until the context exits
+// after backward (the Trainer's training_step; cp.context_exit). The
 // Trainer's loop holds the batch until the step returns.
 void context_parallel_batch(HfStep& sb) {
   const StepShapes& s = sb.shapes;
@@ -137,13 +171,27 @@ void context_parallel_batch(HfStep& sb) {
               {.workspace = s.b > 1 ? s.b * (s.S + 1) * 8 : 0});
   const TensorId indices = sb.graph.tensor(step_name("cp.balance_indices"), tt::cp_indices_bytes(s), kTr);
   sb.graph.op(step_name("cp.balance_indices"), Phase::Forward, -1, {}, {indices});
-  const std::int64_t shard_workspace = tt::cp_shard_workspace(s, 8) + s.n * 8;  // + the [b, Sl] clone
-  sb.graph.op(step_name("cp.shard.input_ids"), Phase::Forward, -1, {ids, indices}, {}, {.workspace = shard_workspace});
-  sb.graph.op(step_name("cp.shard.labels"), Phase::Forward, -1, {labels, indices}, {}, {.workspace = shard_workspace});
-  sb.graph.op(step_name("cp.shard.shift_labels"), Phase::Forward, -1, {shift, indices}, {}, {.workspace = shard_workspace});
-  sb.graph.op(step_name("cp.shard.attention_mask"), Phase::Forward, -1, {mask, indices}, {}, {.workspace = shard_workspace});
-  sb.graph.op(step_name("cp.shard.position_ids"), Phase::Forward, -1, {positions, indices}, {},
-              {.workspace = shard_workspace});
+  struct Buffer {
+    const char* op;
+    const char* shard;
+    TensorId whole;
+  };
+  const Buffer buffers[] = {{"cp.shard.input_ids", "cp.shard.input_ids.local", ids},
+                            {"cp.shard.labels", "cp.shard.labels.local", labels},
+                            {"cp.shard.shift_labels", "cp.shard.shift_labels.local", shift},
+                            {"cp.shard.attention_mask", "cp.shard.attention_mask.local", mask},
+                            {"cp.shard.position_ids", "cp.shard.position_ids.local", positions}};
+  Ids& frame = sb.model.context_locals;
+  for (const Buffer& b : buffers) {
+    const TensorId shard = sb.graph.tensor(step_name(b.shard), s.n * 8, kAct);  // [b, Sl] int64
+    sb.graph.op(step_name(b.op), Phase::Forward, -1, {b.whole, indices}, {shard},
+                {.workspace = tt::cp_shard_workspace(s, 8)});
+    frame.push_back(shard);
+  }
+  // The clones into the buffers, one at a time; the last one stays bound in the frame.
+  const TensorId last = sb.graph.tensor(step_name("cp.shard.clone"), s.n * 8, kAct);
+  sb.graph.op(step_name("cp.resize_buffers"), Phase::Forward, -1, frame, {last}, {.workspace = s.n * 8});
+  frame.push_back(last);
   sb.outer.tokens = ids;
   sb.outer.targets = shift;
   sb.model.batch = {ids, labels, mask, positions, shift};

@@ -1,0 +1,137 @@
+#include "planner/search/search_order.h"
+
+#include <algorithm>
+
+#include "planner/search/memory_model.h"
+#include "planner/search/search.h"
+
+namespace longctx::search_detail {
+
+std::vector<KnobValue> knob_values(const Plan& p) {
+  std::vector<KnobValue> v;
+  for (const Knob& k : knob_table()) v.push_back(knob_value(p, k.id));
+  return v;
+}
+
+Verdict Evaluator::verdict(const Plan& p) {
+  std::vector<KnobValue> key = knob_values(p);
+  const auto it = verdicts_.find(key);
+  if (it != verdicts_.end() && it->second.parallel == p.parallel && it->second.micro_batch == p.train.micro_batch)
+    return it->second.verdict;
+  const Verdict v = predict_verdict(p);
+  verdicts_.insert_or_assign(std::move(key), Remembered{p.parallel, p.train.micro_batch, v});
+  return v;
+}
+
+Plan Evaluator::run(Plan p) {
+  const Verdict v = verdict(p);
+  p.prediction = v.prediction;
+  last_exact = v.exact;
+  if (p.prediction.feasible) {
+    feasible.push_back(p);
+    smallest_.reset();
+    bounded_.clear();
+  } else if (feasible.empty()) {
+    track_infeasible(p, v.exact);
+  }
+  ++evaluated;
+  return p;
+}
+
+namespace {
+std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; }
+}  // namespace
+
+std::optional<Plan> Evaluator::smallest_infeasible() const {
+  std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
+  if (smallest_) least = {{figure(smallest_->plan), smallest_->index}};
+  std::optional<Plan> found = smallest_ ? std::optional<Plan>(smallest_->plan) : std::nullopt;
+  for (const Indexed& b : bounded_) {
+    Plan exact = b.plan;
+    exact.prediction = predict(exact);
+    const std::pair<std::int64_t, int> key{figure(exact), b.index};
+    if (!least || key < *least) {
+      least = key;
+      found = exact;
+    }
+  }
+  return found;
+}
+
+// Keeps the smallest exact figure so far (the first on ties), and the plans whose figure
+// stops short but may still be smaller (a bound under it): settled only if no plan fits.
+void Evaluator::track_infeasible(const Plan& p, bool exact) {
+  if (exact) {
+    if (smallest_ && figure(p) >= figure(smallest_->plan)) return;
+    smallest_ = Indexed{p, evaluated};
+    std::erase_if(bounded_, [&](const Indexed& b) { return figure(b.plan) > figure(p); });
+  } else if (!smallest_ || figure(p) < figure(smallest_->plan)) {
+    bounded_.push_back({p, evaluated});
+  }
+}
+
+Evaluator::Mark Evaluator::mark() const { return {evaluated, feasible.size(), last_exact, smallest_, bounded_}; }
+
+void Evaluator::rollback(const Mark& m) {
+  evaluated = m.evaluated;
+  feasible.resize(m.feasible);
+  last_exact = m.last_exact;
+  smallest_ = m.smallest;
+  bounded_ = m.bounded;
+}
+
+CandidateOrder::CandidateOrder(std::vector<Candidate> candidates) : candidates_(std::move(candidates)) {
+  std::stable_sort(candidates_.begin(), candidates_.end(), [](const Candidate& a, const Candidate& b) {
+    return speed(a) > speed(b);
+  });
+}
+
+double CandidateOrder::speed(const Candidate& c) { return rounded_speed(c.fastest.prediction.tokens_per_s); }
+
+std::size_t CandidateOrder::group_end(std::size_t i) const {
+  std::size_t end = i;
+  while (end < candidates_.size() && speed(candidates_[end]) == speed(candidates_[i])) ++end;
+  return end;
+}
+
+const Candidate& CandidateOrder::at(std::size_t i, const std::optional<Plan>& best) {
+  if (i >= group_end_) group_end_ = group_end(i);
+  if (!stops_at(i, best)) bring_least_forward(i);
+  return candidates_[i];
+}
+
+// Whether the search stops at place i whichever candidate of the group's rest is there.
+bool CandidateOrder::stops_at(std::size_t i, const std::optional<Plan>& best) const {
+  if (!best || rounded_speed(best->prediction.tokens_per_s) < speed(candidates_[i])) return false;
+  for (std::size_t k = i; k < group_end_; ++k)
+    if (candidates_[k].fastest.prediction.feasible || peak(k) <= best->prediction.peak_nvidia_smi_bytes) return false;
+  return true;
+}
+
+// Moves the candidate of [i, group end) with the least peak (the first on ties) to i; the
+// others keep their order.
+void CandidateOrder::bring_least_forward(std::size_t i) {
+  std::vector<std::size_t> by_bound;
+  for (std::size_t k = i; k < group_end_; ++k) by_bound.push_back(k);
+  std::stable_sort(by_bound.begin(), by_bound.end(), [&](std::size_t a, std::size_t b) { return peak(a) < peak(b); });
+  std::optional<std::size_t> least;
+  for (const std::size_t k : by_bound) {
+    if (least && peak(k) > peak(*least)) break;  // every bound left is larger still
+    if (least && peak(k) == peak(*least) && k > *least) continue;  // at best a tie, which the first wins
+    Candidate& c = candidates_[k];
+    if (!c.exact) {
+      c.fastest.prediction = predict(c.fastest);
+      c.exact = true;
+    }
+    if (!least || peak(k) < peak(*least) || (peak(k) == peak(*least) && k < *least)) least = k;
+  }
+  const auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(i);
+  std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
+}
+
+bool& any_order_allowed() {
+  thread_local bool allowed = true;
+  return allowed;
+}
+
+}  // namespace longctx::search_detail

@@ -1,0 +1,116 @@
+#pragma once
+// The search's bookkeeping (internal to search.cpp and its tests): the evaluations it ran,
+// and the coarse candidates in the order faster() ranks them.
+#include <cstddef>
+#include <map>
+#include <optional>
+#include <vector>
+
+#include "planner/core/knobs.h"
+#include "planner/search/memory_model.h"
+
+#include "planner/core/plan.h"
+
+namespace longctx::search_detail {
+
+// Every knob's value, in the table's order: what tells the search's plans apart (they share
+// the model, cluster and length), and one order on plans that faster() finds equal.
+std::vector<KnobValue> knob_values(const Plan& p);
+
+// Runs and counts evaluations (predict_verdict: a plan that does not fit may have a reserved
+// figure that stops short); keeps the feasible plans and, while none fits, what no_fit needs
+// to name the plan of the smallest peak.
+class Evaluator {
+ public:
+  int evaluated = 0;
+  std::vector<Plan> feasible;
+  bool last_exact = true;  // whether the last plan run has predict()'s figures
+
+  Plan run(Plan p);
+  // The first plan evaluated of the smallest nvidia-smi peak, among those that do not fit (none
+  // if a plan fits). REQUIRES: no plan fits.
+  std::optional<Plan> smallest_infeasible() const;
+
+  // The state at a moment, to return to (rollback): evaluations run after it are forgotten as
+  // though never run. Evaluations are pure, so running them again gives the same figures.
+  struct Mark;
+  Mark mark() const;
+  void rollback(const Mark& m);
+
+ private:
+  struct Indexed {
+    Plan plan;
+    int index = 0;  // the evaluation's
+  };
+  void track_infeasible(const Plan& p, bool exact);
+  Verdict verdict(const Plan& p);
+
+  // Each plan's verdict by its knobs, with the plan's choice to check a hit against: a plan
+  // evaluated again (a group searched again in order, a chunk's fastest plan that is its
+  // candidate's) costs no second evaluation, though it counts as one.
+  struct Remembered {
+    ParallelConfig parallel;
+    std::int64_t micro_batch = 0;
+    Verdict verdict;
+  };
+  std::map<std::vector<KnobValue>, Remembered> verdicts_;
+
+  std::optional<Indexed> smallest_;
+  std::vector<Indexed> bounded_;
+};
+
+struct Evaluator::Mark {
+  int evaluated = 0;
+  std::size_t feasible = 0;
+  bool last_exact = true;
+  std::optional<Indexed> smallest;
+  std::vector<Indexed> bounded;
+};
+
+// A choice of the coarse knobs and its fastest plan (fine knobs at their fixed or plain
+// values): an upper bound on the speed of every plan with that choice.
+struct Candidate {
+  Plan coarse;
+  Plan fastest;
+  bool exact = true;  // whether `fastest` has predict()'s figures (Evaluator::run)
+};
+
+// Candidates in faster()'s order, fastest first (stable: equals in the order given). faster()
+// ranks equally fast plans by their peaks, which for candidates that do not fit may stop
+// short (Evaluator::run: a lower bound, over the budget). The order within a group of equally
+// fast candidates is settled as the search reaches each place: the least peak of those left,
+// settling a peak only where its bound could be the least, and none where the search stops
+// there whichever candidate it is (the best plan found is as fast, and needs less memory than
+// any bound left).
+class CandidateOrder {
+ public:
+  explicit CandidateOrder(std::vector<Candidate> candidates);
+  // The i-th candidate in faster()'s order. REQUIRES: i < size(), the candidates before it
+  // asked for first (or their whole group passed over), and `best` (the fastest plan found
+  // that fits) the search's.
+  const Candidate& at(std::size_t i, const std::optional<Plan>& best);
+  std::size_t size() const { return candidates_.size(); }
+
+  // The end of the group of equally fast candidates that starts at i, and its candidates in
+  // no settled order (each one once): for a search that passes over the group as a whole.
+  std::size_t group_end(std::size_t i) const;
+  const Candidate& unordered(std::size_t k) const { return candidates_[k]; }
+  // The rounded speed (rounded_speed) of the candidates of i's group.
+  double speed_at(std::size_t i) const { return speed(candidates_[i]); }
+
+ private:
+  static double speed(const Candidate& c);
+  std::int64_t peak(std::size_t k) const { return candidates_[k].fastest.prediction.peak_nvidia_smi_bytes; }
+  bool stops_at(std::size_t i, const std::optional<Plan>& best) const;
+  void bring_least_forward(std::size_t i);
+
+  std::vector<Candidate> candidates_;
+  std::size_t group_end_ = 0;  // the end of the group of equally fast candidates reached last
+};
+
+// Whether best_plan may search a group of equally fast candidates as it lies where its order
+// cannot change the result (search.cpp, order_is_moot); on by default. This thread's switch:
+// tests turn it off to hold the search to faster()'s order throughout.
+bool& any_order_allowed();
+
+}  // namespace longctx::search_detail
