@@ -3,8 +3,13 @@
 // is converted: no empty or blank value (`--attention ""` is a mistake, not "not given"), no
 // control bytes, no spaces around a value (`'512 '` and `' 512'` alike), and whole numbers
 // (the options CLI11 converts to integers) written in plain decimal digits within int64:
-// `--gpus 0x8`, `--gpus -1` and `--gpus 99999999999999999999` are refused as `--seq 0x10` is.
+// `--gpus 0x8`, `--gpus -1` and `--gpus 99999999999999999999` are refused as `--seq 0x10` is;
+// numbers (the options CLI11 converts to floating point: `calibrate --seconds`) written in
+// decimal, so nan, inf and hex floats, which CLI11 would convert, are refused too.
 // Refusals are CLI11 ValidationErrors, reported by report_parse_error as every error is.
+// A row's own range check (CLI::Range, or a validator of its own) may come before these: one
+// that meets text it cannot read whole leaves it to them (whole_number_or_defer).
+#include <optional>
 #include <string>
 
 #include <CLI/CLI.hpp>
@@ -37,6 +42,23 @@ inline std::string whole_number(const std::string& text) {
   return "";
 }
 
+// "" when `text` is a number in decimal (digits, a point, an exponent): not nan, inf or a hex float.
+inline std::string decimal_number(const std::string& text) {
+  if (std::string why = any_value(text); !why.empty()) return why;
+  const bool decimal = text.find_first_not_of("0123456789.eE+-") == std::string::npos &&
+                       text.find_first_of("0123456789") != std::string::npos;
+  if (!decimal) return "'" + text + "' is not a number; write it in decimal, like 0.5";
+  return "";
+}
+
+// The value of a whole number in plain decimal within int64, or nothing: text the rules above
+// refuse, which a row's own range check leaves to them.
+inline std::optional<long long> whole_number_or_defer(const std::string& text) {
+  if (!whole_number(text).empty() && !(text.size() > 1 && text[0] == '-' && whole_number(text.substr(1)).empty()))
+    return std::nullopt;
+  return std::stoll(text);
+}
+
 }  // namespace value_rules
 
 // Adds the rules above to every option of `app` and of its subcommands that takes a value
@@ -45,9 +67,14 @@ inline std::string whole_number(const std::string& text) {
 inline void apply_value_rules(CLI::App& app) {
   static const CLI::Validator any(value_rules::any_value, "", "value");
   static const CLI::Validator whole(value_rules::whole_number, "", "whole number");
+  static const CLI::Validator decimal(value_rules::decimal_number, "", "number");
   for (CLI::Option* o : app.get_options()) {
     if (o->get_type_size_max() == 0 || o->get_expected_max() == 0) continue;  // a flag
-    o->check(o->get_type_name() == "INT" ? whole : any);
+    // CLI11 appends each validator's description ("INT:N >= 1", "FLOAT:FLOAT in [0.01 - 60]"):
+    // the converted type is the name before the first colon.
+    const std::string full = o->get_type_name();
+    const std::string type = full.substr(0, full.find(':'));
+    o->check(type == "INT" ? whole : type == "FLOAT" ? decimal : any);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_value_rules(*sub);
 }

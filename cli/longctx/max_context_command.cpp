@@ -52,6 +52,7 @@ void print_answer(const MaxContextResult& r) {
   fmt::print("plan         {}\n", describe_knobs(p));
   if (!r.rule.empty()) fmt::print("rule         {}\n", r.rule);
   if (!r.layout.empty()) fmt::print("layout       {}\n", r.layout);
+  if (!r.positions.empty()) fmt::print("positions    {}\n", r.positions);
   fmt::print("memory       device peak {} as nvidia-smi shows it (allocated {} at {}, reserved {}), host {} per node\n",
              format_bytes(p.prediction.peak_nvidia_smi_bytes), format_bytes(p.prediction.peak_device_bytes),
              p.prediction.peak_at, format_bytes(p.prediction.peak_reserved_bytes), format_bytes(p.prediction.peak_host_bytes));

@@ -15,6 +15,7 @@
 #include "planner/io/export.h"
 #include "cli/longctx/plan_output.h"
 #include "cli/longctx/progress_line.h"
+#include "planner/search/stack_answers.h"
 
 namespace longctx::cli {
 namespace {
@@ -77,10 +78,7 @@ int run_plan(const PlanOptions& o) {
     if (!w) return report(w.error());
   }
   if (o.cluster.json) {
-    nlohmann::json j = plan_to_json(recorded);
-    j["search"] = o.no_search ? no_search_json() : search_summary_json(found);
-    j["exports"] = exports_json(recorded);
-    fmt::print("{}\n", j.dump(2));
+    fmt::print("{}\n", plan_answer_json(*answer, o.no_search).dump(2));
   } else {
     fmt::print("{}", render_plan(e));
     if (!o.no_search)

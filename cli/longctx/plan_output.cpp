@@ -58,6 +58,8 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   std::string out;
   out += fmt::format("model     {} ({} parameters; {})\n", p.model.name, format_parameters(p.model.total_params()),
                      describe_model(p.model, p.train.seq));
+  if (const std::string note = max_positions_note(p.model, p.train.seq); !note.empty())
+    out += fmt::format("positions {}\n", note);
   out += fmt::format("cluster   {} x {} ({} node{} of {}), budget {} per GPU, host {} per node\n",
                      p.cluster.shape.world(), p.cluster.hardware.name, p.cluster.shape.nodes,
                      p.cluster.shape.nodes > 1 ? "s" : "", p.cluster.shape.gpus_per_node,

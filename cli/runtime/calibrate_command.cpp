@@ -1,6 +1,5 @@
 // longctx calibrate: measures this machine with the runtime's own kernels and writes a
 // hardware preset that `--gpu FILE` then plans with (runtime/calibrate.h).
-#include <cmath>
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -70,9 +69,6 @@ Result<Measured> measure(const CalibrateArgs& a) {
 }
 
 int run_calibrate(const CalibrateArgs& a) {
-  // CLI::Range lets NaN through (every comparison with it is false).
-  if (!std::isfinite(a.seconds))
-    return fail(Error::bad_input("--seconds", "is not a number; give seconds per probe, 0.01 to 60"));
   // The output is checked before measuring (half a minute or more): a folder, a FIFO or an
   // unwritable folder is refused now, not after the work. The probe's temporary is removed.
   if (!a.output.empty()) {

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/common/commands.h"
+#include "cli/common/parse_values.h"
 #include "cli/runtime/run_outputs.h"
 #include "cli/runtime/run_report.h"
 #include "planner/core/knobs.h"
@@ -150,8 +151,11 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--steps", args->steps, "Training steps to run (at least 1)")
       ->check(CLI::Validator(
           [](std::string& v) {
-            const long long n = std::atoll(v.c_str());
-            return n >= 1 ? std::string() : fmt::format("{} is not a step count; run at least 1 step", v);
+            const auto n = value_rules::whole_number_or_defer(v);
+            return !n || (*n >= 1 && *n <= std::numeric_limits<int>::max())
+                       ? std::string()
+                       : fmt::format("{} is not a step count; run at least 1 step, at most {}", v,
+                                     std::numeric_limits<int>::max());
           },
           "N >= 1"));
   sub->add_option("--device", args->device, "cpu (the virtual device, which enforces the plan's budgets) or cuda")
@@ -164,9 +168,10 @@ Command add_run_command(CLI::App& app) {
                   "LibTorch's on CUDA)")
       ->check(CLI::Validator(
           [](std::string& v) {
-            const long long n = std::atoll(v.c_str());
-            return n >= 0 && n <= 4096 ? std::string()
-                                       : fmt::format("{} is not a thread count; give 1 to 4096, or 0 for the default", v);
+            const auto n = value_rules::whole_number_or_defer(v);
+            return !n || (*n >= 0 && *n <= 4096)
+                       ? std::string()
+                       : fmt::format("{} is not a thread count; give 1 to 4096, or 0 for the default", v);
           },
           "0..4096"));
   sub->add_flag("--force", args->force,

@@ -6,6 +6,7 @@
 
 #include "cli/common/commands.h"
 #include "cli/common/parse_errors.h"
+#include "cli/common/parse_values.h"
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();
@@ -16,6 +17,7 @@ int main(int argc, char** argv) {
   std::vector<longctx::cli::Command> commands;
   commands.push_back(longctx::cli::add_run_command(app));
   commands.push_back(longctx::cli::add_calibrate_command(app));
+  longctx::cli::apply_value_rules(app);  // the planner CLI's rule for every value (parse_values.h)
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

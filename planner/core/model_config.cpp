@@ -13,6 +13,7 @@
 #include "planner/core/param_layout.h"
 #include "planner/core/model_config_fields.h"
 #include "planner/core/presets.h"
+#include "planner/core/units.h"
 #include "common/input_file.h"
 
 namespace longctx {
@@ -129,6 +130,9 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   if (j.contains("rms_norm_eps")) {
     LONGCTX_TRY(m.rms_norm_eps, get_number(j, p, "rms_norm_eps"));
   }
+  if (j.contains("max_position_embeddings") && !j["max_position_embeddings"].is_null()) {
+    LONGCTX_TRY(m.max_positions, get_int(j, p, "max_position_embeddings", 1, limits::kMaxSeq));
+  }
   for (auto read : {model_fields::read_rope, model_fields::read_biases, model_fields::read_sliding_window,
                     model_fields::read_weights_dtype}) {
     LONGCTX_TRY(auto ok, read(j, m));
@@ -184,13 +188,38 @@ std::vector<double> rope_inverse_frequencies(const ModelConfig& m) {
   return inv;
 }
 
-Result<bool> check_model_for_seq(const ModelConfig& m, std::int64_t seq) {
+std::string to_string(MaxPositions p) { return p == MaxPositions::Model ? "model" : "extend"; }
+
+Result<MaxPositions> parse_max_positions(const std::string& text, const std::string& field) {
+  if (text == "extend") return MaxPositions::Extend;
+  if (text == "model") return MaxPositions::Model;
+  return Error::bad_input(field, fmt::format("'{}' is unknown; use extend (positions past the model's "
+                                             "max_position_embeddings, with RoPE scaling) or model (within it)",
+                                             text));
+}
+
+Result<bool> check_model_for_seq(const ModelConfig& m, std::int64_t seq, MaxPositions positions) {
   if (m.sliding_window > 0 && m.sliding_window < seq)
     return Error::bad_input("model.sliding_window",
                             fmt::format("{} tokens is shorter than the sequence ({}): sliding-window attention is not "
                                         "modelled; use --seq {} or less",
                                         m.sliding_window, seq, m.sliding_window));
+  if (positions == MaxPositions::Model && past_max_positions(m, seq))
+    return Error::bad_input("model.max_position_embeddings",
+                            fmt::format("{} positions are fewer than the sequence ({}), and --max-positions model keeps "
+                                        "to them: use --seq {} or less, or --max-positions extend with RoPE scaling "
+                                        "set in the model config",
+                                        m.max_positions, seq, m.max_positions));
   return true;
+}
+
+bool past_max_positions(const ModelConfig& m, std::int64_t seq) { return m.max_positions > 0 && seq > m.max_positions; }
+
+std::string max_positions_note(const ModelConfig& m, std::int64_t seq) {
+  if (!past_max_positions(m, seq)) return "";
+  return fmt::format("{} tokens run past the model's max_position_embeddings of {}: positions past it need RoPE "
+                     "scaling set in the model config (--max-positions model keeps within it)",
+                     format_count(seq), format_count(m.max_positions));
 }
 
 std::string describe_model(const ModelConfig& m, std::int64_t seq) {

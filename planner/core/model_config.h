@@ -54,6 +54,9 @@ struct ModelConfig {
   // whose sequence is longer is refused (check_model_for_seq); a window >= seq is plain
   // causal attention.
   std::int64_t sliding_window = 0;
+  // config.json's max_position_embeddings: the positions the checkpoint was trained with, or 0
+  // when the config gives none. Long-context training extends RoPE past it (MaxPositions).
+  std::int64_t max_positions = 0;
   std::string weights_dtype;  // torch_dtype / dtype: "bfloat16", "float16" or "float32"; "" if unset
 
   std::int64_t q_dim() const { return heads * head_dim; }
@@ -69,9 +72,24 @@ struct ModelConfig {
 // RoPE's d/2 inverse frequencies under m's rope_theta and rope_scaling.
 std::vector<double> rope_inverse_frequencies(const ModelConfig& m);
 
+// Whether a step may use positions past the model's max_position_embeddings (the
+// --max-positions setting): Extend (the default) plans them, as long-context training does
+// with RoPE scaling set in the model config; Model holds --seq to the model's limit.
+enum class MaxPositions { Extend, Model };
+std::string to_string(MaxPositions p);  // "extend", "model"
+Result<MaxPositions> parse_max_positions(const std::string& text, const std::string& field);
+
 // The rules that depend on the step's sequence length: a sliding window shorter than seq is
-// refused (longctx models full causal attention only), naming model.sliding_window.
-Result<bool> check_model_for_seq(const ModelConfig& m, std::int64_t seq);
+// refused (longctx models full causal attention only), naming model.sliding_window; under
+// MaxPositions::Model a seq past max_position_embeddings is refused, naming that field.
+Result<bool> check_model_for_seq(const ModelConfig& m, std::int64_t seq, MaxPositions positions = MaxPositions::Extend);
+
+// Whether seq runs positions past the model's max_position_embeddings (the config gives one).
+bool past_max_positions(const ModelConfig& m, std::int64_t seq);
+// What positions past the limit need, for answers past it under MaxPositions::Extend:
+// "131,072 tokens (model.max_position_embeddings) are exceeded: positions past it need RoPE
+// scaling set in the model config"; "" when seq is within it.
+std::string max_positions_note(const ModelConfig& m, std::int64_t seq);
 
 // One line of what was read beyond the shapes: rope theta and scaling, biases, the weights'
 // dtype, and the sliding window against seq (whether it is in effect).

@@ -193,6 +193,7 @@ void write(const ModelConfig& m, json& j) {
     j["sliding_window"] = m.sliding_window;
     if (m.model_type != "mistral") j["use_sliding_window"] = true;
   }
+  if (m.max_positions > 0) j["max_position_embeddings"] = m.max_positions;
   if (!m.weights_dtype.empty()) j["torch_dtype"] = m.weights_dtype;
 }
 

@@ -65,6 +65,7 @@ struct TrainConfig {
   // fp32 master weights and AdamW moments always; with dtype FP32 the parameters are the master.
   // Under the hf stack neither: torch.optim's AdamW keeps its moments in the parameters' dtype.
   StackSpec stack;  // the code the step runs on (stack.h)
+  MaxPositions max_positions = MaxPositions::Extend;  // positions past the model's max_position_embeddings
 };
 
 struct ParallelConfig {

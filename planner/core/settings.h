@@ -31,7 +31,9 @@ struct SettingRule {
   // is train.stack.attention_mask false. Its Python keyword (`python`) speaks of the value.
   bool negated = false;
   const char* python = nullptr;  // its Python keyword where that is not `field`
-  bool optional_in_file = false;  // absent from plan files written before it: read as the stack's default
+  // Absent from plan files written before it: read as the stack's default (a stack option) or
+  // TrainConfig's (a train setting, which is then written only when it is not that default).
+  bool optional_in_file = false;
 };
 
 template <class E>
@@ -73,7 +75,12 @@ constexpr KnobValue value_of(E e) {
       .option = "describes how transformers runs the step", .optional_in_file = true}))                           \
   ROW(hf_no_attention_mask, bool, stack.attention_mask, (SettingRule{.key = "stack.attention_mask",               \
       .help = "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)",                 \
-      .option = "describes how transformers runs the step", .negated = true, .python = "hf_attention_mask"}))
+      .option = "describes how transformers runs the step", .negated = true, .python = "hf_attention_mask"}))      \
+  ROW(max_positions, MaxPositions, max_positions, (SettingRule{.key = "max_positions",                            \
+      .help = "Positions past the model's max_position_embeddings: extend (default: planned, as long-context "    \
+              "training extends RoPE, with its scaling set in the model config) or model (--seq and max-context " \
+              "stay within the model's limit)",                                                                   \
+      .optional_in_file = true}))
 // clang-format on
 
 enum class SettingId {

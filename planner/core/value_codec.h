@@ -50,6 +50,7 @@ template <> struct Codec<ArcticModel> : WordCodec<ArcticModel, parse_arctic_mode
 template <> struct Codec<HfCheckpointing> : WordCodec<HfCheckpointing, parse_hf_checkpointing> {};
 template <> struct Codec<HfOptimizer> : WordCodec<HfOptimizer, parse_hf_optimizer> {};
 template <> struct Codec<HfLoss> : WordCodec<HfLoss, parse_hf_loss> {};
+template <> struct Codec<MaxPositions> : WordCodec<MaxPositions, parse_max_positions> {};
 
 // Checkpointing: 0 (none), 1 (full), K (every:K), kCheckpointOps (op); an every:K without a
 // K >= 1 (a policy built by hand) is -1, which names no policy.

@@ -55,7 +55,8 @@ Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& predi
 
 // The settings (settings.h) as the plan file holds them under "train": the dtypes, and the
 // stack, written only when it is not the default one (plan files that predate it read as
-// longctx's) with the options that stack takes. `key` "stack.attention" is train.stack.attention.
+// longctx's) with the options that stack takes, and the settings added since (optional_in_file:
+// --max-positions) when they are not the default. `key` "stack.attention" is train.stack.attention.
 nlohmann::json& at_key(nlohmann::json& train, const std::string& key) {
   const auto dot = key.find('.');
   return dot == std::string::npos ? train[key] : train[key.substr(0, dot)][key.substr(dot + 1)];
@@ -73,6 +74,7 @@ void settings_to_json(const TrainConfig& t, nlohmann::json& train) {
   for (const Setting& s : setting_table()) {
     if ((in_stack_object(s) && is_default) || (s.rule.option && !takes_option(stack, s.id))) continue;
     const KnobValue v = setting_value(t, s.id);
+    if (s.rule.optional_in_file && !in_stack_object(s) && v == setting_value(TrainConfig{}, s.id)) continue;
     at_key(train, s.rule.key) = s.kind == KnobKind::Switch ? nlohmann::json(v != 0) : nlohmann::json(format_setting(s.id, v));
   }
 }
@@ -89,7 +91,7 @@ Result<KnobValue> setting_from_json(const nlohmann::json& object, const std::str
 
 Result<bool> settings_from_json(const nlohmann::json& train, TrainConfig& t) {
   for (const Setting& s : setting_table()) {
-    if (in_stack_object(s)) continue;
+    if (in_stack_object(s) || (s.rule.optional_in_file && !train.contains(leaf(s)))) continue;
     LONGCTX_TRY(const KnobValue v, setting_from_json(train, "train", s));
     set_setting(t, s.id, v);
   }

@@ -39,7 +39,7 @@ const Keys kModelKeys = {"name", "_name_or_path", "model_type", "hidden_size", "
                          "tie_word_embeddings", "rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling",
                          "rope_parameters", "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window",
                          "layer_types", "torch_dtype", "dtype", "num_experts", "num_local_experts", "n_routed_experts",
-                         "quantization_config", "attention_dropout"};
+                         "quantization_config", "attention_dropout", "max_position_embeddings"};
 // hardware_to_json's keys, the optional ones included (planner/core/hardware.cpp), and the
 // notes a preset file (models/hardware/*.json) carries for readers.
 const Keys kHardwareKeys = {"description", "sources", "name", "backend", "device_memory_bytes", "host_memory_bytes_per_node", "gpus_per_node",
@@ -48,10 +48,11 @@ const Keys kHardwareKeys = {"description", "sources", "name", "backend", "device
                             "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured"};
 const Keys kClusterKeys = {"nodes", "gpus_per_node", "gpus", "hardware", "device_budget_bytes",
                            "host_budget_bytes_per_node", "expandable_segments"};
-// "search" and "exports" (plan --json) and "ladder" (max-context --json's plan, read by explain
-// --html) are written beside a plan by the commands whose output users save as plan files; they
-// are derived from the plan, so reading them back ignores them.
-const Keys kTopKeys = {"schema", "model", "cluster", "train", "parallel", "prediction", "search", "exports", "ladder"};
+// "search", "exports" and "positions" (plan --json) and "ladder" (max-context --json's plan, read
+// by explain --html) are written beside a plan by the commands whose output users save as plan
+// files; they are derived from the plan, so reading them back ignores them.
+const Keys kTopKeys = {"schema", "model", "cluster", "train", "parallel", "prediction", "search", "exports", "positions",
+                       "ladder"};
 
 std::string leaf_of(const char* key) {
   const std::string k = key;

@@ -216,6 +216,7 @@ nlohmann::json max_context_json(const MaxContextResult& r) {
                       {"rule", r.rule},
                       {"layout", r.layout},
                       {"plan", plan_to_json(r.plan)}};
+  if (!r.positions.empty()) j["positions"] = r.positions;
   j["ladder"] = nlohmann::json::array();
   for (const auto& rung : r.ladder)
     j["ladder"].push_back({{"techniques", rung.techniques}, {"max_tokens", rung.max_tokens}, {"binding", rung.binding}});

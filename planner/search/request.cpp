@@ -169,29 +169,36 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
 
 namespace {
 
-// What the model itself refuses at `next` tokens (check_model_for_seq), as a binding: "the
-// model's sliding window of 4,096 tokens (model.sliding_window)"; "" if nothing.
-std::string model_limit(const ModelConfig& m, std::int64_t next) {
-  auto ok = check_model_for_seq(m, next);
+// What the model itself refuses at `next` tokens (check_model_for_seq under the plan's
+// --max-positions), as a binding: "the model's sliding window of 4,096 tokens
+// (model.sliding_window)"; "" if nothing.
+std::string model_limit(const Plan& base, std::int64_t next) {
+  const ModelConfig& m = base.model;
+  auto ok = check_model_for_seq(m, next, base.train.max_positions);
   if (ok) return "";
   if (ok.error().field == "model.sliding_window")
     return fmt::format("the model's sliding window of {} tokens ({})", format_count(m.sliding_window), ok.error().field);
+  if (ok.error().field == "model.max_position_embeddings")
+    return fmt::format("the model's max_position_embeddings of {} tokens ({}, under --max-positions model)",
+                       format_count(m.max_positions), ok.error().field);
   return fmt::format("the model ({})", ok.error().what());
 }
 
 // A length the model refuses binds as itself, not as the memory the search last tried: the
 // answer's next granule and each rung's next token are held to the model's own limits.
 void name_model_limits(const Plan& base, MaxContextResult& r) {
-  if (std::string limit = model_limit(base.model, r.max_tokens + r.granularity); !limit.empty()) {
+  const std::int64_t next = r.max_tokens + r.granularity;
+  if (std::string limit = model_limit(base, next); !limit.empty()) {
     r.binding = std::move(limit);
     // The rule line's probe met the same limit at its own length (its message up to the
     // length it names): not a rule of the layout.
-    const std::string message = check_model_for_seq(base.model, r.max_tokens + r.granularity).error().message;
+    const std::string message = check_model_for_seq(base.model, next, base.train.max_positions).error().message;
     if (r.rule.find(message.substr(0, message.find('('))) != std::string::npos) r.rule.clear();
   }
+  r.positions = max_positions_note(base.model, r.max_tokens);
   for (LadderRung& rung : r.ladder)
     if (rung.max_tokens > 0)
-      if (std::string limit = model_limit(base.model, rung.max_tokens + 1); !limit.empty()) rung.binding = std::move(limit);
+      if (std::string limit = model_limit(base, rung.max_tokens + 1); !limit.empty()) rung.binding = std::move(limit);
 }
 
 }  // namespace

@@ -8,6 +8,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/search/length_refusals.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/units.h"
 #include "planner/search/search_order.h"
@@ -36,10 +37,12 @@ using search_detail::CandidateOrder;
 using search_detail::Evaluator;
 using search_detail::knob_values;
 
-Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
+// `untried`: the plans a length rule kept from being evaluated (LengthRefusals::explain), or "".
+Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::string& untried) {
+  const std::string also = untried.empty() ? "" : "; " + untried;
   if (!smallest)
-    return Error{ErrorKind::NoFit, "--seq", fmt::format("no valid configuration for {} tokens on {} GPUs", base.train.seq,
-                                                        base.cluster.shape.world())};
+    return Error{ErrorKind::NoFit, "--seq", fmt::format("no valid configuration for {} tokens on {} GPUs{}", base.train.seq,
+                                                        base.cluster.shape.world(), also)};
   const Evaluation e = evaluate(smallest->prediction.feasible ? base : *smallest);
   std::string dominant;
   std::int64_t most = -1;
@@ -49,13 +52,13 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest) {
   if (pr.binding == "host memory")
     return Error{ErrorKind::NoFit, "--host-mem",
                  fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
-                             "budget {}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node))};
+                             "budget {}{}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node),
+                             also)};
   return Error{ErrorKind::NoFit, "--budget",
                fmt::format("no plan fits: the smallest peak is {} ({} allocated at op {}; {} dominates: {}), budget {}; "
-                           "allow more techniques, more GPUs, or a shorter --seq",
+                           "allow more techniques, more GPUs, or a shorter --seq{}",
                            format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_device_bytes), pr.peak_at,
-                           dominant, format_bytes(most),
-                           format_bytes(base.cluster.device_budget_bytes))};
+                           dominant, format_bytes(most), format_bytes(base.cluster.device_budget_bytes), also)};
 }
 
 }  // namespace
@@ -283,8 +286,12 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   // Phase 1: each choice of the coarse knobs with its fastest tiles and chunk (no tiling, no
   // chunking unless fixed): an upper bound on its speed, and its best plan when it fits.
   std::vector<Candidate> candidates;
+  LengthRefusals untried;  // choices only the stack's length rule refused: named if nothing fits
   for (const Plan& c : coarse_choices(base, allowed, knobs)) {
-    if (!valid(c)) continue;
+    if (!valid(c)) {
+      untried.note(c);
+      continue;
+    }
     candidates.push_back({c, ev.run(c), ev.last_exact});
     if (candidates.back().fastest.prediction.feasible && (!best || faster(candidates.back().fastest, *best)))
       best = candidates.back().fastest;
@@ -300,7 +307,7 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
     ev.rollback(after_fastest);
     search_candidates(order, allowed, knobs, ev, best, /*any_order=*/false);
   }
-  if (!best) return no_fit(base, ev.smallest_infeasible());
+  if (!best) return no_fit(base, ev.smallest_infeasible(), untried.explain());
   return summarize(*best, ev);
 }
 

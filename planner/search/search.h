@@ -53,6 +53,9 @@ struct MaxContextResult {
   // The sequence layout the plan runs (Ulysses, ring, hybrid) and, where ring attention was
   // allowed, why: the longest length without a ring beside the answer.
   std::string layout;
+  // When max_tokens runs past the model's max_position_embeddings (under --max-positions
+  // extend): what those positions need (max_positions_note); empty if within it.
+  std::string positions;
   Plan plan;                     // the fastest feasible plan at max_tokens
   std::vector<LadderRung> ladder;
 };

@@ -27,6 +27,15 @@ nlohmann::json max_context_answer_json(const MaxContextResult& r) {
   return j;
 }
 
+nlohmann::json plan_answer_json(const PlanAnswer& a, bool no_search) {
+  nlohmann::json j = plan_to_json(a.recorded);
+  j["search"] = no_search ? no_search_json() : search_summary_json(a.found);
+  j["exports"] = exports_json(a.recorded);
+  if (const std::string note = max_positions_note(a.recorded.model, a.recorded.train.seq); !note.empty())
+    j["positions"] = note;
+  return j;
+}
+
 nlohmann::json stack_answers_json(const std::vector<StackAnswer>& all) {
   nlohmann::json out = nlohmann::json::array();
   for (const StackAnswer& a : all) {

@@ -1,7 +1,8 @@
 #pragma once
 // `max-context --stack all`: the longest context of every stack in the registry on one
-// cluster, beside longctx's own runtime, and the JSON of every max-context answer (which
-// stacks can export its plan: io/export.h). The CLI and the Python API both answer from here.
+// cluster, beside longctx's own runtime, and the JSON of every max-context and plan answer
+// (which stacks can export its plan: io/export.h). The CLI and the Python API both answer from
+// here.
 #include <cstddef>
 #include <functional>
 #include <optional>
@@ -38,5 +39,10 @@ std::vector<StackAnswer> answer_max_context_per_stack(const ClusterRequest& r, b
 nlohmann::json max_context_answer_json(const MaxContextResult& r);
 // [{"stack", "max_tokens", "granularity_tokens", "binding", "plan", "exports"} or {"stack", "refusal": {field, message}}].
 nlohmann::json stack_answers_json(const std::vector<StackAnswer>& all);
+
+// `plan --json`: the plan file's JSON (the prediction per phase included), "search" (what the
+// search did, or that none ran under `no_search`), "exports", and "positions" when --seq runs
+// past the model's max_position_embeddings (max_positions_note).
+nlohmann::json plan_answer_json(const PlanAnswer& a, bool no_search);
 
 }  // namespace longctx

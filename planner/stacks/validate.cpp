@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 
 #include "planner/core/limits.h"
+#include "planner/stacks/length_rule.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/refusals.h"
 
@@ -106,7 +107,7 @@ Result<bool> check_sharding(const Plan& p) {
 }
 
 Result<bool> check_model_length(const Plan& p) {
-  LONGCTX_TRY(auto window, check_model_for_seq(p.model, p.train.seq));
+  LONGCTX_TRY(auto window, check_model_for_seq(p.model, p.train.seq, p.train.max_positions));
   (void)window;
   return true;
 }
@@ -156,10 +157,9 @@ Result<bool> check_stack(const Plan& p) {
   if (kept && p.train.grad_dtype != kept->dtype)
     return refuse(p, flag(SettingId::grad_dtype), fmt::format("keeps {} gradients{}: leave --grad-dtype out or give {}",
                                                               to_string(kept->dtype), kept->why, to_string(kept->dtype)));
-  const std::int64_t multiple = sequence_multiple(p.parallel);
-  if (!stack.pads_sequence && p.train.seq % multiple != 0)
-    return refuse(p, "--seq", fmt::format("cuts each sample into {} equal pieces and pads nothing: give a --seq "
-                                          "divisible by {}", multiple, multiple));
+  if (const auto multiple = unmet_length_multiple(p))
+    return refuse(p, "--seq", fmt::format("{}: give a --seq divisible by {}", length_rule(std::to_string(*multiple)),
+                                          *multiple));
   return true;
 }
 

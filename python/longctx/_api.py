@@ -44,9 +44,9 @@ class NoFit(LongctxError):
 
 _ERRORS = {"bad_input": BadInput, "no_fit": NoFit, "internal": LongctxError}
 
-#: Keys of an answer that are not part of the plan file: the search's summary and the stacks
-#: whose files run the plan.
-_ANSWER_ONLY_KEYS = ("search", "exports")
+#: Keys of an answer that are not part of the plan file: the search's summary, the stacks
+#: whose files run the plan, and what positions past max_position_embeddings need.
+_ANSWER_ONLY_KEYS = ("search", "exports", "positions")
 
 
 def _answer(result: "tuple[bool, str]") -> str:
@@ -316,6 +316,9 @@ class MaxContext:
     #: with ``stack="all"``: every stack's answer by its word, a MaxContext or the BadInput
     #: saying why the stack cannot run the model on this hardware
     stacks: Dict[str, Union["MaxContext", LongctxError]] = field(default_factory=dict, repr=False)
+    #: past the model's max_position_embeddings (``max_positions="extend"``, the default): what
+    #: those positions need; "" within it
+    positions: str = ""
 
     @property
     def exports(self) -> List[Dict[str, Any]]:
@@ -333,7 +336,8 @@ class MaxContext:
         plan = dict(j["plan"])
         plan["exports"] = j.get("exports", [])
         return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
-                          Plan(plan), list(j.get("ladder", [])), dict(j), j.get("layout", ""), stacks)
+                          Plan(plan), list(j.get("ladder", [])), dict(j), j.get("layout", ""), stacks,
+                          j.get("positions", ""))
 
 
 def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h100-80gb", techniques: Union[str, Iterable[str]] = "all",
@@ -351,7 +355,10 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under
     DeepSpeed ZeRO-3; ``attention``: "flash_attention_2" or "flash_attention_3";
     ``arctic_model``: "liger", Liger's kernels, or "huggingface"). ``stack="torchtitan"``
-    predicts torchtitan's Llama 3 training (FSDP2 across GPUs; one GPU in fp32). ``stack="all"``
+    predicts torchtitan's Llama 3 training (FSDP2 across GPUs; one GPU in fp32).
+    ``max_positions``: "extend" (positions past the model's max_position_embeddings are planned,
+    as RoPE scaling extends them; :attr:`MaxContext.positions` says so) or "model" (the answer
+    stays within the limit, which then binds as itself). ``stack="all"``
     answers for longctx's own runtime and fills :attr:`MaxContext.stacks` with every stack's
     answer (``longctx max-context --stack all``). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, settings)

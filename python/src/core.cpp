@@ -99,10 +99,7 @@ Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::m
   if (!k) return failure(k.error());
   auto r = answer_plan({a, seq, *k, no_search});
   if (!r) return failure(r.error());
-  nlohmann::json j = plan_to_json(r->recorded);
-  j["search"] = no_search ? no_search_json() : search_summary_json(r->found);
-  j["exports"] = exports_json(r->recorded);
-  return success(j);
+  return success(plan_answer_json(*r, no_search));
 }
 
 Result<Plan> plan_of(const std::string& plan_json) {

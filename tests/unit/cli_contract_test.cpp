@@ -103,12 +103,17 @@ TEST(CliContract, JsonOutputsReadBackAsPlanFiles) {
   const auto dir = std::filesystem::temp_directory_path() / ("longctx_contract_json_" + std::to_string(::getpid()));
   std::filesystem::create_directories(dir);
   const std::string from_plan = (dir / "plan.json").string(), from_max = (dir / "max.json").string();
+  const std::string from_past = (dir / "past.json").string();
   ASSERT_EQ(capture(std::string(LONGCTX_CLI) + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 4K --budget 64MiB --json > " +
                     from_plan + " 2>/dev/null").status, 0);
+  // Past tiny-gqa's max_position_embeddings (65536): the answer carries "positions" too.
+  capture(std::string(LONGCTX_CLI) + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 72K --no-search --json > " + from_past +
+          " 2>/dev/null");
+  ASSERT_TRUE(nlohmann::json::parse(std::ifstream(from_past)).contains("positions"));
   const Output m = run("max-context --model tiny-odd --gpu cpu --gpus 2 --budget 16MiB --host-mem 256MiB --json");
   ASSERT_EQ(m.status, 0) << m.out;
   std::ofstream(from_max) << nlohmann::json::parse(m.out)["plan"].dump();
-  for (const std::string& file : {from_plan, from_max}) {
+  for (const std::string& file : {from_plan, from_max, from_past}) {
     const Output e = capture(std::string(LONGCTX_CLI) + " explain " + file + " 2>&1");
     EXPECT_EQ(e.status, 0) << file << ": " << e.out;
     EXPECT_NE(e.out.find("breakdown at the device peak"), std::string::npos) << e.out;

@@ -18,6 +18,7 @@
 #include "planner/core/param_layout.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/plan.h"
+#include "planner/search/length_refusals.h"
 #include "planner/search/request.h"
 #include "planner/stacks/step_builder.h"
 
@@ -350,6 +351,41 @@ TEST(TorchtitanStack, NamesTheFlavorOfTheModel) {
   EXPECT_STREQ(torchtitan_model_name(qwen3), "qwen3");
   EXPECT_EQ(torchtitan_flavor(qwen3), "8B");
   EXPECT_EQ(torchtitan_flavor(answer_plan(torchtitan_request("qwen3-32b")).value().recorded.model), "32B");
+}
+
+// Context parallel cuts each sample into 2 x ring pieces and pads nothing: at a length none of
+// the rings divides, the search evaluates no ring plan. When nothing fits, the refusal names the
+// rule and a length that lets the ring plans be tried, and that length does fit.
+TEST(TorchtitanStack, NoFitNamesTheLengthRuleThatKeptTheRingPlansOut) {
+  PlanRequest r = torchtitan_request("llama-3.1-8b");
+  r.cluster.gpus = 8;
+  r.cluster.gpu = "h100-80gb";
+  r.no_search = false;
+  r.seq = "131073";
+  const auto a = answer_plan(r);
+  ASSERT_FALSE(a);
+  EXPECT_EQ(a.error().kind, ErrorKind::NoFit);
+  EXPECT_NE(a.error().message.find("the plans with --ring 2, 4 or 8 were not tried: --stack torchtitan cuts each sample "
+                                   "into 4, 8 or 16 equal pieces and pads nothing, which --seq 131073 does not meet: "
+                                   "give a --seq divisible by 16, such as 131072, to try them"),
+            std::string::npos)
+      << a.error().message;
+  r.seq = "131072";
+  const auto fits = answer_plan(r);
+  ASSERT_TRUE(fits) << fits.error().what();
+  EXPECT_GT(fits->recorded.parallel.ring, 1);
+  // A length every ring divides: nothing was kept out, and the refusal says nothing of it.
+  r.seq = "256K";
+  const auto none = answer_plan(r);
+  ASSERT_FALSE(none);
+  EXPECT_EQ(none.error().message.find("were not tried"), std::string::npos) << none.error().message;
+}
+
+TEST(TorchtitanStack, NearbyLengthIsTheMultipleBelowOrTheMultipleItself) {
+  EXPECT_EQ(nearby_length(1000001, 16), 1000000);
+  EXPECT_EQ(nearby_length(131073, 16), 131072);
+  EXPECT_EQ(nearby_length(15, 16), 16);
+  EXPECT_EQ(nearby_length(32, 16), 32);
 }
 
 }  // namespace
