@@ -122,7 +122,9 @@ TensorId mlp_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out
 // ---- layer.cpp: one decoder layer ---------------------------------------------------------
 void rope_tables(StepBuild& sb);
 LayerActs layer_forward(LongctxStep& sb, int l, TensorId x, Phase phase, bool rc);
-TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out);  // returns d_in
+// Returns d_in; `compute_end` receives the layer's last op before its gradient is finished
+// (reduce-scattered or streamed out), which the runtime does once the layer's backward has returned.
+TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out, int& compute_end);
 
 // ---- loss.cpp: final norm, output projection and cross-entropy, plain or tiled -----------
 void loss_forward(LongctxStep& sb);

@@ -42,7 +42,7 @@ LayerActs layer_forward(LongctxStep& sb, int l, TensorId x, Phase phase, bool rc
   return a;
 }
 
-TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out) {
+TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out, int& compute_end) {
   const StepShapes& s = sb.shapes;
   const Category tr = Category::Transient;
   Ids grad;  // the layer's gradient, piece by piece
@@ -61,6 +61,7 @@ TensorId layer_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_o
     ulysses_attention_backward(sb, l, a, d_oloc, d_xn1, grad);
   }
   const TensorId d_in = attn_norm_backward(sb, l, a, d_xn1, d_mid, grad);
+  compute_end = sb.graph.last_op();
   finish_group_grad(sb, l, grad, Phase::Backward);
   return d_in;
 }

@@ -29,7 +29,9 @@ class Layers final : public LayerSchedule<LayerActs> {
   LayerActs forward(int l, TensorId x, Phase phase, bool recompute) override {
     return layer_forward(sb_, l, x, phase, recompute);
   }
-  TensorId backward(int l, const LayerActs& a, TensorId d_out) override { return layer_backward(sb_, l, a, d_out); }
+  TensorId backward(int l, const LayerActs& a, TensorId d_out) override {
+    return layer_backward(sb_, l, a, d_out, compute_end_);
+  }
   bool checkpointed(int l) const override { return sb_.parallel.checkpoint.checkpoints_layer(l); }
 
   void begin_forward() override { next_params_ = gather_group(sb_, 0, Phase::Forward, 0); }
@@ -64,10 +66,13 @@ class Layers final : public LayerSchedule<LayerActs> {
   void after_backward(int l, const LayerActs&, TensorId d_out, bool recomputed, int last) override {
     if (layer_params_ >= 0) sb_.graph.add_input(last, layer_params_);
     // Reentrant checkpointing backpropagates from the recomputed output with the gradient
-    // it was handed: the gradient stays referenced until the layer's backward returns; the
-    // output's bytes are released once the recompute has made it
-    // (runtime/src/checkpointed_layer.cpp, recompute_backward), so it dies with its producer.
-    if (recomputed) sb_.graph.add_input(last, d_out);
+    // it was handed: the gradient stays referenced until the layer's backward returns, and
+    // no longer, since the autograd engine drops a node's inputs when the node returns; the
+    // layer's gradient is finished after that, by the hook below the layer
+    // (runtime/src/llama_step.cpp, on_backward_of before layer.forward). The output's bytes
+    // are released once the recompute has made it (runtime/src/checkpointed_layer.cpp,
+    // recompute_backward), so it dies with its producer.
+    if (recomputed) sb_.graph.add_input(compute_end_, d_out);
     if (!prefetch_params(sb_) && l > 0) next_params_ = gather_group(sb_, l - 1, Phase::Backward, l - 1);
   }
 
@@ -78,6 +83,7 @@ class Layers final : public LayerSchedule<LayerActs> {
   TensorId next_params_ = -1;      // the next layer's, once gathered
   TensorId checkpoint_ = -1;       // the running layer's checkpoint, brought back from the host
   TensorId next_checkpoint_ = -1;  // the next layer's, once prefetched
+  int compute_end_ = -1;           // the running layer's last op before its gradient is finished
 };
 
 void write_ops(LongctxStep& sb) {
