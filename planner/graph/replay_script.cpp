@@ -1,8 +1,7 @@
 #include "planner/graph/replay_script.h"
 
 #include <algorithm>
-#include <map>
-#include <tuple>
+#include <functional>
 #include <unordered_map>
 
 #include "planner/graph/allocator_events.h"
@@ -53,21 +52,37 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s) {
     const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
     if (item.kind != Kind::Note && item.op >= 0) first_item[static_cast<std::size_t>(item.op)] = i;
   }
-  using Key = std::tuple<const char*, bool, int, int, bool>;
-  std::map<Key, std::pair<int, int>> last;  // the kind's last two first items
-  std::unordered_map<int, int> seen;        // distance -> how often
+  // An op's kind: its name's base (a literal, compared by address), whether it recomputes,
+  // its phase and stream, and whether it belongs to a layer.
+  struct Kind {
+    const char* base;
+    bool recompute;
+    int phase, stream;
+    bool in_layer;
+    bool operator==(const Kind&) const = default;
+  };
+  struct KindHash {
+    std::size_t operator()(const Kind& k) const {
+      return std::hash<const void*>{}(k.base) ^ (static_cast<std::size_t>(k.phase) << 1) ^
+             (static_cast<std::size_t>(k.stream) << 5) ^ (static_cast<std::size_t>(k.recompute) << 9) ^
+             (static_cast<std::size_t>(k.in_layer) << 10);
+    }
+  };
+  std::unordered_map<Kind, std::pair<int, int>, KindHash> last;  // the kind's last two first items
+  last.reserve(256);
+  std::vector<int> seen(s.items.size() + 1, 0);  // distance -> how often
   for (std::size_t k = 0; k < first_item.size(); ++k) {
     if (first_item[k] < 0) continue;
     const OpSpec& op = g.ops()[k];
-    const Key key{op.name.base, op.name.recompute, static_cast<int>(op.phase), op.stream, op.layer >= 0};
+    const Kind key{op.name.base, op.name.recompute, static_cast<int>(op.phase), op.stream, op.layer >= 0};
     auto [it, fresh] = last.try_emplace(key, -1, -1);
     for (const int before : {it->second.first, it->second.second})
-      if (before >= 0) ++seen[first_item[k] - before];
+      if (before >= 0) ++seen[static_cast<std::size_t>(first_item[k] - before)];
     it->second = {first_item[k], it->second.first};
   }
   std::vector<std::pair<int, int>> by_count;  // (how often, distance)
-  for (const auto& [distance, count] : seen)
-    if (count >= 3) by_count.emplace_back(count, distance);
+  for (std::size_t distance = 0; distance < seen.size(); ++distance)
+    if (seen[distance] >= 3) by_count.emplace_back(seen[distance], static_cast<int>(distance));
   std::sort(by_count.begin(), by_count.end(), std::greater<>());
   std::vector<int> periods;
   for (std::size_t i = 0; i < by_count.size() && i < 4; ++i) periods.push_back(by_count[i].second);

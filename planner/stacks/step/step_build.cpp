@@ -1,6 +1,8 @@
 // The step's frame every stack shares: the build's shapes and the cuBLAS workspaces.
 #include "planner/stacks/step/step_build.h"
 
+#include <algorithm>
+
 #include "planner/footprint/zero.h"
 
 namespace longctx::step {
@@ -13,10 +15,19 @@ Name StepBuild::group_name(int group, const char* base) const {
   return Name{group == footprint::embed_group(shapes) ? Name::kEmbed : Name::kHead, base, false};
 }
 
+namespace {
+
+// Tensors and ops a layer, at least, in the graphs built on this thread so far: a search
+// builds thousands of graphs of one model, whose counts a layer vary with the stack and the
+// tiles (about 40 and 30 untiled), and reserving what the last ones needed saves regrowing
+// the op list (an op is a few hundred bytes) on every build.
+thread_local std::size_t tensors_a_layer = 48, ops_a_layer = 36;
+
+}  // namespace
+
 CublasWorkspaces begin_step(StepBuild& sb) {
-  // About 40 tensors and 30 ops a layer: reserve once instead of regrowing.
   const auto layers = static_cast<std::size_t>(sb.in.model.layers);
-  sb.graph.reserve(layers * 48 + 128, layers * 36 + 128);
+  sb.graph.reserve(layers * tensors_a_layer + 128, layers * ops_a_layer + 128);
   // cuBLAS workspaces [cublas_workspace] bytes each: one per (handle, stream), handles per
   // thread, and every stack's step multiplies on two threads, the forward's and autograd's
   // device thread that runs backward (torch/csrc/autograd/engine.cpp, Engine::thread_main
@@ -38,7 +49,12 @@ StepGraph finish_step(StepBuild& sb, CublasWorkspaces w) {
     sb.graph.first_allocated_at(w.forward, sb.graph.first_cublas_op(Phase::Forward));
     sb.graph.first_allocated_at(w.backward, sb.graph.first_cublas_op(Phase::Backward));
   }
-  return sb.graph.finish();
+  StepGraph g = sb.graph.finish();
+  if (const auto layers = static_cast<std::size_t>(sb.in.model.layers); layers > 0) {
+    tensors_a_layer = std::max(tensors_a_layer, g.tensors().size() / layers + 1);
+    ops_a_layer = std::max(ops_a_layer, g.ops().size() / layers + 1);
+  }
+  return g;
 }
 
 }  // namespace longctx::step
