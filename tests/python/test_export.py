@@ -149,19 +149,13 @@ def test_hf_training_arguments_construct_and_accelerate_reads_its_config(tmp_pat
     assert accel.distributed_type == "DEEPSPEED" and accel.num_processes == 8
 
 
-def test_accelerates_launcher_runs_the_hf_config_as_deepspeed_with_ulysses(tmp_path, monkeypatch):
-    launch = pytest.importorskip("accelerate.commands.launch")
-    launch_utils = pytest.importorskip("accelerate.utils.launch")
+def test_accelerates_launcher_runs_the_hf_config_as_deepspeed_with_ulysses(tmp_path, accelerate_launch_env):
     out = tmp_path / "hf"
     export(make_plan(tmp_path, "--sharding", "zero3", "--offload-optimizer", "--ulysses", "4", "--checkpoint", "full"),
            "hf", out)
-    monkeypatch.chdir(out)
-    # What `accelerate launch --config_file accelerate_config.yaml train.py` does before it
-    # starts the ranks: the environment each rank's Accelerator reads.
-    args = launch.launch_command_parser().parse_args(["--config_file", "accelerate_config.yaml", "train.py"])
-    args, defaults, _ = launch._validate_launch_command(args)
-    args.deepspeed_fields_from_accelerate_config = list(defaults.deepspeed_config.keys())
-    _, env = launch_utils.prepare_deepspeed_cmd_env(args)
+    # What `accelerate launch` does before it starts the ranks: the environment each rank's
+    # Accelerator reads.
+    args, env = accelerate_launch_env(out)
     assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_config.json"
     assert env["ACCELERATE_DEEPSPEED_ZERO3_INIT"] == "true" and env["ACCELERATE_MIXED_PRECISION"] == "bf16"
     assert env["PARALLELISM_CONFIG_SP_SIZE"] == "4" and env["PARALLELISM_CONFIG_SP_BACKEND"] == "deepspeed"

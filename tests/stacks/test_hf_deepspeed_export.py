@@ -46,10 +46,8 @@ def exported(tmp_path, plan_args, name):
     return json.loads(plan.read_text()), out
 
 
-def test_ulysses_plan_exports_the_guides_accelerate_deepspeed_config(tmp_path, monkeypatch):
+def test_ulysses_plan_exports_the_guides_accelerate_deepspeed_config(tmp_path, monkeypatch, accelerate_launch_env):
     config_args = pytest.importorskip("accelerate.commands.config.config_args")
-    launch = pytest.importorskip("accelerate.commands.launch")
-    launch_utils = pytest.importorskip("accelerate.utils.launch")
     parallelism = pytest.importorskip("accelerate.parallelism_config")
     _, out = exported(tmp_path, ULYSSES, "ulysses")
     assert sorted(p.name for p in out.iterdir()) == ["accelerate_config.yaml", "ds_config.json", "launch.sh",
@@ -62,11 +60,7 @@ def test_ulysses_plan_exports_the_guides_accelerate_deepspeed_config(tmp_path, m
     assert sp["parallelism_config_sp_attn_implementation"] == "flash_attention_2"
     assert config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml")).distributed_type == "DEEPSPEED"
     # What `accelerate launch` gives each rank, and accelerate's ParallelismConfig built from it.
-    monkeypatch.chdir(out)
-    args = launch.launch_command_parser().parse_args(["--config_file", "accelerate_config.yaml", "train.py"])
-    args, defaults, _ = launch._validate_launch_command(args)
-    args.deepspeed_fields_from_accelerate_config = list(defaults.deepspeed_config.keys())
-    _, env = launch_utils.prepare_deepspeed_cmd_env(args)
+    _, env = accelerate_launch_env(out)
     assert env["ACCELERATE_USE_DEEPSPEED"] == "true" and env["ACCELERATE_DEEPSPEED_CONFIG_FILE"] == "ds_config.json"
     for key, value in env.items():
         if key.startswith("PARALLELISM_CONFIG_"):

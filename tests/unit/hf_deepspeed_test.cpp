@@ -14,6 +14,7 @@
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
 #include "graph_names.h"
+#include "refusal_cases.h"
 
 namespace longctx {
 namespace {
@@ -128,22 +129,17 @@ TEST(HfDeepSpeed, ATiedTableReachesTheHookOnce) {
 }
 
 TEST(HfDeepSpeed, RefusesWhatItDoesNotModelNamingTheOption) {
-  const std::tuple<const char*, void (*)(PlanRequest&)> cases[] = {
-      {"--attention", [](PlanRequest& r) { r.cluster.attention = "sdpa"; }},
-      {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "trl-chunked-nll"; }},
-      {"--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::none(); }},
-      {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 2; }},
-      {"--sharding", [](PlanRequest& r) { r.cluster.gpu = "cpu"; r.cluster.attention = ""; }},
-      // The offloads are DeepSpeed's: one GPU without ZeRO-3 runs none.
-      {"--sharding", [](PlanRequest& r) { r.cluster.gpus = 1; r.knobs.ulysses = 1; r.knobs.sharding = Sharding::None; }},
-  };
-  for (const auto& [field, edit] : cases) {
-    PlanRequest r = deepspeed_request("llama-3.2-1b", 4, 2, "8K");
-    edit(r);
-    const auto a = answer_plan(r);
-    ASSERT_FALSE(a.ok()) << field;
-    EXPECT_EQ(a.error().field, field) << a.error().message;
-  }
+  testing::expect_refused_naming_the_option(
+      [] { return deepspeed_request("llama-3.2-1b", 4, 2, "8K"); },
+      {
+          {"--attention", [](PlanRequest& r) { r.cluster.attention = "sdpa"; }},
+          {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "trl-chunked-nll"; }},
+          {"--checkpoint", [](PlanRequest& r) { r.knobs.checkpoint = CheckpointPolicy::none(); }},
+          {"--ulysses", [](PlanRequest& r) { r.knobs.ring = 2; }},
+          {"--sharding", [](PlanRequest& r) { r.cluster.gpu = "cpu"; r.cluster.attention = ""; }},
+          // The offloads are DeepSpeed's: one GPU without ZeRO-3 runs none.
+          {"--sharding", [](PlanRequest& r) { r.cluster.gpus = 1; r.knobs.ulysses = 1; r.knobs.sharding = Sharding::None; }},
+      });
 }
 
 // accelerate's config as the HF Ulysses guide writes it (distributed_type DEEPSPEED, the

@@ -17,6 +17,7 @@
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
 #include "graph_names.h"
+#include "refusal_cases.h"
 
 namespace longctx {
 namespace {
@@ -130,21 +131,16 @@ TEST(HfDistributed, ContextParallelsFrameHoldsItsShardsThroughBackward) {
 }
 
 TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
-  const std::tuple<const char*, void (*)(PlanRequest&)> cases[] = {
-      {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::None; }},
-      {"--attention", [](PlanRequest& r) { r.cluster.attention = "eager"; }},
-      {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "transformers"; }},
-      {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
-      // Ulysses runs under DeepSpeed (hf_deepspeed_test.cpp), not beside context parallel.
-      {"--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; }},
-  };
-  for (const auto& [field, edit] : cases) {
-    PlanRequest r = hf_request("llama-3.2-1b", 8, 2, "8K");
-    edit(r);
-    const auto a = answer_plan(r);
-    ASSERT_FALSE(a.ok()) << field;
-    EXPECT_EQ(a.error().field, field) << a.error().message;
-  }
+  testing::expect_refused_naming_the_option(
+      [] { return hf_request("llama-3.2-1b", 8, 2, "8K"); },
+      {
+          {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::None; }},
+          {"--attention", [](PlanRequest& r) { r.cluster.attention = "eager"; }},
+          {"--hf-loss", [](PlanRequest& r) { r.cluster.hf_loss = "transformers"; }},
+          {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
+          // Ulysses runs under DeepSpeed (hf_deepspeed_test.cpp), not beside context parallel.
+          {"--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; }},
+      });
 }
 
 // TRL's example: Qwen3-8B at a million tokens on 8 H100s, context parallel 8, its chunked
