@@ -42,14 +42,7 @@ std::string format(const Name& n) {
   return s;
 }
 
-Ids::Ids(std::initializer_list<int> ids) {
-  for (int i : ids) push_back(i);
-}
-
-void Ids::push_back(int id) {
-  if (size_ == kCapacity) throw std::logic_error("an op with more tensors than Ids holds");
-  ids_[size_++] = id;
-}
+void Ids::too_many() { throw std::logic_error("an op with more tensors than Ids holds"); }
 
 int StepGraph::add_tensor(TensorSpec t) {
   tensors_.push_back(std::move(t));

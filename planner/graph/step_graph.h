@@ -42,13 +42,22 @@ class Ids {
   static constexpr int kCapacity = 24;
 
   Ids() = default;
-  Ids(std::initializer_list<int> ids);
-  void push_back(int id);
+  // Inline: every op of the thousands of graphs a search builds makes two.
+  Ids(std::initializer_list<int> ids) {
+    if (ids.size() > static_cast<std::size_t>(kCapacity)) too_many();
+    for (int i : ids) ids_[size_++] = i;
+  }
+  void push_back(int id) {
+    if (size_ == kCapacity) too_many();
+    ids_[size_++] = id;
+  }
   const int* begin() const { return ids_; }
   const int* end() const { return ids_ + size_; }
   int size() const { return size_; }
 
  private:
+  [[noreturn]] static void too_many();
+
   int ids_[kCapacity] = {};
   int size_ = 0;
 };
