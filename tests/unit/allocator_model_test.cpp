@@ -2,7 +2,13 @@
 // of requests whose allocated and reserved bytes are worked out by hand in the comments.
 #include <gtest/gtest.h>
 
+#include <climits>
+#include <iterator>
+#include <random>
+#include <set>
+
 #include "planner/graph/allocator_model.h"
+#include "planner/graph/free_blocks.h"
 
 namespace longctx {
 namespace {
@@ -275,6 +281,54 @@ TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
   CachingAllocatorModel d;
   d.free(d.allocate(40 * MiB));
   EXPECT_EQ(d.block_size(d.allocate(36 * MiB)), 36 * MiB);
+}
+
+// The free-block list against an ordered set, through thousands of entries (past the size at
+// which it splits into chunks) and back to none: the same order, best fit and largest after
+// every change.
+TEST(FreeBlocks, KeepsBestFitOrderThroughThousandsOfEntries) {
+  auto less = [](const FreeBlocks::Entry& a, const FreeBlocks::Entry& b) {
+    return a.size != b.size ? a.size < b.size : a.address < b.address;
+  };
+  std::set<FreeBlocks::Entry, decltype(less)> want(less);
+  FreeBlocks blocks;
+  std::mt19937_64 draw(20261129);
+  auto check = [&] {
+    ASSERT_EQ(blocks.size(), want.size());
+    if (want.empty()) return;
+    EXPECT_EQ(blocks.largest().address, want.rbegin()->address);
+    const std::int64_t size = static_cast<std::int64_t>(draw() % 40) * 512;
+    const auto fit = want.lower_bound({size, INT64_MIN, -1});
+    const std::size_t at = blocks.lower_bound(size);
+    ASSERT_EQ(at, static_cast<std::size_t>(std::distance(want.begin(), fit)));
+    if (fit != want.end()) EXPECT_EQ(blocks.at(at).block, fit->block);
+  };
+  int next = 0;
+  for (const int target : {3000, 200, 2500, 0}) {
+    while (static_cast<int>(want.size()) != target) {
+      const bool grow = static_cast<int>(want.size()) < target ? draw() % 4 != 0 : draw() % 4 == 0;
+      if (grow) {
+        // Sizes repeat (40 of them), addresses do not: ties are broken by address.
+        const FreeBlocks::Entry e{static_cast<std::int64_t>(draw() % 40) * 512, static_cast<std::int64_t>(next) * 4096,
+                                  next};
+        ++next;
+        want.insert(e);
+        blocks.insert(e);
+      } else if (!want.empty()) {
+        const std::size_t i = draw() % want.size();
+        auto it = std::next(want.begin(), static_cast<std::ptrdiff_t>(i));
+        ASSERT_EQ(blocks.at(i).block, it->block);
+        if (draw() % 2) blocks.erase_at(i);
+        else blocks.erase(it->size, it->address);
+        blocks.erase(it->size, it->address);  // a second time: no entry, nothing removed
+        want.erase(it);
+      }
+      if (want.size() % 97 == 0) check();
+    }
+    check();
+  }
+  std::size_t i = 0;
+  for (const auto& e : want) EXPECT_EQ(blocks.at(i++).block, e.block);
 }
 
 }  // namespace
