@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <map>
 #include <string>
+#include <tuple>
 
 #include "planner/core/phase_names.h"
 
@@ -113,11 +114,18 @@ SegmentKey segment_of(const OpSpec& op) {
 template <class Segment, class Visit>
 std::map<SegmentKey, Segment> by_segment(const StepGraph& g, Visit visit) {
   std::map<SegmentKey, Segment> segments;
+  // A segment's ops mostly follow one another: its entry is looked up again only when the
+  // segment changes (map iterators stay valid as entries are added).
+  auto current = segments.end();
   for (std::size_t i = 0; i < g.ops().size(); ++i) {
     const OpSpec& op = g.ops()[i];
-    auto [it, fresh] = segments.try_emplace(segment_of(op));
-    if (fresh) it->second.first_op = static_cast<int>(i);
-    visit(op, it->second);
+    const SegmentKey key = segment_of(op);
+    if (current == segments.end() || current->first != key) {
+      bool fresh = false;
+      std::tie(current, fresh) = segments.try_emplace(key);
+      if (fresh) current->second.first_op = static_cast<int>(i);
+    }
+    visit(op, current->second);
   }
   return segments;
 }
