@@ -18,6 +18,7 @@
 #include <string>
 
 #include "planner/core/plan.h"
+#include "tests/test_paths.h"
 
 namespace longctx::runtime::testing {
 
@@ -53,7 +54,7 @@ class CliTest : public ::testing::Test {
   // `PREFIX; longctx ARGS` in a shell: PREFIX sets up the child (a ulimit, say).
   CliOutput run_under(const std::string& prefix, const std::string& args) {
     const std::string err = path("stderr.txt");
-    const std::string line = std::string(LONGCTX_BINARY) + " " + args + " 2>" + err;
+    const std::string line = longctx::testing::longctx_cli() + " " + args + " 2>" + err;
     const std::string cmd = prefix.empty() ? line : "sh -c '" + prefix + "; exec " + line + "'";
     CliOutput o;
     std::FILE* p = ::popen(cmd.c_str(), "r");
@@ -71,7 +72,7 @@ class CliTest : public ::testing::Test {
 // failed). Everything the child needs is made before fork: it only redirects and execs.
 inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& out, const std::string& err,
                        const std::vector<std::string>& env = {}) {
-  std::vector<std::string> owned = {LONGCTX_BINARY};
+  std::vector<std::string> owned = {longctx::testing::longctx_cli()};
   owned.insert(owned.end(), args.begin(), args.end());
   std::vector<char*> argv;
   for (auto& a : owned) argv.push_back(a.data());
@@ -84,7 +85,7 @@ inline pid_t spawn_cli(const std::vector<std::string>& args, const std::string& 
     for (auto& v : vars) ::putenv(v.data());
     ::dup2(out_fd, 1);
     ::dup2(err_fd, 2);
-    ::execv(LONGCTX_BINARY, argv.data());
+    ::execv(longctx::testing::longctx_cli().c_str(), argv.data());
     ::_exit(127);
   }
   ::close(out_fd);

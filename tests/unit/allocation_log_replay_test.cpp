@@ -13,6 +13,7 @@
 #include "planner/core/plan.h"
 #include "planner/graph/reserved_replay.h"
 #include "planner/stacks/step_builder.h"
+#include "tests/test_paths.h"
 
 namespace longctx {
 namespace {
@@ -28,7 +29,7 @@ struct H100Log {
 };
 
 std::string h100_file(const H100Log& log, const char* suffix) {
-  return std::string(LONGCTX_TRACES_DIR) + "/h100/" + log.run + suffix;
+  return testing::source_path("traces/h100/") + log.run + suffix;
 }
 
 class H100AllocationLog : public ::testing::TestWithParam<H100Log> {};

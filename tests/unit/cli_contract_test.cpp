@@ -18,6 +18,7 @@
 #include "common/input_file.h"
 #include "planner/io/measured_trace.h"
 #include "planner/core/plan.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -41,7 +42,7 @@ Output capture(const std::string& cmd) {
   return o;
 }
 
-Output run(const std::string& args) { return capture(std::string(LONGCTX_CLI) + " " + args + " 2>/dev/null"); }
+Output run(const std::string& args) { return capture(longctx::testing::longctx_cli() + " " + args + " 2>/dev/null"); }
 
 TEST(CliContract, PlanJsonHasThePlanKeys) {
   const Output o = run("plan --model tiny-gqa --gpu cpu --gpus 2 --seq 4K --budget 64MiB --json");
@@ -104,17 +105,17 @@ TEST(CliContract, JsonOutputsReadBackAsPlanFiles) {
   std::filesystem::create_directories(dir);
   const std::string from_plan = (dir / "plan.json").string(), from_max = (dir / "max.json").string();
   const std::string from_past = (dir / "past.json").string();
-  ASSERT_EQ(capture(std::string(LONGCTX_CLI) + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 4K --budget 64MiB --json > " +
+  ASSERT_EQ(capture(longctx::testing::longctx_cli() + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 4K --budget 64MiB --json > " +
                     from_plan + " 2>/dev/null").status, 0);
   // Past tiny-gqa's max_position_embeddings (65536): the answer carries "positions" too.
-  capture(std::string(LONGCTX_CLI) + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 72K --no-search --json > " + from_past +
+  capture(longctx::testing::longctx_cli() + " plan --model tiny-gqa --gpu cpu --gpus 2 --seq 72K --no-search --json > " + from_past +
           " 2>/dev/null");
   ASSERT_TRUE(nlohmann::json::parse(std::ifstream(from_past)).contains("positions"));
   const Output m = run("max-context --model tiny-odd --gpu cpu --gpus 2 --budget 16MiB --host-mem 256MiB --json");
   ASSERT_EQ(m.status, 0) << m.out;
   std::ofstream(from_max) << nlohmann::json::parse(m.out)["plan"].dump();
   for (const std::string& file : {from_plan, from_max, from_past}) {
-    const Output e = capture(std::string(LONGCTX_CLI) + " explain " + file + " 2>&1");
+    const Output e = capture(longctx::testing::longctx_cli() + " explain " + file + " 2>&1");
     EXPECT_EQ(e.status, 0) << file << ": " << e.out;
     EXPECT_NE(e.out.find("breakdown at the device peak"), std::string::npos) << e.out;
   }
@@ -133,7 +134,7 @@ TEST(CliContract, ExitStatuses) {
 // `sh -c SCRIPT`, where @L@ stands for the longctx binary; stdout and stderr together.
 Output run_sh(const std::string& script) {
   std::string cmd = script;
-  for (std::size_t at; (at = cmd.find("@L@")) != std::string::npos;) cmd.replace(at, 3, LONGCTX_CLI);
+  for (std::size_t at; (at = cmd.find("@L@")) != std::string::npos;) cmd.replace(at, 3, longctx::testing::longctx_cli());
   return capture("sh -c '" + cmd + "' 2>&1");
 }
 

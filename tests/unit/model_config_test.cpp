@@ -8,6 +8,7 @@
 #include "planner/core/hardware.h"
 #include "planner/core/model_config.h"
 #include "planner/core/param_layout.h"
+#include "tests/test_paths.h"
 
 namespace longctx {
 namespace {
@@ -82,7 +83,7 @@ TEST(ModelConfig, UnknownPresetListsTheKnownOnes) {
 
 // ---- published config.json files (tests/data/configs/<model>/config.json) ------------------
 
-std::string config_dir(const std::string& model) { return std::string(LONGCTX_CONFIGS_DIR) + "/" + model; }
+std::string config_dir(const std::string& model) { return testing::source_path("tests/data/configs/" + model); }
 
 nlohmann::json config_json(const std::string& model) {
   std::ifstream in(config_dir(model) + "/config.json");
@@ -263,7 +264,7 @@ TEST(RopeFrequencies, Llama3ScalesLongWavelengthsAndSmoothsTheBand) {
 }
 
 TEST(ModelConfig, ADirectoryWithoutConfigIsNamed) {
-  auto r = load_model(LONGCTX_CONFIGS_DIR);
+  auto r = load_model(testing::source_path("tests/data/configs"));
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().field, "--model");
   EXPECT_NE(r.error().message.find("holds no config.json"), std::string::npos);

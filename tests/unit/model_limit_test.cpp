@@ -12,13 +12,14 @@
 #include "planner/core/plan.h"
 #include "planner/search/request.h"
 #include "planner/search/stack_answers.h"
+#include "tests/test_paths.h"
 
 namespace longctx {
 namespace {
 
 TEST(ModelLimit, MistralV01sSlidingWindowBindsAsItselfNotAsDeviceMemory) {
   ClusterRequest r;
-  r.model = std::string(LONGCTX_CONFIGS_DIR) + "/mistral-7b-v0.1";  // sliding_window 4096
+  r.model = testing::source_path("tests/data/configs/mistral-7b-v0.1");  // sliding_window 4096
   r.gpus = 8;
   auto a = answer_max_context(r, /*with_ladder=*/true);
   ASSERT_TRUE(a) << a.error().what();
@@ -34,7 +35,7 @@ TEST(ModelLimit, MistralV01sSlidingWindowBindsAsItselfNotAsDeviceMemory) {
 
 TEST(ModelLimit, AModelWithoutALimitStillBindsOnMemory) {
   ClusterRequest r;
-  r.model = std::string(LONGCTX_CONFIGS_DIR) + "/mistral-7b-v0.3";  // sliding_window null
+  r.model = testing::source_path("tests/data/configs/mistral-7b-v0.3");  // sliding_window null
   r.gpus = 8;
   r.techniques = "zero3";
   auto a = answer_max_context(r, /*with_ladder=*/false);

@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "planner/io/trace_schema.h"
+#include "tests/test_paths.h"
 
 namespace {
 
@@ -20,7 +21,7 @@ struct Output {
 
 Output run(const std::string& args) {
   const std::string err_path = std::filesystem::temp_directory_path() / ("longctx_drift_err_" + std::to_string(::getpid()));
-  const std::string cmd = std::string(LONGCTX_CLI) + " " + args + " 2>" + err_path;
+  const std::string cmd = longctx::testing::longctx_cli() + " " + args + " 2>" + err_path;
   Output o;
   FILE* p = popen(cmd.c_str(), "r");
   std::array<char, 4096> buf{};

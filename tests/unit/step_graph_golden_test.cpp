@@ -20,11 +20,12 @@
 #include <vector>
 
 #include "planner/stacks/step_builder.h"
+#include "tests/test_paths.h"
 
 namespace longctx {
 namespace {
 
-const char* golden_path() { return LONGCTX_GOLDEN_DIR "/step_graph.txt"; }
+std::string golden_path() { return testing::source_path("tests/unit/golden/step_graph.txt"); }
 
 std::string ids(const Ids& v) {
   std::string s;

@@ -15,10 +15,8 @@
 #include "planner/io/measured_trace.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
+#include "tests/test_paths.h"
 
-#ifndef LONGCTX_TRACES_DIR
-#error "LONGCTX_TRACES_DIR: the folder of the committed traces (tests/CMakeLists.txt)"
-#endif
 
 namespace longctx {
 namespace {
@@ -31,7 +29,7 @@ constexpr double kTolerance = 0.03;
 std::vector<std::pair<fs::path, fs::path>> committed_runs() {
   const std::string suffix = ".plan.json";
   std::vector<std::pair<fs::path, fs::path>> runs;
-  for (const auto& entry : fs::directory_iterator(LONGCTX_TRACES_DIR)) {
+  for (const auto& entry : fs::directory_iterator(testing::source_path("traces"))) {
     const std::string name = entry.path().filename().string();
     if (name.size() <= suffix.size() || name.compare(name.size() - suffix.size(), suffix.size(), suffix) != 0) continue;
     const fs::path trace = entry.path().parent_path() / (name.substr(0, name.size() - suffix.size()) + ".trace.json");
@@ -47,7 +45,7 @@ double relative_error(std::int64_t predicted, std::int64_t measured) {
 
 TEST(TraceRegression, EveryCommittedRunIsPredictedWithinThreePercent) {
   const auto runs = committed_runs();
-  ASSERT_FALSE(runs.empty()) << "no NAME.plan.json with its NAME.trace.json in " << LONGCTX_TRACES_DIR;
+  ASSERT_FALSE(runs.empty()) << "no NAME.plan.json with its NAME.trace.json in " << testing::source_path("traces");
   double worst = 0;
   std::string worst_at;
   for (const auto& [plan_path, trace_path] : runs) {

@@ -25,6 +25,7 @@
 
 #include "planner/core/knobs.h"
 #include "rank_measure.h"
+#include "tests/test_paths.h"
 
 namespace longctx::validation {
 namespace {
@@ -37,7 +38,7 @@ struct Answer {
 // `longctx max-context --json`'s plan, as the CLI answers it on its defaults.
 Plan answer_of(const Answer& a) {
   const std::string cmd =
-      fmt::format("{} max-context --model {} --gpus {} --no-ladder --json 2>/dev/null", LONGCTX_BINARY, a.model, a.gpus);
+      fmt::format("{} max-context --model {} --gpus {} --no-ladder --json 2>/dev/null", testing::longctx_cli(), a.model, a.gpus);
   auto plan = plan_from_json(nlohmann::json::parse(output_of(cmd)).at("plan"));
   if (!plan) throw std::runtime_error(plan.error().what());
   return *plan;

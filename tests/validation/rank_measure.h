@@ -21,10 +21,8 @@
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
 #include "longctx/runtime/runner.h"
+#include "tests/test_paths.h"
 
-#ifndef LONGCTX_BINARY
-#error "LONGCTX_BINARY: the longctx CLI, which launches ranks (tests/CMakeLists.txt)"
-#endif
 
 namespace longctx::validation {
 
@@ -75,7 +73,7 @@ inline std::string output_of(const std::string& cmd, const std::string& see = ""
 // Several ranks: `longctx run --nproc N`, one process per rank (the meter counts a process).
 inline std::vector<RankMeasure> run_ranks(const std::string& plan_file, std::int64_t world) {
   const std::string cmd = fmt::format("{} run --plan {} --nproc {} --steps 2 --threads 1 --json 2>{}.stderr",
-                                      LONGCTX_BINARY, plan_file, world, plan_file);
+                                      longctx::testing::longctx_cli(), plan_file, world, plan_file);
   const auto j = nlohmann::json::parse(output_of(cmd, fmt::format("; see {}.stderr", plan_file)));
   std::vector<RankMeasure> ranks;
   for (const auto& r : j.at("ranks")) {
