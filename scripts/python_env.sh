@@ -2,8 +2,9 @@
 # The project's Python environment, .venv/ in the clone: the longctx package built from this
 # checkout (`pip install .`: the planner only), pytest, and for the Hugging Face tests torch
 # from the same cached wheel LibTorch comes from (scripts/setup.sh) plus transformers and
-# DeepSpeed (its Python only) from PyPI. A second run only rebuilds the package
-# (incrementally, in build-python/).
+# DeepSpeed (its Python only) from PyPI. A second run returns at once when nothing the
+# environment is made from changed since the first (.venv/.longctx-made: delete it to redo
+# every step), and otherwise only rebuilds the package (incrementally, in build-python/).
 #
 # Prints the venv's python on its last line. LONGCTX_PYTHON_HF=0 leaves torch and
 # transformers out (the package and its API tests need neither).
@@ -18,6 +19,21 @@ TRL_VERSION=1.14.2
 ACCELERATE_VERSION=1.15.0
 
 log() { printf '[python_env] %s\n' "$*" >&2; }
+
+# Up to date: nothing the environment is made from (this script, the package's sources, the
+# cached torch wheel) changed since it was last made whole. The check costs a file walk; the
+# steps below cost half a minute even when they change nothing (imports, pip's resolver, the
+# package's rebuild), and the tests' fixture calls this script on every ctest run.
+stamp="$venv/.longctx-made"
+if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "${LONGCTX_PYTHON_HF:-1}" ] &&
+   [ -z "$(find "$root" \( -path "$root/.git" -o -path "$root/.venv" -o -path "$root/build*" \
+                            -o -path "$root/tests" -o -path "$root/docs" -o -path "$root/traces" \) -prune \
+                         -o -newer "$stamp" -print -quit)" ] &&
+   [ -z "$(find "${LONGCTX_CACHE:-$HOME/.cache/longctx}/wheels" -name 'torch-*.whl' -newer "$stamp" -print -quit 2>/dev/null)" ]; then
+  echo "$venv/bin/python"
+  exit 0
+fi
+rm -f "$stamp"
 
 python=$(command -v python3)
 if [ ! -x "$venv/bin/python" ]; then
@@ -87,4 +103,5 @@ fi
 # shellcheck source=scripts/ccache_env.sh
 . "$root/scripts/ccache_env.sh"
 "${pip[@]}" install --no-build-isolation "$root" >&2
+echo "${LONGCTX_PYTHON_HF:-1}" > "$stamp"
 echo "$venv/bin/python"
