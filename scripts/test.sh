@@ -10,6 +10,14 @@
 # their limit. The slowest tests are listed at the end (docs/performance.md, "Test suite").
 set -euo pipefail
 root=$(cd "$(dirname "$0")/.." && pwd)
+# Each step's wall time, printed as it ends (docs/performance.md, "Test suite", reads them).
+step_start=$(date +%s)
+step_done() {
+  local now
+  now=$(date +%s)
+  echo "test.sh: $1 took $((now - step_start)) s" >&2
+  step_start=$now
+}
 # setup.sh first: it fetches the torch wheel the .venv installs (a no-op once cached).
 bash "$root/scripts/setup.sh" >/dev/null
 venv_log=$(mktemp)
@@ -22,9 +30,11 @@ if ! wait "$venv_pid"; then
   exit 1
 fi
 rm -f "$venv_log"
+step_done "the build and the .venv"
 cd "$build"
 status=0
 ctest --output-on-failure -j 2 --timeout 180 || status=$?
+step_done "ctest"
 # The ten slowest tests of this run, from ctest's own record of it.
 echo "slowest tests (s):"
 sed -n 's/^"\(.*\)" time elapsed: \([0-9:]*\)$/\2 \1/p' Testing/Temporary/LastTest.log | sort -r | head -n 10 || true
@@ -35,5 +45,7 @@ if [ -f "$build/tests/gpukit/skipped.txt" ]; then echo "gpukit: $(cat "$build/te
 
 if [ "${LONGCTX_SKIP_ROBUSTNESS:-0}" != 1 ]; then
   bash "$root/scripts/sanitize.sh"
+  step_done "the sanitizer build and tests"
   bash "$root/scripts/fuzz.sh" "${LONGCTX_FUZZ_SECONDS:-20}"
+  step_done "the fuzz build and run"
 fi
