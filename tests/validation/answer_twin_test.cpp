@@ -21,6 +21,7 @@
 
 #include <cstdio>
 #include <optional>
+#include <ostream>
 #include <regex>
 
 #include "planner/core/knobs.h"
@@ -34,6 +35,10 @@ struct Answer {
   const char* model;
   int gpus;
 };
+
+// The test's name in ctest ("... # GetParam() = llama-3.1-8b on 8 GPUs"): without it GoogleTest
+// prints the struct's bytes, a pointer among them, and the name changes with every build.
+void PrintTo(const Answer& a, std::ostream* out) { *out << a.model << " on " << a.gpus << (a.gpus == 1 ? " GPU" : " GPUs"); }
 
 // `longctx max-context --json`'s plan, as the CLI answers it on its defaults.
 Plan answer_of(const Answer& a) {
