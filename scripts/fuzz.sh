@@ -10,6 +10,11 @@ root=$(cd "$(dirname "$0")/.." && pwd)
 seconds="${1:-30}"
 build="${LONGCTX_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 targets=(model_config_fuzzer plan_fuzzer evaluate_fuzzer export_fuzzer)
+jobs="${LONGCTX_FUZZ_JOBS:-2}"
+if ! [[ "$jobs" =~ ^[1-9][0-9]*$ ]]; then
+  echo "LONGCTX_FUZZ_JOBS: '$jobs' is not a count of targets at once; give 1 or more" >&2
+  exit 2
+fi
 
 # shellcheck source=scripts/ccache_env.sh
 . "$root/scripts/ccache_env.sh"
@@ -24,51 +29,46 @@ cmake --build "$build" -j "${LONGCTX_JOBS:-2}" --target "${targets[@]}" >&2
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
 mkdir -p "$build/artifacts"
-# One target's run: its log in $build/TARGET.log, its exit status in $build/TARGET.status.
+# One target's run, its output in $build/TARGET.log; its exit status is the fuzzer's.
 fuzz_one() {
-  local t=$1 corpus seeds log
+  local t=$1 corpus seeds
   corpus="$build/corpus/$t"   # grows between runs; the seeds in fuzz/ stay as committed
   mkdir -p "$corpus"
   case "$t" in
     model_config_fuzzer) seeds="$root/models" ;;      # the presets are the seeds
     *) seeds="$root/fuzz/corpus/${t%_fuzzer}" ;;
   esac
-  log="$build/$t.log"
   local args=(-max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1
               -artifact_prefix="$build/artifacts/$t-")
   case "$t" in model_config_fuzzer | plan_fuzzer) [ -f "$root/fuzz/json.dict" ] && args+=(-dict="$root/fuzz/json.dict") ;; esac
   local dirs=("$corpus")
   [ -d "$seeds" ] && dirs+=("$seeds")
-  local rc=0
-  "$build/fuzz/$t" "${args[@]}" "${dirs[@]}" >"$log" 2>&1 || rc=$?
-  echo "$rc" >"$build/$t.status"
+  "$build/fuzz/$t" "${args[@]}" "${dirs[@]}" >"$build/$t.log" 2>&1
 }
 
 # The targets run LONGCTX_FUZZ_JOBS (2) at a time: each runs for its time whatever the load, so
 # side by side they take half the wall time, and on a machine shared with other work each gets
 # its share of the cores as a process of its own.
-jobs="${LONGCTX_FUZZ_JOBS:-2}"
-running=()
-for t in "${targets[@]}"; do
-  rm -f "$build/$t.status"
-  fuzz_one "$t" &
-  running+=($!)
-  if [ "${#running[@]}" -ge "$jobs" ]; then
-    wait "${running[@]}"
-    running=()
-  fi
+declare -A result
+for ((first = 0; first < ${#targets[@]}; first += jobs)); do
+  batch=("${targets[@]:first:jobs}")
+  declare -A pid=()
+  for t in "${batch[@]}"; do
+    fuzz_one "$t" &
+    pid[$t]=$!
+  done
+  for t in "${batch[@]}"; do
+    if wait "${pid[$t]}"; then result[$t]=ok; else result[$t]=FAILED; fi
+  done
 done
-[ "${#running[@]}" -gt 0 ] && wait "${running[@]}"
 
 status=0
 for t in "${targets[@]}"; do
   log="$build/$t.log"
-  result=FAILED
-  [ "$(cat "$build/$t.status" 2>/dev/null)" = 0 ] && result=ok
-  [ "$result" = ok ] || status=1
+  [ "${result[$t]}" = ok ] || status=1
   execs=$(sed -n 's/^stat::number_of_executed_units: *//p' "$log" | tail -n 1)
-  printf '%-22s %-6s %12s executions in %ss\n' "$t" "$result" "${execs:-?}" "$seconds"
-  if [ "$result" = FAILED ]; then
+  printf '%-22s %-6s %12s executions in %ss\n' "$t" "${result[$t]}" "${execs:-?}" "$seconds"
+  if [ "${result[$t]}" = FAILED ]; then
     echo "--- $log (last 40 lines)" >&2
     tail -n 40 "$log" >&2
   fi

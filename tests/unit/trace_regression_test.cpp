@@ -17,7 +17,6 @@
 #include "planner/search/phase_peaks.h"
 #include "tests/test_paths.h"
 
-
 namespace longctx {
 namespace {
 

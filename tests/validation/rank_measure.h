@@ -23,7 +23,6 @@
 #include "longctx/runtime/runner.h"
 #include "tests/test_paths.h"
 
-
 namespace longctx::validation {
 
 inline constexpr double kBound = 0.01;
