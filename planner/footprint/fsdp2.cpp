@@ -18,10 +18,17 @@ std::int64_t all_gather_workspace(const StepShapes& s, int group) {
   return s.e == 4 ? 0 : padded_shard_elems(s, group) * s.e;
 }
 
-std::int64_t unsharded_bytes(const StepShapes& s, int group) { return group_params(s, group) * s.e; }
+std::int64_t unsharded_bytes(const StepShapes& s, int group) { return s.world * padded_shard_elems(s, group) * s.e; }
 
 std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int64_t reduce_e) {
   return s.world * padded_shard_elems(s, group) * reduce_e;
+}
+
+std::int64_t reduce_copy_in_padding_bytes(const StepShapes& s, int group, std::int64_t grad_e) {
+  std::int64_t elems = 0;
+  for (const auto& [rows, cols] : param_dims(s, group))
+    if (rows % s.world != 0) elems += (rows + s.world - 1) / s.world * s.world * cols;
+  return elems * grad_e;
 }
 
 std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e) {

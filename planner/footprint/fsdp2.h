@@ -28,7 +28,9 @@ std::int64_t all_gather_output_bytes(const StepShapes& s, int group);
 // the CPU a staging copy of the all-gather output and a clone of the reduce-scatter input,
 // which its worker thread frees (so a CPU profile does not always see them go).
 std::int64_t all_gather_workspace(const StepShapes& s, int group);
-// foreach_all_gather_copy_out: each parameter unsharded, [its numel] e, until reshard.
+// foreach_all_gather_copy_out: each parameter unsharded until reshard, in the buffer
+// FSDPParam.init_all_gather_outputs made for it, its padded shard times the world,
+// [world * ceil(rows / world) * cols] e (the parameter is a narrowed view of it).
 std::int64_t unsharded_bytes(const StepShapes& s, int group);
 
 // foreach_reduce: reduce_scatter_input [world * shard] in reduce_dtype (`reduce_e` bytes an
@@ -37,6 +39,12 @@ std::int64_t unsharded_bytes(const StepShapes& s, int group);
 // gradients copied in (chunk_cat); FSDPParamGroup keeps it (reduce_scatter_state) until the
 // next group's reduce begins, or the end of backward.
 std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int64_t reduce_e = 4);
+// On the CPU only, beside the copy-in: chunk_cat's generic path (aten/src/ATen/native/
+// TensorShape.cpp, _pad_chunk) copies each unsharded gradient whose rows do not divide by
+// world into a zero-padded [ceil(rows / world) * world, cols] of `grad_e` bytes an element,
+// and holds every such copy until the cat into the input; CUDA's _chunk_cat_out_cuda
+// (aten/src/ATen/native/cuda/TensorShape.cu) writes contiguous gradients without them.
+std::int64_t reduce_copy_in_padding_bytes(const StepShapes& s, int group, std::int64_t grad_e);
 // Its output [shard] in reduce_dtype; below fp32, _to_dtype_if_needed casts it to a new fp32
 // [shard] and the reduced one dies as foreach_reduce returns.
 std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e);

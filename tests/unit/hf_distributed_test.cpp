@@ -130,6 +130,66 @@ TEST(HfDistributed, ContextParallelsFrameHoldsItsShardsThroughBackward) {
   EXPECT_EQ(last_reader(g, "cp.shard.clone"), "cp.context_exit");
 }
 
+// Rows that do not divide by the ranks (tiny-odd's table of 331 rows and its 136-row gate and
+// up projections, over 3): FSDPParam.init_all_gather_outputs makes each parameter's buffer
+// its padded shard times the world, on any device; on the CPU only, chunk_cat pads each such
+// gradient into a copy held until the reduce's copy-in ends (CUDA's kernel writes them as
+// they are).
+TEST(HfDistributed, PaddedRowsFillTheGatherBufferAndOnTheCpuThePaddedCopiesOfTheReduce) {
+  for (const char* gpu : {"h100-80gb", "cpu"}) {
+    PlanRequest r = hf_request("tiny-odd", 3, 3, "96");
+    r.cluster.gpu = gpu;
+    const Plan p = answer_plan(r).value().recorded;
+    const StepInputs in = step_inputs(p);
+    const StepGraph g = build_step(in);
+    const footprint::StepShapes s = footprint::step_shapes(in);
+    const int embed = footprint::embed_group(s);
+    SCOPED_TRACE(gpu);
+    EXPECT_EQ(tensor_bytes(g).at("embed.fsdp.unsharded_params"), 3 * footprint::fsdp2::padded_shard_elems(s, embed) * s.e);
+    EXPECT_GT(tensor_bytes(g).at("embed.fsdp.unsharded_params"), footprint::group_params(s, embed) * s.e);
+    const int copy_in = op_index(g, "layer.0.fsdp.reduce_copy_in");
+    ASSERT_GE(copy_in, 0);
+    const std::int64_t padded = footprint::fsdp2::reduce_copy_in_padding_bytes(s, 0, s.e);
+    EXPECT_GT(padded, 0);
+    EXPECT_EQ(g.ops()[static_cast<std::size_t>(copy_in)].workspace_bytes, std::string(gpu) == "cpu" ? padded : 0);
+  }
+}
+
+// Under FSDP2 a tied table's two gradients (TRL's loss's and the embedding's) are summed into
+// a new [V, h] tensor, the table's gradient as it is: no copy to the table's layout after.
+TEST(HfDistributed, ATiedTablesTwoGradientsAreSummedIntoANewOne) {
+  const Plan p = answer_plan(hf_request("llama-3.2-1b", 2, 2, "8K")).value().recorded;
+  ASSERT_TRUE(p.model.tie_embeddings);
+  const StepGraph g = build_step(step_inputs(p));
+  const int add = op_index(g, "embed.grad.accumulate");
+  ASSERT_GE(add, 0);
+  const OpSpec& o = g.ops()[static_cast<std::size_t>(add)];
+  ASSERT_EQ(o.outputs.size(), 1);
+  EXPECT_EQ(format(g.tensor(*o.outputs.begin()).name), "embed.grad");
+  EXPECT_EQ(g.tensor(*o.outputs.begin()).bytes, p.model.vocab * p.model.hidden * 2);
+  EXPECT_EQ(op_index(g, "embed.grad.copy"), -1);
+}
+
+// The Trainer's checkpoint wraps the layer's call: its RNG state is saved before the layer's
+// FSDP pre-forward gathers; each recompute runs under fork_rng, whose saved CPU state is device
+// memory on the CPU virtual device only.
+TEST(HfDistributed, TheCheckpointSavesItsRngBeforeTheGatherAndItsRecomputeForksIt) {
+  for (const char* gpu : {"h100-80gb", "cpu"}) {
+    PlanRequest r = hf_request("llama-3.2-1b", 2, 2, "8K");
+    r.cluster.gpu = gpu;
+    const Plan p = answer_plan(r).value().recorded;
+    const StepGraph g = build_step(step_inputs(p));
+    SCOPED_TRACE(gpu);
+    EXPECT_LT(op_index(g, "layer.1.checkpoint.save_rng"), op_index(g, "layer.1.fsdp.all_gather"));
+    const bool cpu = std::string(gpu) == "cpu";
+    EXPECT_EQ(op_index(g, "layer.1.checkpoint.fork_rng") >= 0, cpu);
+    if (!cpu) continue;
+    EXPECT_EQ(tensor_bytes(g).at("layer.1.checkpoint.fork_rng"), 5056);
+    // Held until the recompute's last op (non-reentrant's early stop).
+    EXPECT_NE(last_reader(g, "layer.1.checkpoint.fork_rng").find(".recompute"), std::string::npos);
+  }
+}
+
 TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
   testing::expect_refused_naming_the_option(
       [] { return hf_request("llama-3.2-1b", 8, 2, "8K"); },

@@ -150,7 +150,10 @@ void Fsdp2::post_backward(int group) {
     for (TensorId t : sb.grads[static_cast<std::size_t>(g)]) grads.push_back(t);
     shards.push_back(sb.graph.tensor(sb.group_name(g, "grad.shard"), fsdp2::grad_shard_bytes(s, g), Category::Grads));
   }
-  sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, grads, {input});
+  // The unsharded gradients are in param_dtype, the step's compute dtype.
+  OpCost copy_in;
+  if (s.cpu) copy_in.workspace = summed(group, [&](int g) { return fsdp2::reduce_copy_in_padding_bytes(s, g, s.e); });
+  sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, grads, {input}, copy_in);
   // Below fp32 the reduce writes a [shard] in reduce_dtype, cast to the fp32 shard kept.
   const bool cast = reduce_e_ != 4;
   const std::int64_t reduced_bytes =

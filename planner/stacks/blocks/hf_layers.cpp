@@ -72,13 +72,24 @@ TensorId HfLayers::backward(int l, const HfLayerActs& a, TensorId d_out) {
 }
 
 // The recompute begins where the layer's backward first needs a saved tensor (after d_out
-// arrived); an offloaded input is unpacked first, a new device tensor [n, h] e.
+// arrived); an offloaded input is unpacked first, a new device tensor [n, h] e. The recompute
+// then runs under torch.random.fork_rng (torch/utils/checkpoint.py: CheckpointFunction.backward,
+// and non-reentrant's recompute_fn), which keeps the RNG state it restores on exit,
+// torch.get_rng_state(), until the recompute returns: device bytes on the CPU virtual device
+// only (footprint/hf.h), so the op is written there only.
 TensorId HfLayers::recompute_input(int l, const HfLayerActs& first) {
-  if (!offloaded(l)) return first.in;
-  const std::int64_t bytes = sb_.shapes.n * sb_.shapes.h * sb_.shapes.e;
-  const TensorId in = sb_.graph.tensor(layer_name(l, "checkpoint.in.unpacked"), bytes, kAct);
-  const int o = sb_.graph.op(layer_name(l, "checkpoint.unpack"), kB, l, {host_[static_cast<std::size_t>(l)]}, {in});
-  sb_.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+  TensorId in = first.in;
+  if (offloaded(l)) {
+    const std::int64_t bytes = sb_.shapes.n * sb_.shapes.h * sb_.shapes.e;
+    in = sb_.graph.tensor(layer_name(l, "checkpoint.in.unpacked"), bytes, kAct);
+    const int o = sb_.graph.op(layer_name(l, "checkpoint.unpack"), kB, l, {host_[static_cast<std::size_t>(l)]}, {in});
+    sb_.graph.set_comm(o, CommKind::HostToDevice, double(bytes), 1);
+  }
+  fork_rng_ = -1;
+  if (sb_.shapes.cpu && rng_[static_cast<std::size_t>(l)] >= 0) {
+    fork_rng_ = sb_.graph.tensor(layer_name(l, "checkpoint.fork_rng"), footprint::hf::checkpoint_rng_state_bytes(sb_.shapes), kAct);
+    sb_.graph.op(layer_name(l, "checkpoint.fork_rng"), kB, l, {}, {fork_rng_});
+  }
   return in;
 }
 
@@ -87,6 +98,7 @@ TensorId HfLayers::recompute_input(int l, const HfLayerActs& first) {
 // when it runs the whole layer and drops its output.
 void HfLayers::after_recompute(int l, const HfLayerActs&, TensorId in, TensorId d_out) {
   sb_.graph.add_input(sb_.graph.last_op(), d_out);
+  if (fork_rng_ >= 0) sb_.graph.add_input(sb_.graph.last_op(), fork_rng_);
   // Non-reentrant: the unpacked input is the recompute's argument, held until it returns
   // (and after, by what the recompute saved of it).
   if (offloaded(l)) sb_.graph.add_input(sb_.graph.last_op(), in);

@@ -42,6 +42,7 @@ class HfLayers : public LayerSchedule<HfLayerActs> {
   bool offloaded(int l) const;
 
   std::vector<TensorId> rng_;              // checkpointed: torch.get_rng_state() kept per layer
+  TensorId fork_rng_ = -1;                 // the recompute under way: fork_rng's saved state
   std::vector<TensorId> host_;             // offloaded: the layer input's pinned host copy
   std::vector<std::deque<TensorId>> kept_;  // per-op selective checkpointing: what each block kept
 };

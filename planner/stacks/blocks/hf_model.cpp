@@ -22,14 +22,21 @@ void load_batch(HfStep& sb) {
   sb.model.batch = batch;
 }
 
-void embedding_backward(HfStep& sb, TensorId d_x) {
+void embedding_backward(HfStep& sb, TensorId d_x, TiedSum tied_sum) {
   const StepShapes& s = sb.shapes;
   const Ids reads = {d_x, sb.outer.tokens};
   const OpCost cost = {.workspace = embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)};
   if (sb.outer.tied_grad >= 0) {
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
+    if (tied_sum == TiedSum::InPlace) {
+      sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
+      return;
+    }
+    const TensorId sum = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+    sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(sum);
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {sum});
+    sb.outer.tied_grad = -1;
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);

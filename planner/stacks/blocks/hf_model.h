@@ -13,9 +13,15 @@ namespace longctx::step::blocks {
 // attention_mask [n] int64 where the stack passes one), into outer.tokens, outer.targets and
 // model.batch.
 void load_batch(HfStep& sb);
+// How a tied table's two gradients meet in its AccumulateGrad's input buffer
+// (torch/csrc/autograd/input_buffer.cpp, accumulate): added into the first in place where the
+// buffer holds its last reference, else into a new sum.
+enum class TiedSum { InPlace, New };
 // EmbeddingBackward0 from layer 0's input gradient: the dense [V, h] e gradient, kept as the
-// table's .grad, or (tied) added in place into the one lm_head's backward left there.
-void embedding_backward(HfStep& sb, TensorId d_x);
+// table's .grad, or (tied) added to lm_head's gradient left in outer.tied_grad: in place, or
+// (TiedSum::New) into a new [V, h] e sum that becomes the table's .grad, outer.tied_grad then
+// cleared.
+void embedding_backward(HfStep& sb, TensorId d_x, TiedSum tied_sum = TiedSum::InPlace);
 
 // The model's final norm over the last layer's output (outer.final_x, outer.xf), where
 // LlamaModel.forward returns and its position tensors, mask and locals go.

@@ -50,9 +50,12 @@ class FsdpLayers final : public HfLayers {
  public:
   explicit FsdpLayers(FsdpStep& sb) : HfLayers(sb), fsdp_(sb.fsdp2) {}
 
+  // The Trainer's checkpoint wraps the layer's call (transformers' GradientCheckpointingLayer
+  // .__call__), so it saves its RNG state (and, offloaded, packs its input) before the
+  // module's FSDP pre-forward gathers.
   void before_forward(int l, TensorId x) override {
-    fsdp_.unshard_forward(l, Phase::Forward);
     HfLayers::before_forward(l, x);
+    fsdp_.unshard_forward(l, Phase::Forward);
   }
   void after_forward(int l, const HfLayerActs& a) override {
     HfLayers::after_forward(l, a);
@@ -135,8 +138,12 @@ void write_ops(FsdpStep& sb) {
   const TensorId final_x = forward_layers(layers, static_cast<int>(s.layers), model_inputs(sb, &sb.fsdp2, false), acts);
   const TensorId d_x = backward_layers(layers, acts, sb.graph, loss(sb, final_x, &sb.fsdp2));
   if (!s.tied) sb.fsdp2.copy_out_backward(embed_group(s));
-  embedding_backward(sb, d_x);
-  if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
+  // Under FSDP2 a tied table's gradients, TRL's chunked loss's and the embedding's, are summed
+  // into a new tensor, which the table's AccumulateGrad takes as it is (CPU profile of
+  // accelerate's step: three [V, h] alive at the add, no copy after; the one-process step
+  // adds in place and copies, trl_tied_grad).
+  const bool summed = s.tied && trl_chunked_loss(sb);
+  embedding_backward(sb, d_x, summed ? TiedSum::New : TiedSum::InPlace);
   sb.fsdp2.post_backward(embed_group(s));
   sb.fsdp2.end_backward();
   if (sb.model.context_locals.size() > 0)
