@@ -93,10 +93,11 @@ def node_layout(r):
 
 def hf_knobs(r, knobs, loss):
     """transformers' step as the record ran it: its default attention (sdpa) unless it names
-    flash attention, non-reentrant checkpointing (transformers 5's default; accelerate's
-    fsdp_activation_checkpointing is torch's non-reentrant checkpoint too), the checkpoint
-    offload its TrainingArguments ask for (5.17 on), TRL's chunked loss where named, and across
-    GPUs FSDP2 or DeepSpeed ZeRO-3 (--sharding zero3), Ulysses and context parallel (--ring)."""
+    flash attention, the Trainer's non-reentrant checkpointing (transformers 5's default) or,
+    where the record names FSDP's, accelerate's fsdp_activation_checkpointing
+    (--hf-checkpointing accelerate), the checkpoint offload its TrainingArguments ask for (5.17
+    on), TRL's chunked loss where named, and across GPUs FSDP2 or DeepSpeed ZeRO-3 (--sharding
+    zero3), Ulysses and context parallel (--ring)."""
     kernel = str(r.get("attention_kernel", "")).lower()
     ulysses, ring = degrees(r)
     out = {"stack": "hf", "attention": "flash_attention_2" if "flash" in kernel else "sdpa"}
@@ -104,7 +105,8 @@ def hf_knobs(r, knobs, loss):
         out[k] = knobs[k]
     out["ring"] = ring
     if knobs["checkpoint"] != "none":
-        out["hf_checkpointing"] = "non-reentrant"
+        by_fsdp = "fsdp" in str((r.get("activation_checkpointing") or {}).get("granularity", "")).lower()
+        out["hf_checkpointing"] = "accelerate" if by_fsdp else "non-reentrant"
     if "chunked_nll" in loss:
         out["hf_loss"] = "trl-chunked-nll"
     # A run that needed expandable segments to fit (TRL's guide) ran with them.
@@ -212,8 +214,6 @@ def unexpressed(r, stack):
         out.append("GPU not stated (" + _dtype_gpu(r)[1] + " planned)")
     if opt.get("type") and "adam" not in str(opt["type"]).lower():
         out.append("optimizer " + str(opt["type"]))
-    if stack == "hf" and "fsdp" in str(ac.get("granularity", "")).lower():
-        out.append("accelerate's fsdp_activation_checkpointing (planned as the Trainer's non-reentrant checkpointing)")
     return out
 
 

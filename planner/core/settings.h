@@ -64,7 +64,9 @@ constexpr KnobValue value_of(E e) {
               "fused linear cross-entropy) or huggingface",                                                       \
       .option = "is ArcticTraining's model.type"}))                                                                \
   ROW(hf_checkpointing, HfCheckpointing, stack.checkpointing, (SettingRule{.key = "stack.checkpointing",           \
-      .help = "--stack hf: torch.utils.checkpoint's use_reentrant, non-reentrant (default) or reentrant",         \
+      .help = "--stack hf: who checkpoints each layer: the Trainer, with torch.utils.checkpoint's use_reentrant "  \
+              "non-reentrant (default) or reentrant; or accelerate (its fsdp_activation_checkpointing under FSDP2 "  \
+              "across GPUs: non-reentrant, no RNG state, inside each layer's FSDP hooks)",                          \
       .option = "describes how transformers runs the step"}))                                                      \
   ROW(hf_optimizer, HfOptimizer, stack.optimizer, (SettingRule{.key = "stack.optimizer",                          \
       .help = "--stack hf: the Trainer's optim, adamw_torch_fused (its default) or adamw_torch",                  \

@@ -14,7 +14,14 @@ std::string to_string(HfAttention a) {
   }
   return "sdpa";
 }
-std::string to_string(HfCheckpointing c) { return c == HfCheckpointing::Reentrant ? "reentrant" : "non-reentrant"; }
+std::string to_string(HfCheckpointing c) {
+  switch (c) {
+    case HfCheckpointing::Reentrant: return "reentrant";
+    case HfCheckpointing::Accelerate: return "accelerate";
+    case HfCheckpointing::NonReentrant: break;
+  }
+  return "non-reentrant";
+}
 std::string to_string(HfOptimizer o) { return o == HfOptimizer::AdamWTorch ? "adamw_torch" : "adamw_torch_fused"; }
 std::string to_string(HfLoss l) { return l == HfLoss::TrlChunkedNll ? "trl-chunked-nll" : "transformers"; }
 std::string to_string(ArcticModel m) { return m == ArcticModel::HuggingFace ? "huggingface" : "liger"; }
@@ -37,8 +44,9 @@ Result<HfAttention> parse_hf_attention(const std::string& text, const std::strin
 }
 
 Result<HfCheckpointing> parse_hf_checkpointing(const std::string& text, const std::string& field) {
-  static constexpr HfCheckpointing kAll[] = {HfCheckpointing::NonReentrant, HfCheckpointing::Reentrant};
-  return parse_word(text, field, kAll, "non-reentrant, reentrant");
+  static constexpr HfCheckpointing kAll[] = {HfCheckpointing::NonReentrant, HfCheckpointing::Reentrant,
+                                             HfCheckpointing::Accelerate};
+  return parse_word(text, field, kAll, "non-reentrant, reentrant, accelerate");
 }
 
 Result<HfOptimizer> parse_hf_optimizer(const std::string& text, const std::string& field) {

@@ -30,9 +30,13 @@ enum class HfAttention { Sdpa, Eager, FlashAttention2, FlashAttention3 };
 // transformers writes it).
 enum class ArcticModel { Liger, HuggingFace };
 
+// Who checkpoints each layer and how. The Trainer's gradient checkpointing, with
 // `gradient_checkpointing_kwargs={"use_reentrant": ...}`: torch.utils.checkpoint's two
-// implementations, which hold different tensors while a layer is recomputed.
-enum class HfCheckpointing { NonReentrant, Reentrant };
+// implementations, which hold different tensors while a layer is recomputed, each saving the
+// RNG state, around the layer's call (its FSDP hooks inside). Or accelerate's
+// `fsdp_activation_checkpointing` (utils/fsdp_utils.py, fsdp2_apply_ac): checkpoint_wrapper,
+// non-reentrant without the RNG state, inside each FSDP2 layer (its hooks outside).
+enum class HfCheckpointing { NonReentrant, Reentrant, Accelerate };
 
 // The Trainer's `optim`: torch.optim.AdamW fused (its default from torch 2.8: one kernel, no
 // temporaries) or plain (`adamw_torch`: a parameter at a time on the CPU, foreach on CUDA).
@@ -63,7 +67,7 @@ struct StackSpec {
 // "longctx", "hf", "arctic", "torchtitan": the profiles' names (stacks/registry.cpp).
 std::string to_string(StackKind k);
 std::string to_string(HfAttention a);      // "sdpa", "eager"
-std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant"
+std::string to_string(HfCheckpointing c);  // "non-reentrant", "reentrant", "accelerate"
 std::string to_string(HfOptimizer o);      // "adamw_torch_fused", "adamw_torch"
 std::string to_string(ArcticModel m);      // "liger", "huggingface"
 std::string to_string(HfLoss l);           // "transformers", "trl-chunked-nll"

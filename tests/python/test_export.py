@@ -221,6 +221,37 @@ def test_an_hf_stack_plan_with_trls_loss_exports_an_sft_config_trl_reads(tmp_pat
     assert config.gradient_checkpointing and config.gradient_checkpointing_kwargs["offload"] is True
 
 
+def test_accelerates_checkpointing_moves_to_the_fsdp_config_accelerate_and_trl_read(tmp_path, monkeypatch):
+    """An hf-stack plan across GPUs with `--hf-checkpointing accelerate` checkpoints through
+    accelerate's fsdp_config: `accelerate launch` hands each rank the FSDP settings, from which
+    accelerate's own FSDP plugin checkpoints (and offloads) the layers, while TRL's SFTConfig
+    leaves the Trainer's gradient checkpointing off (the Trainer refuses both at once)."""
+    trl = pytest.importorskip("trl")
+    launch = pytest.importorskip("accelerate.commands.launch")
+    launch_utils = pytest.importorskip("accelerate.utils.launch")
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    plan = tmp_path / "acc_plan.json"
+    cli("plan", "--model", "qwen3-8b", "--gpus", "8", "--gpu", "h100-80gb", "--seq", "1M", "--no-search", "--stack",
+        "hf", "--sharding", "zero3", "--ring", "8", "--hf-loss", "trl-chunked-nll", "--checkpoint", "full",
+        "--offload-checkpoints", "--hf-checkpointing", "accelerate", "-o", str(plan))
+    out = tmp_path / "acc"
+    export(plan, "hf", str(out) + "/")
+    monkeypatch.chdir(out)
+    args = launch.launch_command_parser().parse_args(["--config_file", "accelerate_config.yaml", "train.py"])
+    args, _, _ = launch._validate_launch_command(args)
+    env = launch_utils.prepare_multi_gpu_env(args)
+    for key, value in env.items():
+        if key.startswith(("FSDP_", "ACCELERATE_")):
+            monkeypatch.setenv(key, value)
+    fsdp = accelerate_utils.FullyShardedDataParallelPlugin()
+    assert fsdp.fsdp_version == 2 and fsdp.activation_checkpointing and fsdp.activation_checkpointing_offload
+    args = json.loads((out / "sft_config.json").read_text())
+    args["output_dir"] = str(tmp_path / "run")
+    args["bf16"] = False  # SFTConfig checks bf16 against the machine, which has no GPU here
+    config = trl.SFTConfig(**args)
+    assert not config.gradient_checkpointing and "offload" not in (config.gradient_checkpointing_kwargs or {})
+
+
 def test_an_arctic_stack_plan_exports_the_recipe_it_predicted(tmp_path):
     """A plan of `--stack arctic` predicted ArcticTraining with its model type and attention:
     its recipe says exactly that, approximates nothing, and no other stack takes it."""

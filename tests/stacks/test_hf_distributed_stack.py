@@ -1,6 +1,7 @@
 """`--stack hf` across GPUs held to the libraries themselves: a transformers model (4.57.1)
 patched by TRL 1.14.2's own `_patch_chunked_ce_lm_head` (SFTTrainer's `loss_type="chunked_nll"`),
-checkpointed by transformers' `gradient_checkpointing_enable` (the Trainer's), sharded by
+checkpointed by transformers' `gradient_checkpointing_enable` (the Trainer's) or by accelerate's
+own `fsdp2_apply_ac` (its fsdp_activation_checkpointing), sharded by
 accelerate 1.15.0's own `fsdp2_prepare_model` (FSDP2, its mixed precision) with its context
 parallel attached by its own `Accelerator._prepare_cp` (torch's ring attention, k/v
 all-gathered, load balanced), each step's batch prepared by the Trainer's own
@@ -73,12 +74,14 @@ class TrainerStandIn:
         self.accelerator = accelerator
 
 
-def prepare(model, world, cp, dtype):
+def prepare(model, world, cp, dtype, accelerate_ac=False):
     """accelerate's preparation of the model (Accelerator.prepare: _prepare_cp, then
-    _prepare_fsdp2's set_auto_wrap_policy and fsdp2_prepare_model) on a stand-in holding its
-    plugin, mesh and parallelism config; returns the stand-in."""
+    _prepare_fsdp2's set_auto_wrap_policy, fsdp2_apply_ac where its plugin checkpoints
+    (`accelerate_ac`: fsdp_activation_checkpointing) and fsdp2_prepare_model) on a stand-in
+    holding its plugin, mesh and parallelism config; returns the stand-in."""
     parallelism = accelerate.parallelism_config.ParallelismConfig(dp_shard_size=world // cp, cp_size=cp)
-    plugin = accelerate.utils.FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap")
+    plugin = accelerate.utils.FullyShardedDataParallelPlugin(fsdp_version=2, auto_wrap_policy="transformer_based_wrap",
+                                                             activation_checkpointing=accelerate_ac)
     mixed_precision = {"fp32": "no", "bf16": "bf16"}[dtype]
     if mixed_precision != "no":
         plugin.set_mixed_precision(mixed_precision)
@@ -89,6 +92,8 @@ def prepare(model, world, cp, dtype):
     if cp > 1:
         accelerate.Accelerator._prepare_cp(stand_in, model)
     plugin.set_auto_wrap_policy(model)
+    if accelerate_ac:
+        model = fsdp_utils.fsdp2_apply_ac(stand_in, model)
     model = fsdp_utils.fsdp2_prepare_model(stand_in, model)
     if mixed_precision != "no":
         # prepare_model under native amp: the forward under torch.autocast in bf16 (under FSDP
@@ -107,10 +112,11 @@ def profile_second_step(config, seq, batch, checkpointing, world, cp, dtype, tra
     model = transformers.AutoModelForCausalLM.from_config(config)
     # The Trainer's _inner_training_loop enables checkpointing, and SFTTrainer.__init__ patches
     # the loss, before accelerate prepares the model.
-    if checkpointing != "none":
+    # "accelerate": its fsdp_activation_checkpointing instead (the Trainer refuses both).
+    if checkpointing in ("non-reentrant", "reentrant"):
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
     sft_trainer._patch_chunked_ce_lm_head(model, chunk_size=sft_trainer._CHUNKED_LM_HEAD_CHUNK_SIZE)
-    stand_in, model = prepare(model, world, cp, dtype)
+    stand_in, model = prepare(model, world, cp, dtype, accelerate_ac=checkpointing == "accelerate")
     trainer = TrainerStandIn(stand_in)
     model.train()
     # adamw_torch_fused, the Trainer's default, created after the wrapping (on the shards).
@@ -164,6 +170,9 @@ CASES = [
     # A tied table: one group with the final norm, unsharded all step.
     ("qwen3", 4, 2, "none", "fp32", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
     ("qwen3", 4, 4, "non-reentrant", "fp32", 320, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    # accelerate's fsdp_activation_checkpointing: checkpoint_wrapper inside each FSDP2 layer.
+    ("llama", 4, 4, "accelerate", "fp32", 256, 1, {}),
+    ("qwen3", 3, 3, "accelerate", "fp32", 60, 2, {"head_dim": 24, "tie_word_embeddings": True}),
 ]
 
 
@@ -184,6 +193,7 @@ BF16_CASES = [
     ("llama", 2, 2, "none", "bf16", 256, 1, {}),
     ("llama", 4, 4, "non-reentrant", "bf16", 256, 1, {"num_hidden_layers": 3}),
     ("qwen3", 4, 2, "non-reentrant", "bf16", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("qwen3", 4, 2, "accelerate", "bf16", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
 ]
 
 
@@ -208,11 +218,11 @@ def drawn_case(seed):
     cp = rng.choice([c for c in range(2, world + 1) if world % c == 0])
     # The load balancer's 2 x cp chunks: TRL pads to a multiple of it (pad_to_multiple_of).
     seq = 2 * cp * rng.randint(4, 40)
-    checkpointing = rng.choice(["none", "non-reentrant", "reentrant"])
-    # bf16 with non-reentrant checkpointing keeps about one [S/cp, h] bf16 tensor more in
-    # backward than the plan, not yet traced (docs/stacks.md): up to 1.1% at these sizes, so
-    # the draw holds it in fp32; its fixed cases are held.
-    dtype = "fp32" if checkpointing == "non-reentrant" else rng.choice(["fp32", "bf16"])
+    checkpointing = rng.choice(["none", "non-reentrant", "reentrant", "accelerate"])
+    # bf16 with non-reentrant checkpointing (the Trainer's or accelerate's) keeps about one
+    # [S/cp, h] bf16 tensor more in backward than the plan, not yet traced (docs/stacks.md): up
+    # to 1.1% at these sizes, so the draw holds it in fp32; its fixed cases are held.
+    dtype = "fp32" if checkpointing in ("non-reentrant", "accelerate") else rng.choice(["fp32", "bf16"])
     return (arch, world, cp, checkpointing, dtype, seq, rng.choice([1, 1, 2]), shape)
 
 

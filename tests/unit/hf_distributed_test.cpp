@@ -200,7 +200,36 @@ TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
           {"--hf-no-attention-mask", [](PlanRequest& r) { r.cluster.hf_no_attention_mask = true; }},
           // Ulysses runs under DeepSpeed (hf_deepspeed_test.cpp), not beside context parallel.
           {"--ulysses", [](PlanRequest& r) { r.knobs.ulysses = 2; }},
+          // accelerate's checkpointing wraps FSDP2's layers: not on one GPU.
+          {"--hf-checkpointing",
+           [](PlanRequest& r) {
+             r.cluster.hf_checkpointing = "accelerate";
+             r.cluster.gpus = 1;
+             r.knobs.sharding = Sharding::None;
+             r.knobs.ring = 1;
+           }},
       });
+}
+
+// accelerate's fsdp_activation_checkpointing (fsdp2_apply_ac): checkpoint_wrapper without the
+// RNG state, inside each FSDP2 layer, so an offloaded input is packed after the layer's gather;
+// exported as the accelerate config's, the Trainer's gradient checkpointing off.
+TEST(HfDistributed, AcceleratesCheckpointingSavesNoRngStateAndPacksAfterTheGather) {
+  PlanRequest r = hf_request("qwen3-8b", 8, 8, "1M");
+  r.cluster.hf_checkpointing = "accelerate";
+  r.knobs.offload_checkpoints = true;
+  const Plan p = answer_plan(r).value().recorded;
+  const StepGraph g = build_step(step_inputs(p));
+  EXPECT_EQ(op_index(g, "layer.1.checkpoint.save_rng"), -1);
+  EXPECT_GT(op_index(g, "layer.1.checkpoint.pack"), op_index(g, "layer.1.fsdp.all_gather"));
+  const auto files = export_plan(p, kHfExporter);
+  ASSERT_TRUE(files.ok()) << files.error().message;
+  const std::string& yaml = files.value().files.at(kAccelerateConfigFile);
+  EXPECT_NE(yaml.find("fsdp_activation_checkpointing: true"), std::string::npos) << yaml;
+  EXPECT_NE(yaml.find("fsdp_activation_checkpointing_offload: true"), std::string::npos) << yaml;
+  const std::string& sft = files.value().files.at(kSftConfigFile);
+  EXPECT_NE(sft.find("\"gradient_checkpointing\": false"), std::string::npos) << sft;
+  EXPECT_EQ(sft.find("offload"), std::string::npos) << sft;
 }
 
 // TRL's example: Qwen3-8B at a million tokens on 8 H100s, context parallel 8, its chunked

@@ -37,7 +37,8 @@ bool HfLayers::offloaded(int l) const { return sb_.parallel.offload_checkpoints 
 
 void HfLayers::before_forward(int l, TensorId x) {
   const StepShapes& s = sb_.shapes;
-  if (checkpointed(l)) {
+  // accelerate's checkpoint_wrapper(preserve_rng_state=False) saves none.
+  if (checkpointed(l) && sb_.in.train.stack.checkpointing != HfCheckpointing::Accelerate) {
     const TensorId rng =
         sb_.graph.tensor(layer_name(l, "checkpoint.rng_state"), footprint::hf::checkpoint_rng_state_bytes(s), kAct);
     sb_.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});

@@ -52,10 +52,13 @@ class FsdpLayers final : public HfLayers {
 
   // The Trainer's checkpoint wraps the layer's call (transformers' GradientCheckpointingLayer
   // .__call__), so it saves its RNG state (and, offloaded, packs its input) before the
-  // module's FSDP pre-forward gathers.
+  // module's FSDP pre-forward gathers; accelerate's checkpoint_wrapper is inside the FSDP
+  // module (fsdp2_apply_ac runs before fsdp2_prepare_model), so it packs after the gather.
   void before_forward(int l, TensorId x) override {
+    const bool wrapper_inside = sb_.in.train.stack.checkpointing == HfCheckpointing::Accelerate;
+    if (wrapper_inside) fsdp_.unshard_forward(l, Phase::Forward);
     HfLayers::before_forward(l, x);
-    fsdp_.unshard_forward(l, Phase::Forward);
+    if (!wrapper_inside) fsdp_.unshard_forward(l, Phase::Forward);
   }
   void after_forward(int l, const HfLayerActs& a) override {
     HfLayers::after_forward(l, a);

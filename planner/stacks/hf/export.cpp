@@ -43,6 +43,14 @@ bool writes_deepspeed_config(const Plan& p) {
   return hf_plan(p) ? hf::runs_deepspeed(p) : !hf_uses_fsdp2(p);
 }
 
+// Whether the layers are checkpointed through accelerate's fsdp_config (fsdp2_apply_ac)
+// rather than the Trainer's gradient_checkpointing: longctx's own plans under FSDP2, and an
+// hf-stack plan that predicted accelerate's.
+bool checkpoints_by_accelerate(const Plan& p) {
+  if (!hf_uses_fsdp2(p)) return false;
+  return !hf_plan(p) || p.train.stack.checkpointing == HfCheckpointing::Accelerate;
+}
+
 // An hf-stack plan with TRL's chunked loss runs under TRL's SFTTrainer: its arguments are
 // trl.SFTConfig's.
 bool exports_sft_config(const Plan& p) { return hf_plan(p) && p.train.stack.loss == HfLoss::TrlChunkedNll; }
@@ -55,7 +63,7 @@ bool exports_sft_config(const Plan& p) { return hf_plan(p) && p.train.stack.loss
 // max_length at the plan's length, as its default, 1024, would truncate every sample).
 void hf_plan_arguments(const Plan& p, StackConfig& c) {
   json& j = c.value;
-  if (p.parallel.offload_checkpoints) {
+  if (p.parallel.offload_checkpoints && !checkpoints_by_accelerate(p)) {
     j["gradient_checkpointing_kwargs"]["offload"] = true;
     c.approximations.push_back("parallel.offload_checkpoints: gradient_checkpointing_kwargs \"offload\" needs transformers "
                                "5.17 or later (earlier versions pass it to torch.utils.checkpoint, which refuses it)");
@@ -173,8 +181,9 @@ StackConfig hf_training_arguments(const Plan& p) {
   j["optim"] = hf_plan(p) ? to_string(p.train.stack.optimizer) : "adamw_torch";
   // Under FSDP longctx's plans checkpoint through fsdp_config.activation_checkpointing (the
   // Trainer refuses both at once: gradient_checkpointing would add an all-gather in
-  // backward); an hf-stack plan predicted the Trainer's own checkpointing, as TRL runs it.
-  const bool fsdp2 = hf_uses_fsdp2(p) && !hf_plan(p);
+  // backward); an hf-stack plan predicted the checkpointing it names, the Trainer's (as TRL
+  // runs it) or accelerate's.
+  const bool fsdp2 = checkpoints_by_accelerate(p);
   j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
   // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
   // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
@@ -214,7 +223,10 @@ StackConfig accelerate_config(const Plan& p) {
                         {"fsdp_reshard_after_forward", true},
                         {"fsdp_state_dict_type", "SHARDED_STATE_DICT"},
                         {"fsdp_cpu_ram_efficient_loading", true},
-                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any() && !hf_plan(p)}};
+                        {"fsdp_activation_checkpointing", p.parallel.checkpoint.any() && checkpoints_by_accelerate(p)}};
+    // accelerate's offload_wrapper around each checkpoint_wrapper (fsdp2_apply_ac): save_on_cpu.
+    if (hf_plan(p) && p.parallel.offload_checkpoints && checkpoints_by_accelerate(p))
+      j["fsdp_config"]["fsdp_activation_checkpointing_offload"] = true;
     // accelerate/parallelism_config.py ParallelismConfig: context parallel over cp_size ranks,
     // FSDP over dp_shard x cp, k/v all-gathered (TorchContextParallelConfig's strategy).
     if (p.parallel.ring > 1)

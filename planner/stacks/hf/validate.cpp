@@ -59,6 +59,9 @@ Result<bool> check_gpus(const Plan& p) {
   if (world > 1 && p.parallel.sharding != Sharding::Zero3)
     return refuse(p, flag(KnobId::sharding), "shards across GPUs with accelerate's FSDP2 (data-parallel replication "
                                              "is not modelled): give zero3");
+  if (p.train.stack.checkpointing == HfCheckpointing::Accelerate && (world == 1 || runs_deepspeed(p)))
+    return refuse(p, flag(SettingId::hf_checkpointing), "checkpoints with accelerate's fsdp_activation_checkpointing only "
+                                                        "around FSDP2's layers across GPUs: give non-reentrant or reentrant");
   if (runs_deepspeed(p)) return check_deepspeed(p);
   const ParallelConfig& par = p.parallel;
   if (par.ulysses > 1 || par.offload_optimizer || par.offload_params)
