@@ -190,6 +190,30 @@ TEST(HfDistributed, TheCheckpointSavesItsRngBeforeTheGatherAndItsRecomputeForksI
   }
 }
 
+// torch's non-reentrant checkpoint saves the layer's input in its _NoopSaveInputs node until
+// that node's backward, the layer's last: in bf16, where the first norm saves an fp32 copy
+// rather than the input, the input still lives through the layer's backward (one GPU and
+// across GPUs, any device).
+TEST(HfDistributed, TheNonReentrantCheckpointHoldsTheLayersInputThroughItsBackward) {
+  for (const std::int64_t gpus : {1, 2}) {
+    PlanRequest r = hf_request("llama-3.2-1b", gpus, gpus, "8K");
+    const Plan p = answer_plan(r).value().recorded;
+    ASSERT_EQ(p.train.dtype, DType::BF16);
+    const StepGraph g = build_step(step_inputs(p));
+    SCOPED_TRACE(gpus);
+    const std::string reader = last_reader(g, "layer.2.in");
+    const int at = op_index(g, reader);
+    ASSERT_GE(at, 0) << reader;
+    // No op of layer 2's backward computes after it (FSDP's reshard and reduce follow).
+    for (std::size_t i = static_cast<std::size_t>(at) + 1; i < g.ops().size(); ++i) {
+      const std::string name = format(g.ops()[i].name);
+      if (g.ops()[i].phase == Phase::Backward && g.ops()[i].layer == 2 && name.find(".fsdp.") == std::string::npos)
+        FAIL() << name << " after " << reader;
+    }
+    EXPECT_EQ(g.ops()[static_cast<std::size_t>(at)].layer, 2);
+  }
+}
+
 TEST(HfDistributed, RefusesWhatItDoesNotModelNamingTheOption) {
   testing::expect_refused_naming_the_option(
       [] { return hf_request("llama-3.2-1b", 8, 2, "8K"); },

@@ -2,6 +2,8 @@
 // (blocks/hf_layers.h).
 #include "planner/stacks/blocks/hf_layers.h"
 
+#include <algorithm>
+
 #include "planner/footprint/hf.h"
 #include "planner/stacks/blocks/hf_layer.h"
 
@@ -112,7 +114,12 @@ Ids HfLayers::checkpoint_inputs(int, const HfLayerActs&) const { return {sb_.mod
 void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) {
   if (!recomputed) return;
   sb_.graph.add_input(last, rng_[static_cast<std::size_t>(l)]);
-  for (const TensorId t : checkpoint_inputs(l, a))
+  Ids held = checkpoint_inputs(l, a);
+  // Non-reentrant: the checkpoint's _NoopSaveInputs node saved the layer's input (its
+  // positional argument) and keeps it until that node's backward, the layer's last; offloaded,
+  // it saved the pinned copy instead (below).
+  if (!reentrant(sb_) && !offloaded(l) && std::find(held.begin(), held.end(), a.in) == held.end()) held.push_back(a.in);
+  for (const TensorId t : held)
     if (t >= 0) sb_.graph.add_input(last, t);
   if (reentrant(sb_)) {
     sb_.graph.add_input(last, a.out);
