@@ -190,17 +190,19 @@ TEST(HfDistributed, TheCheckpointSavesItsRngBeforeTheGatherAndItsRecomputeForksI
   }
 }
 
-// torch's non-reentrant checkpoint saves the layer's input in its _NoopSaveInputs node until
-// that node's backward, the layer's last: in bf16, where the first norm saves an fp32 copy
-// rather than the input, the input still lives through the layer's backward (one GPU and
-// across GPUs, any device).
-TEST(HfDistributed, TheNonReentrantCheckpointHoldsTheLayersInputThroughItsBackward) {
-  for (const std::int64_t gpus : {1, 2}) {
+// torch's checkpoint keeps the layer's input until its backward returns (non-reentrant: in its
+// _NoopSaveInputs node; reentrant: in CheckpointFunction's saved tensors), the layer's last:
+// in bf16, where the first norm saves an fp32 copy rather than the input, the input still lives
+// through the layer's backward (one GPU and across GPUs, any device).
+TEST(HfDistributed, TheCheckpointHoldsTheLayersInputThroughItsBackward) {
+  for (const auto& [gpus, checkpointing] : {std::pair<std::int64_t, const char*>{1, "non-reentrant"}, {2, "non-reentrant"},
+                                           {1, "reentrant"}, {2, "reentrant"}}) {
     PlanRequest r = hf_request("llama-3.2-1b", gpus, gpus, "8K");
+    r.cluster.hf_checkpointing = checkpointing;
     const Plan p = answer_plan(r).value().recorded;
     ASSERT_EQ(p.train.dtype, DType::BF16);
     const StepGraph g = build_step(step_inputs(p));
-    SCOPED_TRACE(gpus);
+    SCOPED_TRACE(fmt::format("{} GPUs, {}", gpus, checkpointing));
     const std::string reader = last_reader(g, "layer.2.in");
     const int at = op_index(g, reader);
     ASSERT_GE(at, 0) << reader;

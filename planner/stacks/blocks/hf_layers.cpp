@@ -115,17 +115,18 @@ void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool 
   if (!recomputed) return;
   sb_.graph.add_input(last, rng_[static_cast<std::size_t>(l)]);
   Ids held = checkpoint_inputs(l, a);
-  // Non-reentrant: the checkpoint's _NoopSaveInputs node saved the layer's input (its
-  // positional argument) and keeps it until that node's backward, the layer's last; offloaded,
-  // it saved the pinned copy instead (below).
-  if (!reentrant(sb_) && !offloaded(l) && std::find(held.begin(), held.end(), a.in) == held.end()) held.push_back(a.in);
+  // The checkpoint keeps the layer's input (its positional argument) until its backward
+  // returns, the layer's last op: reentrant, CheckpointFunction's saved tensors (the unpacked
+  // copy where offloaded); non-reentrant, its _NoopSaveInputs node, which saved the pinned copy
+  // instead where offloaded (below). In fp32 the first norm saves that input anyway; in bf16 it
+  // saves an fp32 copy, and the input lives on only through the checkpoint.
+  const bool holds_input = reentrant(sb_) || !offloaded(l);
+  if (holds_input && std::find(held.begin(), held.end(), a.in) == held.end()) held.push_back(a.in);
   for (const TensorId t : held)
     if (t >= 0) sb_.graph.add_input(last, t);
   if (reentrant(sb_)) {
     sb_.graph.add_input(last, a.out);
     sb_.graph.add_input(last, d_out);
-    // CheckpointFunction.backward holds its unpacked inputs until it returns.
-    if (offloaded(l)) sb_.graph.add_input(last, a.in);
   }
   // The pinned copy lives as long as the checkpoint's saved inputs.
   if (offloaded(l)) sb_.graph.add_input(last, host_[static_cast<std::size_t>(l)]);
