@@ -113,7 +113,8 @@ Ids HfLayers::checkpoint_inputs(int, const HfLayerActs&) const { return {sb_.mod
 // inputs until its backward is done.
 void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) {
   if (!recomputed) return;
-  sb_.graph.add_input(last, rng_[static_cast<std::size_t>(l)]);
+  // None saved by accelerate's checkpoint_wrapper (preserve_rng_state=False).
+  if (const TensorId rng = rng_[static_cast<std::size_t>(l)]; rng >= 0) sb_.graph.add_input(last, rng);
   Ids held = checkpoint_inputs(l, a);
   // The checkpoint keeps the layer's input (its positional argument) until its backward
   // returns, the layer's last op: reentrant, CheckpointFunction's saved tensors (the unpacked
