@@ -3,10 +3,17 @@
 #include "planner/footprint/zero.h"
 
 namespace longctx::footprint::fsdp2 {
+namespace {
+
+// A parameter's rows rounded up to a multiple of the ranks, as FSDP2 pads dim 0
+// (_fsdp_common.py, _get_dim0_padded_size).
+std::int64_t padded_rows(const StepShapes& s, std::int64_t rows) { return (rows + s.world - 1) / s.world * s.world; }
+
+}  // namespace
 
 std::int64_t padded_shard_elems(const StepShapes& s, int group) {
   std::int64_t elems = 0;
-  for (const auto& [rows, cols] : param_dims(s, group)) elems += (rows + s.world - 1) / s.world * cols;
+  for (const auto& [rows, cols] : param_dims(s, group)) elems += padded_rows(s, rows) / s.world * cols;
   return elems;
 }
 
@@ -27,7 +34,7 @@ std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int
 std::int64_t reduce_copy_in_padding_bytes(const StepShapes& s, int group, std::int64_t grad_e) {
   std::int64_t elems = 0;
   for (const auto& [rows, cols] : param_dims(s, group))
-    if (rows % s.world != 0) elems += (rows + s.world - 1) / s.world * s.world * cols;
+    if (rows % s.world != 0) elems += padded_rows(s, rows) * cols;
   return elems * grad_e;
 }
 

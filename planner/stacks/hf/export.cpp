@@ -183,12 +183,12 @@ StackConfig hf_training_arguments(const Plan& p) {
   // Trainer refuses both at once: gradient_checkpointing would add an all-gather in
   // backward); an hf-stack plan predicted the checkpointing it names, the Trainer's (as TRL
   // runs it) or accelerate's.
-  const bool fsdp2 = checkpoints_by_accelerate(p);
-  j["gradient_checkpointing"] = par.checkpoint.any() && !fsdp2;
+  const bool by_accelerate = checkpoints_by_accelerate(p);
+  j["gradient_checkpointing"] = par.checkpoint.any() && !by_accelerate;
   // An hf-stack plan predicted the checkpoint implementation it names; longctx's own plans
   // are run with the non-reentrant one, which keeps the layer's output no longer than needed.
   const bool reentrant = hf_plan(p) && p.train.stack.checkpointing == HfCheckpointing::Reentrant;
-  if (par.checkpoint.any() && !fsdp2) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
+  if (par.checkpoint.any() && !by_accelerate) j["gradient_checkpointing_kwargs"] = {{"use_reentrant", reentrant}};
   if (hf_plan(p)) hf_plan_arguments(p, c);
   else runtime_plan_arguments(p, c);
   return c;
