@@ -27,11 +27,11 @@ torch_ring::RingShape ring_shape(const StepShapes& s, int rank) {
 
 namespace {
 
-// Ranks 0 to r-2 as classes: a rank replays like any other whose runs before and after it
-// (rank steps, r-1-rank steps) are as long up to three (torch_ring_attention.h, every_step).
+// Every rank as classes: a rank replays like any other whose runs before and after it (rank
+// steps, r-1-rank steps) are as long up to three (torch_ring_attention.h, every_step).
 template <typename Memory>
 std::int64_t most_of_any_rank(const StepShapes& s, Memory memory) {
-  const int last = static_cast<int>(s.r) - 2;
+  const int last = static_cast<int>(s.r) - 1;
   std::int64_t most = 0;
   for (const int rank : {0, 1, 2, 3, last - 3, last - 2, last - 1, last}) {
     if (rank < 0 || rank > last) continue;

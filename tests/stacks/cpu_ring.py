@@ -91,9 +91,9 @@ def fake_ranks(world, rank=0):
 
 
 def most_of_any_rank(comparisons):
-    """The ring's ranks but the last differ only inside their attention (which blocks each
-    skips); the plan is the most any of them holds: each phase's measured peak as the most of
-    any of them."""
+    """The ring's ranks differ inside their attention (which blocks each skips), and the last
+    holds no copy of its output; the plan is the most any of them holds: each phase's measured
+    peak as the most of any of them."""
     worst = dict(comparisons[0])
     phases = {p["phase"]: dict(p) for p in worst["phases"]}
     for c in comparisons[1:]:
