@@ -10,9 +10,9 @@ all-gathered, load balanced), each step's batch prepared by the Trainer's own
 AdamW on the shards. Two steps on the CPU, the second under the PyTorch profiler
 (profile_memory=True, one thread), on every rank of one context-parallel group of a fake
 process group (collectives that allocate nothing, as under NCCL: footprint/fsdp2.h). The peak
-and every phase must be within 1% of the plan, which is the step of every ring rank but the
-last (the last holds no more: footprint/torchtitan.h). One more case per run is drawn from a
-seed (LONGCTX_VALIDATION_SEED, else a fresh one each run, printed).
+and every phase, as the most any rank holds, must be within 1% of the plan (the ring's
+temporaries of the rank that holds the most: footprint/torchtitan.h). One more case per run is
+drawn from a seed (LONGCTX_VALIDATION_SEED, else a fresh one each run, printed).
 
 accelerate's `Accelerator` itself refuses context parallel on a CPU (its state is MULTI_CPU,
 and `ParallelismConfig._validate_accelerator` wants FSDP2), so its functions are called with a
@@ -26,7 +26,7 @@ import types
 import pytest
 
 import longctx
-from conftest import drawn_seed, TOLERANCE, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
+from conftest import drawn_seed, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
 from cpu_ring import cpu_ring_attention, fake_ranks, most_of_any_rank
 
 torch = pytest.importorskip("torch")
@@ -156,9 +156,7 @@ def check(tmp_path, config, seq, batch, checkpointing, world, cp, dtype="fp32"):
         rows = {p["phase"]: (p["predicted_bytes"], p["measured_bytes"]) for p in comparisons[-1]["phases"]}
         print(f"rank {rank}: peak {comparisons[-1]['predicted_peak_bytes']} predicted, "
               f"{comparisons[-1]['measured_peak_bytes']} measured; {rows}")
-    assert_phases_within(most_of_any_rank(comparisons[:-1]))
-    last = comparisons[-1]
-    assert last["measured_peak_bytes"] <= last["predicted_peak_bytes"] * (1 + TOLERANCE), last
+    assert_phases_within(most_of_any_rank(comparisons))
 
 
 CASES = [
@@ -194,6 +192,12 @@ BF16_CASES = [
     ("llama", 4, 4, "non-reentrant", "bf16", 256, 1, {"num_hidden_layers": 3}),
     ("qwen3", 4, 2, "non-reentrant", "bf16", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
     ("qwen3", 4, 2, "accelerate", "bf16", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    # The last of two ring ranks attends half of k/v with all of its q at its second step: its
+    # ring temporaries, the plan's, are the larger (footprint/torchtitan.h); its backward peak is
+    # there at this length (rank 0 alone planned: 8.7% under).
+    ("llama", 2, 2, "reentrant", "bf16", 2048, 1, {}),
+    # Reentrant checkpointing's RNG states live as long as the graph (blocks/hf_layers.h).
+    ("qwen3", 4, 2, "reentrant", "bf16", 96, 1, {"head_dim": 24, "tie_word_embeddings": True}),
 ]
 
 
@@ -219,11 +223,7 @@ def drawn_case(seed):
     # The load balancer's 2 x cp chunks: TRL pads to a multiple of it (pad_to_multiple_of).
     seq = 2 * cp * rng.randint(4, 40)
     checkpointing = rng.choice(["none", "non-reentrant", "reentrant", "accelerate"])
-    # bf16 with reentrant checkpointing keeps about one [S/cp, h] bf16 tensor more in backward
-    # than the plan (the inner backward's input gradient, summed out of place), not traced yet
-    # (docs/stacks.md): up to 1.02% at these sizes, so the draw holds it in fp32; its fixed
-    # cases are held.
-    dtype = "fp32" if checkpointing == "reentrant" else rng.choice(["fp32", "bf16"])
+    dtype = rng.choice(["fp32", "bf16"])
     return (arch, world, cp, checkpointing, dtype, seq, rng.choice([1, 1, 2]), shape)
 
 

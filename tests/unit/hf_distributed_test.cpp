@@ -121,6 +121,27 @@ TEST(HfDistributed, AReentrantRecomputeHoldsItsGatherUntilItsPostForward) {
   EXPECT_GT(gather, post_forward);
 }
 
+// Reentrant checkpointing's RNG state is an attribute of its CheckpointFunction node, which
+// lives as long as the loss's graph (CPU profile: every layer's 5,056 B freed together after the
+// last layer's backward); non-reentrant's frame goes with its layer's backward.
+TEST(HfDistributed, AReentrantCheckpointsRngStateLivesAsLongAsTheGraph) {
+  for (const char* checkpointing : {"reentrant", "non-reentrant"}) {
+    PlanRequest r = hf_request("llama-3.2-1b", 2, 2, "8K");
+    r.cluster.gpu = "cpu";
+    r.cluster.hf_checkpointing = checkpointing;
+    const StepGraph g = build_step(step_inputs(answer_plan(r).value().recorded));
+    SCOPED_TRACE(checkpointing);
+    const std::string reader = last_reader(g, "layer.1.checkpoint.rng_state");
+    if (std::string(checkpointing) == "reentrant") {
+      EXPECT_EQ(reader, "autograd.graph_freed");
+      EXPECT_GT(op_index(g, "autograd.graph_freed"), op_index(g, "cp.context_exit"));
+    } else {
+      EXPECT_EQ(reader.rfind("layer.1.", 0), 0u) << reader;
+      EXPECT_EQ(op_index(g, "autograd.graph_freed"), -1);
+    }
+  }
+}
+
 // context_parallel's generator frame holds the shards and the last clone until backward ends.
 TEST(HfDistributed, ContextParallelsFrameHoldsItsShardsThroughBackward) {
   const Plan p = answer_plan(hf_request("qwen3-8b", 8, 8, "64K")).value().recorded;
@@ -180,10 +201,11 @@ TEST(HfDistributed, TheCheckpointSavesItsRngBeforeTheGatherAndItsRecomputeForksI
     const Plan p = answer_plan(r).value().recorded;
     const StepGraph g = build_step(step_inputs(p));
     SCOPED_TRACE(gpu);
-    EXPECT_LT(op_index(g, "layer.1.checkpoint.save_rng"), op_index(g, "layer.1.fsdp.all_gather"));
     const bool cpu = std::string(gpu) == "cpu";
+    EXPECT_EQ(op_index(g, "layer.1.checkpoint.save_rng") >= 0, cpu);
     EXPECT_EQ(op_index(g, "layer.1.checkpoint.fork_rng") >= 0, cpu);
     if (!cpu) continue;
+    EXPECT_LT(op_index(g, "layer.1.checkpoint.save_rng"), op_index(g, "layer.1.fsdp.all_gather"));
     EXPECT_EQ(tensor_bytes(g).at("layer.1.checkpoint.fork_rng"), 5056);
     // Held until the recompute's last op (non-reentrant's early stop).
     EXPECT_NE(last_reader(g, "layer.1.checkpoint.fork_rng").find(".recompute"), std::string::npos);
@@ -246,7 +268,12 @@ TEST(HfDistributed, AcceleratesCheckpointingSavesNoRngStateAndPacksAfterTheGathe
   r.knobs.offload_checkpoints = true;
   const Plan p = answer_plan(r).value().recorded;
   const StepGraph g = build_step(step_inputs(p));
-  EXPECT_EQ(op_index(g, "layer.1.checkpoint.save_rng"), -1);
+  {  // on the CPU virtual device, where the Trainer's checkpoint's RNG state is device memory
+    PlanRequest cpu = hf_request("llama-3.2-1b", 2, 2, "8K");
+    cpu.cluster.gpu = "cpu";
+    cpu.cluster.hf_checkpointing = "accelerate";
+    EXPECT_EQ(op_index(build_step(step_inputs(answer_plan(cpu).value().recorded)), "layer.1.checkpoint.save_rng"), -1);
+  }
   EXPECT_GT(op_index(g, "layer.1.checkpoint.pack"), op_index(g, "layer.1.fsdp.all_gather"));
   const auto files = export_plan(p, kHfExporter);
   ASSERT_TRUE(files.ok()) << files.error().message;

@@ -39,8 +39,9 @@ bool HfLayers::offloaded(int l) const { return sb_.parallel.offload_checkpoints 
 
 void HfLayers::before_forward(int l, TensorId x) {
   const StepShapes& s = sb_.shapes;
-  // accelerate's checkpoint_wrapper(preserve_rng_state=False) saves none.
-  if (checkpointed(l) && sb_.in.train.stack.checkpointing != HfCheckpointing::Accelerate) {
+  // accelerate's checkpoint_wrapper(preserve_rng_state=False) saves none. The state is a CPU
+  // tensor: device bytes on the CPU virtual device only (footprint/hf.h), so written there only.
+  if (s.cpu && checkpointed(l) && sb_.in.train.stack.checkpointing != HfCheckpointing::Accelerate) {
     const TensorId rng =
         sb_.graph.tensor(layer_name(l, "checkpoint.rng_state"), footprint::hf::checkpoint_rng_state_bytes(s), kAct);
     sb_.graph.op(layer_name(l, "checkpoint.save_rng"), Phase::Forward, l, {}, {rng});
@@ -114,7 +115,10 @@ Ids HfLayers::checkpoint_inputs(int, const HfLayerActs&) const { return {sb_.mod
 void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) {
   if (!recomputed) return;
   // None saved by accelerate's checkpoint_wrapper (preserve_rng_state=False).
-  if (const TensorId rng = rng_[static_cast<std::size_t>(l)]; rng >= 0) sb_.graph.add_input(last, rng);
+  if (const TensorId rng = rng_[static_cast<std::size_t>(l)]; rng >= 0) {
+    if (reentrant(sb_)) held_by_graph_.push_back(rng);
+    else sb_.graph.add_input(last, rng);
+  }
   Ids held = checkpoint_inputs(l, a);
   // The checkpoint keeps the layer's input (its positional argument) until its backward
   // returns, the layer's last op: reentrant, CheckpointFunction's saved tensors (the unpacked
@@ -131,6 +135,15 @@ void HfLayers::after_backward(int l, const HfLayerActs& a, TensorId d_out, bool 
   }
   // The pinned copy lives as long as the checkpoint's saved inputs.
   if (offloaded(l)) sb_.graph.add_input(last, host_[static_cast<std::size_t>(l)]);
+}
+
+void HfLayers::free_graph(Phase phase) {
+  for (std::size_t first = 0; first < held_by_graph_.size(); first += Ids::kCapacity) {
+    Ids held;
+    for (std::size_t k = first; k < std::min(held_by_graph_.size(), first + Ids::kCapacity); ++k) held.push_back(held_by_graph_[k]);
+    sb_.graph.op(step_name("autograd.graph_freed"), phase, -1, held, {});
+  }
+  held_by_graph_.clear();
 }
 
 }  // namespace longctx::step::blocks

@@ -27,6 +27,13 @@ class HfLayers : public LayerSchedule<HfLayerActs> {
   TensorId recompute_input(int l, const HfLayerActs& first) override;
   void after_recompute(int l, const HfLayerActs& a, TensorId in, TensorId d_out) override;
   void after_backward(int l, const HfLayerActs& a, TensorId d_out, bool recomputed, int last) override;
+  // Where the step drops its autograd graph (the loss that holds it freed), after the ops
+  // written so far, in `phase`: what lives as long as the graph dies there. Reentrant
+  // checkpointing keeps each layer's RNG state until then, an attribute of its
+  // CheckpointFunction node (torch/utils/checkpoint.py, CheckpointFunction.forward:
+  // ctx.fwd_cpu_state) that the engine's release of the node's saved tensors leaves alone;
+  // non-reentrant's frame goes with its layer's backward.
+  void free_graph(Phase phase);
 
  protected:
   // How a checkpointed layer is recomputed: the whole layer (reentrant), or until its last
@@ -42,6 +49,7 @@ class HfLayers : public LayerSchedule<HfLayerActs> {
   bool offloaded(int l) const;
 
   std::vector<TensorId> rng_;              // checkpointed: torch.get_rng_state() kept per layer
+  std::vector<TensorId> held_by_graph_;    // what lives until the step drops its graph
   TensorId fork_rng_ = -1;                 // the recompute under way: fork_rng's saved state
   std::vector<TensorId> host_;             // offloaded: the layer input's pinned host copy
   std::vector<std::deque<TensorId>> kept_;  // per-op selective checkpointing: what each block kept

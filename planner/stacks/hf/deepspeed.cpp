@@ -110,6 +110,9 @@ void write_ops(HfStep& sb) {
     gradients.flush();
     deepspeed_optimizer_step(sb);
   }
+  // accelerate's DeepSpeedEngineWrapper.backward runs engine.step() too, so the Trainer's
+  // training_step drops the loss and its graph after the optimizer step.
+  layers.free_graph(sb.in.prefix_only ? Phase::Backward : Phase::Optimizer);
   sb.grad_hook = nullptr;  // the hook ends with this step
 }
 

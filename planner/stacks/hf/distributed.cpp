@@ -151,6 +151,8 @@ void write_ops(FsdpStep& sb) {
   sb.fsdp2.end_backward();
   if (sb.model.context_locals.size() > 0)
     sb.graph.op(step_name("cp.context_exit"), Phase::Backward, -1, sb.model.context_locals, {});
+  // The Trainer's training_step returns, dropping the loss and its graph, before the optimizer.
+  layers.free_graph(Phase::Backward);
   if (!sb.in.prefix_only) adamw_step(sb, sharded_elems);
 }
 
