@@ -26,11 +26,15 @@ std::int64_t last_chunk_rows(const StepShapes& s);
 // The rows of every chunk but the last (the last's when there is one chunk).
 std::int64_t full_chunk_rows(const StepShapes& s);
 
-// One chunk's `_chunk` over c rows, in forward and again in its recompute: logits =
-// (h @ w.t()).float() [c, V] fp32 (in bf16 the matmul's [c, V] e output beside its copy
-// while it is cast), log_softmax [c, V] fp32, and for the entropy metric log_p.exp() and
-// its product with log_p, [c, V] fp32 each: four at once. The recompute keeps log_p (the
-// one its backward reads): the scratch beside it is the other three.
+// One chunk's `_chunk` over c rows (trl/trainer/sft_trainer.py), in forward and again in its
+// recompute: logits = (h @ w.t()).float() [c, V] fp32 (in bf16 the matmul's [c, V] e output
+// beside its copy while it is cast), log_softmax [c, V] fp32, and for the entropy metric
+// log_p.exp() and its product with log_p, [c, V] fp32 each: four at once, beside the label mask
+// `valid` [c] bool. The recompute keeps what backward reads, log_p and exp (the product's
+// saved input), so the product's row sums [c] fp32 are made beside all four there; the scratch
+// beside log_p is the rest, and the RNG state torch.random.fork_rng keeps while the
+// non-reentrant checkpoint recomputes (device bytes on the CPU virtual device only: hf.h,
+// checkpoint_rng_state_bytes).
 std::int64_t chunk_forward_bytes(const StepShapes& s, std::int64_t c);
 std::int64_t chunk_recompute_workspace(const StepShapes& s, std::int64_t c);
 
