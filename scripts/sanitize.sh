@@ -28,7 +28,7 @@ cd "$build"
 # reserved replay with and without its skipping, and max-context on the H100 and on the
 # virtual device all run in the tests that remain.
 # The sweeps run in the normal build (scripts/test.sh); LONGCTX_SANITIZE_ALL=1 runs them here.
-sweeps='^(Search\.(FindsTheBruteForceOptimum|GroupsSearchedInAnyOrderAnswerAsInOrder)'
+sweeps='^(Search\.(FindsTheBruteForceOptimum|GroupsSearchedInAnyOrderAnswerAsInOrder|ChoicesJudgedByDominanceAnswerAsRun)'
 sweeps+='|ArcticStack\.PlansEveryPresetOnGpus'
 sweeps+='|ReservedReplay\.(SkippingRepeatsGivesTheWholeReplaysFigures|SkippingRepeatsHoldsOverDrawnShapes'
 sweeps+='|VerdictsAgreeWithFullPredictions)'

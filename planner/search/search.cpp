@@ -65,18 +65,11 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::s
 
 namespace {
 
-// The fine rows' candidates for one coarse choice, each fastest first, in table order
-// (fine_knobs()). The search nests them in that order, by search.h's bounds: the first (the
-// head chunk) outermost, each of its values tried, as chunking is monotone only among chunked
-// plans; then a staircase over the other two (MLP and loss tiles), the last bisected.
+// The fine rows' candidates for one coarse choice (fine_options) are nested in table order, by
+// search.h's bounds: the first (the head chunk) outermost, each of its values tried, as chunking
+// is monotone only among chunked plans; then a staircase over the other two (MLP and loss
+// tiles), the last bisected.
 static_assert(kFineKnobs == 3, "search_fine nests three fine rows: a head chunk, then two tile counts");
-using FineOptions = std::array<std::vector<KnobValue>, kFineKnobs>;
-
-FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const Knobs& fixed) {
-  FineOptions o;
-  for (std::size_t i = 0; i < kFineKnobs; ++i) o[i] = knob_candidates(fine_knobs()[i], shape, allowed, fixed);
-  return o;
-}
 
 // An evaluated plan's fit as allocated (memory_model.h): what the search prunes on.
 bool fits_as_allocated(const Plan& p) {
@@ -118,10 +111,17 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   const auto& [chunks, mlps, losses] = o;
   // Bound 1: the most memory-saving fine knobs must fit as allocated: the most tiles, with the
   // smallest chunk or with none (chunking is monotone only among chunked plans).
+  if (ev.known_not_to_fit(c)) {  // so the two plans below do not
+    ev.count_judged(chunks.back() != chunks.front() ? 2 : 1);
+    return;
+  }
   bool any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.back(), mlps.back(), losses.back()})));
   if (!any_fits && chunks.back() != chunks.front())
     any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.front(), mlps.back(), losses.back()})));
-  if (!any_fits) return;
+  if (!any_fits) {
+    ev.note_does_not_fit(c);
+    return;
+  }
   // Speed only falls as the chunk shrinks or tiles grow, so a plan that cannot beat the
   // best one ends its row (more loss tiles) or its whole chunk (more MLP tiles too).
   for (KnobValue chunk : chunks) {
@@ -302,7 +302,9 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   // each in order.
   const Evaluator::Mark after_fastest = ev.mark();
   CandidateOrder order(std::move(candidates));
+  ev.judge_by_dominance = search_detail::dominance_allowed();
   search_candidates(order, allowed, knobs, ev, best, search_detail::any_order_allowed());
+  ev.judge_by_dominance = false;  // the smallest peak named needs every figure (no_fit)
   if (!best) {
     ev.rollback(after_fastest);
     search_candidates(order, allowed, knobs, ev, best, /*any_order=*/false);

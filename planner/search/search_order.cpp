@@ -39,6 +39,27 @@ Plan Evaluator::run(Plan p) {
 }
 
 namespace {
+// A coarse choice's knobs but its micro-batch: what its micro-batch siblings share.
+std::vector<KnobValue> sibling_key(const Plan& coarse) {
+  Plan p = coarse;
+  set_knob(p, KnobId::micro_batch, knob(KnobId::micro_batch).plain);
+  std::vector<KnobValue> key = knob_values(p);
+  return key;
+}
+}  // namespace
+
+void Evaluator::note_does_not_fit(const Plan& coarse) {
+  const auto [it, inserted] = not_fitting_.try_emplace(sibling_key(coarse), coarse.train.micro_batch);
+  if (!inserted) it->second = std::min(it->second, coarse.train.micro_batch);
+}
+
+bool Evaluator::known_not_to_fit(const Plan& coarse) const {
+  if (!judge_by_dominance) return false;
+  const auto it = not_fitting_.find(sibling_key(coarse));
+  return it != not_fitting_.end() && it->second < coarse.train.micro_batch;
+}
+
+namespace {
 std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; }
 }  // namespace
 
@@ -130,6 +151,11 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
 }
 
 bool& any_order_allowed() {
+  thread_local bool allowed = true;
+  return allowed;
+}
+
+bool& dominance_allowed() {
   thread_local bool allowed = true;
   return allowed;
 }

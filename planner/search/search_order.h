@@ -27,6 +27,20 @@ class Evaluator {
   bool last_exact = true;  // whether the last plan run has predict()'s figures
 
   Plan run(Plan p);
+
+  // The search's first bound, the most memory-saving fine knobs of a coarse choice, judged by
+  // dominance instead of by a run: more samples never lower the step's allocated peak, on the
+  // device or the host (properties_test.cpp, MoreSamplesNeverLowerTheMostSavingPlansPeak), so
+  // where a choice's most saving plans do not fit as allocated, the same choice's at a larger
+  // micro-batch do not either. note_does_not_fit records a choice whose plans were run and did
+  // not fit; known_not_to_fit says whether one at a smaller micro-batch was, while
+  // `judge_by_dominance` is on; count_judged counts plans so judged as evaluated, as run()
+  // would. They are not tracked for smallest_infeasible(): a search that may need that (one
+  // that finds no plan) runs with it off.
+  bool judge_by_dominance = false;
+  void note_does_not_fit(const Plan& coarse);
+  bool known_not_to_fit(const Plan& coarse) const;
+  void count_judged(int plans) { evaluated += plans; }
   // The first plan evaluated of the smallest nvidia-smi peak, among those that do not fit (none
   // if a plan fits). REQUIRES: no plan fits.
   std::optional<Plan> smallest_infeasible() const;
@@ -54,6 +68,9 @@ class Evaluator {
     Verdict verdict;
   };
   std::map<std::vector<KnobValue>, Remembered> verdicts_;
+  // Per coarse choice (its knobs, the micro-batch left out): the least micro-batch whose most
+  // saving plans did not fit as allocated.
+  std::map<std::vector<KnobValue>, std::int64_t> not_fitting_;
 
   std::optional<Indexed> smallest_;
   std::vector<Indexed> bounded_;
@@ -112,5 +129,9 @@ class CandidateOrder {
 // cannot change the result (search.cpp, order_is_moot); on by default. This thread's switch:
 // tests turn it off to hold the search to faster()'s order throughout.
 bool& any_order_allowed();
+// Whether best_plan may judge a choice's most saving plans by dominance
+// (Evaluator::judge_by_dominance); on by default. This thread's switch, for tests to hold the
+// answers to those of a search that runs every plan.
+bool& dominance_allowed();
 
 }  // namespace longctx::search_detail

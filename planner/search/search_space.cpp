@@ -34,6 +34,12 @@ std::vector<Plan> coarse_choices(const Plan& base, const TechniqueSet& allowed, 
   return out;
 }
 
+FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const Knobs& fixed) {
+  FineOptions o;
+  for (std::size_t i = 0; i < kFineKnobs; ++i) o[i] = knob_candidates(fine_knobs()[i], shape, allowed, fixed);
+  return o;
+}
+
 FineValues plain_fine() {
   FineValues v{};
   for (std::size_t i = 0; i < kFineKnobs; ++i) v[i] = knob(fine_knobs()[i]).plain;

@@ -16,6 +16,11 @@ std::vector<Plan> coarse_choices(const Plan& base, const TechniqueSet& allowed, 
 
 // A value for each fine row, in table order (fine_knobs()).
 using FineValues = std::array<KnobValue, kFineKnobs>;
+// The fine rows' candidates for a coarse choice, each fastest first, in table order: what the
+// search nests inside it (search.cpp). `shape`: the choice with its fine rows at their fixed or
+// plain values.
+using FineOptions = std::array<std::vector<KnobValue>, kFineKnobs>;
+FineOptions fine_options(const Plan& shape, const TechniqueSet& allowed, const Knobs& fixed);
 // Every fine row at its plain value: the fastest (no chunking, no tiles).
 FineValues plain_fine();
 // The coarse choice with the given fine knobs.

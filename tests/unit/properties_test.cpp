@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <optional>
 #include <random>
 
 #include <fmt/format.h>
@@ -13,6 +14,7 @@
 #include "planner/search/memory_model.h"
 #include "planner/core/row_chunk.h"
 #include "planner/search/search.h"
+#include "planner/search/search_space.h"
 #include "test_plans.h"
 
 namespace longctx {
@@ -174,6 +176,58 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
     EXPECT_GT(host_grads, 0) << c.text;
     EXPECT_EQ(d0 - d1 + host_grads, h1 - h0) << "optimizer: " << c.text;
   }
+}
+
+// The dominance the plan search judges with (Evaluator::known_not_to_fit): a coarse choice's
+// most memory-saving plans, the finest tiles with the smallest head chunk or with none
+// (search.cpp, search_fine's first bound), never hold less at a larger micro-batch, on the
+// device or the host. Choices drawn from the search's own enumeration on every stack, tiny
+// models on the CPU virtual device and small Llamas on an H100.
+TEST(Properties, MoreSamplesNeverLowerTheMostSavingPlansPeak) {
+  std::mt19937 rng(9);
+  auto pick = [&](auto... values) {
+    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  int compared = 0;
+  for (int i = 0; i < 120; ++i) {
+    const bool gpu = i % 3 == 2;
+    const std::int64_t gpus = pick(1, 2, 4, 8);
+    Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
+                    : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
+    base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
+    if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
+    std::vector<Plan> singles;  // the choices at one sample
+    for (const Plan& c : coarse_choices(base, all_techniques(), {}))
+      if (c.train.micro_batch == 1 && valid(c)) singles.push_back(c);
+    for (int draw = 0; draw < 3 && !singles.empty(); ++draw) {
+      const Plan one = singles[std::uniform_int_distribution<std::size_t>(0, singles.size() - 1)(rng)];
+      std::optional<std::pair<std::int64_t, std::int64_t>> least[2];  // per bound: device, host at the last micro-batch
+      for (const std::int64_t samples : {1, 2, 4}) {
+        Plan c = one;
+        c.train.micro_batch = samples;
+        if (!valid(c)) break;
+        const FineOptions o = fine_options(c, all_techniques(), {});
+        const auto& [chunks, mlps, losses] = o;
+        const KnobValue bounds[2] = {chunks.back(), chunks.front()};
+        for (int b = 0; b < 2; ++b) {
+          const Plan saving = with_fine(c, {bounds[b], mlps.back(), losses.back()});
+          if (!valid(saving)) continue;
+          const Prediction pr = predict(saving);
+          const std::string text = plan_to_json(saving)["parallel"].dump() + " " + to_string(saving.train.stack.kind) +
+                                   " " + saving.model.name + " gpus=" + std::to_string(gpus) +
+                                   " seq=" + std::to_string(saving.train.seq) + " b=" + std::to_string(samples);
+          if (least[b]) {
+            EXPECT_GE(pr.peak_device_bytes, least[b]->first) << text;
+            EXPECT_GE(pr.peak_host_bytes, least[b]->second) << text;
+            ++compared;
+          }
+          least[b] = {pr.peak_device_bytes, pr.peak_host_bytes};
+        }
+      }
+    }
+  }
+  EXPECT_GE(compared, 500);
 }
 
 // The dominance the max-context search prunes with.

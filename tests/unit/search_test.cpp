@@ -140,6 +140,49 @@ TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
   EXPECT_GE(searched_otherwise, 1);  // some group was searched as it lies: other work, same answer
 }
 
+// A choice whose most saving plans are judged by dominance (a smaller micro-batch of it did not
+// fit: Evaluator::known_not_to_fit) gives what running them gives: the same count, best plan,
+// runners-up and front, and the same smallest peak where nothing fits; on every stack, over
+// budgets (a share of an H100's) where nothing fits and where plans do.
+TEST(Search, ChoicesJudgedByDominanceAnswerAsRun) {
+  struct Case {
+    StackKind stack;
+    const char* model;
+    std::int64_t seq;
+    double share;
+  };
+  const Case cases[] = {
+      {StackKind::Longctx, "qwen3-8b", 256 * 1024, 1.0},     {StackKind::Longctx, "tiny-gqa", 4096 * 1024, 0.05},
+      {StackKind::Arctic, "qwen3-8b", 256 * 1024, 0.3},      {StackKind::Arctic, "qwen3-8b", 256 * 1024, 0.05},
+      {StackKind::Arctic, "tiny-gqa", 16384 * 1024, 0.3},    {StackKind::HF, "tiny-gqa", 4096 * 1024, 0.3},
+      {StackKind::HF, "tiny-gqa", 4096 * 1024, 0.05},        {StackKind::Torchtitan, "tiny-gqa", 4096 * 1024, 0.3},
+      {StackKind::Torchtitan, "tiny-gqa", 4096 * 1024, 0.05},
+  };
+  int fitted = 0, saved = 0;
+  for (const Case& c : cases) {
+    Plan base = testing::gpu_plan(c.model, "h100-80gb", 8, c.seq);
+    base.train.stack = default_stack(c.stack);
+    if (c.stack == StackKind::Arctic) base.train.grad_dtype = DType::BF16;  // DeepSpeed reduces in the parameters' dtype
+    base.cluster.device_budget_bytes = static_cast<std::int64_t>(c.share * double(base.cluster.device_budget_bytes));
+    auto answer = [&](bool dominance, std::int64_t& graphs) {
+      search_detail::dominance_allowed() = dominance;
+      const std::int64_t before = work_counts().graphs;
+      std::string a = search_answer(base);
+      graphs = work_counts().graphs - before;
+      return a;
+    };
+    std::int64_t run_graphs = 0, judged_graphs = 0;
+    const std::string run = answer(false, run_graphs);
+    const std::string judged = answer(true, judged_graphs);
+    EXPECT_EQ(run, judged) << to_string(c.stack) << " " << c.model << " seq=" << c.seq << " share=" << c.share;
+    fitted += run.starts_with("{");
+    saved += judged_graphs < run_graphs;
+  }
+  search_detail::dominance_allowed() = true;
+  EXPECT_EQ(fitted, 6);
+  EXPECT_GE(saved, 3);
+}
+
 TEST(Search, NoFitNamesTheSmallestPeak) {
   Plan base = cpu_plan("tiny-gqa", 1, 4096);
   base.cluster.device_budget_bytes = 64 << 10;
