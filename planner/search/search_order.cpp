@@ -39,24 +39,32 @@ Plan Evaluator::run(Plan p) {
 }
 
 namespace {
-// A coarse choice's knobs but its micro-batch: what its micro-batch siblings share.
+
+// The knobs holds_no_more compares, each at its plain value: what two choices it can order share.
 std::vector<KnobValue> sibling_key(const Plan& coarse) {
   Plan p = coarse;
-  set_knob(p, KnobId::micro_batch, knob(KnobId::micro_batch).plain);
-  std::vector<KnobValue> key = knob_values(p);
-  return key;
+  for (const KnobId id : {KnobId::micro_batch, KnobId::ring_exchange, KnobId::sharding}) set_knob(p, id, knob(id).plain);
+  return knob_values(p);
 }
+
+// Whether sharding `a` holds no more than sharding `b` (holds_no_more).
+bool shards_no_less(const Plan& a, const Plan& b) {
+  const Sharding x = a.parallel.sharding, y = b.parallel.sharding;
+  if (x == y) return true;
+  return x == Sharding::Zero1 && y == Sharding::None;
+}
+
 }  // namespace
 
-void Evaluator::note_does_not_fit(const Plan& coarse) {
-  const auto [it, inserted] = not_fitting_.try_emplace(sibling_key(coarse), coarse.train.micro_batch);
-  if (!inserted) it->second = std::min(it->second, coarse.train.micro_batch);
-}
+void Evaluator::note_does_not_fit(const Plan& coarse) { not_fitting_[sibling_key(coarse)].push_back(coarse); }
 
 bool Evaluator::known_not_to_fit(const Plan& coarse) const {
   if (!judge_by_dominance) return false;
   const auto it = not_fitting_.find(sibling_key(coarse));
-  return it != not_fitting_.end() && it->second < coarse.train.micro_batch;
+  if (it == not_fitting_.end()) return false;
+  for (const Plan& d : it->second)
+    if (holds_no_more(d, coarse)) return true;
+  return false;
 }
 
 namespace {
@@ -148,6 +156,12 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
   }
   const auto first = candidates_.begin() + static_cast<std::ptrdiff_t>(i);
   std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
+}
+
+bool holds_no_more(const Plan& a, const Plan& b) {
+  if (sibling_key(a) != sibling_key(b)) return false;
+  const bool exchange = a.parallel.ring_exchange == b.parallel.ring_exchange || a.parallel.ring_exchange == RingExchange::P2p;
+  return a.train.micro_batch <= b.train.micro_batch && exchange && shards_no_less(a, b);
 }
 
 bool& any_order_allowed() {

@@ -29,14 +29,12 @@ class Evaluator {
   Plan run(Plan p);
 
   // The search's first bound, the most memory-saving fine knobs of a coarse choice, judged by
-  // dominance instead of by a run: more samples never lower the step's allocated peak, on the
-  // device or the host (properties_test.cpp, MoreSamplesNeverLowerTheMostSavingPlansPeak), so
-  // where a choice's most saving plans do not fit as allocated, the same choice's at a larger
-  // micro-batch do not either. note_does_not_fit records a choice whose plans were run and did
-  // not fit; known_not_to_fit says whether one at a smaller micro-batch was, while
-  // `judge_by_dominance` is on; count_judged counts plans so judged as evaluated, as run()
-  // would. They are not tracked for smallest_infeasible(): a search that may need that (one
-  // that finds no plan) runs with it off.
+  // dominance instead of by a run: where a choice's most saving plans do not fit as allocated,
+  // those of a choice that holds no more than it (holds_no_more) do not either.
+  // note_does_not_fit records a choice whose plans were run and did not fit; known_not_to_fit
+  // says whether one that holds no more was, while `judge_by_dominance` is on; count_judged
+  // counts plans so judged as evaluated, as run() would. They are not tracked for
+  // smallest_infeasible(): a search that may need that (one that finds no plan) runs with it off.
   bool judge_by_dominance = false;
   void note_does_not_fit(const Plan& coarse);
   bool known_not_to_fit(const Plan& coarse) const;
@@ -68,9 +66,9 @@ class Evaluator {
     Verdict verdict;
   };
   std::map<std::vector<KnobValue>, Remembered> verdicts_;
-  // Per coarse choice (its knobs, the micro-batch left out): the least micro-batch whose most
-  // saving plans did not fit as allocated.
-  std::map<std::vector<KnobValue>, std::int64_t> not_fitting_;
+  // The choices whose most saving plans did not fit as allocated, by what holds_no_more leaves
+  // alike (sibling_key).
+  std::map<std::vector<KnobValue>, std::vector<Plan>> not_fitting_;
 
   std::optional<Indexed> smallest_;
   std::vector<Indexed> bounded_;
@@ -124,6 +122,19 @@ class CandidateOrder {
   std::vector<Candidate> candidates_;
   std::size_t group_end_ = 0;  // the end of the group of equally fast candidates reached last
 };
+
+// Whether coarse choice `a`'s most memory-saving plans (search_fine's first bound: the finest
+// tiles, with the smallest head chunk or none) hold no more than `b`'s at any op, on the device
+// and the host: the same choice (true), or the same but that `a`
+//   - runs no more samples (micro-batch);
+//   - passes k/v round its ring where `b` gathers them (longctx's ring holds every rank's pair
+//     where hops hold two: footprint/ring_attention.h);
+//   - shards its optimizer where `b` shards nothing (zero1 against none). Not zero2 against
+//     zero1: its reduce-scatters' buffers can outweigh the gradient shards it saves (Qwen3-8B
+//     on 4 H100s at 64K tokens without checkpointing: 0.9 GB more).
+// The dominance the search judges with (Evaluator); properties_test.cpp holds each pair it
+// names to the figures (ASiblingThatHoldsNoMoreNeverHoldsMore).
+bool holds_no_more(const Plan& a, const Plan& b);
 
 // Whether best_plan may search a group of equally fast candidates as it lies where its order
 // cannot change the result (search.cpp, order_is_moot); on by default. This thread's switch:

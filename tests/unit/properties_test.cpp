@@ -14,6 +14,7 @@
 #include "planner/search/memory_model.h"
 #include "planner/core/row_chunk.h"
 #include "planner/search/search.h"
+#include "planner/search/search_order.h"
 #include "planner/search/search_space.h"
 #include "test_plans.h"
 
@@ -178,56 +179,81 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
   }
 }
 
-// The dominance the plan search judges with (Evaluator::known_not_to_fit): a coarse choice's
+// The dominance the plan search judges with (search_detail::holds_no_more): a coarse choice's
 // most memory-saving plans, the finest tiles with the smallest head chunk or with none
-// (search.cpp, search_fine's first bound), never hold less at a larger micro-batch, on the
-// device or the host. Choices drawn from the search's own enumeration on every stack, tiny
-// models on the CPU virtual device and small Llamas on an H100.
-TEST(Properties, MoreSamplesNeverLowerTheMostSavingPlansPeak) {
+// (search.cpp, search_fine's first bound), hold no more than those of every sibling it names
+// (more samples, a gathered ring, less sharding), on the device or the host. Choices drawn from
+// the search's own enumeration on every stack, each with its siblings in those three knobs;
+// tiny models on the CPU virtual device and small Llamas on an H100.
+TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   std::mt19937 rng(9);
   auto pick = [&](auto... values) {
     const std::vector<std::common_type_t<decltype(values)...>> v{values...};
     return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
   };
-  int compared = 0;
+  int compared = 0, samples = 0, exchanges = 0, shardings = 0;
   for (int i = 0; i < 120; ++i) {
     const bool gpu = i % 3 == 2;
     const std::int64_t gpus = pick(1, 2, 4, 8);
     Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
                     : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
     base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
+    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
     if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
-    std::vector<Plan> singles;  // the choices at one sample
-    for (const Plan& c : coarse_choices(base, all_techniques(), {}))
-      if (c.train.micro_batch == 1 && valid(c)) singles.push_back(c);
-    for (int draw = 0; draw < 3 && !singles.empty(); ++draw) {
-      const Plan one = singles[std::uniform_int_distribution<std::size_t>(0, singles.size() - 1)(rng)];
-      std::optional<std::pair<std::int64_t, std::int64_t>> least[2];  // per bound: device, host at the last micro-batch
-      for (const std::int64_t samples : {1, 2, 4}) {
-        Plan c = one;
-        c.train.micro_batch = samples;
-        if (!valid(c)) break;
-        const FineOptions o = fine_options(c, all_techniques(), {});
-        const auto& [chunks, mlps, losses] = o;
-        const KnobValue bounds[2] = {chunks.back(), chunks.front()};
-        for (int b = 0; b < 2; ++b) {
-          const Plan saving = with_fine(c, {bounds[b], mlps.back(), losses.back()});
-          if (!valid(saving)) continue;
-          const Prediction pr = predict(saving);
-          const std::string text = plan_to_json(saving)["parallel"].dump() + " " + to_string(saving.train.stack.kind) +
-                                   " " + saving.model.name + " gpus=" + std::to_string(gpus) +
-                                   " seq=" + std::to_string(saving.train.seq) + " b=" + std::to_string(samples);
-          if (least[b]) {
-            EXPECT_GE(pr.peak_device_bytes, least[b]->first) << text;
-            EXPECT_GE(pr.peak_host_bytes, least[b]->second) << text;
-            ++compared;
+    const std::vector<Plan> choices = coarse_choices(base, all_techniques(), {});
+    for (int draw = 0; draw < 2 && !choices.empty(); ++draw) {
+      const Plan one = choices[std::uniform_int_distribution<std::size_t>(0, choices.size() - 1)(rng)];
+      // Its siblings, each with the device and host peaks of its two most saving plans.
+      struct Sibling {
+        Plan plan;
+        std::int64_t device[2], host[2];
+      };
+      std::vector<Sibling> siblings;
+      for (const std::int64_t samples : {1, 2, 4})
+        for (const RingExchange exchange : {RingExchange::P2p, RingExchange::AllGather})
+          for (const Sharding sharding : {Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3}) {
+            Plan c = one;
+            c.train.micro_batch = samples;
+            c.parallel.ring_exchange = exchange;
+            c.parallel.sharding = sharding;
+            if (!valid(c)) continue;
+            const FineOptions o = fine_options(c, all_techniques(), {});
+            const auto& [chunks, mlps, losses] = o;
+            Sibling s{c, {}, {}};
+            bool all_valid = true;
+            for (int b = 0; b < 2; ++b) {
+              const Plan saving = with_fine(c, {b == 0 ? chunks.back() : chunks.front(), mlps.back(), losses.back()});
+              all_valid = all_valid && valid(saving);
+              if (!all_valid) break;
+              const Prediction pr = predict(saving);
+              s.device[b] = pr.peak_device_bytes;
+              s.host[b] = pr.peak_host_bytes;
+            }
+            if (all_valid) siblings.push_back(s);
           }
-          least[b] = {pr.peak_device_bytes, pr.peak_host_bytes};
+      for (const Sibling& a : siblings)
+        for (const Sibling& b : siblings) {
+          if (&a == &b || !search_detail::holds_no_more(a.plan, b.plan)) continue;
+          const std::string text = plan_to_json(a.plan)["parallel"].dump() + " b=" + std::to_string(a.plan.train.micro_batch) +
+                                   " against " + plan_to_json(b.plan)["parallel"].dump() + " b=" +
+                                   std::to_string(b.plan.train.micro_batch) + " " + to_string(a.plan.train.stack.kind) +
+                                   " " + a.plan.model.name + " gpus=" + std::to_string(gpus) + " seq=" +
+                                   std::to_string(a.plan.train.seq) + " " + to_string(a.plan.train.dtype);
+          for (int k = 0; k < 2; ++k) {
+            EXPECT_LE(a.device[k], b.device[k]) << text;
+            EXPECT_LE(a.host[k], b.host[k]) << text;
+          }
+          ++compared;
+          samples += a.plan.train.micro_batch != b.plan.train.micro_batch;
+          exchanges += a.plan.parallel.ring_exchange != b.plan.parallel.ring_exchange;
+          shardings += a.plan.parallel.sharding != b.plan.parallel.sharding;
         }
-      }
     }
   }
-  EXPECT_GE(compared, 500);
+  EXPECT_GE(compared, 1000);
+  EXPECT_GE(samples, 200);  // each relation compared
+  EXPECT_GE(exchanges, 100);
+  EXPECT_GE(shardings, 100);
 }
 
 // The dominance the max-context search prunes with.
