@@ -111,13 +111,13 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
 
 // Coarse choices that can reach the longest sequence, the most memory-saving first, so the
 // floor rises early and later choices are dropped after a single simulation. Dropped, by
-// dominance the property tests check: none when zero1 is allowed, and none or zero1 when
-// zero2 is and the optimizer stays on the device (sharding more never raises device memory;
-// host memory only grows when offloaded gradients arrive during backward, as zero2's do),
-// and the ring's all-gather exchange: the same step as with hops but for every rank's k/v
-// and every holder's dk/dv accumulators held where hops hold two of each
-// (footprint/ring_attention.h), so it never reaches further; except under a stack whose ring
-// runs all-gather only (torchtitan's context parallel: its profile's ring_exchange).
+// dominance the property tests check (search_detail::holds_no_more): none when zero1 is
+// allowed (sharding the optimizer never raises device or host memory), and the ring's
+// all-gather exchange: the same step as with hops but for every rank's k/v and every holder's
+// dk/dv accumulators held where hops hold two of each (footprint/ring_attention.h), so it
+// never reaches further; except under a stack whose ring runs all-gather only (torchtitan's
+// context parallel: its profile's ring_exchange). zero1 is kept beside zero2: zero2's
+// reduce-scatter buffers can outweigh the gradient shards it saves early in backward.
 std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
   const StackProfile& stack = stack_profile(base.train.stack.kind);
   Knobs k;
@@ -126,9 +126,7 @@ std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
   for (const Plan& c : coarse_choices(base, a, k)) {
     const ParallelConfig& p = c.parallel;
     if (p.ring_exchange == RingExchange::AllGather && stack.ring_exchange != RingExchange::AllGather) continue;
-    if (p.sharding == Sharding::Zero1 && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
     if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
-    if (p.sharding == Sharding::None && has(a, Technique::Zero2) && !p.offload_optimizer) continue;
     out.push_back(c);
   }
   auto saving_rank = [](const Plan& c) {

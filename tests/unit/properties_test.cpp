@@ -184,7 +184,9 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
 // (search.cpp, search_fine's first bound), hold no more than those of every sibling it names
 // (more samples, a gathered ring, less sharding), on the device or the host. Choices drawn from
 // the search's own enumeration on every stack, each with its siblings in those three knobs;
-// tiny models on the CPU virtual device and small Llamas on an H100.
+// tiny models on the CPU virtual device and small Llamas on an H100. (Drawn with zero2 against
+// zero1 too, it found Qwen3-8B on 4 H100s at 64K tokens without checkpointing 0.9 GB over
+// under zero2, which the dominance therefore leaves out.)
 TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   std::mt19937 rng(9);
   auto pick = [&](auto... values) {
@@ -256,22 +258,19 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   EXPECT_GE(shardings, 100);
 }
 
-// The dominance the max-context search prunes with.
-TEST(Properties, ShardingMoreNeverRaisesDeviceOrHostMemory) {
+// The dominance the max-context search prunes with, at every tile count: sharding the
+// optimizer never raises device or host memory. (zero2 against zero1 holds for these tiny
+// models, not in general: ASiblingThatHoldsNoMoreNeverHoldsMore's note.)
+TEST(Properties, ShardingTheOptimizerNeverRaisesDeviceOrHostMemory) {
   std::mt19937 rng(6);
   for (int i = 0; i < kCases; ++i) {
     Case c = random_case(rng);
-    Plan none = c.plan, z1 = c.plan, z2 = c.plan;
-    none.parallel.offload_params = z1.parallel.offload_params = z2.parallel.offload_params = false;
+    Plan none = c.plan, z1 = c.plan;
+    none.parallel.offload_params = z1.parallel.offload_params = false;
     none.parallel.sharding = Sharding::None;
     z1.parallel.sharding = Sharding::Zero1;
-    z2.parallel.sharding = Sharding::Zero2;
-    EXPECT_LE(peak(z2), peak(z1)) << c.text;
     EXPECT_LE(peak(z1), peak(none)) << c.text;
     EXPECT_LE(host(z1), host(none)) << c.text;
-    // zero2 sends each gradient shard to the host as backward makes it, while the offloaded
-    // checkpoints are still there; zero1 only at the optimizer step.
-    if (!c.plan.parallel.offload_optimizer) EXPECT_LE(host(z2), host(z1)) << c.text;
   }
 }
 
