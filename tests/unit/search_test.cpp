@@ -109,6 +109,17 @@ std::string search_answer(const Plan& base) {
   return plan_to_json(r->best).dump() + search_summary_json(*r).dump();
 }
 
+// search_answer with this thread's search switch `allowed` set to `on`; `graphs`: the step
+// graphs it built.
+std::string search_answer_with(bool& allowed, bool on, const Plan& base, std::int64_t& graphs) {
+  allowed = on;
+  const std::int64_t before = work_counts().graphs;
+  std::string a = search_answer(base);
+  graphs = work_counts().graphs - before;
+  allowed = true;
+  return a;
+}
+
 // A group of equally fast candidates searched as it lies, where the search finds its order
 // cannot change the result, gives what faster()'s order gives: the same evaluations (their
 // count), the same best plan, runners-up and front, and the same smallest peak where nothing
@@ -120,16 +131,9 @@ TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
     for (const double share : {0.01, 0.05, 0.2}) {
       Plan base = testing::gpu_plan(model, "h100-80gb", gpus, seq);
       base.cluster.device_budget_bytes = static_cast<std::int64_t>(share * double(base.cluster.device_budget_bytes));
-      auto answer = [&](bool any_order, std::int64_t& graphs) {
-        search_detail::any_order_allowed() = any_order;
-        const std::int64_t before = work_counts().graphs;
-        std::string a = search_answer(base);
-        graphs = work_counts().graphs - before;
-        return a;
-      };
       std::int64_t in_order_graphs = 0, any_order_graphs = 0;
-      const std::string in_order = answer(false, in_order_graphs);
-      const std::string any_order = answer(true, any_order_graphs);
+      const std::string in_order = search_answer_with(search_detail::any_order_allowed(), false, base, in_order_graphs);
+      const std::string any_order = search_answer_with(search_detail::any_order_allowed(), true, base, any_order_graphs);
       EXPECT_EQ(in_order, any_order) << model << " gpus=" << gpus << " seq=" << seq << " share=" << share;
       fitted += in_order.starts_with("{");
       searched_otherwise += any_order_graphs != in_order_graphs;
@@ -164,21 +168,13 @@ TEST(Search, ChoicesJudgedByDominanceAnswerAsRun) {
     base.train.stack = default_stack(c.stack);
     if (c.stack == StackKind::Arctic) base.train.grad_dtype = DType::BF16;  // DeepSpeed reduces in the parameters' dtype
     base.cluster.device_budget_bytes = static_cast<std::int64_t>(c.share * double(base.cluster.device_budget_bytes));
-    auto answer = [&](bool dominance, std::int64_t& graphs) {
-      search_detail::dominance_allowed() = dominance;
-      const std::int64_t before = work_counts().graphs;
-      std::string a = search_answer(base);
-      graphs = work_counts().graphs - before;
-      return a;
-    };
     std::int64_t run_graphs = 0, judged_graphs = 0;
-    const std::string run = answer(false, run_graphs);
-    const std::string judged = answer(true, judged_graphs);
+    const std::string run = search_answer_with(search_detail::dominance_allowed(), false, base, run_graphs);
+    const std::string judged = search_answer_with(search_detail::dominance_allowed(), true, base, judged_graphs);
     EXPECT_EQ(run, judged) << to_string(c.stack) << " " << c.model << " seq=" << c.seq << " share=" << c.share;
     fitted += run.starts_with("{");
     saved += judged_graphs < run_graphs;
   }
-  search_detail::dominance_allowed() = true;
   EXPECT_EQ(fitted, 6);
   EXPECT_GE(saved, 3);
 }
