@@ -7,7 +7,9 @@
 // chunked plans a smaller head chunk never raises it, and the cost model never makes them
 // faster. So
 //  - a choice of the other knobs whose most tiles fit neither with the smallest chunk nor
-//    unchunked is infeasible whatever the tiles and chunk;
+//    unchunked is infeasible whatever the tiles and chunk, and so is every choice that holds
+//    no more than it (search_order.h, holds_no_more: more samples, a gathered ring, less
+//    sharding), whose most tiles are then not run;
 //  - a choice whose fastest tiles and chunk are no faster than the best plan so far cannot win.
 #include <cstdint>
 #include <optional>
