@@ -18,7 +18,7 @@ import random
 import pytest
 
 import longctx
-from conftest import drawn_seed, TOLERANCE, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
+from conftest import drawn_seed, profile_second_step_of, assert_phases_within, strip_cpu_gemm_scratch
 from cpu_ring import cpu_ring_attention, fake_ranks, most_of_any_rank
 
 torch = pytest.importorskip("torch")
