@@ -161,7 +161,8 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
 bool holds_no_more(const Plan& a, const Plan& b) {
   if (sibling_key(a) != sibling_key(b)) return false;
   const bool exchange = a.parallel.ring_exchange == b.parallel.ring_exchange || a.parallel.ring_exchange == RingExchange::P2p;
-  return a.train.micro_batch <= b.train.micro_batch && exchange && shards_no_less(a, b);
+  return a.train.micro_batch <= b.train.micro_batch && exchange && shards_no_less(a, b) &&
+         plan_context_bytes(a) <= plan_context_bytes(b);
 }
 
 bool& any_order_allowed() {

@@ -125,10 +125,13 @@ class CandidateOrder {
 
 // Whether coarse choice `a`'s most memory-saving plans (search_fine's first bound: the finest
 // tiles, with the smallest head chunk or none) hold no more than `b`'s at any op, on the device
-// and the host: the same choice (true), or the same but that `a`
+// (as allocated, and outside the allocator: plan_context_bytes) and the host: the same choice
+// (true), or the same but that `a`
 //   - runs no more samples (micro-batch);
 //   - passes k/v round its ring where `b` gathers them (longctx's ring holds every rank's pair
-//     where hops hold two: footprint/ring_attention.h);
+//     where hops hold two: footprint/ring_attention.h), where its NCCL buffers are no larger
+//     (hops keep buffers per peer: a ring of 8 holds 1.59 GB outside the allocator against the
+//     gather's 1.19 GB);
 //   - shards its optimizer where `b` shards nothing (zero1 against none). Not zero2 against
 //     zero1: its reduce-scatters' buffers can outweigh the gradient shards it saves (Qwen3-8B
 //     on 4 H100s at 64K tokens without checkpointing: 0.9 GB more).
