@@ -111,7 +111,10 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   const auto& [chunks, mlps, losses] = o;
   // Bound 1: the most memory-saving fine knobs must fit as allocated: the most tiles, with the
   // smallest chunk or with none (chunking is monotone only among chunked plans).
-  if (ev.known_not_to_fit(c)) {  // so the two plans below do not
+  // The dominance holds at the finest tiles the search picks, not at counts a request fixes.
+  const bool free_fine =
+      std::none_of(fine_knobs().begin(), fine_knobs().end(), [&](KnobId id) { return fixed_value(fixed, id).has_value(); });
+  if (free_fine && ev.known_not_to_fit(c)) {  // so the two plans below do not
     ev.count_judged(chunks.back() != chunks.front() ? 2 : 1);
     return;
   }

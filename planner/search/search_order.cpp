@@ -4,6 +4,7 @@
 
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
+#include "planner/stacks/stack_tiles.h"
 
 namespace longctx::search_detail {
 
@@ -45,6 +46,16 @@ std::vector<KnobValue> sibling_key(const Plan& coarse) {
   Plan p = coarse;
   for (const KnobId id : {KnobId::micro_batch, KnobId::ring_exchange, KnobId::sharding}) set_knob(p, id, knob(id).plain);
   return knob_values(p);
+}
+
+// Whether more samples of the plan may hold less: where its stack picks its own tile counts
+// (stack_tiles.h: ArcticTraining's, from the tokens), or cannot say, a larger micro-batch may
+// run finer tiles; on the CPU virtual device the flash kernel's blocks follow the length.
+bool samples_may_hold_less(const Plan& p) {
+  if (p.cluster.hardware.backend != Backend::Cuda) return true;
+  if (!stack_tiles_defined(p.model, p.train, p.parallel.ulysses)) return true;
+  return stack_tile_count(p.model, p.train, p.parallel.ulysses, false).has_value() ||
+         stack_tile_count(p.model, p.train, p.parallel.ulysses, true).has_value();
 }
 
 // Whether sharding `a` holds no more than sharding `b` (holds_no_more).
@@ -161,8 +172,9 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
 bool holds_no_more(const Plan& a, const Plan& b) {
   if (sibling_key(a) != sibling_key(b)) return false;
   const bool exchange = a.parallel.ring_exchange == b.parallel.ring_exchange || a.parallel.ring_exchange == RingExchange::P2p;
-  return a.train.micro_batch <= b.train.micro_batch && exchange && shards_no_less(a, b) &&
-         plan_context_bytes(a) <= plan_context_bytes(b);
+  const bool samples = a.train.micro_batch == b.train.micro_batch ||
+                       (a.train.micro_batch < b.train.micro_batch && !samples_may_hold_less(a) && !samples_may_hold_less(b));
+  return samples && exchange && shards_no_less(a, b) && plan_context_bytes(a) <= plan_context_bytes(b);
 }
 
 bool& any_order_allowed() {

