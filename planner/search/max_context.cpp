@@ -107,6 +107,7 @@ std::string ulysses_rule(const Plan& plan, const Plan& base, const TechniqueSet&
     Plan p = with_fine(plan, plain_fine());
     p.parallel.ulysses = static_cast<int>(u);
     p.parallel.ring = 1;
+    p.parallel.ring_exchange = RingExchange::P2p;  // the ring's exchange goes with the ring
     p.train.seq = u * min_tile_tokens(base.model);
     conform_to_stack(p.model, p.cluster.shape, p.train, p.parallel);
     auto v = validate(p);
