@@ -9,6 +9,7 @@
 #include "planner/core/limits.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
+#include "planner/search/search_order.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/search/max_seq.h"
@@ -131,7 +132,7 @@ std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
     if (p.ring_exchange == RingExchange::AllGather && stack.ring_exchange != RingExchange::AllGather) {
       Plan hops = c;
       hops.parallel.ring_exchange = RingExchange::P2p;
-      if (plan_context_bytes(c) >= plan_context_bytes(hops)) continue;
+      if (search_detail::holds_no_more(hops, c)) continue;
     }
     if (p.sharding == Sharding::None && has(a, Technique::Zero1)) continue;
     out.push_back(c);

@@ -65,6 +65,14 @@ bool shards_no_less(const Plan& a, const Plan& b) {
   return x == Sharding::Zero1 && y == Sharding::None;
 }
 
+// holds_no_more for two choices already known to share their sibling_key.
+bool sibling_holds_no_more(const Plan& a, const Plan& b) {
+  const bool exchange = a.parallel.ring_exchange == b.parallel.ring_exchange || a.parallel.ring_exchange == RingExchange::P2p;
+  const bool samples = a.train.micro_batch == b.train.micro_batch ||
+                       (a.train.micro_batch < b.train.micro_batch && !samples_may_hold_less(a) && !samples_may_hold_less(b));
+  return samples && exchange && shards_no_less(a, b) && plan_context_bytes(a) <= plan_context_bytes(b);
+}
+
 }  // namespace
 
 void Evaluator::note_does_not_fit(const Plan& coarse) { not_fitting_[sibling_key(coarse)].push_back(coarse); }
@@ -74,7 +82,7 @@ bool Evaluator::known_not_to_fit(const Plan& coarse) const {
   const auto it = not_fitting_.find(sibling_key(coarse));
   if (it == not_fitting_.end()) return false;
   for (const Plan& d : it->second)
-    if (holds_no_more(d, coarse)) return true;
+    if (sibling_holds_no_more(d, coarse)) return true;  // the map's key says they are siblings
   return false;
 }
 
@@ -169,13 +177,7 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
   std::rotate(first, candidates_.begin() + static_cast<std::ptrdiff_t>(*least), candidates_.begin() + static_cast<std::ptrdiff_t>(*least + 1));
 }
 
-bool holds_no_more(const Plan& a, const Plan& b) {
-  if (sibling_key(a) != sibling_key(b)) return false;
-  const bool exchange = a.parallel.ring_exchange == b.parallel.ring_exchange || a.parallel.ring_exchange == RingExchange::P2p;
-  const bool samples = a.train.micro_batch == b.train.micro_batch ||
-                       (a.train.micro_batch < b.train.micro_batch && !samples_may_hold_less(a) && !samples_may_hold_less(b));
-  return samples && exchange && shards_no_less(a, b) && plan_context_bytes(a) <= plan_context_bytes(b);
-}
+bool holds_no_more(const Plan& a, const Plan& b) { return sibling_key(a) == sibling_key(b) && sibling_holds_no_more(a, b); }
 
 bool& any_order_allowed() {
   thread_local bool allowed = true;
