@@ -18,6 +18,13 @@ step_done() {
   echo "test.sh: $1 took $((now - step_start)) s" >&2
   step_start=$now
 }
+# A clean clone's builds, .venv and robustness builds take about 10 GB beside it (and the
+# caches under ~/.cache/longctx about 8 GB more the first time): say so up front where the
+# disk is shorter, since a full disk otherwise shows up as a linker's "No space left".
+free_kb=$(df -Pk "$root" | awk 'NR == 2 { print $4 }')
+if [ -n "$free_kb" ] && [ "$free_kb" -lt $((10 * 1024 * 1024)) ]; then
+  echo "test.sh: warning: $((free_kb / 1024 / 1024)) GB free beside $root; a clean run needs about 10 GB" >&2
+fi
 # setup.sh first: it fetches the torch wheel the .venv installs (a no-op once cached).
 bash "$root/scripts/setup.sh" >/dev/null
 venv_log=$(mktemp)

@@ -50,6 +50,9 @@ echo "packed: $(elapsed)"
 build="$work/kit-build"
 rm -rf "$build"
 prefix="/tmp/longctx-kit-test-$(printf '%s' "$work" | sha256sum | cut -c1-12)"
+# The unpacked prefix (230 MB) is only read while this test runs: removed however it ends, so
+# that clones tested one after another do not fill /tmp.
+trap 'rm -rf "$prefix"' EXIT
 LONGCTX_KIT_PREFIX="$prefix" bash "$root/scripts/gpu_kit.sh" configure "$build" --device cpu >"$work/configure.log" 2>&1 || {
   tail -n 40 "$work/configure.log" >&2
   echo "FAILED: configuring from the kit (log: $work/configure.log)" >&2
