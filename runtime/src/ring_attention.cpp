@@ -183,6 +183,15 @@ struct Gather {
   Tensor all;
   c10::intrusive_ptr<c10d::Work> work;
   bool nccl = false;
+
+  // Frees the gathered buffer. The finished work holds `all` too (Gloo's allreduce work keeps
+  // its tensors, ProcessGroupNCCL's WorkNCCL its outputs): dropping the tensor alone would
+  // keep the buffer until the Gather goes out of scope, beside the reduce-scatter's and the
+  // outputs' allocations, where the plan has it freed (ring_backward_workspace).
+  void release() {
+    work.reset();
+    all = Tensor();
+  }
 };
 
 // REQUIRES: ring.size > 1; k and v [b, n, K, d] alike.
@@ -224,7 +233,7 @@ RingResult gathered_forward(const Tensor& q, const Tensor& k, const Tensor& v, c
     if (t == 1) finish(g.work, g.nccl, ring, "all-gather of k/v");
     attend_holder(q, t == 0 ? kc : g.all[holder][0], t == 0 ? vc : g.all[holder][1], holder, ring, running);
   }
-  g.all = Tensor();
+  g.release();
   return {running.out.to(q.scalar_type()), running.lse};
 }
 
@@ -241,7 +250,7 @@ std::tuple<Tensor, Tensor, Tensor> gathered_backward(const Tensor& dout, const T
     backward_holder(dout, q, t == 0 ? kc : g.all[holder][0], t == 0 ? vc : g.all[holder][1], out, lse, holder, ring, dq,
                     dkv_all[holder][0], dkv_all[holder][1]);
   }
-  g.all = Tensor();
+  g.release();
   Tensor dkv = reduce_scatter_slots(dkv_all, ring);  // [2, b, n, K, d] fp32
   dkv_all = Tensor();
   // The outputs in the inputs' dtype, dq first (fp32 runs: the accumulators themselves).

@@ -275,31 +275,40 @@ class LoopbackRing : public c10d::Backend {
     return c10::make_intrusive<Done>();
   }
   // The all-gather exchange's gather and reduce-scatter (in-place sums on the CPU): the peers'
-  // slots keep what they hold, which changes no allocation.
-  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<Tensor>&, const c10d::AllreduceOptions&) override {
-    return c10::make_intrusive<Done>();
+  // slots keep what they hold, which changes no allocation. The work holds the tensors until it
+  // is destroyed, as Gloo's does (ProcessGroupGloo.cpp, AsyncAllreduceWork::inputs) and NCCL's
+  // its outputs: a caller that keeps a finished work keeps its buffer.
+  c10::intrusive_ptr<c10d::Work> allreduce(std::vector<Tensor>& tensors, const c10d::AllreduceOptions&) override {
+    auto done = c10::make_intrusive<Done>();
+    done->held = tensors;
+    return done;
   }
 
  private:
   struct Done : c10d::Work {
     bool isCompleted() override { return true; }
     bool wait(std::chrono::milliseconds) override { return true; }
+    std::vector<Tensor> held;
   };
   std::map<int, Tensor> in_flight_;
 };
 
 TEST_P(OpFootprint, RingAttentionEachRankOfTheRing) {
-  struct Case { int ring; std::int64_t seq, b; bool qk_norm; };
+  struct Case { int ring; std::int64_t seq, b; bool qk_norm; std::int64_t kv_heads = 0; /* 0: the shapes' */ };
   // Blocks of 50, 34 (padded 204), 25 and 100 rows: the CPU kernel's 32- and 64-row blocks;
   // one sample (a query half's output gradient is contiguous) and two (it is not).
+  // Ring 2 at 308 tokens of two samples with as many kv heads as query heads: the blocks'
+  // kernels are small beside the fp32 dk/dv accumulators, so the all-gather's reduce-scatter
+  // is the backward's peak.
   for (const Case c : {Case{2, 200, 2, false}, Case{3, 200, 2, true}, Case{4, 200, 1, false}, Case{2, 400, 1, false},
-                       Case{3, 401, 2, false}})
+                       Case{3, 401, 2, false}, Case{2, 308, 2, false, 6}})
    for (const RingExchange exchange : {RingExchange::P2p, RingExchange::AllGather}) {
     auto s = shapes(GetParam(), c.qk_norm);
     s.S = c.seq;
     s.b = c.b;
     s.p.ring = c.ring;
     s.p.ring_exchange = exchange;
+    if (c.kv_heads) s.m.kv_heads = c.kv_heads;
     const auto g = s.graph();
     const auto H = s.m.heads, K = s.m.kv_heads, d = s.m.head_dim, Sr = padded_seq(s.S, s.p) / c.ring;
     for (int rank = 0; rank < c.ring; ++rank) {
