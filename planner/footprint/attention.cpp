@@ -135,8 +135,9 @@ std::int64_t ulysses_exchange_workspace(const StepShapes& s, std::int64_t send) 
 }
 
 std::int64_t ulysses_qkv_backward_workspace(const StepShapes& s) {
-  const std::int64_t replicas = s.kvr * s.u > s.K ? 2 * kv_sp_elems(s) * s.e : 0;  // dk, dv received
-  return ulysses_qkv_send_bytes(s) + replicas;
+  // The received dq, dk, dv, each as large as what was sent (replicated dk and dv too: they
+  // are summed straight into the outputs); each send buffer is freed before the next exchange.
+  return ulysses_qkv_send_bytes(s);
 }
 
 std::int64_t ulysses_out_send_bytes(const StepShapes& s) { return s.n * s.H * s.d * s.e; }  // o [n, H, d]

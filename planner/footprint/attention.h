@@ -107,9 +107,10 @@ std::int64_t ulysses_qkv_send_bytes(const StepShapes& s);
 // the op's output is a copy made beside them (runtime/src/ulysses.cpp, to_sequence, q_from).
 std::int64_t ulysses_exchange_workspace(const StepShapes& s, std::int64_t send);
 
-// attn.a2a_qkv.bwd (runtime/src/ulysses.cpp, ToSequenceFn::backward): the send buffers, and
-// with kv replication (kvr*u > K) the received copies of dk and dv [n, u*kvr, d] e each
-// before they are summed over the replicas.
+// attn.a2a_qkv.bwd (runtime/src/ulysses.cpp, ToSequenceFn::backward): the received dq, dk and
+// dv, as large as the send buffers (with kv replication, kvr*u > K, dk and dv arrive as
+// [n, u*kvr, d] e and are summed over the replicas straight into the outputs), live beside
+// the outputs; each exchange's send buffer is freed before the next one's.
 std::int64_t ulysses_qkv_backward_workspace(const StepShapes& s);
 
 // Ulysses all-to-all of the attention output, and of its gradient in backward

@@ -198,6 +198,24 @@ TEST(ValidationGrid, UnevenTilesAndPaddedLengthsArePredictedWithinOnePercent) {
   }
 }
 
+// Kv heads replicated across the Ulysses ranks (one kv head, two ranks), with two samples:
+// each layer's backward peaks at the all-to-all of dq, dk, dv, whose received dk and dv are
+// summed straight into the outputs (a drawn point that found the planner counting them twice).
+TEST(ValidationGrid, KvHeadsReplicatedAcrossUlyssesRanksArePredictedWithinOnePercent) {
+  torch::set_num_threads(1);
+  hold_fixed_point("tiny-gqa", 2, "kv-replicated-2-153", [](Plan& plan) {
+    ModelConfig& m = plan.model;
+    m.name = "kv-replicated";
+    m.hidden = 40, m.intermediate = 114, m.layers = 2, m.heads = 2, m.kv_heads = 1, m.head_dim = 24, m.vocab = 414;
+    m.tie_embeddings = true;
+    plan.train.seq = 153;
+    plan.train.micro_batch = 2;
+    plan.parallel.ulysses = 2;
+    plan.parallel.checkpoint = CheckpointPolicy::full();
+    plan.parallel.mlp_tiles = 7;
+  });
+}
+
 // Ring attention's layouts (`longctx plan --ring R --ulysses U`, `longctx run --nproc`): ring
 // 2 and 3 alone, and the hybrid Ulysses 2 x ring 2 on 4 ranks, with and without head chunks
 // inside the ring's steps; lengths 2*r*u does not divide (padded), GQA with odd head_dim,
