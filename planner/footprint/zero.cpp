@@ -49,6 +49,9 @@ ParamSizes param_sizes(const StepShapes& s, int group) {
 }
 
 std::int64_t bias_params(const StepShapes& s, std::initializer_list<ParamRole> roles) {
+  // Every bias of the table is present only under one of these (Llama's and Qwen's presets
+  // have none): the builders ask for every projection of every layer of every graph.
+  if (!s.qkv_bias && !s.o_bias && !s.mlp_bias) return 0;
   std::int64_t total = 0;
   for (const ParamSpec& p : kParamTable)
     if (is_bias(p.role) && present(s, p.presence) && std::find(roles.begin(), roles.end(), p.role) != roles.end())
