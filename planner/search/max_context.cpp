@@ -147,16 +147,17 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   std::int64_t floor = 0;
   const MaxSeq alone = max_seq(base, without, cache, floor);
   const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
+  // A ring the length does not need: chosen for its speed, whatever Ulysses may span.
+  if (r > 1 && alone.tokens >= tokens)
+    return fmt::format("{}: {} tokens, as far as the longest without a ring ({}); the ring's layout is the faster "
+                       "there",
+                       shape, format_count(tokens), format_count(alone.tokens));
   if (r > 1 && umax < world)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses stops at degree {} of the {} "
                        "GPUs: {})",
                        shape, format_count(tokens), format_count(alone.tokens), umax, world,
                        has(allowed, Technique::Ulysses) ? "the heads' rules" : "Ulysses is not among the techniques allowed "
                                                                               "(or the stack has none)");
-  if (r > 1 && alone.tokens >= tokens)
-    return fmt::format("{}: {} tokens, as far as the longest without a ring ({}); the ring's layout is the faster "
-                       "there",
-                       shape, format_count(tokens), format_count(alone.tokens));
   if (r > 1)
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
                        "ring's layout holds less at this length)",
