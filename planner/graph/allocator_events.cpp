@@ -26,22 +26,33 @@ class ByOp {
   std::vector<int> start_, ids_;
 };
 
-// Writes the events of append_allocator_events.
-class EventWriter {
+}  // namespace
+
+// Writes the events of append_allocator_events, a step at a time.
+class AllocatorEventWriter::Impl {
  public:
-  EventWriter(const StepGraph& graph, std::vector<AllocatorEvent>& out)
-      : tensors_(graph.tensors()), ops_(graph.ops()), out_(out), born_(ops_.size()), dying_(ops_.size()),
+  explicit Impl(const StepGraph& graph)
+      : tensors_(graph.tensors()), ops_(graph.ops()), born_(ops_.size()), dying_(ops_.size()),
         first_step_born_(ops_.size()), block_of_(tensors_.size(), -1), stream_of_(tensors_.size(), 0),
         next_block_(static_cast<int>(tensors_.size())) {
     sort_tensors();
   }
 
-  void write() {
-    for (int step = 0; step < 2; ++step) {
-      for (int i : before_step_) allocate(i, 0, -1, step);
-      for (int k = 0; k < static_cast<int>(ops_.size()); ++k) op_events(k, step);
+  void write(std::vector<AllocatorEvent>& out, int end_op) {
+    out_ = &out;
+    const int ops = static_cast<int>(ops_.size());
+    if (next_op_ < 0) {
+      for (int i : before_step_) allocate(i, 0, -1, step_);
+      next_op_ = 0;
     }
+    for (const int end = std::min(end_op, ops); next_op_ < end; ++next_op_) op_events(next_op_, step_);
+    if (next_op_ == ops) {
+      ++step_;
+      next_op_ = -1;
+    }
+    out_ = nullptr;
   }
+  int steps_written() const { return step_; }
 
  private:
   bool on_device(const TensorSpec& t) const { return t.place == Place::Device && t.bytes > 0; }
@@ -69,7 +80,7 @@ class EventWriter {
     if (block_of_[ii] >= 0) return;  // a persistent tensor born in the first step stays
     block_of_[ii] = i;
     stream_of_[ii] = stream;
-    out_.push_back(AllocatorEvent{true, i, tensors_[ii].bytes, stream, op, step});
+    out_->push_back(AllocatorEvent{true, i, tensors_[ii].bytes, stream, op, step});
   }
 
   // The op's outputs, with what the first step makes just after the first of them.
@@ -95,16 +106,16 @@ class EventWriter {
       if (entry == 0) {
         allocate_outputs(k, stream, step);
       } else if (entry > 0) {
-        out_.push_back(AllocatorEvent{true, next_block_++, entry, stream, k, step});
+        out_->push_back(AllocatorEvent{true, next_block_++, entry, stream, k, step});
         held_.push_back(entry);
       } else {
         const auto b = static_cast<std::size_t>(-entry - 1);
-        out_.push_back(AllocatorEvent{false, first + static_cast<int>(b), held_[b], stream, k, step});
+        out_->push_back(AllocatorEvent{false, first + static_cast<int>(b), held_[b], stream, k, step});
         held_[b] = 0;
       }
     }
     for (std::size_t b = 0; b < held_.size(); ++b)
-      if (held_[b] > 0) out_.push_back(AllocatorEvent{false, first + static_cast<int>(b), held_[b], stream, k, step});
+      if (held_[b] > 0) out_->push_back(AllocatorEvent{false, first + static_cast<int>(b), held_[b], stream, k, step});
   }
 
   void op_events(int k, int step) {
@@ -116,19 +127,21 @@ class EventWriter {
       workspace_sequence(k, op.stream, step);
     } else if (op.workspace_bytes > 0) {
       const int scratch = next_block_++;
-      out_.push_back(AllocatorEvent{true, scratch, op.workspace_bytes, op.stream, k, step});
-      out_.push_back(AllocatorEvent{false, scratch, op.workspace_bytes, op.stream, k, step});
+      out_->push_back(AllocatorEvent{true, scratch, op.workspace_bytes, op.stream, k, step});
+      out_->push_back(AllocatorEvent{false, scratch, op.workspace_bytes, op.stream, k, step});
     }
     for (const int* i = dying_.begin(k); i != dying_.end(k); ++i) {
       const auto ii = static_cast<std::size_t>(*i);
-      out_.push_back(AllocatorEvent{false, *i, tensors_[ii].bytes, stream_of_[ii], k, step});
+      out_->push_back(AllocatorEvent{false, *i, tensors_[ii].bytes, stream_of_[ii], k, step});
       block_of_[ii] = -1;
     }
   }
 
   const std::vector<TensorSpec>& tensors_;
   const std::vector<OpSpec>& ops_;
-  std::vector<AllocatorEvent>& out_;
+  std::vector<AllocatorEvent>* out_ = nullptr;  // while a step is written
+  int step_ = 0;      // the step being written; 2 once both are
+  int next_op_ = -1;  // the next op to write; -1 before the step's start
   ByOp born_, dying_, first_step_born_;
   std::vector<int> before_step_;
   // A tensor's live block and the stream whose pool it came from; blocks past the tensors'
@@ -138,10 +151,16 @@ class EventWriter {
   std::vector<std::int64_t> held_;  // the current workspace sequence's blocks, 0 once returned
 };
 
-}  // namespace
+AllocatorEventWriter::AllocatorEventWriter(const StepGraph& graph) : impl_(std::make_unique<Impl>(graph)) {}
+AllocatorEventWriter::~AllocatorEventWriter() = default;
+void AllocatorEventWriter::append(std::vector<AllocatorEvent>& out, int end_op) { impl_->write(out, end_op); }
+int AllocatorEventWriter::steps_written() const { return impl_->steps_written(); }
 
 void append_allocator_events(const StepGraph& graph, std::vector<AllocatorEvent>& out) {
-  EventWriter(graph, out).write();
+  AllocatorEventWriter writer(graph);
+  const int ops = static_cast<int>(graph.ops().size());
+  writer.append(out, ops);
+  writer.append(out, ops);
 }
 
 void for_each_allocator_event(const StepGraph& graph, const std::function<void(const AllocatorEvent&)>& visit) {

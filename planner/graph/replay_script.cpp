@@ -11,44 +11,54 @@ namespace {
 
 using Kind = ScriptItem::Kind;
 
-// The events with the moments the replay notes reserved bytes: once an op's outputs and
-// workspace are allocated, before it frees (an op that frees and allocates again is noted
-// again before its next allocation), and after the last event.
-void write_items(const std::vector<AllocatorEvent>& events, ReplayScript& s) {
-  s.items.reserve(events.size() * 5 / 4 + 1);
-  std::vector<int> requested;  // block -> its last Allocate item
-  int op = -2, step = 0;
-  bool freeing = false;
-  auto note = [&](int at) { s.items.push_back({Kind::Note, 0, at, 0, 0, -1, step}); };
-  for (const AllocatorEvent& e : events) {
-    if (e.op != op || (e.allocate && freeing)) {
-      if (op != -2 && !freeing) note(op);
-      op = e.op;
-      step = e.step;
-      freeing = false;
+// Turns events into items with the moments the replay notes reserved bytes: once an op's
+// outputs and workspace are allocated, before it frees (an op that frees and allocates again
+// is noted again before its next allocation), and after the last event. Events come a stretch
+// of whole ops at a time: the note owed at a stretch's end is the one the next op's first
+// event would have brought.
+class ItemWriter {
+ public:
+  void write(const std::vector<AllocatorEvent>& events, ReplayScript& s) {
+    s.items.reserve(s.items.size() + events.size() * 5 / 4 + 1);
+    for (const AllocatorEvent& e : events) {
+      if (e.op != op_ || (e.allocate && freeing_)) {
+        if (op_ != -2 && !freeing_) note(s);
+        op_ = e.op;
+        step_ = e.step;
+        freeing_ = false;
+      }
+      const auto b = static_cast<std::size_t>(e.block);
+      if (b >= requested_.size()) requested_.resize(b + 1, -1);
+      s.blocks = std::max(s.blocks, e.block + 1);
+      s.streams = std::max(s.streams, e.stream + 1);
+      if (e.allocate) {
+        requested_[b] = static_cast<int>(s.items.size());
+        s.items.push_back({Kind::Allocate, e.stream, e.op, e.block, e.bytes, -1});
+      } else {
+        if (!freeing_) note(s);
+        freeing_ = true;
+        s.items.push_back({Kind::Free, e.stream, e.op, e.block, 0, requested_[b]});
+      }
     }
-    const auto b = static_cast<std::size_t>(e.block);
-    if (b >= requested.size()) requested.resize(b + 1, -1);
-    s.blocks = std::max(s.blocks, e.block + 1);
-    s.streams = std::max(s.streams, e.stream + 1);
-    if (e.allocate) {
-      requested[b] = static_cast<int>(s.items.size());
-      s.items.push_back({Kind::Allocate, e.stream, e.op, e.block, e.bytes, -1});
-    } else {
-      if (!freeing) note(op);
-      freeing = true;
-      s.items.push_back({Kind::Free, e.stream, e.op, e.block, 0, requested[b]});
-    }
+    if (op_ != -2 && !freeing_) note(s);
+    op_ = -2;
+    freeing_ = false;
   }
-  if (!events.empty() && !freeing) note(op);
-}
 
-// Periods worth trying: the item distances between an op and the last two ops of the same
-// kind before it (the same name in another layer or tile, phase and stream), the most common
-// first.
-std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s) {
+ private:
+  void note(ReplayScript& s) const { s.items.push_back({Kind::Note, 0, op_, 0, 0, -1, step_}); }
+
+  std::vector<int> requested_;  // block -> its last Allocate item
+  int op_ = -2, step_ = 0;
+  bool freeing_ = false;
+};
+
+// Periods worth trying in items [from, size): the item distances between an op and the last
+// two ops of the same kind before it (the same name in another layer or tile, phase and
+// stream), the most common first.
+std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from) {
   std::vector<int> first_item(g.ops().size(), -1);
-  for (int i = static_cast<int>(s.items.size()) - 1; i >= 0; --i) {
+  for (int i = static_cast<int>(s.items.size()) - 1; i >= from; --i) {
     const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
     if (item.kind != Kind::Note && item.op >= 0) first_item[static_cast<std::size_t>(item.op)] = i;
   }
@@ -70,7 +80,7 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s) {
   };
   std::unordered_map<Kind, std::pair<int, int>, KindHash> last;  // the kind's last two first items
   last.reserve(256);
-  std::vector<int> seen(s.items.size() + 1, 0);  // distance -> how often
+  std::vector<int> seen(s.items.size() - static_cast<std::size_t>(from) + 1, 0);  // distance -> how often
   for (std::size_t k = 0; k < first_item.size(); ++k) {
     if (first_item[k] < 0) continue;
     const OpSpec& op = g.ops()[k];
@@ -89,14 +99,14 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s) {
   return periods;
 }
 
-// The stretches that repeat with one of the periods, long enough to skip some of (three
-// periods: the state may take one to settle, and the replay compares two), the longest kept
-// where they overlap.
-std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods) {
+// The stretches of items [from, size) that repeat with one of the periods, long enough to skip
+// some of (three periods: the state may take one to settle, and the replay compares two), the
+// longest kept where they overlap.
+std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from) {
   std::vector<Repeat> found;
   const int n = static_cast<int>(s.items.size());
   for (const int p : periods) {
-    for (int i = 0; i + p < n;) {
+    for (int i = from; i + p < n;) {
       if (!alike(s, i, i + p)) {
         ++i;
         continue;
@@ -133,10 +143,40 @@ bool alike(const ReplayScript& s, int i, int j) {
   return false;
 }
 
+class ReplayScriptWriter::Impl {
+ public:
+  explicit Impl(const StepGraph& graph) : graph_(graph), events_writer_(graph) {
+    // A step allocates and frees every tensor at most once and a workspace or two per op.
+    events_.reserve(2 * (graph.tensors().size() + graph.ops().size()));
+  }
+
+  bool append(ReplayScript& s, int end_op) {
+    if (events_writer_.steps_written() == 2) return false;
+    events_.clear();
+    events_writer_.append(events_, end_op);
+    const int from = static_cast<int>(s.items.size());
+    items_.write(events_, s);
+    for (const Repeat& r : find_repeats(s, candidate_periods(graph_, s, from), from)) s.repeats.push_back(r);
+    return true;
+  }
+
+ private:
+  const StepGraph& graph_;
+  AllocatorEventWriter events_writer_;
+  ItemWriter items_;
+  std::vector<AllocatorEvent> events_;  // the stretch's, kept for its capacity
+};
+
+ReplayScriptWriter::ReplayScriptWriter(const StepGraph& graph) : impl_(std::make_unique<Impl>(graph)) {}
+ReplayScriptWriter::~ReplayScriptWriter() = default;
+bool ReplayScriptWriter::append(ReplayScript& script, int end_op) { return impl_->append(script, end_op); }
+
 ReplayScript replay_script(const StepGraph& graph) {
   ReplayScript s;
-  write_items(step_allocator_events(graph), s);
-  s.repeats = find_repeats(s, candidate_periods(graph, s));
+  ReplayScriptWriter writer(graph);
+  const int ops = static_cast<int>(graph.ops().size());
+  while (writer.append(s, ops)) {
+  }
   return s;
 }
 

@@ -5,6 +5,7 @@
 // repeat (a layer making the requests the layer before it made), which the replay may skip
 // where the allocator's state repeats too (replay_repeats.h).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "planner/graph/step_graph.h"
@@ -35,6 +36,28 @@ struct ReplayScript {
   std::vector<Repeat> repeats;  // disjoint, in order
 };
 
+// Writes a graph's script a stretch of ops at a time, each stretch with the stretches of items
+// that repeat within it. Most replays of the searches stop at a failed request in the first
+// step, near its allocated peak, and never need what follows. The items are those
+// replay_script writes, in the same order, however the ops are cut.
+class ReplayScriptWriter {
+ public:
+  // REQUIRES: `graph` outlives the writer.
+  explicit ReplayScriptWriter(const StepGraph& graph);
+  ~ReplayScriptWriter();
+  ReplayScriptWriter(const ReplayScriptWriter&) = delete;
+  ReplayScriptWriter& operator=(const ReplayScriptWriter&) = delete;
+  // Appends to `script` the items from where the writer stands up to op `end_op` of the
+  // current step, exclusive (at or past its last op: the rest of the step), and the repeats
+  // found within them; false when both steps are written already.
+  bool append(ReplayScript& script, int end_op);
+
+ private:
+  class Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+// Both steps' script.
 ReplayScript replay_script(const StepGraph& graph);
 
 // Whether items i and j ask the same of the allocator: the same kind on the same stream, the

@@ -2,6 +2,7 @@
 
 #include <array>
 #include <functional>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -14,24 +15,43 @@ namespace {
 
 using Kind = ScriptItem::Kind;
 
+// Replays a script as its writer writes it, a step at a time: a replay that stops in the
+// first step never has the second written.
 class Replayer {
  public:
-  Replayer(const ReplayScript& script, const AllocatorSettings& settings, const ReplayOptions& options,
+  Replayer(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
            const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
-      : script_(script), settings_(settings), options_(options), at_op_(at_op),
-        models_(static_cast<std::size_t>(script.streams), CachingAllocatorModel(settings)),
-        handle_(static_cast<std::size_t>(script.blocks), -1), holder_(static_cast<std::size_t>(script.streams)) {}
+      : writer_(graph), settings_(settings), options_(options), at_op_(at_op) {}
 
   ReservedReplay run() {
-    if (options_.skip_repeats)
-      for (const Repeat& repeat : script_.repeats)
-        if (!replay_until(repeat.start) || !through_repeat(repeat)) return r_;
-    replay_until(static_cast<int>(script_.items.size()));
+    std::size_t repeats_done = 0;
+    int end_op = options_.stop_at_failure && options_.allocated_peak_op >= 0 ? options_.allocated_peak_op + 1 : kAllOps;
+    for (; append(end_op); end_op = kAllOps) {
+      if (options_.skip_repeats)
+        for (; repeats_done < script_.repeats.size(); ++repeats_done) {
+          const Repeat& repeat = script_.repeats[repeats_done];
+          if (!replay_until(repeat.start) || !through_repeat(repeat)) return r_;
+        }
+      if (!replay_until(static_cast<int>(script_.items.size()))) return r_;
+    }
     r_.failed_requests = failures();
     return r_;
   }
 
  private:
+  static constexpr int kAllOps = std::numeric_limits<int>::max();
+
+  // The items up to op `end_op` of the step being written (kAllOps: the rest of it), with a
+  // model for every stream and a slot for every block they name; false when both steps are
+  // written.
+  bool append(int end_op = kAllOps) {
+    if (!writer_.append(script_, end_op)) return false;
+    models_.resize(static_cast<std::size_t>(script_.streams), CachingAllocatorModel(settings_));
+    holder_.resize(static_cast<std::size_t>(script_.streams));
+    handle_.resize(static_cast<std::size_t>(script_.blocks), -1);
+    return true;
+  }
+
   std::int64_t total(std::int64_t (CachingAllocatorModel::*figure)() const) const {
     std::int64_t sum = 0;
     for (const auto& m : models_) sum += (m.*figure)();
@@ -78,11 +98,15 @@ class Replayer {
     }
   }
 
-  // The first note at or after item i that names an op (not the step's start), if any.
-  const ScriptItem* next_note(int i) const {
-    for (auto it = script_.items.begin() + i; it != script_.items.end(); ++it)
-      if (it->kind == Kind::Note && it->op >= 0) return &*it;
-    return nullptr;
+  // The first note at or after item i that names an op (not the step's start), if any: in a
+  // step not written yet too.
+  const ScriptItem* next_note(int i) {
+    for (;;) {
+      for (auto it = script_.items.begin() + i; it != script_.items.end(); ++it)
+        if (it->kind == Kind::Note && it->op >= 0) return &*it;
+      i = static_cast<int>(script_.items.size());
+      if (!append()) return nullptr;
+    }
   }
 
   void replay(int i) {
@@ -117,13 +141,14 @@ class Replayer {
   // the one `skipped` items later.
   void jump(int period, int skipped);
 
-  const ReplayScript& script_;
+  ReplayScriptWriter writer_;
+  ReplayScript script_;
   AllocatorSettings settings_;
   ReplayOptions options_;
   const std::function<void(const ReservedAtOp&)>* at_op_;  // null: nothing sees the notes
-  std::vector<CachingAllocatorModel> models_;
-  std::vector<int> handle_;               // block -> the handle its model gave it, -1 when not held
-  std::vector<std::vector<int>> holder_;  // stream -> handle -> the Allocate item that requested it
+  std::vector<CachingAllocatorModel> models_;  // one a stream
+  std::vector<int> handle_;                    // block -> the handle its model gave it, -1 when not held
+  std::vector<std::vector<int>> holder_;       // stream -> handle -> the Allocate item that requested it
   int next_ = 0;                          // the next item to replay
   bool stopped_ = false;
   ReservedReplay r_;
@@ -174,8 +199,7 @@ namespace {
 
 ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
                               const std::function<void(const ReservedAtOp&)>* at_op) {
-  const ReplayScript script = replay_script(graph);
-  const ReservedReplay r = Replayer(script, settings, options, at_op).run();
+  const ReservedReplay r = Replayer(graph, settings, options, at_op).run();
   WorkCounts& counts = work_counts();
   ++counts.replays;
   counts.replayed_items += r.replayed_items;

@@ -40,6 +40,11 @@ struct ReplayOptions {
   // Skip repeated stretches where the allocator's state repeats (off: every item replayed,
   // which tests compare with).
   bool skip_repeats = true;
+  // The op at which the step peaks as allocated, where the caller knows it (-1: not known).
+  // A replay that stops at its first failure writes its script up to there first: a request
+  // that fails is mostly there or before it, and the rest of the script is then never
+  // written. Nothing the replay reports depends on it.
+  int allocated_peak_op = -1;
 };
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options = {});

@@ -61,8 +61,8 @@ Fit reserved_fit(const Plan& p) {
   const StepGraph g = build_step(step_inputs(p));
   const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
   if (!fits(p, t)) return Fit::OverAsAllocated;
-  return device_fits(p, g, *std::max_element(t.device_during.begin(), t.device_during.end())) ? Fit::Fits
-                                                                                              : Fit::OverAsReserved;
+  const auto peak = std::max_element(t.device_during.begin(), t.device_during.end());
+  return device_fits(p, g, *peak, static_cast<int>(peak - t.device_during.begin())) ? Fit::Fits : Fit::OverAsReserved;
 }
 
 // `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).

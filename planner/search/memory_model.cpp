@@ -23,12 +23,15 @@ bool over_budget_as_allocated(const Plan& p, std::int64_t allocated_peak) {
   return allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes;
 }
 
-ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, bool verdict_only) {
+// `allocated_peak_op`: the op where the step peaks as allocated (-1: not known).
+ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
+                               bool verdict_only) {
   ReservedFigure f{allocated_peak, -1, true, true};
   if (p.cluster.hardware.backend == Backend::Cuda) {
     // Over budget as allocated is over as reserved, which is never less.
     if (verdict_only && over_budget_as_allocated(p, allocated_peak)) return {allocated_peak, -1, false, false};
-    const ReservedReplay r = replay_reserved(g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only});
+    const ReservedReplay r = replay_reserved(
+        g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only, .allocated_peak_op = allocated_peak_op});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
     f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
          !verdict_only || r.failed_requests == 0};
@@ -44,7 +47,7 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim, bool ve
   pr.peak_host_bytes = sim.peak_host_bytes_per_rank * p.cluster.shape.gpus_per_node;
   for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
   pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
-  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes, verdict_only);
+  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes, sim.peak_op, verdict_only);
   exact = reserved.exact;
   pr.peak_reserved_bytes = reserved.peak_reserved;
   pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
@@ -106,8 +109,8 @@ bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t ho
          host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
 }
 
-bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak) {
-  return reserved_figure(p, g, allocated_peak, /*verdict_only=*/true).fits;
+bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op) {
+  return reserved_figure(p, g, allocated_peak, allocated_peak_op, /*verdict_only=*/true).fits;
 }
 
 Evaluation evaluate(const Plan& inputs) {

@@ -57,6 +57,7 @@ AllocatorSettings allocator_settings(const Plan& p);
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
 // on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
-bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak);
+// `allocated_peak_op`: the op where it is reached (-1: not known), where the replay looks first.
+bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op);
 
 }  // namespace longctx

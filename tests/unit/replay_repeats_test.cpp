@@ -10,7 +10,9 @@
 
 #include <fmt/format.h>
 
+#include "planner/graph/replay_script.h"
 #include "planner/graph/reserved_replay.h"
+#include "planner/graph/simulator.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/request.h"
 #include "planner/search/search_space.h"
@@ -31,17 +33,22 @@ struct Totals {
   std::int64_t items = 0, skipped = 0, graphs = 0;
 };
 
-// About `count` configurations of the search's space at `seq` tokens, spread over it, replayed
-// both ways under each allocator setting.
-void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int64_t seq, std::size_t count,
-               Totals& totals) {
+// The search's space for a preset model on `gpus` H100s under `stack` at `seq` tokens.
+std::vector<Plan> space_at(const char* model, std::int64_t gpus, const char* stack, std::int64_t seq) {
   ClusterRequest request;
   request.model = model;
   request.gpus = gpus;
   request.stack = stack;
   Plan base = resolve_cluster(request).value();
   base.train.seq = seq;
-  const std::vector<Plan> plans = search_space(base, all_techniques());
+  return search_space(base, all_techniques());
+}
+
+// About `count` configurations of the search's space at `seq` tokens, spread over it, replayed
+// both ways under each allocator setting.
+void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int64_t seq, std::size_t count,
+               Totals& totals) {
+  const std::vector<Plan> plans = space_at(model, gpus, stack, seq);
   const std::size_t stride = std::max<std::size_t>(1, plans.size() / count);
   for (std::size_t i = 0; i < plans.size(); i += stride) {
     const Plan& p = plans[i];
@@ -65,6 +72,12 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
       expect_same(d, c, what + " (stopping at the first failure)");
       EXPECT_EQ(c.failed_requests, std::min(a.failed_requests, 1)) << what;
       EXPECT_EQ(c.first_failed_op, a.first_failed_op) << what;
+      // Written from the allocated peak first, or from a third of the ops: the same figures.
+      const int peak_op = simulate(g, p.cluster.hardware.backend, /*per_op=*/false).peak_op;
+      for (const int first : {peak_op, static_cast<int>(g.ops().size()) / 3}) {
+        const ReservedReplay e = replay_reserved(g, s, {.stop_at_failure = true, .allocated_peak_op = first});
+        expect_same(e, c, what + fmt::format(" (stopping at the first failure, written to op {} first)", first));
+      }
     }
   }
 }
@@ -121,6 +134,9 @@ TEST(ReservedReplay, SkippingRepeatsHoldsOverDrawnShapes) {
     const ReservedReplay stopped = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false}),
                          stopped_skipping = replay_reserved(g, s, {.stop_at_failure = true});
     expect_same(stopped_skipping, stopped, what + " (stopping at the first failure)");
+    const int first = static_cast<int>(pick(g.ops().size() + 1));
+    expect_same(replay_reserved(g, s, {.stop_at_failure = true, .allocated_peak_op = first}), stopped,
+                what + fmt::format(" (stopping at the first failure, written to op {} first)", first));
     EXPECT_EQ(stopped.first_failed_op, whole.first_failed_op) << what;
     EXPECT_LE(stopped.peak_reserved, whole.peak_reserved) << what;
     ++held;
@@ -128,6 +144,42 @@ TEST(ReservedReplay, SkippingRepeatsHoldsOverDrawnShapes) {
   }
   EXPECT_GE(held, 30);
   EXPECT_GE(skipped, held / 10);  // the draws exercise the skipping (short steps repeat too little to skip)
+}
+
+// The script written a stretch of ops at a time, cut anywhere, is the script written whole:
+// the same items in the same order.
+TEST(ReplayScript, WrittenInStretchesItIsTheWholeScript) {
+  std::mt19937_64 draw(20261130);
+  int graphs = 0;
+  for (const auto& [model, gpus, stack, seq] :
+       {std::tuple{"llama-3.1-8b", 8, "longctx", 1 << 20}, std::tuple{"qwen3-8b", 4, "hf", 1 << 15},
+        std::tuple{"llama-3.1-8b", 8, "arctic", 1 << 18}, std::tuple{"llama-3.2-3b", 8, "torchtitan", 1 << 17}}) {
+    const std::vector<Plan> plans = space_at(model, gpus, stack, seq);
+    for (std::size_t i = 0; i < plans.size(); i += std::max<std::size_t>(1, plans.size() / 6)) {
+      const StepGraph g = build_step(step_inputs(plans[i]));
+      const ReplayScript whole = replay_script(g);
+      ReplayScript cut;
+      ReplayScriptWriter writer(g);
+      const int ops = static_cast<int>(g.ops().size());
+      // Cuts at random ops, at the first and the last, and none.
+      while (writer.append(cut, static_cast<int>(draw() % static_cast<std::uint64_t>(ops + 2)))) {
+      }
+      const std::string what = fmt::format("{} {} GPUs {} at {}: {}", model, gpus, stack, seq, describe_knobs(plans[i]));
+      ASSERT_EQ(cut.items.size(), whole.items.size()) << what;
+      for (std::size_t k = 0; k < whole.items.size(); ++k) {
+        const ScriptItem &a = cut.items[k], &b = whole.items[k];
+        ASSERT_TRUE(a.kind == b.kind && a.stream == b.stream && a.op == b.op && a.block == b.block &&
+                    a.bytes == b.bytes && a.request == b.request && a.step == b.step)
+            << what << ": item " << k;
+      }
+      EXPECT_EQ(cut.blocks, whole.blocks) << what;
+      EXPECT_EQ(cut.streams, whole.streams) << what;
+      for (const Repeat& r : cut.repeats)  // each repeat found in a stretch repeats
+        for (int k = r.start; k < r.end; ++k) ASSERT_TRUE(alike(cut, k, k + r.period)) << what << ": item " << k;
+      ++graphs;
+    }
+  }
+  EXPECT_GE(graphs, 20);
 }
 
 // The search's verdicts (predict_verdict) against predict(): the same verdict, speed and
