@@ -39,8 +39,10 @@ int rungs_climbed(const TechniqueSet& allowed) {
   return n;
 }
 
-// Each rung's answer is a floor for the next and for the final answer.
-std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor) {
+// Each rung's answer is a floor for the next and for the final answer; `ringless` the longest
+// a rung without ring attention reached, a floor for the longest without one.
+std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor,
+                               std::int64_t& ringless) {
   std::vector<LadderRung> out;
   TechniqueSet so_far;
   for (const auto& rung : ladder_rungs()) {
@@ -54,6 +56,7 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
     const MaxSeq m = max_seq(base, so_far, cache, floor);
     out.push_back({technique_names(so_far), m.tokens, m.binding});
     floor = std::max(floor, m.tokens);
+    if (!has(so_far, Technique::Ring)) ringless = std::max(ringless, m.tokens);
     search_progress().finish_stage();
   }
   return out;
@@ -127,9 +130,10 @@ std::int64_t largest_ulysses(const Plan& base) {
 }
 
 // Which sequence layout the plan runs, and where ring attention may be chosen, why: the
-// answer held against the longest length without a ring.
+// answer held against the longest length without a ring, which `ringless` tokens are known
+// to reach (a floor for its search).
 std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet& allowed, std::int64_t tokens,
-                          BoundCache& cache) {
+                          BoundCache& cache, std::int64_t ringless) {
   const int u = plan.parallel.ulysses, r = plan.parallel.ring;
   const std::int64_t world = base.cluster.shape.world();
   // With a ring, how its k/v travel: the search weighs the gathered exchange's r pairs of
@@ -144,8 +148,7 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   if (!has(allowed, Technique::Ring) || world == 1) return shape;
   TechniqueSet without = allowed;
   without.reset(static_cast<std::size_t>(Technique::Ring));
-  std::int64_t floor = 0;
-  const MaxSeq alone = max_seq(base, without, cache, floor);
+  const MaxSeq alone = max_seq(base, without, cache, ringless);
   const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
   // A ring the length does not need: chosen for its speed, whatever Ulysses may span.
   if (r > 1 && alone.tokens >= tokens)
@@ -186,10 +189,10 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
     return Error::bad_input("--host-mem", fmt::format("{} bytes is outside 1 B .. 4PiB per node", base.cluster.host_budget_bytes_per_node));
   MaxContextResult r;
   BoundCache cache;
-  std::int64_t floor = 0;
+  std::int64_t floor = 0, ringless = 0;
   // The stages a progress line counts: the rungs, the answer, its fastest plan, its layout.
   search_progress().expect((with_ladder ? rungs_climbed(allowed) : 0) + 3);
-  if (with_ladder) r.ladder = ladder(base, allowed, cache, floor);
+  if (with_ladder) r.ladder = ladder(base, allowed, cache, floor, ringless);
   MaxSeq top = max_seq(base, allowed, cache, floor);
   search_progress().finish_stage();
   refine_to_padding(top, allowed);
@@ -210,7 +213,7 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   search_progress().finish_stage();
   r.plan = *fastest;
   r.rule = ulysses_rule(r.plan, base, allowed);
-  r.layout = layout_reason(r.plan, base, allowed, r.max_tokens, cache);
+  r.layout = layout_reason(r.plan, base, allowed, r.max_tokens, cache, ringless);
   search_progress().finish_stage();
   return r;
 }
