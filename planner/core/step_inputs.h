@@ -21,6 +21,10 @@ struct StepInputs {
   // live set it has in the whole step (later readers are missing, never extra), so a prefix
   // over budget proves the step is: the search's cheap rejection.
   bool prefix_only = false;
+  // Build only the model states each stack makes before its first op (parameters, optimizer
+  // states, their host copies): tensors the whole step holds at every op, never freed, so
+  // their sum over budget proves the step is, before any layer is built (standing_bytes).
+  bool states_only = false;
   // CPU backend: intra-op threads (Hardware::threads), for the flash kernel's per-thread buffers.
   std::int64_t cpu_threads = 1;
   // CUDA: streaming multiprocessors (Hardware::multiprocessors), for per-SM partial buffers.

@@ -101,6 +101,16 @@ SimResult simulate(const StepGraph& graph, Backend backend, bool per_op) {
   return r;
 }
 
+StandingBytes standing_bytes(const StepGraph& graph, Backend backend) {
+  StandingBytes r;
+  for (const auto& t : graph.tensors()) {
+    if (t.producer >= 0 || !t.persistent) continue;
+    if (t.place == Place::Device) r.device += allocated_bytes(backend, t.bytes);
+    else r.host += t.bytes;
+  }
+  return r;
+}
+
 OpTotals simulate_totals(const StepGraph& graph, Backend backend) {
   const auto& tensors = graph.tensors();
   const auto& ops = graph.ops();

@@ -44,4 +44,13 @@ struct OpTotals {
 };
 OpTotals simulate_totals(const StepGraph& graph, Backend backend);
 
+// What every op of a step holds at least: the tensors made before it and never freed
+// (persistent, without a producer), on the device as allocated and on the host per rank. Of
+// a graph built with StepInputs::states_only (the model states, no op), a floor of the whole
+// step's OpTotals at every op.
+struct StandingBytes {
+  std::int64_t device = 0, host = 0;
+};
+StandingBytes standing_bytes(const StepGraph& graph, Backend backend);
+
 }  // namespace longctx

@@ -159,11 +159,49 @@ BoundKey bound_key(const Plan& c, KnobValue chunk, const TechniqueSet& a) {
   return key;
 }
 
+// Configurations found over the device's budget in one search (key: bound_key), each at the
+// shortest length it was found so.
+using DeviceOut = std::map<BoundKey, std::int64_t>;
+
+// Whether a sibling of `probe` (m's most saving plan at `at` tokens) that offloads more was
+// found over the device's budget at `at` or a shorter length: it is there too (as allocated,
+// fitting is monotone in the length), and `probe` holds no less on the device
+// (device_holds_no_more).
+bool offloading_sibling_out(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t at, const Plan& probe,
+                            const DeviceOut& out) {
+  if (out.empty()) return false;
+  constexpr KnobId kOffloads[] = {KnobId::offload_optimizer, KnobId::offload_params, KnobId::offload_checkpoints};
+  for (int set = 1; set < 8; ++set) {
+    Plan sibling = m.coarse;
+    bool more = true;
+    for (int k = 0; k < 3; ++k)
+      if ((set >> k) & 1) {
+        more = more && knob_value(sibling, kOffloads[k]) == 0;
+        set_knob(sibling, kOffloads[k], 1);
+      }
+    if (!more) continue;
+    const auto it = out.find(bound_key(sibling, m.chunk, a));
+    if (it == out.end() || it->second > at) continue;
+    const Plan saving = saving_plan(sibling, a, at, m.chunk);
+    if (valid(saving) && search_detail::device_holds_no_more(saving, probe)) return true;
+  }
+  return false;
+}
+
+// Whether a plan over the budget as allocated is over the device's: its largest device figure
+// and the context beyond the budget.
+bool over_device(const Plan& p, std::int64_t device_bytes) {
+  return device_bytes + plan_context_bytes(p) > p.cluster.device_budget_bytes;
+}
+std::int64_t most(const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
+
 // The candidate's bound. `floor`: a length known to fit with fewer techniques; a
 // configuration that does not fit at (the largest multiple of its grid up to) the floor
-// cannot reach past it, and is skipped after one simulation instead of two. Returns nothing
-// for a configuration that is invalid there.
-std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t floor) {
+// cannot reach past it, and is skipped after one simulation instead of two, or none where a
+// sibling that offloads more was over the device's budget there (`device_out`). Returns
+// nothing for a configuration that is invalid there.
+std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t floor,
+                                 const DeviceOut& device_out) {
   Bound b;
   const std::int64_t at = floor / m.grid * m.grid;
   if (at < 4 * m.grid) {
@@ -178,12 +216,18 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
     b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding);
     return b;
   }
-  // The step up to the last layer's backward is a lower bound: over budget there, out.
   // Remembered as out of reach at `at`: a ladder's floors only rise.
-  if (!fits(probe, simulate_totals(build_step(step_inputs(probe, /*prefix_only=*/true)), probe.cluster.hardware.backend)))
-    return Bound{0, "", true, at};
+  auto out = [&](bool device_over) { return Bound{0, "", true, at, device_over}; };
+  if (offloading_sibling_out(m, a, at, probe, device_out)) return out(true);
+  // The model states alone are a lower bound, and so is the step up to the last layer's
+  // backward: over budget there, out.
+  const StandingBytes states = standing_bytes(build_step(step_inputs(probe, StepExtent::States)), probe.cluster.hardware.backend);
+  if (!fits_as_allocated(probe, states.device, states.host * probe.cluster.shape.gpus_per_node))
+    return out(over_device(probe, states.device));
+  const OpTotals prefix = simulate_totals(build_step(step_inputs(probe, StepExtent::Prefix)), probe.cluster.hardware.backend);
+  if (!fits(probe, prefix)) return out(over_device(probe, most(prefix.device_during)));
   const OpTotals t = totals_of(probe);
-  if (!fits(probe, t)) return Bound{0, "", true, at};
+  if (!fits(probe, t)) return out(over_device(probe, most(t.device_during)));
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
   return b;
 }
@@ -293,6 +337,7 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
   // configuration's answer: on CUDA, not on the CPU virtual device (see confirm()).
   const bool affine = base.cluster.hardware.backend != Backend::Cpu;
   std::vector<MaxSeqCandidate> all;
+  DeviceOut device_out;  // this search's configurations over the device's budget
   std::string last_binding;
   const bool untied = technique_allows(a, KnobId::head_chunk, 1);
   for (const Plan& c : max_seq_options(base, a)) {
@@ -302,9 +347,10 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
       // An entry out of reach of a higher floor says nothing below it: computed again there.
       auto it = cache.find(key);
       if (it == cache.end() || (it->second.out_of_reach_at > 0 && floor < it->second.out_of_reach_at)) {
-        const auto b = first_bound(base, m, a, floor);
+        const auto b = first_bound(base, m, a, floor, device_out);
         if (!b) continue;
         cache[key] = *b;
+        if (b->device_over) device_out.try_emplace(key, b->out_of_reach_at);
       }
       Bound& cached = cache[key];
       m.tokens = cached.tokens;

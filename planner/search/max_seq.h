@@ -36,8 +36,10 @@ struct Bound {
   bool confirmed = false;
   // > 0: the configuration was found not to fit at this many tokens and its own bound was not
   // computed; it holds for searches whose floor is at least this (a ladder's later rungs),
-  // not for one that starts lower (max-context's longest length without a ring).
+  // not for one that starts lower (max-context's longest length without a ring, asked without
+  // the ladder).
   std::int64_t out_of_reach_at = 0;
+  bool device_over = false;  // out of reach: over the device's budget there (the host's aside)
 };
 using BoundCache = std::map<BoundKey, Bound>;
 

@@ -99,9 +99,14 @@ AllocatorSettings allocator_settings(const Plan& p) {
   return s;
 }
 
-StepInputs step_inputs(const Plan& p, bool prefix_only) {
-  return {p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, prefix_only,
-          p.cluster.hardware.threads, p.cluster.hardware.multiprocessors, p.cluster.hardware.cublas_workspace_bytes};
+StepInputs step_inputs(const Plan& p, StepExtent extent) {
+  StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+  in.prefix_only = extent == StepExtent::Prefix;
+  in.states_only = extent == StepExtent::States;
+  in.cpu_threads = p.cluster.hardware.threads;
+  in.multiprocessors = p.cluster.hardware.multiprocessors;
+  in.cublas_workspace_bytes = p.cluster.hardware.cublas_workspace_bytes;
+  return in;
 }
 
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {

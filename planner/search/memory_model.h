@@ -40,8 +40,11 @@ struct Verdict {
 };
 Verdict predict_verdict(const Plan& inputs);
 
-// The step builder's inputs for a plan (`prefix_only`: up to the last layer's backward).
-StepInputs step_inputs(const Plan& p, bool prefix_only = false);
+// How much of a plan's step a build writes: all of it, up to the last layer's backward
+// (StepInputs::prefix_only), or the model states alone (StepInputs::states_only).
+enum class StepExtent { Whole, Prefix, States };
+// The step builder's inputs for a plan.
+StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
 
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);

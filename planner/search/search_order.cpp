@@ -179,6 +179,19 @@ void CandidateOrder::bring_least_forward(std::size_t i) {
 
 bool holds_no_more(const Plan& a, const Plan& b) { return sibling_key(a) == sibling_key(b) && sibling_holds_no_more(a, b); }
 
+bool device_holds_no_more(const Plan& a, const Plan& b) {
+  const ParallelConfig &x = a.parallel, &y = b.parallel;
+  if ((y.offload_optimizer && !x.offload_optimizer) || (y.offload_params && !x.offload_params) ||
+      (y.offload_checkpoints && !x.offload_checkpoints))
+    return false;
+  ParallelConfig same = x;
+  same.offload_optimizer = y.offload_optimizer;
+  same.offload_params = y.offload_params;
+  same.offload_checkpoints = y.offload_checkpoints;
+  return same == y && a.train.seq == b.train.seq && a.train.micro_batch == b.train.micro_batch &&
+         plan_context_bytes(a) <= plan_context_bytes(b);
+}
+
 bool& any_order_allowed() {
   thread_local bool allowed = true;
   return allowed;

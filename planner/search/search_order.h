@@ -143,6 +143,16 @@ class CandidateOrder {
 // names to the figures (ASiblingThatHoldsNoMoreNeverHoldsMore).
 bool holds_no_more(const Plan& a, const Plan& b);
 
+// Whether plan `a` holds no more than `b` at any op on the device, as allocated and outside
+// the allocator (plan_context_bytes), the host aside: the same plan but that `a` offloads the
+// optimizer's states, the parameter shards or the checkpointed layer inputs wherever `b` does,
+// and more. Each offload moves tensors the step keeps on the device to the host, and what it
+// brings back (a layer's shards, a checkpoint) stands where the device kept them before.
+// max-context judges by it a choice whose more offloaded sibling did not fit the device
+// (max_seq.cpp, first_bound); properties_test.cpp holds it to the figures on every stack
+// (AnOffloadingSiblingNeverHoldsMoreOnTheDevice).
+bool device_holds_no_more(const Plan& a, const Plan& b);
+
 // Whether best_plan may search a group of equally fast candidates as it lies where its order
 // cannot change the result (search.cpp, order_is_moot); on by default. This thread's switch:
 // tests turn it off to hold the search to faster()'s order throughout.

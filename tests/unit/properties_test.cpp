@@ -11,6 +11,7 @@
 
 #include "planner/footprint/embedding.h"
 #include "planner/footprint/step_shapes.h"
+#include "planner/graph/simulator.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/row_chunk.h"
 #include "planner/search/search.h"
@@ -275,6 +276,116 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   std::printf("compared %d: samples %d, exchanges %d, shardings %d\n", compared, samples, exchanges, shardings);
 }
 
+// A plan drawn as ASiblingThatHoldsNoMoreNeverHoldsMore draws them: a coarse choice of the
+// search's own enumeration on any stack, a tiny model on the CPU virtual device or a small
+// Llama on an H100.
+Plan drawn_choice(std::mt19937_64& rng) {
+  auto pick = [&](auto... values) {
+    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  for (;;) {
+    const bool gpu = pick(0, 1) == 1;
+    const std::int64_t gpus = pick(1, 2, 4, 8);
+    Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
+                    : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
+    base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
+    if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
+    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
+    const std::vector<Plan> choices = coarse_choices(base, all_techniques(), {});
+    if (!choices.empty()) return choices[std::uniform_int_distribution<std::size_t>(0, choices.size() - 1)(rng)];
+  }
+}
+
+// Fine knobs for a drawn choice: a head chunk, MLP and loss tile counts among its candidates.
+Plan with_drawn_fine(const Plan& choice, std::mt19937_64& rng) {
+  const FineOptions o = fine_options(choice, all_techniques(), {});
+  const auto& [chunks, mlps, losses] = o;
+  auto any = [&](const std::vector<KnobValue>& v) { return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)]; };
+  return with_fine(choice, {any(chunks), any(mlps), any(losses)});
+}
+
+std::string describe(const Plan& p) {
+  return fmt::format("{} b={} {} {} gpus={} seq={} {}", plan_to_json(p)["parallel"].dump(), p.train.micro_batch,
+                     to_string(p.train.stack.kind), p.model.name, p.cluster.shape.world(), p.train.seq,
+                     to_string(p.train.dtype));
+}
+
+// What max-context refutes with before building a layer: the model states alone (a build
+// with StepInputs::states_only) are the whole step's first tensors, made before it and never
+// freed there, so their standing bytes are held at every op of the whole step.
+TEST(Properties, TheModelStatesAreALowerBoundOfEveryOp) {
+  const std::uint64_t seed = case_seed();
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int held = 0, with_states = 0;
+  for (int i = 0; i < 400 && held < 60; ++i) {
+    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
+    if (!valid(p)) continue;
+    const StepGraph whole = build_step(step_inputs(p)), states = build_step(step_inputs(p, StepExtent::States));
+    const std::string text = describe(p);
+    ASSERT_TRUE(states.ops().empty()) << text;
+    ASSERT_LE(states.tensors().size(), whole.tensors().size()) << text;
+    for (std::size_t t = 0; t < states.tensors().size(); ++t) {
+      const TensorSpec &a = states.tensors()[t], &b = whole.tensors()[t];
+      EXPECT_TRUE(format(a.name) == format(b.name) && a.bytes == b.bytes && a.place == b.place &&
+                  a.persistent == b.persistent && a.category == b.category)
+          << text << ": tensor " << t << " " << format(a.name) << " against " << format(b.name);
+      if (a.persistent) EXPECT_EQ(b.producer, -1) << text << ": " << format(b.name);
+    }
+    const StandingBytes floor = standing_bytes(states, p.cluster.hardware.backend);
+    const OpTotals t = simulate_totals(whole, p.cluster.hardware.backend);
+    for (std::size_t k = 0; k < t.device_during.size(); ++k) {
+      ASSERT_LE(floor.device, t.device_during[k]) << text << ": op " << k;
+      ASSERT_LE(floor.host, t.host_during[k]) << text << ": op " << k;
+    }
+    ++held;
+    with_states += floor.device > 0 ? 1 : 0;
+  }
+  EXPECT_GE(held, 50);
+  EXPECT_GE(with_states, held / 2);
+}
+
+// What max-context judges a choice by where a sibling that offloads more did not fit the
+// device (search_detail::device_holds_no_more): the sibling holds no more there at any fine
+// knobs, as allocated and outside the allocator. Drawn fresh each run on every stack, each
+// choice with every combination of the three offloads.
+TEST(Properties, AnOffloadingSiblingNeverHoldsMoreOnTheDevice) {
+  const std::uint64_t seed = case_seed();
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int compared = 0;
+  int by_offload[3] = {0, 0, 0};  // optimizer, parameters, checkpoints
+  for (int i = 0; i < 120; ++i) {
+    const Plan one = with_drawn_fine(drawn_choice(rng), rng);
+    struct Sibling {
+      Plan plan;
+      std::int64_t device;
+    };
+    std::vector<Sibling> siblings;
+    for (int set = 0; set < 8; ++set) {
+      Plan c = one;
+      c.parallel.offload_optimizer = (set & 1) != 0;
+      c.parallel.offload_params = (set & 2) != 0;
+      c.parallel.offload_checkpoints = (set & 4) != 0;
+      if (valid(c)) siblings.push_back({c, predict(c).peak_device_bytes + plan_context_bytes(c)});
+    }
+    for (const Sibling& a : siblings)
+      for (const Sibling& b : siblings) {
+        if (&a == &b || !search_detail::device_holds_no_more(a.plan, b.plan)) continue;
+        EXPECT_LE(a.device, b.device) << describe(a.plan) << " against " << describe(b.plan);
+        ++compared;
+        by_offload[0] += a.plan.parallel.offload_optimizer != b.plan.parallel.offload_optimizer;
+        by_offload[1] += a.plan.parallel.offload_params != b.plan.parallel.offload_params;
+        by_offload[2] += a.plan.parallel.offload_checkpoints != b.plan.parallel.offload_checkpoints;
+      }
+  }
+  EXPECT_GE(compared, 100);
+  for (const int n : by_offload) EXPECT_GE(n, 20);  // each offload compared
+  std::printf("compared %d: optimizer %d, parameters %d, checkpoints %d\n", compared, by_offload[0], by_offload[1],
+              by_offload[2]);
+}
+
 // The dominance the max-context search prunes with, at every tile count: sharding the
 // optimizer never raises device or host memory. (zero2 against zero1 holds for these tiny
 // models, not in general: ASiblingThatHoldsNoMoreNeverHoldsMore's note.)
@@ -328,7 +439,7 @@ TEST(Properties, LiveBytesAreAffineInSequenceLength) {
     auto embedding_kernel = [&](std::int64_t k) {
       Plan p = c.plan;
       p.train.seq = base * k;
-      const footprint::StepShapes s = footprint::step_shapes(step_inputs(p, false));
+      const footprint::StepShapes s = footprint::step_shapes(step_inputs(p));
       return footprint::embedding_backward_workspace(s, s.n);
     };
     // Its ids are not a multiple of the allocator's 512-byte blocks: one block of slack.
@@ -355,8 +466,8 @@ TEST(Properties, AStepPrefixIsALowerBound) {
   std::mt19937 rng(8);
   for (int i = 0; i < kCases / 3; ++i) {
     const Plan p = random_case(rng).plan;
-    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel, false,
-                  p.cluster.hardware.threads};
+    StepInputs in{p.model, p.cluster.shape, p.cluster.hardware.backend, p.train, p.parallel};
+    in.cpu_threads = p.cluster.hardware.threads;
     const OpTotals whole = simulate_totals(build_step(in), in.backend);
     in.prefix_only = true;
     const OpTotals prefix = simulate_totals(build_step(in), in.backend);

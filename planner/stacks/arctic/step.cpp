@@ -149,6 +149,7 @@ TensorId causal_lm_loss(HfStep& sb, TensorId final_x) {
 
 void write_ops(HfStep& sb) {
   deepspeed_model_states(sb);
+  if (sb.in.states_only) return;  // StepInputs::states_only
   DeepSpeedGradients gradients(sb);
   sb.grad_hook = &gradients;
   Layers layers(sb);

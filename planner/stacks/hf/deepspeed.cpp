@@ -96,6 +96,7 @@ TensorId deepspeed_loss(HfStep& sb, TensorId final_x) {
 
 void write_ops(HfStep& sb) {
   deepspeed_model_states(sb);
+  if (sb.in.states_only) return;  // StepInputs::states_only
   DeepSpeedGradients gradients(sb);
   sb.grad_hook = &gradients;
   sb.tied_grad_once = true;

@@ -135,6 +135,7 @@ std::int64_t sharded_elems(const StepShapes& s, int group) { return footprint::f
 void write_ops(FsdpStep& sb) {
   const StepShapes& s = sb.shapes;
   sb.fsdp2.model_states();
+  if (sb.in.states_only) return;  // StepInputs::states_only
   sb.kv_cache = !trl_chunked_loss(sb);
   FsdpLayers layers(sb);
   std::vector<HfLayerActs> acts;

@@ -111,6 +111,7 @@ namespace {
 
 void write_ops(HfStep& sb) {
   adamw_model_states(sb);
+  if (sb.in.states_only) return;  // StepInputs::states_only
   // use_cache keeps each layer's k and v; checkpointing turns it off, as TRL's loss does.
   sb.kv_cache = !trl_chunked_loss(sb);
   HfLayers layers(sb);

@@ -88,6 +88,7 @@ class Layers final : public LayerSchedule<LayerActs> {
 
 void write_ops(LongctxStep& sb) {
   model_states(sb);
+  if (sb.in.states_only) return;  // StepInputs::states_only
   rope_tables(sb);
   Layers schedule(sb);
   std::vector<LayerActs> acts;

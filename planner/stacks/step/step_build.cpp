@@ -45,7 +45,7 @@ CublasWorkspaces begin_step(StepBuild& sb) {
 
 StepGraph finish_step(StepBuild& sb, CublasWorkspaces w) {
   // Where the first step allocates them: the first forward and the first backward matmul.
-  if (w.forward >= 0 && !sb.in.prefix_only) {
+  if (w.forward >= 0 && !sb.in.prefix_only && !sb.in.states_only) {
     sb.graph.first_allocated_at(w.forward, sb.graph.first_cublas_op(Phase::Forward));
     sb.graph.first_allocated_at(w.backward, sb.graph.first_cublas_op(Phase::Backward));
   }

@@ -135,6 +135,7 @@ std::int64_t sharded_elems(const StepShapes& s, int group) { return footprint::f
 
 void write_ops(TorchtitanStep& sb) {
   model_states(sb);
+  if (sb.in.states_only) return;  // StepInputs::states_only
   Layers layers(sb);
   std::vector<HfLayerActs> acts;
   const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb), acts);
