@@ -222,7 +222,7 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   // The model states alone are a lower bound, and so is the step up to the last layer's
   // backward: over budget there, out.
   const StandingBytes states = standing_bytes(build_step(step_inputs(probe, StepExtent::States)), probe.cluster.hardware.backend);
-  if (!fits_as_allocated(probe, states.device, states.host * probe.cluster.shape.gpus_per_node))
+  if (!fits_as_allocated(probe, states.device, states.host * probe.cluster.shape.gpus_per_node))  // states_fit
     return out(over_device(probe, states.device));
   const OpTotals prefix = simulate_totals(build_step(step_inputs(probe, StepExtent::Prefix)), probe.cluster.hardware.backend);
   if (!fits(probe, prefix)) return out(over_device(probe, most(prefix.device_during)));

@@ -109,6 +109,11 @@ StepInputs step_inputs(const Plan& p, StepExtent extent) {
   return in;
 }
 
+bool states_fit(const Plan& p) {
+  const StandingBytes s = standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
+  return fits_as_allocated(p, s.device, s.host * p.cluster.shape.gpus_per_node);
+}
+
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {
   return device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
          host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;

@@ -45,6 +45,9 @@ Verdict predict_verdict(const Plan& inputs);
 enum class StepExtent { Whole, Prefix, States };
 // The step builder's inputs for a plan.
 StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
+// Whether the plan's model states alone (standing_bytes of a StepExtent::States build) fit
+// its budgets as allocated: necessary for the step to fit, and known before any layer is built.
+bool states_fit(const Plan& p);
 
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);

@@ -114,13 +114,21 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   // The dominance holds at the finest tiles the search picks, not at counts a request fixes.
   const bool free_fine =
       std::none_of(fine_knobs().begin(), fine_knobs().end(), [&](KnobId id) { return fixed_value(fixed, id).has_value(); });
+  const int bound_plans = chunks.back() != chunks.front() ? 2 : 1;
   if (free_fine && ev.known_not_to_fit(c)) {  // so the two plans below do not
-    ev.count_judged(chunks.back() != chunks.front() ? 2 : 1);
+    ev.count_judged(bound_plans);
     return;
   }
-  bool any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.back(), mlps.back(), losses.back()})));
-  if (!any_fits && chunks.back() != chunks.front())
-    any_fits = fits_as_allocated(ev.run(with_fine(c, {chunks.front(), mlps.back(), losses.back()})));
+  const Plan chunked = with_fine(c, {chunks.back(), mlps.back(), losses.back()});
+  const Plan unchunked = with_fine(c, {chunks.front(), mlps.back(), losses.back()});
+  // Their model states alone over the budget: neither fits, which running them would find.
+  if (ev.judge_by_dominance && !states_fit(chunked) && (bound_plans == 1 || !states_fit(unchunked))) {
+    ev.count_judged(bound_plans);
+    ev.note_does_not_fit(c);
+    return;
+  }
+  bool any_fits = fits_as_allocated(ev.run(chunked));
+  if (!any_fits && bound_plans == 2) any_fits = fits_as_allocated(ev.run(unchunked));
   if (!any_fits) {
     ev.note_does_not_fit(c);
     return;

@@ -32,7 +32,8 @@ class Evaluator {
   // dominance instead of by a run: where a choice's most saving plans do not fit as allocated,
   // those of a choice that holds no more than it (holds_no_more) do not either. Only where the
   // request fixes no fine knob (search.cpp).
-  // note_does_not_fit records a choice whose plans were run and did not fit; known_not_to_fit
+  // note_does_not_fit records a choice whose plans were run and did not fit (or whose model
+  // states alone were over the budget: search.cpp, search_fine); known_not_to_fit
   // says whether one that holds no more was, while `judge_by_dominance` is on; count_judged
   // counts plans so judged as evaluated, as run() would. They are not tracked for
   // smallest_infeasible(): a search that may need that (one that finds no plan) runs with it off.
