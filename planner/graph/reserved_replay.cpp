@@ -157,14 +157,24 @@ class Replayer {
 bool Replayer::through_repeat(const Repeat& rep) {
   constexpr int kMultiples = 4, kTries = 8;
   std::array<ReplayState, kMultiples + 1> states;  // the last boundaries', by try % size
+  // A boundary's state is described (at the cost of the blocks held) only at the stretch's
+  // start and where the bytes reserved and allocated did not change over the period before
+  // it: they are part of the state, so while they grow (every layer keeping its activations)
+  // no state repeats. A state not described is never compared: a skip missed at most, never
+  // a wrong one.
+  std::array<std::pair<std::int64_t, std::int64_t>, kMultiples + 1> bytes{};  // (reserved, allocated)
   const int p = rep.period;
   for (int t = 0; t < kTries && next_ <= rep.end; ++t) {
-    ReplayState& now = states[static_cast<std::size_t>(t % states.size())];
-    describe_replay_state(models_, holder_, next_, now);
-    for (int m = 1; m <= kMultiples && m <= t; ++m) {
+    const auto slot = static_cast<std::size_t>(t % states.size());
+    ReplayState& now = states[slot];
+    bytes[slot] = {total(&CachingAllocatorModel::reserved), total(&CachingAllocatorModel::allocated)};
+    const bool steady = t == 0 || bytes[slot] == bytes[static_cast<std::size_t>((t - 1) % states.size())];
+    now.at = -1;
+    if (steady) describe_replay_state(models_, holder_, next_, now);
+    for (int m = 1; steady && m <= kMultiples && m <= t; ++m) {
       const ReplayState& before = states[static_cast<std::size_t>((t - m) % states.size())];
       const int q = m * p, end = rep.end - (m - 1) * p;  // items [rep.start, end) repeat with period q
-      if (before.at + q > end || !same_replay_state(before, now, q)) continue;
+      if (before.at < 0 || before.at + q > end || !same_replay_state(before, now, q)) continue;
       jump(q, (end - before.at) / q * q);
       return true;
     }
