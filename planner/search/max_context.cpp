@@ -62,14 +62,14 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
   return out;
 }
 
-// Whether any plan of the coarse choices `fixed` leaves could beat `fastest`: their plain fine
-// knobs (no tiles, no chunk) make each choice's fastest plan (search.h's bound), and a plan
-// slower to three digits loses whatever its memory.
-bool could_beat(const Plan& at, const TechniqueSet& allowed, const Knobs& fixed, const Plan& fastest) {
-  const double to_beat = rounded_speed(fastest.prediction.tokens_per_s);
+// The fastest any plan of the coarse choices `fixed` leaves can be, rounded as faster() rounds:
+// their plain fine knobs (no tiles, no chunk) make each choice's fastest plan (search.h's
+// bound); 0 where none is valid.
+double speed_bound(const Plan& at, const TechniqueSet& allowed, const Knobs& fixed) {
+  double bound = 0;
   for (const Plan& c : coarse_choices(at, allowed, fixed))
-    if (valid(c) && rounded_speed(predict_verdict(c).prediction.tokens_per_s) >= to_beat) return true;
-  return false;
+    if (valid(c)) bound = std::max(bound, rounded_speed(predict_verdict(c).prediction.tokens_per_s));
+  return bound;
 }
 
 // The coarse knobs' values, in the table's order: what a search at one length depends on.
@@ -82,21 +82,41 @@ std::vector<KnobValue> coarse_values(const Plan& p) {
 
 // The fastest plan at the longest length: only coarse choices whose bound reaches it can fit
 // (any other tiles or chunk only raise their peak). Each choice is searched once (a choice
-// reaching with and without a head chunk is one search: the chunk is searched in it), and not
-// at all where it cannot beat the fastest plan found.
+// reaching with and without a head chunk is one search: the chunk is searched in it), the
+// fastest bound first, and not at all where its bound is slower than the fastest plan found
+// (a plan slower to three digits loses whatever its memory). The answer is the first of the
+// fastest in the order `top` lists the choices, as a search in that order finds it: a choice's
+// search does not depend on the others, and one whose bound only ties the fastest is searched.
 std::optional<Plan> fastest_at(const Plan& base, const TechniqueSet& allowed, const MaxSeq& top) {
-  std::optional<Plan> fastest;
-  std::vector<std::vector<KnobValue>> searched;
+  struct Choice {
+    Knobs fixed;
+    double bound;
+    std::size_t order;  // in top.reaching's order
+  };
+  Plan at = base;
+  at.train.seq = top.tokens;
+  std::vector<Choice> choices;
+  std::vector<std::vector<KnobValue>> seen;
   for (const auto& m : top.reaching) {
-    const std::vector<KnobValue> choice = coarse_values(m.coarse);
-    if (std::find(searched.begin(), searched.end(), choice) != searched.end()) continue;
-    searched.push_back(choice);
-    Plan at = base;
-    at.train.seq = top.tokens;
+    std::vector<KnobValue> values = coarse_values(m.coarse);
+    if (std::find(seen.begin(), seen.end(), values) != seen.end()) continue;
+    seen.push_back(std::move(values));
     const Knobs fixed = coarse_knobs(m.coarse);
-    if (fastest && !could_beat(at, allowed, fixed, *fastest)) continue;
-    auto found = best_plan(at, allowed, fixed);
-    if (found && (!fastest || faster(found->best, *fastest))) fastest = found->best;
+    choices.push_back({fixed, speed_bound(at, allowed, fixed), choices.size()});
+  }
+  std::stable_sort(choices.begin(), choices.end(), [](const Choice& a, const Choice& b) { return a.bound > b.bound; });
+  std::optional<Plan> fastest;
+  std::size_t fastest_order = 0;
+  for (const Choice& c : choices) {
+    if (fastest && c.bound < rounded_speed(fastest->prediction.tokens_per_s)) continue;
+    auto found = best_plan(at, allowed, c.fixed);
+    if (!found) continue;
+    const Plan& p = found->best;
+    const bool tie = fastest && !faster(p, *fastest) && !faster(*fastest, p);
+    if (!fastest || faster(p, *fastest) || (tie && c.order < fastest_order)) {
+      fastest = p;
+      fastest_order = c.order;
+    }
   }
   return fastest;
 }
