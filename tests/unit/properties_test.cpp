@@ -380,8 +380,9 @@ TEST(Properties, AnOffloadingSiblingNeverHoldsMoreOnTheDevice) {
         by_offload[2] += a.plan.parallel.offload_checkpoints != b.plan.parallel.offload_checkpoints;
       }
   }
-  EXPECT_GE(compared, 100);
-  for (const int n : by_offload) EXPECT_GE(n, 20);  // each offload compared
+  // About 250 pairs a run, at the fewest about 80 in 350 runs; each offload about 50 or more.
+  EXPECT_GE(compared, 40);
+  for (const int n : by_offload) EXPECT_GE(n, 10);  // each offload compared
   std::printf("compared %d: optimizer %d, parameters %d, checkpoints %d\n", compared, by_offload[0], by_offload[1],
               by_offload[2]);
 }
