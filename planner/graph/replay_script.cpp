@@ -19,7 +19,10 @@ using Kind = ScriptItem::Kind;
 class ItemWriter {
  public:
   void write(const std::vector<AllocatorEvent>& events, ReplayScript& s) {
-    s.items.reserve(s.items.size() + events.size() * 5 / 4 + 1);
+    // Room for the stretch; a larger script grows by at least doubling, not copied again for
+    // each stretch.
+    const std::size_t room = s.items.size() + events.size() * 5 / 4 + 1;
+    if (room > s.items.capacity()) s.items.reserve(std::max(room, 2 * s.items.capacity()));
     for (const AllocatorEvent& e : events) {
       if (e.op != op_ || (e.allocate && freeing_)) {
         if (op_ != -2 && !freeing_) note(s);

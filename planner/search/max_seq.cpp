@@ -46,12 +46,12 @@ Plan saving_plan(const Plan& c, const TechniqueSet& a, std::int64_t seq, KnobVal
 // the true answer, never past it. Returns 0 if none fits.
 OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_inputs(p)), p.cluster.hardware.backend); }
 
+std::int64_t most(const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
+
 // Whether the totals fit the plan's budgets, device memory as allocated: a necessary
 // condition (reserved memory is never less), cheap enough for the bounds.
 bool fits(const Plan& p, const OpTotals& t) {
-  const std::int64_t dev = *std::max_element(t.device_during.begin(), t.device_during.end());
-  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
-  return fits_as_allocated(p, dev, host * p.cluster.shape.gpus_per_node);
+  return fits_as_allocated(p, most(t.device_during), most(t.host_during) * p.cluster.shape.gpus_per_node);
 }
 
 // How a plan stands as the device sees it: as allocated, then on CUDA as the caching allocator
@@ -188,13 +188,6 @@ bool offloading_sibling_out(const MaxSeqCandidate& m, const TechniqueSet& a, std
   return false;
 }
 
-// Whether a plan over the budget as allocated is over the device's: its largest device figure
-// and the context beyond the budget.
-bool over_device(const Plan& p, std::int64_t device_bytes) {
-  return device_bytes + plan_context_bytes(p) > p.cluster.device_budget_bytes;
-}
-std::int64_t most(const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
-
 // The candidate's bound. `floor`: a length known to fit with fewer techniques; a
 // configuration that does not fit at (the largest multiple of its grid up to) the floor
 // cannot reach past it, and is skipped after one simulation instead of two, or none where a
@@ -221,13 +214,12 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   if (offloading_sibling_out(m, a, at, probe, device_out)) return out(true);
   // The model states alone are a lower bound, and so is the step up to the last layer's
   // backward: over budget there, out.
-  const StandingBytes states = standing_bytes(build_step(step_inputs(probe, StepExtent::States)), probe.cluster.hardware.backend);
-  if (!fits_as_allocated(probe, states.device, states.host * probe.cluster.shape.gpus_per_node))  // states_fit
-    return out(over_device(probe, states.device));
+  const StandingBytes states = states_bytes(probe);
+  if (!fits_as_allocated(probe, states)) return out(over_device_budget(probe, states.device));
   const OpTotals prefix = simulate_totals(build_step(step_inputs(probe, StepExtent::Prefix)), probe.cluster.hardware.backend);
-  if (!fits(probe, prefix)) return out(over_device(probe, most(prefix.device_during)));
+  if (!fits(probe, prefix)) return out(over_device_budget(probe, most(prefix.device_during)));
   const OpTotals t = totals_of(probe);
-  if (!fits(probe, t)) return out(over_device(probe, most(t.device_during)));
+  if (!fits(probe, t)) return out(over_device_budget(probe, most(t.device_during)));
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
   return b;
 }

@@ -19,24 +19,20 @@ struct ReservedFigure {
   bool exact = true;
 };
 
-bool over_budget_as_allocated(const Plan& p, std::int64_t allocated_peak) {
-  return allocated_peak + plan_context_bytes(p) > p.cluster.device_budget_bytes;
-}
-
 // `allocated_peak_op`: the op where the step peaks as allocated (-1: not known).
 ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
                                bool verdict_only) {
   ReservedFigure f{allocated_peak, -1, true, true};
   if (p.cluster.hardware.backend == Backend::Cuda) {
     // Over budget as allocated is over as reserved, which is never less.
-    if (verdict_only && over_budget_as_allocated(p, allocated_peak)) return {allocated_peak, -1, false, false};
+    if (verdict_only && over_device_budget(p, allocated_peak)) return {allocated_peak, -1, false, false};
     const ReservedReplay r = replay_reserved(
         g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only, .allocated_peak_op = allocated_peak_op});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
     f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
          !verdict_only || r.failed_requests == 0};
   }
-  f.fits = f.fits && !over_budget_as_allocated(p, f.peak_reserved);
+  f.fits = f.fits && !over_device_budget(p, f.peak_reserved);
   return f;
 }
 
@@ -109,14 +105,20 @@ StepInputs step_inputs(const Plan& p, StepExtent extent) {
   return in;
 }
 
-bool states_fit(const Plan& p) {
-  const StandingBytes s = standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
-  return fits_as_allocated(p, s.device, s.host * p.cluster.shape.gpus_per_node);
+StandingBytes states_bytes(const Plan& p) {
+  return standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
+}
+
+bool over_device_budget(const Plan& p, std::int64_t device_bytes) {
+  return device_bytes + plan_context_bytes(p) > p.cluster.device_budget_bytes;
 }
 
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {
-  return device_bytes + plan_context_bytes(p) <= p.cluster.device_budget_bytes &&
-         host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
+  return !over_device_budget(p, device_bytes) && host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
+}
+
+bool fits_as_allocated(const Plan& p, const StandingBytes& s) {
+  return fits_as_allocated(p, s.device, s.host * p.cluster.shape.gpus_per_node);
 }
 
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op) {

@@ -45,9 +45,10 @@ Verdict predict_verdict(const Plan& inputs);
 enum class StepExtent { Whole, Prefix, States };
 // The step builder's inputs for a plan.
 StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
-// Whether the plan's model states alone (standing_bytes of a StepExtent::States build) fit
-// its budgets as allocated: necessary for the step to fit, and known before any layer is built.
-bool states_fit(const Plan& p);
+// The plan's model states alone (standing_bytes of a StepExtent::States build): held at every
+// op, so fitting them (fits_as_allocated) is necessary for the step to fit, and known before
+// any layer is built.
+StandingBytes states_bytes(const Plan& p);
 
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);
@@ -61,6 +62,10 @@ AllocatorSettings allocator_settings(const Plan& p);
 // budgets: necessary for a fit, and monotone in the tiles, where the reserved figure is not
 // (on CUDA finer tiles can leave smaller cached segments a later large request cannot use).
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node);
+// The same for bytes every op holds, host bytes per rank (standing_bytes).
+bool fits_as_allocated(const Plan& p, const StandingBytes& s);
+// Whether `device_bytes` as allocated and the context exceed the device's budget (the host's aside).
+bool over_device_budget(const Plan& p, std::int64_t device_bytes);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
 // on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
 // `allocated_peak_op`: the op where it is reached (-1: not known), where the replay looks first.

@@ -122,7 +122,8 @@ void search_fine(const Candidate& cand, const TechniqueSet& allowed, const Knobs
   const Plan chunked = with_fine(c, {chunks.back(), mlps.back(), losses.back()});
   const Plan unchunked = with_fine(c, {chunks.front(), mlps.back(), losses.back()});
   // Their model states alone over the budget: neither fits, which running them would find.
-  if (ev.judge_by_dominance && !states_fit(chunked) && (bound_plans == 1 || !states_fit(unchunked))) {
+  if (ev.judge_by_dominance && !fits_as_allocated(chunked, states_bytes(chunked)) &&
+      (bound_plans == 1 || !fits_as_allocated(unchunked, states_bytes(unchunked)))) {
     ev.count_judged(bound_plans);
     ev.note_does_not_fit(c);
     return;

@@ -145,7 +145,7 @@ TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
 }
 
 // A choice whose most saving plans are judged by dominance (a smaller micro-batch of it did not
-// fit: Evaluator::known_not_to_fit) or by their model states alone (states_fit: unsharded
+// fit: Evaluator::known_not_to_fit) or by their model states alone (states_bytes: unsharded
 // Qwen3-8B over a share of an H100) gives what running them gives: the same count, best plan,
 // runners-up and front, and the same smallest peak where nothing fits; on every stack, over
 // budgets (a share of an H100's) where nothing fits and where plans do.

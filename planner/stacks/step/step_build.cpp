@@ -26,8 +26,9 @@ thread_local std::size_t tensors_a_layer = 48, ops_a_layer = 36;
 }  // namespace
 
 CublasWorkspaces begin_step(StepBuild& sb) {
+  // (A states-only build writes a few tensors a layer and no op: nothing to reserve.)
   const auto layers = static_cast<std::size_t>(sb.in.model.layers);
-  sb.graph.reserve(layers * tensors_a_layer + 128, layers * ops_a_layer + 128);
+  if (!sb.in.states_only) sb.graph.reserve(layers * tensors_a_layer + 128, layers * ops_a_layer + 128);
   // cuBLAS workspaces [cublas_workspace] bytes each: one per (handle, stream), handles per
   // thread, and every stack's step multiplies on two threads, the forward's and autograd's
   // device thread that runs backward (torch/csrc/autograd/engine.cpp, Engine::thread_main
