@@ -187,6 +187,28 @@ TEST(Properties, OffloadMovesBytesAndLosesNone) {
   }
 }
 
+// A cluster to draw choices on: a tiny model on the CPU virtual device (`gpu` false) or a small
+// Llama on an H100, on any stack, 1 to 8 ranks.
+Plan drawn_base(std::mt19937_64& rng, bool gpu) {
+  auto pick = [&](auto... values) {
+    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
+    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
+  };
+  const std::int64_t gpus = pick(1, 2, 4, 8);
+  Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
+                  : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
+  base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
+  if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
+  if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
+  return base;
+}
+
+std::string describe(const Plan& p) {
+  return fmt::format("{} b={} {} {} gpus={} seq={} {}", plan_to_json(p)["parallel"].dump(), p.train.micro_batch,
+                     to_string(p.train.stack.kind), p.model.name, p.cluster.shape.world(), p.train.seq,
+                     to_string(p.train.dtype));
+}
+
 // The dominance the plan search judges with (search_detail::holds_no_more): a coarse choice's
 // most memory-saving plans, the finest tiles with the smallest head chunk or with none
 // (search.cpp, search_fine's first bound), hold no more than those of every sibling it names
@@ -199,20 +221,9 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   const std::uint64_t seed = case_seed();  // fresh each run: the search judges every query by it
   std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
   std::mt19937_64 rng(seed);
-  auto pick = [&](auto... values) {
-    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
-    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
-  };
   int compared = 0, samples = 0, exchanges = 0, shardings = 0;
   for (int i = 0; i < 120; ++i) {
-    const bool gpu = i % 2 == 1;
-    const std::int64_t gpus = pick(1, 2, 4, 8);
-    Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
-                    : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
-    base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
-    if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
-    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
-    const std::vector<Plan> choices = coarse_choices(base, all_techniques(), {});
+    const std::vector<Plan> choices = coarse_choices(drawn_base(rng, i % 2 == 1), all_techniques(), {});
     for (int draw = 0; draw < 2 && !choices.empty(); ++draw) {
       const Plan one = choices[std::uniform_int_distribution<std::size_t>(0, choices.size() - 1)(rng)];
       // (Not where a request fixes the tile counts, which the search then does not judge so:
@@ -250,11 +261,7 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
       for (const Sibling& a : siblings)
         for (const Sibling& b : siblings) {
           if (&a == &b || !search_detail::holds_no_more(a.plan, b.plan)) continue;
-          const std::string text = plan_to_json(a.plan)["parallel"].dump() + " b=" + std::to_string(a.plan.train.micro_batch) +
-                                   " against " + plan_to_json(b.plan)["parallel"].dump() + " b=" +
-                                   std::to_string(b.plan.train.micro_batch) + " " + to_string(a.plan.train.stack.kind) +
-                                   " " + a.plan.model.name + " gpus=" + std::to_string(gpus) + " seq=" +
-                                   std::to_string(a.plan.train.seq) + " " + to_string(a.plan.train.dtype);
+          const std::string text = describe(a.plan) + " against " + describe(b.plan);
           for (int k = 0; k < 2; ++k) {
             EXPECT_LE(a.device[k], b.device[k]) << text;
             EXPECT_LE(a.host[k], b.host[k]) << text;
@@ -276,23 +283,11 @@ TEST(Properties, ASiblingThatHoldsNoMoreNeverHoldsMore) {
   std::printf("compared %d: samples %d, exchanges %d, shardings %d\n", compared, samples, exchanges, shardings);
 }
 
-// A plan drawn as ASiblingThatHoldsNoMoreNeverHoldsMore draws them: a coarse choice of the
-// search's own enumeration on any stack, a tiny model on the CPU virtual device or a small
-// Llama on an H100.
+// A choice drawn as drawn_base's draws: one of the search's own coarse choices there.
 Plan drawn_choice(std::mt19937_64& rng) {
-  auto pick = [&](auto... values) {
-    const std::vector<std::common_type_t<decltype(values)...>> v{values...};
-    return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)];
-  };
   for (;;) {
-    const bool gpu = pick(0, 1) == 1;
-    const std::int64_t gpus = pick(1, 2, 4, 8);
-    Plan base = gpu ? testing::gpu_plan(pick("llama-3.2-1b", "qwen3-8b"), "h100-80gb", gpus, pick(16384, 65536))
-                    : testing::cpu_plan(pick("tiny-gqa", "tiny-odd"), gpus, pick(256, 512, 1024));
-    base.train.stack = default_stack(pick(StackKind::Longctx, StackKind::HF, StackKind::Arctic, StackKind::Torchtitan));
-    if (!gpu && pick(0, 1)) base.train.dtype = DType::BF16;
-    if (base.train.stack.kind == StackKind::Arctic) base.train.grad_dtype = base.train.dtype;
-    const std::vector<Plan> choices = coarse_choices(base, all_techniques(), {});
+    const std::vector<Plan> choices =
+        coarse_choices(drawn_base(rng, std::uniform_int_distribution<int>(0, 1)(rng) == 1), all_techniques(), {});
     if (!choices.empty()) return choices[std::uniform_int_distribution<std::size_t>(0, choices.size() - 1)(rng)];
   }
 }
@@ -303,12 +298,6 @@ Plan with_drawn_fine(const Plan& choice, std::mt19937_64& rng) {
   const auto& [chunks, mlps, losses] = o;
   auto any = [&](const std::vector<KnobValue>& v) { return v[std::uniform_int_distribution<std::size_t>(0, v.size() - 1)(rng)]; };
   return with_fine(choice, {any(chunks), any(mlps), any(losses)});
-}
-
-std::string describe(const Plan& p) {
-  return fmt::format("{} b={} {} {} gpus={} seq={} {}", plan_to_json(p)["parallel"].dump(), p.train.micro_batch,
-                     to_string(p.train.stack.kind), p.model.name, p.cluster.shape.world(), p.train.seq,
-                     to_string(p.train.dtype));
 }
 
 // What max-context refutes with before building a layer: the model states alone (a build
