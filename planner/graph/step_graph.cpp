@@ -3,6 +3,8 @@
 #include "planner/core/phase_names.h"
 #include "planner/graph/work_counts.h"
 
+#include <algorithm>
+
 #include <boost/graph/adjacency_list.hpp>
 #include <boost/graph/topological_sort.hpp>
 #include <fmt/format.h>
@@ -46,25 +48,33 @@ void Ids::too_many() { throw std::logic_error("an op with more tensors than Ids 
 
 int StepGraph::add_tensor(TensorSpec t) {
   tensors_.push_back(std::move(t));
+  last_read_.push_back(-1);
   return static_cast<int>(tensors_.size()) - 1;
 }
 
-int StepGraph::add_op(OpSpec op) {
+int StepGraph::add_op(OpSpec&& op) {
   const int index = static_cast<int>(ops_.size());
   for (int t : op.outputs) tensors_[static_cast<std::size_t>(t)].producer = index;
+  // Ops come in schedule order: the latest reader so far is this one.
+  for (int t : op.inputs) last_read_[static_cast<std::size_t>(t)] = index;
   ops_.push_back(std::move(op));
   return index;
 }
 
+void StepGraph::add_input(int op, int tensor) {
+  ops_[static_cast<std::size_t>(op)].inputs.push_back(tensor);
+  int& last = last_read_[static_cast<std::size_t>(tensor)];
+  last = std::max(last, op);
+}
+
 void StepGraph::finalize() {
   ++work_counts().graphs;  // once a graph: every builder finishes with it
-  for (auto& t : tensors_)
-    if (!t.persistent) t.last_reader = t.producer;
-  for (int i = 0; i < static_cast<int>(ops_.size()); ++i)
-    for (int t : ops_[static_cast<std::size_t>(i)].inputs) {
-      auto& ts = tensors_[static_cast<std::size_t>(t)];
-      if (!ts.persistent && i > ts.last_reader) ts.last_reader = i;
-    }
+  // The readers were noted as the ops came (add_op, add_input): one pass over the tensors,
+  // not a second over the ops.
+  for (std::size_t i = 0; i < tensors_.size(); ++i) {
+    TensorSpec& t = tensors_[i];
+    if (!t.persistent) t.last_reader = std::max(t.producer, last_read_[i]);
+  }
 }
 
 Result<bool> StepGraph::check() const {

@@ -143,11 +143,16 @@ class StepGraph {
  public:
   void reserve(std::size_t tensors, std::size_t ops) {
     tensors_.reserve(tensors);
+    last_read_.reserve(tensors);
     ops_.reserve(ops);
   }
   int add_tensor(TensorSpec t);
-  // Appends an op; its outputs get this op as producer.
-  int add_op(OpSpec op);
+  // Appends an op; its outputs get this op as producer. (Moved in: an op is a few hundred
+  // bytes, and the search appends millions.)
+  int add_op(OpSpec&& op);
+  int add_op(const OpSpec& op) { return add_op(OpSpec(op)); }
+  // One more tensor op `op` reads, known only after the op was appended.
+  void add_input(int op, int tensor);
   // Sets each tensor's last reader from the ops; tensors never read die with their producer.
   void finalize();
   // The invariants above, with the first violation named.
@@ -162,6 +167,7 @@ class StepGraph {
  private:
   std::vector<TensorSpec> tensors_;
   std::vector<OpSpec> ops_;
+  std::vector<int> last_read_;  // tensor -> the latest op read it so far, -1: none
 };
 
 // The phase an op runs in, under the names the runtime measures (phase_names.h).

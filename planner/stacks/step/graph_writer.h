@@ -139,7 +139,7 @@ inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group
   if (o.flops == 0) o.kind = OpKind::Comm;
 }
 
-inline void GraphWriter::add_input(int op, int tensor) { mutable_op(op).inputs.push_back(tensor); }
+inline void GraphWriter::add_input(int op, int tensor) { graph_.add_input(op, tensor); }
 
 inline void GraphWriter::set_stream(int op, int stream) { mutable_op(op).stream = stream; }
 
