@@ -8,7 +8,9 @@
 namespace longctx {
 namespace {
 
-void enumerate(const Plan& p, std::size_t row, const TechniqueSet& allowed, const Knobs& fixed, std::vector<Plan>& out) {
+// The rows from `row` on, each candidate set in `p` in turn (a Plan is large: one is set and
+// restored rather than one copied for every node of the tree); `p` is as it came on return.
+void enumerate(Plan& p, std::size_t row, const TechniqueSet& allowed, const Knobs& fixed, std::vector<Plan>& out) {
   const auto& table = knob_table();
   if (row == table.size()) {
     out.push_back(p);
@@ -19,18 +21,24 @@ void enumerate(const Plan& p, std::size_t row, const TechniqueSet& allowed, cons
   // stack allows (stack_tiles.h).
   std::vector<KnobValue> values = knob_candidates(k.id, p, allowed, fixed);
   if (k.rule.fine) values.resize(1);
+  // The knobs' sections (knobs.h: ParallelConfig and TrainConfig) as they came, restored
+  // whole: a knob's integer need not round-trip a hand-built value.
+  const ParallelConfig parallel = p.parallel;
+  const TrainConfig train = p.train;
   for (KnobValue v : values) {
-    Plan next = p;
-    set_knob(next, k.id, v);
-    enumerate(next, row + 1, allowed, fixed, out);
+    set_knob(p, k.id, v);
+    enumerate(p, row + 1, allowed, fixed, out);
   }
+  p.parallel = parallel;
+  p.train = train;
 }
 
 }  // namespace
 
 std::vector<Plan> coarse_choices(const Plan& base, const TechniqueSet& allowed, const Knobs& fixed) {
   std::vector<Plan> out;
-  enumerate(base, 0, allowed, fixed, out);
+  Plan p = base;
+  enumerate(p, 0, allowed, fixed, out);
   return out;
 }
 
