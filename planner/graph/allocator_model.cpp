@@ -13,16 +13,6 @@ std::int64_t round_up(std::int64_t n, std::int64_t m) { return (n + m - 1) / m *
 
 }  // namespace
 
-std::int64_t allocated_bytes(Backend backend, std::int64_t requested) {
-  if (backend == Backend::Cpu || requested <= 0) return requested < 0 ? 0 : requested;
-  return CachingAllocatorModel::round_size(requested);
-}
-
-std::int64_t CachingAllocatorModel::round_size(std::int64_t bytes) {
-  if (bytes < kMinBlock) return kMinBlock;
-  return round_up(bytes, kMinBlock);
-}
-
 std::int64_t CachingAllocatorModel::segment_size(std::int64_t rounded) {
   if (rounded <= kSmallSize) return kSmallSegment;
   if (rounded < kMinLargeAlloc) return kLargeSegment;

@@ -56,7 +56,8 @@
 
 namespace longctx {
 
-// Rule 1 on CUDA; the request itself on the CPU.
+// Rule 1 on CUDA; the request itself on the CPU. (Inline, below: every simulation calls it
+// for every tensor.)
 std::int64_t allocated_bytes(Backend backend, std::int64_t requested);
 
 struct AllocatorSettings {
@@ -189,5 +190,15 @@ class CachingAllocatorModel {
   int failures_ = 0;
   std::int64_t allocated_ = 0, reserved_ = 0, peak_allocated_ = 0, peak_reserved_ = 0;
 };
+
+inline std::int64_t CachingAllocatorModel::round_size(std::int64_t bytes) {
+  if (bytes < kMinBlock) return kMinBlock;
+  return (bytes + kMinBlock - 1) / kMinBlock * kMinBlock;
+}
+
+inline std::int64_t allocated_bytes(Backend backend, std::int64_t requested) {
+  if (backend == Backend::Cpu || requested <= 0) return requested < 0 ? 0 : requested;
+  return CachingAllocatorModel::round_size(requested);
+}
 
 }  // namespace longctx
