@@ -17,6 +17,7 @@ void report_work(benchmark::State& state, const WorkCounts& before) {
   const WorkCounts& now = work_counts();
   auto per_iteration = [](std::int64_t n) { return benchmark::Counter(double(n), benchmark::Counter::kAvgIterations); };
   state.counters["graphs"] = per_iteration(now.graphs - before.graphs);
+  state.counters["whole"] = per_iteration(now.whole_graphs - before.whole_graphs);
   state.counters["replays"] = per_iteration(now.replays - before.replays);
   state.counters["items"] = per_iteration(now.replayed_items - before.replayed_items);
   state.counters["skipped"] = per_iteration(now.skipped_items - before.skipped_items);

@@ -1,6 +1,7 @@
 #pragma once
 // What the planner's queries cost in work, counted as they run on this thread: step graphs
-// built, reserved replays run and the script items they replayed or skipped
+// built, and of them those of a whole step (not a prefix or the model states alone), reserved
+// replays run and the script items they replayed or skipped
 // (reserved_replay.h). bench/planner_bench reports them beside its times
 // (docs/performance.md); nothing in the planner reads them.
 #include <cstdint>
@@ -8,7 +9,7 @@
 namespace longctx {
 
 struct WorkCounts {
-  std::int64_t graphs = 0;
+  std::int64_t graphs = 0, whole_graphs = 0;
   std::int64_t replays = 0;
   std::int64_t replayed_items = 0, skipped_items = 0;
 };

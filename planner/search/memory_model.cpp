@@ -1,5 +1,7 @@
 #include "planner/search/memory_model.h"
 
+#include <algorithm>
+
 #include "planner/footprint/communication.h"
 #include "planner/stacks/profile.h"
 #include "planner/graph/cost_model.h"
@@ -107,6 +109,14 @@ StepInputs step_inputs(const Plan& p, StepExtent extent) {
 
 StandingBytes states_bytes(const Plan& p) {
   return standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
+}
+
+bool prefix_over_as_allocated(const Plan& p) {
+  const OpTotals t = simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend);
+  if (t.device_during.empty()) return false;
+  const std::int64_t device = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return !fits_as_allocated(p, device, host * p.cluster.shape.gpus_per_node);
 }
 
 bool over_device_budget(const Plan& p, std::int64_t device_bytes) {

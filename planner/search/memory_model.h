@@ -50,6 +50,11 @@ StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
 // any layer is built.
 StandingBytes states_bytes(const Plan& p);
 
+// Whether the plan's step up to its last layer's backward (StepExtent::Prefix) is over the
+// device's or the host's budget as allocated: then so is the whole step, which holds no less at
+// each of those ops (properties_test.cpp, AStepPrefixIsALowerBound). About half a build.
+bool prefix_over_as_allocated(const Plan& p);
+
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);
 // Device memory outside the caching allocator for the plan's world (hardware.h).

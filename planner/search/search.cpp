@@ -89,7 +89,7 @@ void staircase(const Plan& c, KnobValue chunk, const FineOptions& o, Evaluator& 
     int lo = 0;  // losses[lo - 1] does not fit as allocated (or lo == 0); losses[hi] does
     while (lo < hi) {
       const int mid = (lo + hi) / 2;
-      if (fits_as_allocated(ev.run(with_fine(c, {chunk, mlp, losses[static_cast<std::size_t>(mid)]})))) hi = mid;
+      if (ev.fits_as_allocated_when_run(with_fine(c, {chunk, mlp, losses[static_cast<std::size_t>(mid)]}))) hi = mid;
       else lo = mid + 1;
     }
     for (int j = hi; j <= last; ++j) {

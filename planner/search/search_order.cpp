@@ -24,6 +24,22 @@ Verdict Evaluator::verdict(const Plan& p) {
   return v;
 }
 
+bool Evaluator::remembered(const Plan& p) const {
+  const auto it = verdicts_.find(knob_values(p));
+  return it != verdicts_.end() && it->second.parallel == p.parallel && it->second.micro_batch == p.train.micro_batch;
+}
+
+bool Evaluator::fits_as_allocated_when_run(const Plan& p) {
+  if (judge_by_dominance && !remembered(p) && prefix_over_as_allocated(p)) {
+    // As run() counts a plan over the budget as allocated, whose verdict stops short.
+    ++evaluated;
+    last_exact = false;
+    return false;
+  }
+  const Plan r = run(p);
+  return fits_as_allocated(r, r.prediction.peak_device_bytes, r.prediction.peak_host_bytes);
+}
+
 Plan Evaluator::run(Plan p) {
   const Verdict v = verdict(p);
   p.prediction = v.prediction;

@@ -27,6 +27,11 @@ class Evaluator {
   bool last_exact = true;  // whether the last plan run has predict()'s figures
 
   Plan run(Plan p);
+  // What fits_as_allocated says of run(p)'s figures. While `judge_by_dominance` is on, a plan
+  // not run before whose step prefix is over the budget already (prefix_over_as_allocated) is
+  // counted as run and not run: its figures would only ever be read for the smallest peak,
+  // which a search judging by dominance does not name.
+  bool fits_as_allocated_when_run(const Plan& p);
 
   // The search's first bound, the most memory-saving fine knobs of a coarse choice, judged by
   // dominance instead of by a run: where a choice's most saving plans do not fit as allocated,
@@ -58,6 +63,7 @@ class Evaluator {
   };
   void track_infeasible(const Plan& p, bool exact);
   Verdict verdict(const Plan& p);
+  bool remembered(const Plan& p) const;
 
   // Each plan's verdict by its knobs, with the plan's choice to check a hit against: a plan
   // evaluated again (a group searched again in order, a chunk's fastest plan that is its

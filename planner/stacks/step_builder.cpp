@@ -1,10 +1,14 @@
 // The step graph of one rank: its stack's profile writes it (planner/stacks/<name>/).
 #include "planner/stacks/step_builder.h"
 
+#include "planner/graph/work_counts.h"
 #include "planner/stacks/profile.h"
 
 namespace longctx {
 
-StepGraph build_step(const StepInputs& in) { return stack_profile(in.train.stack.kind).build_step(in); }
+StepGraph build_step(const StepInputs& in) {
+  if (!in.prefix_only && !in.states_only) ++work_counts().whole_graphs;
+  return stack_profile(in.train.stack.kind).build_step(in);
+}
 
 }  // namespace longctx

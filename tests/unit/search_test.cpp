@@ -109,13 +109,13 @@ std::string search_answer(const Plan& base) {
   return plan_to_json(r->best).dump() + search_summary_json(*r).dump();
 }
 
-// search_answer with this thread's search switch `allowed` set to `on`; `graphs`: the step
-// graphs it built.
+// search_answer with this thread's search switch `allowed` set to `on`; `graphs`: the graphs
+// of a whole step it built (a plan run, not judged).
 std::string search_answer_with(bool& allowed, bool on, const Plan& base, std::int64_t& graphs) {
   allowed = on;
-  const std::int64_t before = work_counts().graphs;
+  const std::int64_t before = work_counts().whole_graphs;
   std::string a = search_answer(base);
-  graphs = work_counts().graphs - before;
+  graphs = work_counts().whole_graphs - before;
   allowed = true;
   return a;
 }
@@ -146,7 +146,8 @@ TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
 
 // A choice whose most saving plans are judged by dominance (a smaller micro-batch of it did not
 // fit: Evaluator::known_not_to_fit) or by their model states alone (states_bytes: unsharded
-// Qwen3-8B over a share of an H100) gives what running them gives: the same count, best plan,
+// Qwen3-8B over a share of an H100), and tile counts judged by their step's prefix
+// (Evaluator::fits_as_allocated_when_run), give what running them gives: the same count, best plan,
 // runners-up and front, and the same smallest peak where nothing fits; on every stack, over
 // budgets (a share of an H100's) where nothing fits and where plans do.
 TEST(Search, ChoicesJudgedByDominanceAnswerAsRun) {
