@@ -38,11 +38,12 @@ class ItemWriter {
       s.streams = std::max(s.streams, e.stream + 1);
       if (e.allocate) {
         requested_[b] = static_cast<int>(s.items.size());
-        s.items.push_back({Kind::Allocate, e.stream, e.op, e.block, e.bytes, -1});
+        s.items.push_back({.kind = Kind::Allocate, .stream = stream_of(e), .op = e.op, .block = e.block, .bytes = e.bytes});
       } else {
         if (!freeing_) note(s);
         freeing_ = true;
-        s.items.push_back({Kind::Free, e.stream, e.op, e.block, 0, requested_[b]});
+        s.items.push_back(
+            {.kind = Kind::Free, .stream = stream_of(e), .op = e.op, .block = e.block, .request = requested_[b]});
       }
     }
     if (op_ != -2 && !freeing_) note(s);
@@ -51,7 +52,10 @@ class ItemWriter {
   }
 
  private:
-  void note(ReplayScript& s) const { s.items.push_back({Kind::Note, 0, op_, 0, 0, -1, step_}); }
+  void note(ReplayScript& s) const {
+    s.items.push_back({.kind = Kind::Note, .step = static_cast<std::uint8_t>(step_), .op = op_});
+  }
+  static std::int16_t stream_of(const AllocatorEvent& e) { return static_cast<std::int16_t>(e.stream); }
 
   std::vector<int> requested_;  // block -> its last Allocate item
   int op_ = -2, step_ = 0;

@@ -12,15 +12,16 @@
 
 namespace longctx {
 
+// 24 bytes: a replay writes a few thousand of them for every plan it checks.
 struct ScriptItem {
   enum class Kind : std::uint8_t { Allocate, Free, Note };
   Kind kind = Kind::Note;
-  int stream = 0;
-  int op = -1;             // Note: the op whose reserved bytes are noted; -1 before the first
-  int block = 0;           // Allocate, Free: the block (allocator_events.h)
-  std::int64_t bytes = 0;  // Allocate: as requested
-  int request = -1;        // Free: the index of the Allocate item whose block it returns
-  int step = 0;            // Note: the step (0 or 1) of the op noted
+  std::uint8_t step = 0;    // Note: the step (0 or 1) of the op noted
+  std::int16_t stream = 0;  // a step's streams are a handful (OpSpec::stream)
+  int op = -1;              // Note: the op whose reserved bytes are noted; -1 before the first
+  int block = 0;            // Allocate, Free: the block (allocator_events.h)
+  int request = -1;         // Free: the index of the Allocate item whose block it returns
+  std::int64_t bytes = 0;   // Allocate: as requested
 };
 
 // Items [start, end) are each like the item `period` after it (alike()): items
