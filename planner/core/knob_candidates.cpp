@@ -20,7 +20,7 @@ bool requirement_met(const Plan& p, const Knob& k) {
 // Whether row `id` may take v in p: the techniques and the row's own rule.
 bool takes(const Plan& p, KnobId id, KnobValue v, const TechniqueSet& allowed) {
   const Knob& k = knob(id);
-  return technique_allows(allowed, id, v) && (!k.rule.check || !k.rule.check(p, v));
+  return technique_allows(allowed, id, v) && (!k.rule.check || !k.rule.check(p, v, /*explain=*/false));
 }
 
 // Tile counts the search tries for n tokens per rank: 1, the powers of two that leave tiles
@@ -52,7 +52,7 @@ std::vector<KnobValue> chunk_candidates(const Plan& p, bool any) {
   std::vector<KnobValue> out = {0};
   if (!any) return out;
   for (std::int64_t c = p.model.heads / p.parallel.ulysses; c >= 1; --c)
-    if (!knob_rules::head_chunk(p, c)) out.push_back(c);
+    if (!knob_rules::head_chunk(p, c, /*explain=*/false)) out.push_back(c);
   return out;
 }
 

@@ -146,7 +146,7 @@ Result<bool> check_knob(const Plan& p, KnobId id) {
   if (k.rule.needs && v > k.plain && !requirement_met(p, *k.rule.needs))
     return Error::bad_input(k.flag, requirement_text(*k.rule.needs));
   if (k.rule.check)
-    if (Refusal no = k.rule.check(p, v)) return Error::bad_input(k.flag, *no);
+    if (Refusal no = k.rule.check(p, v, /*explain=*/true)) return Error::bad_input(k.flag, *no);
   return true;
 }
 

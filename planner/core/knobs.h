@@ -47,12 +47,14 @@ struct Requirement {
 
 // Why value v of a row is refused in plan p (whose rows above it are chosen), or nothing: a
 // row's own rule, which the search's candidates apply value by value (knob_rules.cpp).
+// `explain` false: a refusal carries no message (the search asks only whether, tens of
+// thousands of times a query; validate() asks why).
 using Refusal = std::optional<std::string>;
 namespace knob_rules {
-Refusal ulysses(const Plan& p, KnobValue u);
-Refusal ring(const Plan& p, KnobValue r);
-Refusal head_chunk(const Plan& p, KnobValue chunk);
-Refusal tiles(const Plan& p, KnobValue tiles);
+Refusal ulysses(const Plan& p, KnobValue u, bool explain);
+Refusal ring(const Plan& p, KnobValue r, bool explain);
+Refusal head_chunk(const Plan& p, KnobValue chunk, bool explain);
+Refusal tiles(const Plan& p, KnobValue tiles, bool explain);
 }  // namespace knob_rules
 
 struct KnobRule {
@@ -65,7 +67,7 @@ struct KnobRule {
   std::optional<KnobId> technique_of = {};
   const char* plain_text = nullptr;   // description at the plain value, instead of "<label> <value>" ("": none)
   std::int64_t min = 0, max = 0;      // integer knobs: the bounds a plan may hold (limits.h)
-  Refusal (*check)(const Plan&, KnobValue) = nullptr;  // the row's own rule, given the rows above it
+  Refusal (*check)(const Plan&, KnobValue, bool explain) = nullptr;  // the row's own rule, given the rows above it
   // Values only some stacks run (checkpoint op: torchtitan's per-op selective checkpointing):
   // a stack runs one where its profile lists it (StackProfile::own_values).
   std::vector<KnobValue> stack_values = {};
