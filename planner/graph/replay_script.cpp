@@ -1,7 +1,6 @@
 #include "planner/graph/replay_script.h"
 
 #include <algorithm>
-#include <bit>
 #include <cstdint>
 #include <functional>
 #include <unordered_map>
@@ -69,7 +68,6 @@ class ItemWriter {
 struct Scratch {
   std::vector<int> first_item;       // op -> its first item in the stretch, -1: none
   std::vector<int> seen;             // distance -> how often
-  std::vector<std::uint64_t> keys;   // item - from -> its key (item_keys)
 };
 
 std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from, Scratch& scratch) {
@@ -117,56 +115,33 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, in
   return periods;
 }
 
-// An item's request as one number, equal for two items exactly where alike() holds: the
-// kind and stream in the low byte, above them the bytes of an allocation or how many items
-// back a return's request is. Returns false where some item does not fit that packing (a
-// stream past 63, a figure past 2^56), and the caller compares with alike() instead.
-bool item_keys(const ReplayScript& s, int from, std::vector<std::uint64_t>& keys) {
-  const int n = static_cast<int>(s.items.size());
-  keys.resize(static_cast<std::size_t>(n - from));
-  for (int i = from; i < n; ++i) {
-    const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
-    std::int64_t value = 0;
-    if (item.kind == Kind::Allocate) value = item.bytes;
-    else if (item.kind == Kind::Free) value = i - item.request;
-    if (item.stream < 0 || item.stream > 63 || value < 0 || value >= (std::int64_t{1} << 56)) return false;
-    keys[static_cast<std::size_t>(i - from)] = static_cast<std::uint64_t>(value) << 8 |
-                                                static_cast<std::uint64_t>(item.stream) << 2 |
-                                                static_cast<std::uint64_t>(item.kind);
-  }
-  return true;
-}
-
 // The stretches of items [from, size) that repeat with one of the periods, long enough to skip
 // some of (three periods: the state may take one to settle, and the replay compares two), the
 // longest kept where they overlap.
-std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from, Scratch& scratch) {
+std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from) {
   std::vector<Repeat> found;
   const int n = static_cast<int>(s.items.size());
-  const bool packed = item_keys(s, from, scratch.keys);
-  const std::uint64_t* key = scratch.keys.data();  // key[i - from]: item i's
-  auto same = [&](int i, int j) { return packed ? key[i - from] == key[j - from] : alike(s, i, j); };
-  // The first i from `i` on (below `last`) where same(i, i + p) is `want`, else `last`: with
-  // the keys, eight comparisons to a mask, branch-free, then one test (most of a script is long
-  // runs of one answer).
-  auto next_where = [&](int i, int p, int last, bool want) {
-    if (packed)
-      for (; i + 8 <= last; i += 8) {
-        const std::uint64_t* a = key + (i - from);
-        unsigned differs = 0;
-        for (int k = 0; k < 8; ++k) differs |= static_cast<unsigned>(a[k] != a[k + p]) << k;
-        const unsigned hits = want ? ~differs & 0xffu : differs;
-        if (hits != 0) return i + std::countr_zero(hits);
-      }
-    while (i < last && same(i, i + p) != want) ++i;
-    return i;
-  };
+  auto same = [&](int i, int j) { return alike(s, i, j); };
   for (const int p : periods) {
-    const int last = n - p;  // items i < last have an item p after them
-    for (int i = next_where(from, p, last, true); i < last; i = next_where(i, p, last, true)) {
-      const int end = next_where(i, p, last, false);
-      if (end - i >= 3 * p) found.push_back({i, end, p});
-      i = end;
+    if (p < 1) continue;
+    // Maximal runs of items alike to the one p after, those of at least 3p kept. Such a run
+    // holds one of every 3p consecutive items, so only every 3p-th item is looked at until
+    // one is in a run, which is then grown both ways: the same runs as a walk over every item,
+    // a fraction of the comparisons where the period does not repeat.
+    const int shortest = 3 * p, last = n - p;  // items i < last have an item p after them
+    int lo = from;                               // no run still open starts before it
+    for (int j = from + shortest - 1; j < last;) {
+      if (!same(j, j + p)) {
+        lo = j + 1;
+        j += shortest;
+        continue;
+      }
+      int start = j, end = j + 1;
+      while (start > lo && same(start - 1, start - 1 + p)) --start;
+      while (end < last && same(end, end + p)) ++end;
+      if (end - start >= shortest) found.push_back({start, end, p});
+      lo = end + 1;
+      j = end + shortest;
     }
   }
   std::sort(found.begin(), found.end(),
@@ -208,8 +183,7 @@ class ReplayScriptWriter::Impl {
     events_writer_.append(events_, end_op);
     const int from = static_cast<int>(s.items.size());
     items_.write(events_, s);
-    for (const Repeat& r : find_repeats(s, candidate_periods(graph_, s, from, scratch_), from, scratch_))
-      s.repeats.push_back(r);
+    for (const Repeat& r : find_repeats(s, candidate_periods(graph_, s, from, scratch_), from)) s.repeats.push_back(r);
     return true;
   }
 
