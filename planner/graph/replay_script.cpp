@@ -32,7 +32,7 @@ class ItemWriter {
         freeing_ = false;
       }
       const auto b = static_cast<std::size_t>(e.block);
-      if (b >= requested_.size()) requested_.resize(b + 1, -1);
+      if (b >= requested_.size()) requested_.resize(std::max(b + 1, 2 * requested_.size()), -1);  // blocks come in order
       s.blocks = std::max(s.blocks, e.block + 1);
       s.streams = std::max(s.streams, e.stream + 1);
       if (e.allocate) {
