@@ -63,13 +63,60 @@ std::vector<int> live_at(const StepGraph& graph, int peak_op) {
   return live;
 }
 
+// The peaks alone (simulate with per_op false): the totals op by op without categories, the
+// first op of the largest device total, then the categories at that op from the tensors live
+// there (made at or before it; persistent, never freed, or read at or after it) and its
+// workspace. The same figures as the walk by category, at a fraction of its work: the search
+// reads only these.
+SimResult peaks_only(const StepGraph& graph, Backend backend) {
+  const auto& tensors = graph.tensors();
+  const auto& ops = graph.ops();
+  const std::size_t n = ops.size();
+  std::vector<std::int64_t> alloc_dev(n, 0), free_dev(n, 0), alloc_host(n, 0), free_host(n, 0);
+  std::int64_t device = 0, host = 0;
+  for (const auto& t : tensors) {
+    const bool dev = t.place == Place::Device;
+    const std::int64_t bytes = dev ? allocated_bytes(backend, t.bytes) : t.bytes;
+    if (t.producer < 0) (dev ? device : host) += bytes;
+    else (dev ? alloc_dev : alloc_host)[static_cast<std::size_t>(t.producer)] += bytes;
+    if (!t.persistent && t.last_reader >= 0) (dev ? free_dev : free_host)[static_cast<std::size_t>(t.last_reader)] += bytes;
+  }
+  SimResult r;
+  for (std::size_t i = 0; i < n; ++i) {
+    device += alloc_dev[i];
+    host += alloc_host[i];
+    const std::int64_t device_during = device + allocated_bytes(backend, ops[i].workspace_bytes);
+    const std::int64_t host_during = host + ops[i].host_workspace_bytes;
+    if (device_during > r.peak_device_bytes || r.peak_op < 0) {
+      r.peak_device_bytes = device_during;
+      r.peak_op = static_cast<int>(i);
+    }
+    if (host_during > r.peak_host_bytes_per_rank || r.peak_host_op < 0) {
+      r.peak_host_bytes_per_rank = host_during;
+      r.peak_host_op = static_cast<int>(i);
+    }
+    device -= free_dev[i];
+    host -= free_host[i];
+  }
+  if (r.peak_op < 0) return r;
+  const int peak = r.peak_op;
+  for (const auto& t : tensors) {
+    if (t.place != Place::Device || t.producer > peak) continue;
+    if (!t.persistent && t.last_reader >= 0 && t.last_reader < peak) continue;
+    r.breakdown[static_cast<std::size_t>(t.category)] += allocated_bytes(backend, t.bytes);
+  }
+  r.breakdown[static_cast<std::size_t>(Category::Workspace)] +=
+      allocated_bytes(backend, ops[static_cast<std::size_t>(peak)].workspace_bytes);
+  return r;
+}
+
 }  // namespace
 
 SimResult simulate(const StepGraph& graph, Backend backend, bool per_op) {
+  if (!per_op) return peaks_only(graph, backend);
   const auto& ops = graph.ops();
   SimResult r;
-  if (per_op) r.per_op.resize(ops.size());
-  OpMemory scratch;
+  r.per_op.resize(ops.size());
   OpDeltas d = op_deltas(graph, backend);
   CategoryBytes device = d.device_before;
   std::int64_t host = d.host_before;
@@ -80,7 +127,7 @@ SimResult simulate(const StepGraph& graph, Backend backend, bool per_op) {
     host += d.alloc_host[k];
     CategoryBytes during = device;
     during[static_cast<std::size_t>(Category::Workspace)] += allocated_bytes(backend, op.workspace_bytes);
-    OpMemory& m = per_op ? r.per_op[k] : scratch;
+    OpMemory& m = r.per_op[k];
     m.device_during = total(during);
     m.device_by_category_during = during;
     m.host_during = host + op.host_workspace_bytes;
@@ -97,7 +144,7 @@ SimResult simulate(const StepGraph& graph, Backend backend, bool per_op) {
     host -= d.free_host[k];
     m.device_after = total(device);
   }
-  if (per_op && r.peak_op >= 0) r.live_at_peak = live_at(graph, r.peak_op);
+  if (r.peak_op >= 0) r.live_at_peak = live_at(graph, r.peak_op);
   return r;
 }
 

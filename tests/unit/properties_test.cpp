@@ -469,6 +469,31 @@ TEST(Properties, AStepPrefixIsALowerBound) {
   }
 }
 
+// The peaks a prediction reads (simulate without per-op figures: the totals, then the
+// categories at the peak op from the tensors live there) are the walk by category's. Drawn
+// fresh each run on every stack, CPU and H100.
+TEST(Properties, ThePeaksAloneAreThoseOfTheWalkByCategory) {
+  const std::uint64_t seed = case_seed();
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int held = 0;
+  for (int i = 0; i < 600 && held < 60; ++i) {
+    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
+    if (!valid(p)) continue;
+    const StepGraph g = build_step(step_inputs(p));
+    const SimResult walk = simulate(g, p.cluster.hardware.backend, /*per_op=*/true);
+    const SimResult peaks = simulate(g, p.cluster.hardware.backend, /*per_op=*/false);
+    const std::string text = describe(p);
+    ASSERT_EQ(peaks.peak_op, walk.peak_op) << text;
+    EXPECT_EQ(peaks.peak_device_bytes, walk.peak_device_bytes) << text;
+    EXPECT_EQ(peaks.breakdown, walk.breakdown) << text;
+    EXPECT_EQ(peaks.peak_host_op, walk.peak_host_op) << text;
+    EXPECT_EQ(peaks.peak_host_bytes_per_rank, walk.peak_host_bytes_per_rank) << text;
+    ++held;
+  }
+  EXPECT_GE(held, 50);
+}
+
 // What max-context promises: `plan --seq S` finds a fitting plan for every S up to its
 // answer, any S (padded to the layout, tiles uneven), and one granule past it nothing fits.
 // Random models, GPU counts, budgets and lengths, on the virtual device (every length
