@@ -63,50 +63,56 @@ std::vector<int> live_at(const StepGraph& graph, int peak_op) {
   return live;
 }
 
-// The peaks alone (simulate with per_op false): the totals op by op without categories, the
-// first op of the largest device total, then the categories at that op from the tensors live
-// there (made at or before it; persistent, never freed, or read at or after it) and its
-// workspace. The same figures as the walk by category, at a fraction of its work: the search
-// reads only these.
-SimResult peaks_only(const StepGraph& graph, Backend backend) {
-  const auto& tensors = graph.tensors();
+// Hands `visit(op, device, host)` each op's totals while it runs, in order: device bytes as
+// allocated, host bytes per rank.
+template <class Visit>
+void walk_totals(const StepGraph& graph, Backend backend, Visit&& visit) {
   const auto& ops = graph.ops();
   const std::size_t n = ops.size();
+  // Bytes allocated at op i's start, and freed at its end.
   std::vector<std::int64_t> alloc_dev(n, 0), free_dev(n, 0), alloc_host(n, 0), free_host(n, 0);
   std::int64_t device = 0, host = 0;
-  for (const auto& t : tensors) {
+  for (const auto& t : graph.tensors()) {
     const bool dev = t.place == Place::Device;
     const std::int64_t bytes = dev ? allocated_bytes(backend, t.bytes) : t.bytes;
     if (t.producer < 0) (dev ? device : host) += bytes;
     else (dev ? alloc_dev : alloc_host)[static_cast<std::size_t>(t.producer)] += bytes;
     if (!t.persistent && t.last_reader >= 0) (dev ? free_dev : free_host)[static_cast<std::size_t>(t.last_reader)] += bytes;
   }
-  SimResult r;
   for (std::size_t i = 0; i < n; ++i) {
     device += alloc_dev[i];
     host += alloc_host[i];
-    const std::int64_t device_during = device + allocated_bytes(backend, ops[i].workspace_bytes);
-    const std::int64_t host_during = host + ops[i].host_workspace_bytes;
-    if (device_during > r.peak_device_bytes || r.peak_op < 0) {
-      r.peak_device_bytes = device_during;
-      r.peak_op = static_cast<int>(i);
-    }
-    if (host_during > r.peak_host_bytes_per_rank || r.peak_host_op < 0) {
-      r.peak_host_bytes_per_rank = host_during;
-      r.peak_host_op = static_cast<int>(i);
-    }
+    visit(i, device + allocated_bytes(backend, ops[i].workspace_bytes), host + ops[i].host_workspace_bytes);
     device -= free_dev[i];
     host -= free_host[i];
   }
+}
+
+// The peaks alone (simulate with per_op false): the totals op by op without categories, the
+// first op of the largest device total, then the categories at that op from the tensors live
+// there (made at or before it; persistent, never freed, or read at or after it) and its
+// workspace. The same figures as the walk by category, at a fraction of its work: the search
+// reads only these.
+SimResult peaks_only(const StepGraph& graph, Backend backend) {
+  SimResult r;
+  walk_totals(graph, backend, [&](std::size_t i, std::int64_t device, std::int64_t host) {
+    if (device > r.peak_device_bytes || r.peak_op < 0) {
+      r.peak_device_bytes = device;
+      r.peak_op = static_cast<int>(i);
+    }
+    if (host > r.peak_host_bytes_per_rank || r.peak_host_op < 0) {
+      r.peak_host_bytes_per_rank = host;
+      r.peak_host_op = static_cast<int>(i);
+    }
+  });
   if (r.peak_op < 0) return r;
   const int peak = r.peak_op;
-  for (const auto& t : tensors) {
+  for (const auto& t : graph.tensors()) {
     if (t.place != Place::Device || t.producer > peak) continue;
     if (!t.persistent && t.last_reader >= 0 && t.last_reader < peak) continue;
     r.breakdown[static_cast<std::size_t>(t.category)] += allocated_bytes(backend, t.bytes);
   }
-  r.breakdown[static_cast<std::size_t>(Category::Workspace)] +=
-      allocated_bytes(backend, ops[static_cast<std::size_t>(peak)].workspace_bytes);
+  r.breakdown[static_cast<std::size_t>(Category::Workspace)] += allocated_bytes(backend, graph.op(peak).workspace_bytes);
   return r;
 }
 
@@ -159,30 +165,13 @@ StandingBytes standing_bytes(const StepGraph& graph, Backend backend) {
 }
 
 OpTotals simulate_totals(const StepGraph& graph, Backend backend) {
-  const auto& tensors = graph.tensors();
-  const auto& ops = graph.ops();
-  const std::size_t n = ops.size();
-  // delta[i]: bytes allocated at op i's start; freed[i]: bytes freed at its end.
-  std::vector<std::int64_t> dev_alloc(n, 0), dev_free(n, 0), host_alloc(n, 0), host_free(n, 0);
-  std::int64_t device = 0, host = 0;
-  for (const auto& t : tensors) {
-    const bool dev = t.place == Place::Device;
-    const std::int64_t bytes = dev ? allocated_bytes(backend, t.bytes) : t.bytes;
-    if (t.producer < 0) (dev ? device : host) += bytes;
-    else (dev ? dev_alloc : host_alloc)[static_cast<std::size_t>(t.producer)] += bytes;
-    if (!t.persistent && t.last_reader >= 0) (dev ? dev_free : host_free)[static_cast<std::size_t>(t.last_reader)] += bytes;
-  }
   OpTotals r;
-  r.device_during.resize(n);
-  r.host_during.resize(n);
-  for (std::size_t i = 0; i < n; ++i) {
-    device += dev_alloc[i];
-    host += host_alloc[i];
-    r.device_during[i] = device + allocated_bytes(backend, ops[i].workspace_bytes);
-    r.host_during[i] = host + ops[i].host_workspace_bytes;
-    device -= dev_free[i];
-    host -= host_free[i];
-  }
+  r.device_during.resize(graph.ops().size());
+  r.host_during.resize(graph.ops().size());
+  walk_totals(graph, backend, [&](std::size_t i, std::int64_t device, std::int64_t host) {
+    r.device_during[i] = device;
+    r.host_during[i] = host;
+  });
   return r;
 }
 
