@@ -469,6 +469,29 @@ TEST(Properties, AStepPrefixIsALowerBound) {
   }
 }
 
+// The same on every stack, CPU and H100, drawn fresh each run: max-context's first bounds and
+// the plan search's loss-tile bisection refute by the prefix on all of them.
+TEST(Properties, AStepPrefixIsALowerBoundOnEveryStack) {
+  const std::uint64_t seed = case_seed();
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int held = 0;
+  for (int i = 0; i < 600 && held < 60; ++i) {
+    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
+    if (!valid(p)) continue;
+    const OpTotals whole = simulate_totals(build_step(step_inputs(p)), p.cluster.hardware.backend);
+    const OpTotals prefix = simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend);
+    const std::string text = describe(p);
+    ASSERT_LT(prefix.device_during.size(), whole.device_during.size()) << text;
+    for (std::size_t j = 0; j < prefix.device_during.size(); ++j) {
+      ASSERT_LE(prefix.device_during[j], whole.device_during[j]) << text << ": op " << j;
+      ASSERT_LE(prefix.host_during[j], whole.host_during[j]) << text << ": op " << j;
+    }
+    ++held;
+  }
+  EXPECT_GE(held, 50);
+}
+
 // The peaks a prediction reads (simulate without per-op figures: the totals, then the
 // categories at the peak op from the tensors live there) are the walk by category's. Drawn
 // fresh each run on every stack, CPU and H100.
