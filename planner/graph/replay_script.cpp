@@ -64,7 +64,7 @@ class ItemWriter {
 // Periods worth trying in items [from, size): the item distances between an op and the last
 // two ops of the same kind before it (the same name in another layer or tile, phase and
 // stream), the most common first.
-// Buffers the writer keeps from one stretch to the next: it writes thousands of scripts.
+// Buffers a writer keeps from one stretch to the next, instead of allocating them for each.
 struct Scratch {
   std::vector<int> first_item;       // op -> its first item in the stretch, -1: none
   std::vector<int> seen;             // distance -> how often
@@ -121,7 +121,6 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, in
 std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from) {
   std::vector<Repeat> found;
   const int n = static_cast<int>(s.items.size());
-  auto same = [&](int i, int j) { return alike(s, i, j); };
   for (const int p : periods) {
     if (p < 1) continue;
     // Maximal runs of items alike to the one p after, those of at least 3p kept. Such a run
@@ -131,14 +130,14 @@ std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& 
     const int shortest = 3 * p, last = n - p;  // items i < last have an item p after them
     int lo = from;                               // no run still open starts before it
     for (int j = from + shortest - 1; j < last;) {
-      if (!same(j, j + p)) {
+      if (!alike(s, j, j + p)) {
         lo = j + 1;
         j += shortest;
         continue;
       }
       int start = j, end = j + 1;
-      while (start > lo && same(start - 1, start - 1 + p)) --start;
-      while (end < last && same(end, end + p)) ++end;
+      while (start > lo && alike(s, start - 1, start - 1 + p)) --start;
+      while (end < last && alike(s, end, end + p)) ++end;
       if (end - start >= shortest) found.push_back({start, end, p});
       lo = end + 1;
       j = end + shortest;
