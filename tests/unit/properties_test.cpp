@@ -300,17 +300,31 @@ Plan with_drawn_fine(const Plan& choice, std::mt19937_64& rng) {
   return with_fine(choice, {any(chunks), any(mlps), any(losses)});
 }
 
+// This run's drawn plans (with_drawn_fine of drawn_choice, the seed printed), each valid one
+// handed to `hold` until `wanted` were or `tries` were drawn, or a check in `hold` failed fatally;
+// returns how many were held.
+template <class Hold>
+int hold_on_drawn_plans(int tries, int wanted, Hold&& hold) {
+  const std::uint64_t seed = case_seed();
+  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
+  std::mt19937_64 rng(seed);
+  int held = 0;
+  for (int i = 0; i < tries && held < wanted; ++i) {
+    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
+    if (!valid(p)) continue;
+    hold(p);
+    if (::testing::Test::HasFatalFailure()) break;
+    ++held;
+  }
+  return held;
+}
+
 // What max-context refutes with before building a layer: the model states alone (a build
 // with StepInputs::states_only) are the whole step's first tensors, made before it and never
 // freed there, so their standing bytes are held at every op of the whole step.
 TEST(Properties, TheModelStatesAreALowerBoundOfEveryOp) {
-  const std::uint64_t seed = case_seed();
-  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  int held = 0, with_states = 0;
-  for (int i = 0; i < 400 && held < 60; ++i) {
-    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
-    if (!valid(p)) continue;
+  int with_states = 0;
+  const int held = hold_on_drawn_plans(400, 60, [&](const Plan& p) {
     const StepGraph whole = build_step(step_inputs(p)), states = build_step(step_inputs(p, StepExtent::States));
     const std::string text = describe(p);
     ASSERT_TRUE(states.ops().empty()) << text;
@@ -328,9 +342,8 @@ TEST(Properties, TheModelStatesAreALowerBoundOfEveryOp) {
       ASSERT_LE(floor.device, t.device_during[k]) << text << ": op " << k;
       ASSERT_LE(floor.host, t.host_during[k]) << text << ": op " << k;
     }
-    ++held;
     with_states += floor.device > 0 ? 1 : 0;
-  }
+  });
   EXPECT_GE(held, 50);
   EXPECT_GE(with_states, held / 2);
 }
@@ -472,13 +485,7 @@ TEST(Properties, AStepPrefixIsALowerBound) {
 // The same on every stack, CPU and H100, drawn fresh each run: max-context's first bounds and
 // the plan search's loss-tile bisection refute by the prefix on all of them.
 TEST(Properties, AStepPrefixIsALowerBoundOnEveryStack) {
-  const std::uint64_t seed = case_seed();
-  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  int held = 0;
-  for (int i = 0; i < 600 && held < 60; ++i) {
-    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
-    if (!valid(p)) continue;
+  const int held = hold_on_drawn_plans(600, 60, [](const Plan& p) {
     const OpTotals whole = simulate_totals(build_step(step_inputs(p)), p.cluster.hardware.backend);
     const OpTotals prefix = simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend);
     const std::string text = describe(p);
@@ -487,8 +494,7 @@ TEST(Properties, AStepPrefixIsALowerBoundOnEveryStack) {
       ASSERT_LE(prefix.device_during[j], whole.device_during[j]) << text << ": op " << j;
       ASSERT_LE(prefix.host_during[j], whole.host_during[j]) << text << ": op " << j;
     }
-    ++held;
-  }
+  });
   EXPECT_GE(held, 50);
 }
 
@@ -496,13 +502,7 @@ TEST(Properties, AStepPrefixIsALowerBoundOnEveryStack) {
 // categories at the peak op from the tensors live there) are the walk by category's. Drawn
 // fresh each run on every stack, CPU and H100.
 TEST(Properties, ThePeaksAloneAreThoseOfTheWalkByCategory) {
-  const std::uint64_t seed = case_seed();
-  std::printf("seed %llu (LONGCTX_PROPERTIES_SEED)\n", static_cast<unsigned long long>(seed));
-  std::mt19937_64 rng(seed);
-  int held = 0;
-  for (int i = 0; i < 600 && held < 60; ++i) {
-    const Plan p = with_drawn_fine(drawn_choice(rng), rng);
-    if (!valid(p)) continue;
+  const int held = hold_on_drawn_plans(600, 60, [](const Plan& p) {
     const StepGraph g = build_step(step_inputs(p));
     const SimResult walk = simulate(g, p.cluster.hardware.backend, /*per_op=*/true);
     const SimResult peaks = simulate(g, p.cluster.hardware.backend, /*per_op=*/false);
@@ -512,8 +512,7 @@ TEST(Properties, ThePeaksAloneAreThoseOfTheWalkByCategory) {
     EXPECT_EQ(peaks.breakdown, walk.breakdown) << text;
     EXPECT_EQ(peaks.peak_host_op, walk.peak_host_op) << text;
     EXPECT_EQ(peaks.peak_host_bytes_per_rank, walk.peak_host_bytes_per_rank) << text;
-    ++held;
-  }
+  });
   EXPECT_GE(held, 50);
 }
 
