@@ -46,5 +46,5 @@ def test_a_tied_table_reaches_the_post_accumulate_hook_once():
     x = torch.nn.functional.embedding(tokens, weight)  # the embedding's use
     logits = x @ weight.t()  # lm_head's, tied
     logits.logsumexp(-1).sum().backward()
-    assert len(seen) == 1  # once, after both uses: what HfStep::tied_grad_once books
+    assert len(seen) == 1  # once, after both uses: the sum deepspeed_embedding_backward hands the hook
     assert torch.equal(seen[0], weight.grad)

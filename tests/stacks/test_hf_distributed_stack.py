@@ -168,6 +168,10 @@ CASES = [
     # A tied table: one group with the final norm, unsharded all step.
     ("qwen3", 4, 2, "none", "fp32", 192, 1, {"head_dim": 24, "tie_word_embeddings": True}),
     ("qwen3", 4, 4, "non-reentrant", "fp32", 320, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    # Two of TRL's chunks per rank: the second's lm_head gradient makes the sum the embedding's
+    # joins in place (the one-chunk cases above make it with the embedding's: HfStep::tied_sum).
+    ("qwen3", 2, 2, "none", "fp32", 600, 1, {"head_dim": 24, "tie_word_embeddings": True, "vocab_size": 2048,
+                                             "hidden_size": 256}),
     # accelerate's fsdp_activation_checkpointing: checkpoint_wrapper inside each FSDP2 layer.
     ("llama", 4, 4, "accelerate", "fp32", 256, 1, {}),
     ("qwen3", 3, 3, "accelerate", "fp32", 60, 2, {"head_dim": 24, "tie_word_embeddings": True}),

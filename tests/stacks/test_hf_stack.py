@@ -138,6 +138,12 @@ TRL_CASES = [
     ("llama", "sdpa", "none", False, 350, 2, "fp32", {"tie_word_embeddings": True}),
     ("llama", "sdpa", "none", True, 600, 1, "bf16", {}),
     ("qwen3", "sdpa", "non-reentrant", True, 520, 3, "fp32", {"head_dim": 24, "tie_word_embeddings": True}),
+    # A wide table, so that lm_head's [V, h] gradients decide the backward's peak: one chunk's
+    # view, tied, joined by the embedding's in a new sum; three chunks', untied, the second
+    # making the sum (HfStep::tied_sum).
+    ("llama", "eager", "none", True, 24, 1, "fp32", {"hidden_size": 512, "vocab_size": 4096, "num_hidden_layers": 1,
+                                                     "tie_word_embeddings": True}),
+    ("llama", "eager", "none", True, 600, 1, "fp32", {"hidden_size": 1024, "vocab_size": 4096, "num_hidden_layers": 1}),
 ]
 
 
@@ -174,6 +180,31 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
         seq = pick.randint(2, 1024)
     print(f"loss {loss}, seq {seq}, {optimizer}")
     check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, optimizer=optimizer, loss=loss)
+
+
+def test_lm_heads_weight_gradient_is_summed_out_of_place():
+    """What HfStep::tied_sum books, in torch itself: `x @ w.t()` hands w's AccumulateGrad a
+    view (MmBackward0's column-major gradient seen through TBackward0) that its input buffer
+    never adds to in place, so a second gradient of w makes a new sum; that sum, a tensor of
+    its own, takes the third in place; and the parameter's .grad is what the buffer held."""
+    V, h, n = 96, 32, 8
+
+    def backward_allocations(uses):
+        w = torch.nn.Parameter(torch.randn(V, h))
+        tokens = torch.randint(0, V, (n,))
+        x = torch.randn(n, h)
+        loss = sum(((x @ w.t()).logsumexp(-1).sum() for _ in range(uses)), torch.nn.functional.embedding(tokens, w).sum())
+        with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+            loss.backward()
+        sums = [e for e in prof.events() if e.name == "aten::add" and e.cpu_memory_usage == V * h * 4]
+        in_place = [e for e in prof.events() if e.name == "aten::add_"]
+        assert w.grad.is_contiguous()
+        return len(sums), len(in_place)
+
+    # One lm_head use: the embedding's gradient and the view meet in a new sum.
+    assert backward_allocations(1) == (1, 0)
+    # Two: the second lm_head gradient makes the sum, the embedding's goes into it in place.
+    assert backward_allocations(2) == (1, 1)
 
 
 class TokenizedBatches(torch.utils.data.Dataset):

@@ -176,19 +176,32 @@ TEST(HfDistributed, PaddedRowsFillTheGatherBufferAndOnTheCpuThePaddedCopiesOfThe
   }
 }
 
-// Under FSDP2 a tied table's two gradients (TRL's loss's and the embedding's) are summed into
-// a new [V, h] tensor, the table's gradient as it is: no copy to the table's layout after.
-TEST(HfDistributed, ATiedTablesTwoGradientsAreSummedIntoANewOne) {
-  const Plan p = answer_plan(hf_request("llama-3.2-1b", 2, 2, "8K")).value().recorded;
-  ASSERT_TRUE(p.model.tie_embeddings);
-  const StepGraph g = build_step(step_inputs(p));
-  const int add = op_index(g, "embed.grad.accumulate");
-  ASSERT_GE(add, 0);
-  const OpSpec& o = g.ops()[static_cast<std::size_t>(add)];
-  ASSERT_EQ(o.outputs.size(), 1);
-  EXPECT_EQ(format(g.tensor(*o.outputs.begin()).name), "embed.grad");
-  EXPECT_EQ(g.tensor(*o.outputs.begin()).bytes, p.model.vocab * p.model.hidden * 2);
-  EXPECT_EQ(op_index(g, "embed.grad.copy"), -1);
+// A tied table's gradients meet in its input buffer (HfStep::tied_sum): a single TRL chunk's
+// lm_head gradient, a view, and the embedding's are summed into a new [V, h] tensor; with more
+// chunks the second chunk's makes that sum and the embedding's is added into it in place. The
+// sum is the table's gradient as it is: no copy after. One rank and across ranks alike.
+TEST(HfDistributed, ATiedTablesGradientsMeetInANewSum) {
+  for (const std::int64_t gpus : {1, 2}) {
+    SCOPED_TRACE(gpus);
+    // 256 rows per rank: one chunk (one rank shifts 257 tokens to 256 rows).
+    const std::string one_chunk = gpus == 1 ? "257" : "512";
+    for (const std::string& seq : {one_chunk, std::string("8K")}) {
+      SCOPED_TRACE(seq);
+      const Plan p = answer_plan(hf_request("llama-3.2-1b", gpus, gpus > 1 ? 2 : 1, seq)).value().recorded;
+      ASSERT_TRUE(p.model.tie_embeddings);
+      const StepGraph g = build_step(step_inputs(p));
+      const bool single = seq == one_chunk;
+      const int add = op_index(g, "embed.grad.accumulate"), sum = op_index(g, "loss.trl.chunk.weight.grad.sum");
+      ASSERT_GE(add, 0);
+      EXPECT_EQ(sum >= 0, !single);
+      const OpSpec& made = g.ops()[static_cast<std::size_t>(single ? add : sum)];
+      ASSERT_EQ(made.outputs.size(), 1);
+      EXPECT_EQ(format(g.tensor(*made.outputs.begin()).name), "embed.grad");
+      EXPECT_EQ(g.tensor(*made.outputs.begin()).bytes, p.model.vocab * p.model.hidden * 2);
+      EXPECT_EQ(g.ops()[static_cast<std::size_t>(add)].outputs.size(), single ? 1 : 0);
+      EXPECT_EQ(op_index(g, "embed.grad.copy"), -1);
+    }
+  }
 }
 
 // The Trainer's checkpoint wraps the layer's call: its RNG state is saved before the layer's

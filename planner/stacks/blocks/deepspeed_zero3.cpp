@@ -151,11 +151,16 @@ void deepspeed_embedding_backward(HfStep& sb, TensorId d_x) {
   Ids reads = {d_x, sb.outer.tokens};
   if (w >= 0) reads.push_back(w);
   const OpCost cost = {.workspace = embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)};
-  if (s.tied && sb.tied_grad_once) {
+  if (sb.outer.tied_grad >= 0) {
+    // A tied table: lm_head's gradient waits for this one in the table's input buffer, and
+    // ZeRO's post-accumulate hook sees their sum, once (TiedSum).
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
-    grad_ready(sb, sb.outer.tied_grad, s.V * s.h);
+    TensorId sum = sb.outer.tied_grad;
+    if (sb.tied_sum == TiedSum::New) sum = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense},
+                sum == sb.outer.tied_grad ? Ids{} : Ids{sum});
+    grad_ready(sb, sum, s.V * s.h);
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);

@@ -22,21 +22,23 @@ void load_batch(HfStep& sb) {
   sb.model.batch = batch;
 }
 
-void embedding_backward(HfStep& sb, TensorId d_x, TiedSum tied_sum) {
+void embedding_backward(HfStep& sb, TensorId d_x) {
   const StepShapes& s = sb.shapes;
   const Ids reads = {d_x, sb.outer.tokens};
   const OpCost cost = {.workspace = embedding_backward_workspace(s, s.n), .flops = double(s.n * s.h)};
   if (sb.outer.tied_grad >= 0) {
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
-    if (tied_sum == TiedSum::InPlace) {
+    if (sb.tied_sum == TiedSum::InPlace) {
       sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
+      grad_ready(sb, sb.outer.tied_grad, s.V * s.h);
       return;
     }
     const TensorId sum = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
     sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(sum);
     sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {sum});
     sb.outer.tied_grad = -1;
+    grad_ready(sb, sum, s.V * s.h);
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
@@ -110,16 +112,21 @@ TensorId cross_entropy_backward(HfStep& sb) {
 TensorId lm_head_backward(HfStep& sb, const NormActs& f, TensorId d_logits, TensorId head_weight) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
-  const int out_group = s.tied ? embed_group(s) : head_group(s);
-  const TensorId g_out = sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"},
-                                         s.V * s.h * s.e, Category::Grads);
-  sb.grads[static_cast<std::size_t>(out_group)].push_back(g_out);
-  if (s.tied) o.tied_grad = g_out;
+  // Tied, the gradient is only lm_head's part, a view the embedding's joins in a new sum
+  // (TiedSum): not yet the table's .grad.
+  const TensorId g_out = s.tied ? sb.graph.tensor(step_name("loss.lm_head.weight.grad"), s.V * s.h * s.e, kTr)
+                                : sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
+  if (s.tied) {
+    o.tied_grad = g_out;
+    sb.tied_sum = TiedSum::New;
+  } else {
+    sb.grads[static_cast<std::size_t>(head_group(s))].push_back(g_out);
+  }
   const TensorId d_xf = sb.graph.tensor(step_name("loss.final_norm.out.grad"), s.n * s.h * s.e, kTr);
   sb.graph.op(step_name("loss.lm_head.bwd"), kB, -1, {d_logits, o.xf}, {g_out, d_xf},
               {.flops = 2 * matmul_flops(s.n, s.h, s.V)});
   if (head_weight >= 0) sb.graph.add_input(sb.graph.last_op(), head_weight);
-  if (!(s.tied && sb.tied_grad_once)) grad_ready(sb, g_out, s.V * s.h);
+  if (!s.tied) grad_ready(sb, g_out, s.V * s.h);
   return sb.ops.norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
 }
 

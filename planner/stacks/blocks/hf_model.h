@@ -13,15 +13,11 @@ namespace longctx::step::blocks {
 // attention_mask [n] int64 where the stack passes one), into outer.tokens, outer.targets and
 // model.batch.
 void load_batch(HfStep& sb);
-// How a tied table's two gradients meet in its AccumulateGrad's input buffer
-// (torch/csrc/autograd/input_buffer.cpp, accumulate): added into the first in place where the
-// buffer holds its last reference, else into a new sum.
-enum class TiedSum { InPlace, New };
 // EmbeddingBackward0 from layer 0's input gradient: the dense [V, h] e gradient, kept as the
-// table's .grad, or (tied) added to lm_head's gradient left in outer.tied_grad: in place, or
-// (TiedSum::New) into a new [V, h] e sum that becomes the table's .grad, outer.tied_grad then
-// cleared.
-void embedding_backward(HfStep& sb, TensorId d_x, TiedSum tied_sum = TiedSum::InPlace);
+// table's .grad, or (tied) added to lm_head's gradient left in outer.tied_grad as
+// sb.tied_sum says: in place, or into a new [V, h] e sum that becomes the table's .grad,
+// outer.tied_grad then cleared.
+void embedding_backward(HfStep& sb, TensorId d_x);
 
 // The model's final norm over the last layer's output (outer.final_x, outer.xf), where
 // LlamaModel.forward returns and its position tensors, mask and locals go.
@@ -37,8 +33,10 @@ void cross_entropy_forward(HfStep& sb, TensorId logits, bool shift_labels);
 // NllLossBackward0 [n, V] fp32, LogSoftmaxBackward0 [n, V] fp32 (bf16: cast back [n, V] e):
 // the logits' gradient.
 TensorId cross_entropy_backward(HfStep& sb);
-// lm_head's MmBackward0: its weight's gradient [V, h] e (tied: the embedding's) and the final
-// norm's output gradient, then the final norm's backward: the last layer's output gradient.
+// lm_head's MmBackward0: its weight's gradient [V, h] e and the final norm's output gradient,
+// then the final norm's backward: the last layer's output gradient. Tied, the weight's
+// gradient is a view left in outer.tied_grad for the embedding's to join in a new sum
+// (TiedSum::New).
 TensorId lm_head_backward(HfStep& sb, const NormActs& f, TensorId d_logits, TensorId head_weight);
 
 // ForCausalLMLoss whole: the final norm, lm_head and the shifted labels' cross-entropy, and

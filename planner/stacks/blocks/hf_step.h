@@ -18,6 +18,15 @@ inline constexpr Category kAct = Category::Activations;
 inline constexpr Category kTr = Category::Transient;
 inline constexpr Phase kB = Phase::Backward;
 
+// How a tied table's two gradients meet in its AccumulateGrad's input buffer
+// (torch/csrc/autograd/input_buffer.cpp, accumulate): the one that came first is added to in
+// place where the buffer holds its last reference and its storage's (can_accumulate_inplace),
+// else both go into a new sum, which the AccumulateGrad then takes as it is. lm_head's
+// gradient through `w.t()` is MmBackward0's `.t()` of a new [V, h] (mm_mat2_backward returns
+// a column-major mat2's gradient column-major) seen again through TBackward0: a view whose
+// base shares its storage, so it is never added to in place.
+enum class TiedSum { InPlace, New };
+
 // LlamaModel.forward's tensors that every layer reads (hf_model.cpp, and each stack's inputs).
 struct HfModelActs {
   TensorId positions = -1;  // cache_position [S] int64, until the model's forward returns
@@ -174,11 +183,12 @@ struct HfStep : StepBuild {
   OpSac op_sac;                       // off unless the checkpoint policy is per-op (hf_layers.cpp)
   GradientHook* grad_hook = nullptr;  // none unless the stack reduces gradients as they come
   bool kv_cache = false;              // a plain layer forward appends k and v to a DynamicCache (use_cache)
-  // A tied table's gradient reaches the stack's hook once, when the embedding's backward has
-  // added into lm_head's (autograd sums a parameter's uses before its AccumulateGrad, whose
-  // post-accumulate hook ZeRO-3 registers: deepspeed/utils/torch.py register_grad_hook, from
-  // stage3.py create_reduce_and_remove_grad_hooks); else lm_head's is handed over as made.
-  bool tied_grad_once = false;
+  // How the embedding's dense gradient joins a tied table's lm_head gradient (outer.tied_grad)
+  // in the table's AccumulateGrad input buffer: set by the loss that made it. The table's
+  // gradient reaches the stack's hook once, summed (autograd sums a parameter's uses before
+  // its AccumulateGrad, whose post-accumulate hook ZeRO-3 registers: deepspeed/utils/torch.py
+  // register_grad_hook, from stage3.py create_reduce_and_remove_grad_hooks).
+  TiedSum tied_sum = TiedSum::InPlace;
 };
 
 // A parameter's gradient made: handed to the stack's hook, if it has one.

@@ -18,10 +18,13 @@
 // backward recomputes it only the tensors its loss branch saved are kept (log_p); the
 // metrics' are recomputed and freed. Autograd then runs the chunks last first: nll's and
 // log_softmax's gradients [c, V] fp32 (the cast back [c, V] e in bf16), the matmul's
-// gradients: the rows' [c, h] e, and the weight's through `w.t()`, [h, V] e seen as the
-// transposed [V, h], which the weight's input buffer sums in place across chunks until
-// AccumulateGrad copies it to the parameter's layout (clone_obey_contract: it does not
-// obey the gradient layout contract); the slice's backward scatters each chunk's rows into
+// gradients: the rows' [c, h] e, and the weight's through `w.t()`, a [V, h] e view that the
+// weight's input buffer cannot add to in place (TiedSum, hf_step.h): the second chunk's joins
+// the first's in a new sum, three [V, h] alive at the add, and the chunks after are added
+// into that sum in place. The parameter's AccumulateGrad takes what the buffer holds as it is
+// (contiguous [V, h], which obeys the gradient layout contract: no copy); tied, the
+// embedding's dense gradient joins it first, in place into a sum, into a new one where a single
+// chunk left the view; the slice's backward scatters each chunk's rows into
 // a new zeroed [N, h] e, summed in place into the gather's input buffer; IndexBackward0
 // scatters them back through `order` and the shift's SliceBackward0 pads them to [b, S, h].
 // Footprints: footprint/trl.h.
@@ -51,11 +54,23 @@ struct ChunkGroup {
   bool first_chunk;
 };
 
-// The chunks' running sums: lm_head's weight gradient [h, V] e and the gathered rows' [N, h] e.
+// The chunks' running sums: lm_head's weight gradient [V, h] e (while it is one chunk's, a
+// view no sum goes into in place) and the gathered rows' [N, h] e.
 struct ChunkSums {
   TensorId weight = -1;
+  bool weight_is_view = false;
   TensorId hidden = -1;
 };
+
+// The weight's gradient as the parameter's .grad takes it: lm_head's, or tied the table's
+// once the embedding's joins it.
+TensorId weight_grad_tensor(HfStep& sb) {
+  const StepShapes& s = sb.shapes;
+  if (s.tied) return sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+  const TensorId grad = sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
+  sb.grads[static_cast<std::size_t>(head_group(s))].push_back(grad);
+  return grad;
+}
 
 // One group of chunks' backward: the recompute (only the loss branch's saved tensors stay),
 // nll's and log_softmax's gradients, lm_head's, and the slice's scatter into [N, h].
@@ -80,7 +95,10 @@ void chunk_backward(HfStep& sb, const TrlLossActs& t, const ChunkGroup& g, bool 
     d_logits = cast;
   }
   const TensorId dh = sb.graph.tensor(step_name("loss.trl.chunk.hidden.grad"), c * s.h * s.e, kTr);  // [c, h] e
-  const TensorId dw = sb.graph.tensor(step_name("loss.trl.chunk.weight.grad"), s.V * s.h * s.e, kTr);  // [h, V] e
+  // [V, h] e; a single untied chunk's is the parameter's .grad as it is.
+  const bool only_chunk = first_group && g.first_chunk;
+  const TensorId dw = only_chunk && !s.tied ? weight_grad_tensor(sb)
+                                            : sb.graph.tensor(step_name("loss.trl.chunk.weight.grad"), s.V * s.h * s.e, kTr);
   sb.graph.op(step_name("loss.trl.chunk.lm_head.bwd"), kB, -1, {d_logits, t.gathered}, {dh, dw},
               {.flops = r * 2 * matmul_flops(c, s.h, s.V)});
   // The first chunk's frame dies with its last saved tensor: the gathered rows and labels
@@ -89,16 +107,21 @@ void chunk_backward(HfStep& sb, const TrlLossActs& t, const ChunkGroup& g, bool 
     sb.graph.add_input(sb.graph.last_op(), t.labels);
     sb.graph.add_input(sb.graph.last_op(), t.rng_rest >= 0 ? t.rng_rest : t.rng_last);
   }
-  if (sums.weight < 0) sums.weight = dw;
-  else sb.graph.op(step_name("loss.trl.chunk.weight.grad.accumulate"), kB, -1, {sums.weight, dw}, {});
-  if (g.first_chunk && !s.tied) {
-    // Its last gradient in, lm_head.weight's AccumulateGrad (run before anything else ready)
-    // copies the sum to the parameter's layout.
-    const TensorId grad = sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
-    sb.grads[static_cast<std::size_t>(head_group(s))].push_back(grad);
-    sb.graph.op(Name{Name::kHead, "grad.accumulate"}, kB, -1, {sums.weight}, {grad});
-    grad_ready(sb, grad, s.V * s.h);
+  if (sums.weight < 0) {
+    sums.weight = dw;
+    sums.weight_is_view = true;
+  } else if (sums.weight_is_view) {
+    // The group's first chunk makes the sum; its others (one set of ops stands for them) add
+    // into it in place.
+    const TensorId sum = weight_grad_tensor(sb);
+    sb.graph.op(step_name("loss.trl.chunk.weight.grad.sum"), kB, -1, {sums.weight, dw}, {sum});
+    sums.weight = sum;
+    sums.weight_is_view = false;
+  } else {
+    sb.graph.op(step_name("loss.trl.chunk.weight.grad.accumulate"), kB, -1, {sums.weight, dw}, {});
   }
+  // Its last gradient in, lm_head.weight's AccumulateGrad (run before anything else ready).
+  if (g.first_chunk && !s.tied) grad_ready(sb, sums.weight, s.V * s.h);
   const TensorId slice = sb.graph.tensor(step_name("loss.trl.chunk.slice.grad"), N * s.h * s.e, kTr);  // [N, h] e
   sb.graph.op(step_name("loss.trl.chunk.slice.bwd"), kB, -1, {dh}, {slice});
   if (sums.hidden < 0) sums.hidden = slice;
@@ -157,9 +180,13 @@ TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t) 
   }
   ChunkSums sums;
   for (std::size_t gi = 0; gi < groups.size(); ++gi) chunk_backward(sb, t, groups[gi], gi == 0, sums);
-  // Tied: the sum waits in the embedding's input buffer for its dense gradient
-  // (embedding_backward, then trl_tied_grad).
-  if (s.tied) o.tied_grad = sums.weight;
+  // Tied: the sum waits in the table's input buffer for the embedding's dense gradient
+  // (embedding_backward): in place, or a new sum where one chunk's view is all there is.
+  if (s.tied) {
+    o.tied_grad = sums.weight;
+    sb.tied_sum = sums.weight_is_view ? TiedSum::New : TiedSum::InPlace;
+    if (!sums.weight_is_view) sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(sums.weight);
+  }
   // IndexBackward0: zeros [N, h] e with the rows put back through `order`; then the shift's
   // SliceBackward0 pads them to the final norm's output, [b, S, h] e.
   const TensorId unsorted = sb.graph.tensor(step_name("loss.trl.gather.grad"), N * s.h * s.e, kTr);
@@ -171,15 +198,6 @@ TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t) 
     sb.graph.op(step_name("loss.trl.shift.bwd"), kB, -1, {unsorted}, {d_xf});
   }
   return sb.ops.norm_backward(sb, final_norm_spec(s), f, d_xf, -1, sb.grads[static_cast<std::size_t>(head_group(s))]);
-}
-
-void trl_tied_grad(HfStep& sb) {
-  const StepShapes& s = sb.shapes;
-  // The embedding's AccumulateGrad: the summed gradient is laid out as [h, V] transposed, so
-  // it is copied to the table's layout; the sum goes.
-  const TensorId grad = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
-  sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(grad);
-  sb.graph.op(Name{Name::kEmbed, "grad.copy"}, kB, -1, {sb.outer.tied_grad}, {grad});
 }
 
 }  // namespace longctx::step::blocks

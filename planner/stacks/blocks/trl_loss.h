@@ -2,8 +2,8 @@
 // TRL SFTTrainer's chunked loss (trl_loss.cpp; footprint/trl.h) in place of lm_head and
 // ForCausalLMLoss, as the hf stack runs it with `--hf-loss trl-chunked-nll`: the backbone
 // without a cache, lm_head and the cross-entropy 256 rows at a time, each chunk checkpointed.
-// With tied embeddings the summed lm_head gradient waits for the embedding's; trl_tied_grad
-// then makes the table's gradient from it.
+// With tied embeddings the summed lm_head gradient waits for the embedding's
+// (embedding_backward, as HfStep::tied_sum says).
 #include "planner/stacks/blocks/hf_step.h"
 
 namespace longctx::step::blocks {
@@ -21,7 +21,5 @@ struct TrlLossActs {
 NormActs trl_loss_forward(HfStep& sb, TensorId final_x, TrlLossActs& t);
 // Returns the last layer's output gradient.
 TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t);
-// Tied: the embedding's AccumulateGrad after its dense gradient was added in.
-void trl_tied_grad(HfStep& sb);
 
 }  // namespace longctx::step::blocks

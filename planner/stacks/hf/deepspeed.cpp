@@ -20,7 +20,7 @@
 //   shift_labels under Ulysses (the adapter pops labels, so the model returns logits and the
 //   Trainer calls model.loss_function(logits, shift_labels=...): no pad of its own), on the
 //   batch's labels padded and shifted on one rank;
-// - a tied table's gradient reaches ZeRO's hook once (HfStep::tied_grad_once).
+// - a tied table's gradient reaches ZeRO's hook once, summed (deepspeed_embedding_backward).
 #include "planner/stacks/blocks/deepspeed_zero3.h"
 #include "planner/stacks/blocks/hf_layer.h"
 #include "planner/stacks/blocks/hf_layers.h"
@@ -99,7 +99,6 @@ void write_ops(HfStep& sb) {
   if (sb.in.states_only) return;  // StepInputs::states_only
   DeepSpeedGradients gradients(sb);
   sb.grad_hook = &gradients;
-  sb.tied_grad_once = true;
   sb.kv_cache = true;  // use_cache, the config's default: checkpointing turns it off (validate.cpp)
   DeepSpeedLayers layers(sb);
   std::vector<HfLayerActs> acts;

@@ -142,12 +142,8 @@ void write_ops(FsdpStep& sb) {
   const TensorId final_x = forward_layers(layers, static_cast<int>(s.layers), model_inputs(sb, &sb.fsdp2, false), acts);
   const TensorId d_x = backward_layers(layers, acts, sb.graph, loss(sb, final_x, &sb.fsdp2));
   if (!s.tied) sb.fsdp2.copy_out_backward(embed_group(s));
-  // Under FSDP2 a tied table's gradients, TRL's chunked loss's and the embedding's, are summed
-  // into a new tensor, which the table's AccumulateGrad takes as it is (CPU profile of
-  // accelerate's step: three [V, h] alive at the add, no copy after; the one-process step
-  // adds in place and copies, trl_tied_grad).
-  const bool summed = s.tied && trl_chunked_loss(sb);
-  embedding_backward(sb, d_x, summed ? TiedSum::New : TiedSum::InPlace);
+  // A tied table's gradients, the loss's and the embedding's, meet as HfStep::tied_sum says.
+  embedding_backward(sb, d_x);
   sb.fsdp2.post_backward(embed_group(s));
   sb.fsdp2.end_backward();
   if (sb.model.context_locals.size() > 0)

@@ -118,7 +118,6 @@ void write_ops(HfStep& sb) {
   std::vector<HfLayerActs> acts;
   const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb, nullptr, false), acts);
   embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x, nullptr)));
-  if (sb.outer.tied_grad >= 0 && trl_chunked_loss(sb)) trl_tied_grad(sb);
   // The Trainer's training_step returns, dropping the loss and its graph, before the optimizer.
   layers.free_graph(Phase::Backward);
   if (!sb.in.prefix_only) adamw_step(sb, footprint::group_params);
