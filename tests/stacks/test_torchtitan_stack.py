@@ -222,6 +222,8 @@ CP_CASES = [
     (2, 2, "bf16", (64, 2, 4, 2, 512, 16, 256, 1, "full")),
     (4, 2, "bf16", (96, 3, 6, 2, 320, 24, 192, 2, "selective:3")),
     (3, 3, "bf16", (128, 2, 8, 2, 96, 32, 384, 1, "none")),
+    # One head: the ring's output transposed is contiguous already, and wo reads it uncopied.
+    (2, 2, "bf16", (64, 3, 1, 1, 320, 16, 192, 1, "none")),
 ]
 
 

@@ -122,7 +122,7 @@ void sdpa_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool 
 // eager_attention_forward: repeat_kv copies k and v to the query heads (none for one group,
 // none for one key/value head), scores = q @ k^T * scaling + mask [b, H, S, S] e, softmax in
 // fp32 (saved), cast back in bf16 (saved by the matmul), @ v, and the output made contiguous
-// [b, S, H, d] e.
+// [b, S, H, d] e (a copy unless there is one head).
 void eager_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool cache) {
   const StepShapes& s = sb.shapes;
   const double flops = attention_flops(s, s.H);
@@ -150,10 +150,15 @@ void eager_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool
     sb.graph.op(layer_name(l, "attn.probs.to_dtype", rc), phase, l, {a.probs32}, {a.probs});
   }
   a.v_mm = eager_matmul_operand(sb, l, "attn.v.matmul_fold", a.v_rep, kv_strided, phase, rc);
-  const TensorId pv = sb.graph.tensor(layer_name(l, "attn.pv", rc), s.n * s.H * s.d * s.e, kTr);  // [b, H, S, d] e
+  // One head: the product transposed is contiguous already (size-1 dimensions do not count),
+  // so it is the output, uncopied.
+  const bool one_head = s.H == 1;
+  const TensorId pv =
+      one_head ? a.o : sb.graph.tensor(layer_name(l, "attn.pv", rc), s.n * s.H * s.d * s.e, kTr);  // [b, H, S, d] e
   sb.graph.op(layer_name(l, "attn.pv", rc), phase, l, {a.probs, a.v_mm}, {pv}, {.flops = flops});
   // eager_attention_forward's locals hold the repeated k, v until it returns.
-  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {pv, a.k_rep, a.v_rep}, {a.o});
+  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, one_head ? Ids{a.k_rep, a.v_rep} : Ids{pv, a.k_rep, a.v_rep},
+              one_head ? Ids{} : Ids{a.o});
 }
 
 // sdpa's (and flash_attention_2's) backward: dq, and dk, dv over the kv heads (the query

@@ -42,7 +42,8 @@ void context_parallel_batch(TorchtitanStep& sb) {
 // dispatcher hands to its ring attention (tt::ring_forward_workspace). Under load balancing the
 // ring's output is merged [b, H, Sl, d] (its torch.cat) on every rank but the last, the
 // plan's, so `output.transpose(1, 2).contiguous()` copies it [n, H*d] e for wo; the ring's own
-// output is saved for its backward.
+// output is saved for its backward. With one head the transposed output is contiguous already
+// (size-1 dimensions do not count: TensorImpl's is_contiguous), and wo reads the ring's.
 void ring_attention_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const std::int64_t qw = s.H * s.d;
@@ -52,6 +53,10 @@ void ring_attention_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool
                             {.workspace = tt::ring_forward_workspace(s), .flops = footprint::attention_flops(s, s.H),
                              .kernel_flops = footprint::attention_kernel_flops(s, s.H), .kind = OpKind::Attention});
   sb.graph.set_comm(o, CommKind::AllGather, tt::ring_forward_sent_bytes(s), static_cast<int>(s.r));
+  if (s.H == 1) {
+    a.o = a.o_heads;
+    return;
+  }
   a.o = sb.graph.tensor(layer_name(l, "attn.out", rc), s.n * qw * s.e, kAct);  // [b, Sl, H, d] e
   sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {a.o_heads}, {a.o});
 }
