@@ -143,7 +143,7 @@ void write_ops(TorchtitanStep& sb) {
   if (sb.fsdp2) sb.fsdp2->copy_out_backward(embed_group(sb.shapes));
   embedding_backward(sb, d_x);
   // A tied table's gradient waits in the output's: the embedding group has no post-backward.
-  if (sb.fsdp2 && sb.outer.tied_grad < 0) {
+  if (sb.fsdp2 && !sb.shapes.tied) {
     sb.fsdp2->post_backward(embed_group(sb.shapes));
     sb.fsdp2->end_backward();
   }
