@@ -3,7 +3,8 @@ DeepSpeed and torch on the CPU: the batch DeepSpeed's UlyssesSPDataLoaderAdapter
 (the collator's four keys become input_ids, attention_mask, position_ids and shift_labels,
 [b, S/u] int64 each, on the host; labels are gone, so the model returns logits and the loss is
 taken on shift_labels), and a tied table's gradient reaching the post-accumulate hook ZeRO-3
-registers once, summed."""
+registers once, summed: in place where the first gradient is one a Function returned from its
+saved tensors (Liger's loss, under the arctic stack's DeepSpeed too)."""
 import pytest
 
 torch = pytest.importorskip("torch")
@@ -48,3 +49,31 @@ def test_a_tied_table_reaches_the_post_accumulate_hook_once():
     logits.logsumexp(-1).sum().backward()
     assert len(seen) == 1  # once, after both uses: the sum deepspeed_embedding_backward hands the hook
     assert torch.equal(seen[0], weight.grad)
+
+
+def test_a_gradient_returned_from_saved_tensors_takes_a_tied_tables_other_in_place():
+    """What the arctic stack books for Liger's loss with a tied table: a Function that makes
+    the weight's gradient in forward and returns it from its saved tensors (Liger's
+    LigerFusedLinearCrossEntropyFunction) hands the weight's input buffer the only reference
+    once the node has released them, so the embedding's gradient is added into it in place."""
+    V, h, n = 96, 32, 8
+
+    class FusedLoss(torch.autograd.Function):
+        @staticmethod
+        def forward(ctx, x, w):
+            logits = x @ w.t()
+            p = logits.softmax(-1)
+            ctx.save_for_backward((p @ w).detach(), (p.t() @ x).detach())
+            return logits.logsumexp(-1).sum()
+
+        @staticmethod
+        def backward(ctx, grad):
+            grad_input, grad_weight = ctx.saved_tensors
+            return grad_input, grad_weight
+
+    weight = torch.nn.Parameter(torch.randn(V, h))
+    loss = FusedLoss.apply(torch.nn.functional.embedding(torch.randint(0, V, (n,)), weight), weight)
+    with torch.profiler.profile(activities=[torch.profiler.ProfilerActivity.CPU], profile_memory=True) as prof:
+        loss.backward()
+    adds = [e.name for e in prof.events() if e.name in ("aten::add", "aten::add_")]
+    assert adds == ["aten::add_"]

@@ -144,6 +144,46 @@ TEST(ArcticStack, LigerKeepsLessThanTransformersModules) {
   EXPECT_EQ(saved(hf, "layer.0.attn_norm."), 5);     // fp32 input, rstd, normalized fp32 and bf16, output
 }
 
+// A tied table under Liger's loss: the gradient Liger made in forward is the table's, kept
+// through the backward until the embedding's is added into it in place, and handed to
+// DeepSpeed's hook once, summed: one [V, h] gradient for the table, none for lm_head apart.
+TEST(ArcticStack, ATiedTablesGradientWaitsForTheEmbeddingsAndReachesTheHookOnce) {
+  PlanRequest r = arctic_request("llama-3.2-1b", 2, "16K");
+  r.no_search = true;
+  const Plan p = answer_plan(r).value().recorded;
+  ASSERT_TRUE(p.model.tie_embeddings);
+  const StepGraph g = build_step(step_inputs(p));
+  int table_grads = 0, head_grads = 0, accumulate = -1, flce = -1;
+  for (const auto& t : g.tensors()) {
+    table_grads += format(t.name) == "embed.grad";
+    head_grads += format(t.name) == "head.grad.output";
+  }
+  for (int i = 0; i < static_cast<int>(g.ops().size()); ++i) {
+    const std::string name = format(g.ops()[static_cast<std::size_t>(i)].name);
+    if (name == "embed.grad.accumulate") accumulate = i;
+    if (name == "loss.flce") flce = i;
+  }
+  EXPECT_EQ(table_grads, 1);
+  EXPECT_EQ(head_grads, 0);
+  ASSERT_GE(accumulate, 0);
+  ASSERT_GE(flce, 0);
+  const OpSpec& add = g.ops()[static_cast<std::size_t>(accumulate)];
+  EXPECT_EQ(add.outputs.size(), 0);  // in place
+  // Made by Liger's forward, read until the hook takes it, after the embedding's is added.
+  bool made_by_flce = false;
+  for (const int t : g.ops()[static_cast<std::size_t>(flce)].outputs)
+    if (format(g.tensor(t).name) == "embed.grad") {
+      made_by_flce = true;
+      EXPECT_GT(g.tensor(t).last_reader, accumulate);
+    }
+  EXPECT_TRUE(made_by_flce);
+  // Into the bucket right after the sum, once.
+  int to_bucket_after = 0;
+  for (std::size_t i = static_cast<std::size_t>(accumulate) + 1; i < g.ops().size(); ++i)
+    to_bucket_after += format(g.ops()[i].name) == "zero.grad_to_bucket";
+  EXPECT_GE(to_bucket_after, 1);
+}
+
 // DeepSpeed's bucket is held for the run, its reductions run on their own stream, and across
 // ranks each module's parameters are gathered on the allgather stream.
 TEST(ArcticStack, GradientsAndGathersGoThroughDeepSpeed) {

@@ -111,8 +111,10 @@ class Layers final : public LayerSchedule<LayerActs> {
 // backward. Without pre-shifted labels (one rank) LigerForCausalLMLoss pads and shifts them,
 // [b, S+1] and [b, S] int64, for the call. Then fused_linear_cross_entropy_backward: the saved
 // gradients are the gradients (the loss's own gradient is 1); lm_head's reaches DeepSpeed's
-// hook, then the final norm writes its input's gradient into grad_input in place. Returns
-// the last layer's output gradient.
+// hook, then the final norm writes its input's gradient into grad_input in place. Tied, the
+// weight's is the table's, which waits for the embedding's to be added into it in place (the
+// node has released its saved tensors by then, so the buffer holds the only reference:
+// TiedSum) and reaches the hook once, summed. Returns the last layer's output gradient.
 TensorId liger_loss(HfStep& sb, TensorId final_x) {
   const StepShapes& s = sb.shapes;
   OuterActs& o = sb.outer;
@@ -123,7 +125,8 @@ TensorId liger_loss(HfStep& sb, TensorId final_x) {
   for (const TensorId t : sb.model.model_locals) sb.graph.add_input(sb.graph.last_op(), t);
   o.head_full = deepspeed_gather(sb, -1, "head.params.full", s.V * s.h, L, false, /*module=*/false);
   const TensorId grad_input = sb.graph.tensor(step_name("loss.flce.grad_input"), s.n * s.h * s.e, kAct);
-  const TensorId grad_weight = sb.graph.tensor(Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
+  const TensorId grad_weight =
+      sb.graph.tensor(s.tied ? Name{Name::kEmbed, "grad"} : Name{Name::kHead, "grad.output"}, s.V * s.h * s.e, Category::Grads);
   const std::int64_t chunks = sb.parallel.loss_tiles;
   const std::int64_t rows = tile_split(s.n, chunks).rows;
   const std::int64_t labels = s.u == 1 ? s.b * (s.S + 1) * 8 + s.n * 8 : 0;
@@ -134,7 +137,12 @@ TensorId liger_loss(HfStep& sb, TensorId final_x) {
                .flops = 3 * matmul_flops(s.n, s.h, s.V), .launches = static_cast<int>(chunks),
                .repeats = static_cast<int>(chunks)});
   sb.graph.op(step_name("loss.flce.bwd"), kB, -1, {grad_input, grad_weight}, {});
-  grad_ready(sb, grad_weight, s.V * s.h);
+  if (s.tied) {
+    o.tied_grad = grad_weight;
+    sb.tied_sum = TiedSum::InPlace;
+  } else {
+    grad_ready(sb, grad_weight, s.V * s.h);
+  }
   Ids grads;
   return sb.ops.norm_backward(sb, final_norm_spec(s), f, grad_input, -1, grads);
 }
