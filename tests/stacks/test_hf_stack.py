@@ -7,7 +7,7 @@ prediction, with `compare` adding back what existed before profiling began.
 bf16 cases hold the casts (RMSNorm's fp32 copies, the loss's upcast). TRL cases patch the
 model as SFTTrainer does for its chunked loss (TRL 1.14.2's own `_patch_chunked_ce_lm_head`). The fixed cases cover the shapes the modeling code branches on (GQA and not, head_dim other
 than hidden/heads, tied embeddings, Qwen3's q/k norms, Qwen2's biases, Mistral); one more
-case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else a fresh one each run, printed), so every CI
+case per run is drawn from a seed (LONGCTX_VALIDATION_SEED, else a fresh one each run, printed; its loss and dtype too), so every CI
 run holds a shape nobody tuned against."""
 import os
 import random
@@ -178,8 +178,11 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
     loss = pick.choice(["transformers", "trl-chunked-nll"])
     if loss == "trl-chunked-nll":
         seq = pick.randint(2, 1024)
-    print(f"loss {loss}, seq {seq}, {optimizer}")
-    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, optimizer=optimizer, loss=loss)
+    # fp32, or bf16 weights (a pure-bf16 run, as the bf16 cases above).
+    dtype = pick.choice(["fp32", "bf16"])
+    print(f"loss {loss}, seq {seq}, {optimizer}, {dtype}")
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, dtype, optimizer=optimizer,
+          loss=loss)
 
 
 def test_lm_heads_weight_gradient_is_summed_out_of_place():
