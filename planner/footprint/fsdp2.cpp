@@ -1,5 +1,7 @@
 #include "planner/footprint/fsdp2.h"
 
+#include <algorithm>
+
 #include "planner/footprint/zero.h"
 
 namespace longctx::footprint::fsdp2 {
@@ -36,6 +38,13 @@ std::int64_t reduce_copy_in_padding_bytes(const StepShapes& s, int group, std::i
   for (const auto& [rows, cols] : param_dims(s, group))
     if (rows % s.world != 0) elems += padded_rows(s, rows) * cols;
   return elems * grad_e;
+}
+
+std::int64_t reduce_copy_in_cast_bytes(const StepShapes& s, int group, std::int64_t grad_e, std::int64_t reduce_e) {
+  if (grad_e == reduce_e) return 0;
+  std::int64_t largest = 0;
+  for (const auto& [rows, cols] : param_dims(s, group)) largest = std::max(largest, padded_rows(s, rows) * cols);
+  return largest * grad_e;
 }
 
 std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e) {

@@ -45,6 +45,13 @@ std::int64_t reduce_scatter_input_bytes(const StepShapes& s, int group, std::int
 // and holds every such copy until the cat into the input; CUDA's _chunk_cat_out_cuda
 // (aten/src/ATen/native/cuda/TensorShape.cu) writes contiguous gradients without them.
 std::int64_t reduce_copy_in_padding_bytes(const StepShapes& s, int group, std::int64_t grad_e);
+// On the CPU only, where the gradients' dtype is not reduce_dtype (torchtitan's bf16 gradients
+// into its fp32 reduce): cat_out_cpu (aten/src/ATen/native/TensorShape.cpp) copies each
+// (padded) gradient into its slice of the input through a temporary of the gradient's own
+// size and dtype, one gradient at a time (a profile of torch._chunk_cat: bf16 [576, 24] and
+// [24] into fp32 allocate 27,648 B, then 48 B, each freed before the next). The largest of the
+// group's, `grad_e` bytes an element; 0 where the dtypes agree.
+std::int64_t reduce_copy_in_cast_bytes(const StepShapes& s, int group, std::int64_t grad_e, std::int64_t reduce_e);
 // Its output [shard] in reduce_dtype; below fp32, _to_dtype_if_needed casts it to a new fp32
 // [shard] and the reduced one dies as foreach_reduce returns.
 std::int64_t reduce_scatter_output_bytes(const StepShapes& s, int group, std::int64_t reduce_e);

@@ -224,6 +224,10 @@ CP_CASES = [
     (3, 3, "bf16", (128, 2, 8, 2, 96, 32, 384, 1, "none")),
     # One head: the ring's output transposed is contiguous already, and wo reads it uncopied.
     (2, 2, "bf16", (64, 3, 1, 1, 320, 16, 192, 1, "none")),
+    # A wide output over a narrow model (a drawn shape, 2.5% under before): the peak is the
+    # output group's reduce, where the CPU's cat casts each bf16 gradient into the fp32 input
+    # through a temporary (footprint/fsdp2.h, reduce_copy_in_cast_bytes).
+    (4, 2, "bf16", (24, 4, 3, 1, 576, 16, 20, 1, "selective:4")),
 ]
 
 

@@ -6,6 +6,8 @@
 // callback free the last of each).
 #include "planner/stacks/blocks/fsdp2.h"
 
+#include <algorithm>
+
 #include "planner/footprint/fsdp2.h"
 #include "planner/footprint/zero.h"
 
@@ -152,7 +154,12 @@ void Fsdp2::post_backward(int group) {
   }
   // The unsharded gradients are in param_dtype, the step's compute dtype.
   OpCost copy_in;
-  if (s.cpu) copy_in.workspace = summed(group, [&](int g) { return fsdp2::reduce_copy_in_padding_bytes(s, g, s.e); });
+  if (s.cpu) {
+    // The padded copies, all held until the cat, and beside them one cast temporary at a time.
+    std::int64_t cast = 0;
+    for (int g : members(group)) cast = std::max(cast, fsdp2::reduce_copy_in_cast_bytes(s, g, s.e, reduce_e_));
+    copy_in.workspace = summed(group, [&](int g) { return fsdp2::reduce_copy_in_padding_bytes(s, g, s.e); }) + cast;
+  }
   sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, grads, {input}, copy_in);
   // Below fp32 the reduce writes a [shard] in reduce_dtype, cast to the fp32 shard kept.
   const bool cast = reduce_e_ != 4;
