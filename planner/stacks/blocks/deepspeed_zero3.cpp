@@ -17,6 +17,7 @@
 #include "planner/footprint/embedding.h"
 #include "planner/footprint/optimizer.h"
 #include "planner/footprint/zero.h"
+#include "planner/stacks/blocks/hf_model.h"
 
 namespace longctx::step::blocks {
 
@@ -156,11 +157,7 @@ void deepspeed_embedding_backward(HfStep& sb, TensorId d_x) {
     // ZeRO's post-accumulate hook sees their sum, once (TiedSum).
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
-    TensorId sum = sb.outer.tied_grad;
-    if (sb.tied_sum == TiedSum::New) sum = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense},
-                sum == sb.outer.tied_grad ? Ids{} : Ids{sum});
-    grad_ready(sb, sum, s.V * s.h);
+    grad_ready(sb, join_tied_grad(sb, dense), s.V * s.h);
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);

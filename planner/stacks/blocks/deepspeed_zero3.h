@@ -45,8 +45,8 @@ class DeepSpeedGradients final : public GradientHook {
 };
 
 // EmbeddingBackward0 under ZeRO-3, the module's table gathered for it (its pre-backward hook):
-// the dense [V, h] e gradient, to the hook; or, tied, summed with lm_head's gradient
-// (outer.tied_grad) as HfStep::tied_sum says, the sum then reaching the hook.
+// the dense [V, h] e gradient, to the hook; or, tied, joined to lm_head's gradient
+// (join_tied_grad), the sum then reaching the hook.
 void deepspeed_embedding_backward(HfStep& sb, TensorId d_x);
 
 // stage3.py step(): the CPU Adam step on the host (offloaded) or fused Adam on the device,

@@ -156,9 +156,11 @@ void Fsdp2::post_backward(int group) {
   OpCost copy_in;
   if (s.cpu) {
     // The padded copies, all held until the cat, and beside them one cast temporary at a time.
-    std::int64_t cast = 0;
-    for (int g : members(group)) cast = std::max(cast, fsdp2::reduce_copy_in_cast_bytes(s, g, s.e, reduce_e_));
-    copy_in.workspace = summed(group, [&](int g) { return fsdp2::reduce_copy_in_padding_bytes(s, g, s.e); }) + cast;
+    std::int64_t cast_temporary = 0;
+    for (int g : members(group))
+      cast_temporary = std::max(cast_temporary, fsdp2::reduce_copy_in_cast_bytes(s, g, s.e, reduce_e_));
+    copy_in.workspace =
+        summed(group, [&](int g) { return fsdp2::reduce_copy_in_padding_bytes(s, g, s.e); }) + cast_temporary;
   }
   sb.graph.op(sb.group_name(group, "fsdp.reduce_copy_in"), Phase::Backward, layer, grads, {input}, copy_in);
   // Below fp32 the reduce writes a [shard] in reduce_dtype, cast to the fp32 shard kept.

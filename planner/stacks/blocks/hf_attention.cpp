@@ -157,8 +157,7 @@ void eager_forward(HfStep& sb, int l, HfLayerActs& a, Phase phase, bool rc, bool
       one_head ? a.o : sb.graph.tensor(layer_name(l, "attn.pv", rc), s.n * s.H * s.d * s.e, kTr);  // [b, H, S, d] e
   sb.graph.op(layer_name(l, "attn.pv", rc), phase, l, {a.probs, a.v_mm}, {pv}, {.flops = flops});
   // eager_attention_forward's locals hold the repeated k, v until it returns.
-  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, one_head ? Ids{a.k_rep, a.v_rep} : Ids{pv, a.k_rep, a.v_rep},
-              one_head ? Ids{} : Ids{a.o});
+  sb.graph.op(layer_name(l, "attn.out.contiguous", rc), phase, l, {pv, a.k_rep, a.v_rep}, one_head ? Ids{} : Ids{a.o});
 }
 
 // sdpa's (and flash_attention_2's) backward: dq, and dk, dv over the kv heads (the query

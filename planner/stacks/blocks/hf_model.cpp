@@ -29,21 +29,23 @@ void embedding_backward(HfStep& sb, TensorId d_x) {
   if (sb.outer.tied_grad >= 0) {
     const TensorId dense = sb.graph.tensor(Name{Name::kEmbed, "grad.dense"}, s.V * s.h * s.e, kTr);
     sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {dense}, cost);
-    if (sb.tied_sum == TiedSum::InPlace) {
-      sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {});
-      grad_ready(sb, sb.outer.tied_grad, s.V * s.h);
-      return;
-    }
-    const TensorId sum = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
-    sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(sum);
-    sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {sb.outer.tied_grad, dense}, {sum});
-    sb.outer.tied_grad = -1;
-    grad_ready(sb, sum, s.V * s.h);
+    grad_ready(sb, join_tied_grad(sb, dense), s.V * s.h);
     return;
   }
   const TensorId g = sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
   sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(g);
   sb.graph.op(Name{Name::kEmbed, "backward"}, kB, -1, reads, {g}, cost);
+}
+
+TensorId join_tied_grad(HfStep& sb, TensorId dense) {
+  const StepShapes& s = sb.shapes;
+  const TensorId first = sb.outer.tied_grad;
+  const TensorId grad = sb.tied_sum == TiedSum::InPlace
+                            ? first
+                            : sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
+  sb.graph.op(Name{Name::kEmbed, "grad.accumulate"}, kB, -1, {first, dense}, grad == first ? Ids{} : Ids{grad});
+  sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(grad);
+  return grad;
 }
 
 NormActs final_norm_forward(HfStep& sb, TensorId final_x) {

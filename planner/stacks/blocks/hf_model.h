@@ -14,10 +14,12 @@ namespace longctx::step::blocks {
 // model.batch.
 void load_batch(HfStep& sb);
 // EmbeddingBackward0 from layer 0's input gradient: the dense [V, h] e gradient, kept as the
-// table's .grad, or (tied) added to lm_head's gradient left in outer.tied_grad as
-// sb.tied_sum says: in place, or into a new [V, h] e sum that becomes the table's .grad,
-// outer.tied_grad then cleared.
+// table's .grad, or (tied) joined to lm_head's (join_tied_grad).
 void embedding_backward(HfStep& sb, TensorId d_x);
+// A tied table's AccumulateGrad input buffer: the embedding's dense [V, h] e gradient joins
+// lm_head's left in outer.tied_grad as sb.tied_sum says, added in place or summed into a new
+// [V, h] e tensor. Returns the table's .grad (in sb.grads), for the stack's hook to take.
+TensorId join_tied_grad(HfStep& sb, TensorId dense);
 
 // The model's final norm over the last layer's output (outer.final_x, outer.xf), where
 // LlamaModel.forward returns and its position tensors, mask and locals go.

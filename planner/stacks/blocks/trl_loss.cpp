@@ -62,8 +62,8 @@ struct ChunkSums {
   TensorId hidden = -1;
 };
 
-// The weight's gradient as the parameter's .grad takes it: lm_head's, or tied the table's
-// once the embedding's joins it.
+// The weight's gradient as the parameter's .grad takes it: lm_head's (in sb.grads), or tied
+// the table's once the embedding's joins it (join_tied_grad puts it in sb.grads).
 TensorId weight_grad_tensor(HfStep& sb) {
   const StepShapes& s = sb.shapes;
   if (s.tied) return sb.graph.tensor(Name{Name::kEmbed, "grad"}, s.V * s.h * s.e, Category::Grads);
@@ -185,7 +185,6 @@ TensorId trl_loss_backward(HfStep& sb, const NormActs& f, const TrlLossActs& t) 
   if (s.tied) {
     o.tied_grad = sums.weight;
     sb.tied_sum = sums.weight_is_view ? TiedSum::New : TiedSum::InPlace;
-    if (!sums.weight_is_view) sb.grads[static_cast<std::size_t>(embed_group(s))].push_back(sums.weight);
   }
   // IndexBackward0: zeros [N, h] e with the rows put back through `order`; then the shift's
   // SliceBackward0 pads them to the final norm's output, [b, S, h] e.
