@@ -13,6 +13,7 @@
 #include "planner/stacks/arctic/tiles.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/stacks/step_builder.h"
+#include "graph_names.h"
 
 namespace longctx {
 namespace {
@@ -153,16 +154,12 @@ TEST(ArcticStack, ATiedTablesGradientWaitsForTheEmbeddingsAndReachesTheHookOnce)
   const Plan p = answer_plan(r).value().recorded;
   ASSERT_TRUE(p.model.tie_embeddings);
   const StepGraph g = build_step(step_inputs(p));
-  int table_grads = 0, head_grads = 0, accumulate = -1, flce = -1;
+  int table_grads = 0, head_grads = 0;
   for (const auto& t : g.tensors()) {
     table_grads += format(t.name) == "embed.grad";
     head_grads += format(t.name) == "head.grad.output";
   }
-  for (int i = 0; i < static_cast<int>(g.ops().size()); ++i) {
-    const std::string name = format(g.ops()[static_cast<std::size_t>(i)].name);
-    if (name == "embed.grad.accumulate") accumulate = i;
-    if (name == "loss.flce") flce = i;
-  }
+  const int accumulate = testing::op_index(g, "embed.grad.accumulate"), flce = testing::op_index(g, "loss.flce");
   EXPECT_EQ(table_grads, 1);
   EXPECT_EQ(head_grads, 0);
   ASSERT_GE(accumulate, 0);

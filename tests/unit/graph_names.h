@@ -14,4 +14,11 @@ inline std::map<std::string, std::int64_t> tensor_bytes(const StepGraph& g) {
   return out;
 }
 
+// The index of the first op named `name`, or -1.
+inline int op_index(const StepGraph& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.ops().size(); ++i)
+    if (format(g.ops()[i].name) == name) return static_cast<int>(i);
+  return -1;
+}
+
 }  // namespace longctx::testing

@@ -37,6 +37,7 @@ PlanRequest hf_request(const std::string& model, std::int64_t gpus, int ring, co
   return r;
 }
 
+using testing::op_index;
 using testing::tensor_bytes;
 
 // set_mixed_precision("bf16"): reduce_dtype bf16, so the reduce-scatter input is [world *
@@ -74,13 +75,6 @@ TEST(HfDistributed, ContextParallelKeepsTheBatchStorageAndLossesTheRanksRows) {
   bool ring = false;
   for (const auto& o : g.ops()) ring = ring || format(o.name) == "layer.0.attn.ring";
   EXPECT_TRUE(ring);
-}
-
-// The index of the first op named `name`, or -1.
-int op_index(const StepGraph& g, const std::string& name) {
-  for (std::size_t i = 0; i < g.ops().size(); ++i)
-    if (format(g.ops()[i].name) == name) return static_cast<int>(i);
-  return -1;
 }
 
 // The name of the last op reading the first tensor named `name`.
