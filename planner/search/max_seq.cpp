@@ -48,19 +48,13 @@ OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_input
 
 std::int64_t most(const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
 
-// Whether the totals fit the plan's budgets, device memory as allocated: a necessary
-// condition (reserved memory is never less), cheap enough for the bounds.
-bool fits(const Plan& p, const OpTotals& t) {
-  return fits_as_allocated(p, most(t.device_during), most(t.host_during) * p.cluster.shape.gpus_per_node);
-}
-
 // How a plan stands as the device sees it: as allocated, then on CUDA as the caching allocator
 // reserves it (memory_model.h, device_fits). What every answer is confirmed with.
 enum class Fit { Fits, OverAsReserved, OverAsAllocated };
 Fit reserved_fit(const Plan& p) {
   const StepGraph g = build_step(step_inputs(p));
   const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
-  if (!fits(p, t)) return Fit::OverAsAllocated;
+  if (!fits_as_allocated(p, t)) return Fit::OverAsAllocated;
   const auto peak = std::max_element(t.device_during.begin(), t.device_during.end());
   return device_fits(p, g, *peak, static_cast<int>(peak - t.device_during.begin())) ? Fit::Fits : Fit::OverAsReserved;
 }
@@ -217,9 +211,9 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   const StandingBytes states = states_bytes(probe);
   if (!fits_as_allocated(probe, states)) return out(over_device_budget(probe, states.device));
   const OpTotals prefix = simulate_totals(build_step(step_inputs(probe, StepExtent::Prefix)), probe.cluster.hardware.backend);
-  if (!fits(probe, prefix)) return out(over_device_budget(probe, most(prefix.device_during)));
+  if (!fits_as_allocated(probe, prefix)) return out(over_device_budget(probe, most(prefix.device_during)));
   const OpTotals t = totals_of(probe);
-  if (!fits(probe, t)) return out(over_device_budget(probe, most(t.device_during)));
+  if (!fits_as_allocated(probe, t)) return out(over_device_budget(probe, most(t.device_during)));
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
   return b;
 }
@@ -282,7 +276,7 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
   const std::int64_t grid = m.grid;
   auto fits_at = [&](std::int64_t seq) {
     const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
-    return valid(at) && fits(at, totals_of(at));
+    return valid(at) && fits_as_allocated(at, totals_of(at));
   };
   const std::int64_t cap = (std::int64_t{1} << 40) / grid;
   // Usually the bound itself fits; else the largest fitting grid step below it, by
@@ -380,7 +374,7 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
     const std::int64_t u = sequence_multiple(m.coarse.parallel);  // the padding step
     auto fits_at = [&](std::int64_t seq) {
       const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
-      return valid(at) && fits(at, totals_of(at));
+      return valid(at) && fits_as_allocated(at, totals_of(at));
     };
     std::int64_t lo = 0, hi = m.grid / u;  // top.tokens + lo*u fits; + hi*u does not (the grid's answer)
     while (hi - lo > 1) {

@@ -112,11 +112,7 @@ StandingBytes states_bytes(const Plan& p) {
 }
 
 bool prefix_over_as_allocated(const Plan& p) {
-  const OpTotals t = simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend);
-  if (t.device_during.empty()) return false;
-  const std::int64_t device = *std::max_element(t.device_during.begin(), t.device_during.end());
-  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
-  return !fits_as_allocated(p, device, host * p.cluster.shape.gpus_per_node);
+  return !fits_as_allocated(p, simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend));
 }
 
 bool over_device_budget(const Plan& p, std::int64_t device_bytes) {
@@ -129,6 +125,17 @@ bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t ho
 
 bool fits_as_allocated(const Plan& p, const StandingBytes& s) {
   return fits_as_allocated(p, s.device, s.host * p.cluster.shape.gpus_per_node);
+}
+
+bool fits_as_allocated(const Plan& p, const OpTotals& t) {
+  if (t.device_during.empty()) return true;
+  const std::int64_t device = *std::max_element(t.device_during.begin(), t.device_during.end());
+  const std::int64_t host = *std::max_element(t.host_during.begin(), t.host_during.end());
+  return fits_as_allocated(p, device, host * p.cluster.shape.gpus_per_node);
+}
+
+bool fits_as_allocated(const Plan& p) {
+  return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
 }
 
 bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op) {

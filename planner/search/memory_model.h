@@ -69,6 +69,11 @@ AllocatorSettings allocator_settings(const Plan& p);
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node);
 // The same for bytes every op holds, host bytes per rank (standing_bytes).
 bool fits_as_allocated(const Plan& p, const StandingBytes& s);
+// The same for the most a step's ops hold (simulate_totals; host bytes per rank); true where
+// the step has no op.
+bool fits_as_allocated(const Plan& p, const OpTotals& t);
+// The same for an evaluated plan's own peaks (p.prediction).
+bool fits_as_allocated(const Plan& p);
 // Whether `device_bytes` as allocated and the context exceed the device's budget (the host's aside).
 bool over_device_budget(const Plan& p, std::int64_t device_bytes);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then

@@ -71,11 +71,6 @@ namespace {
 // tiles), the last bisected.
 static_assert(kFineKnobs == 3, "search_fine nests three fine rows: a head chunk, then two tile counts");
 
-// An evaluated plan's fit as allocated (memory_model.h): what the search prunes on.
-bool fits_as_allocated(const Plan& p) {
-  return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
-}
-
 // Staircase over (mlp tiles, loss tiles) at one chunk: for each MLP tile count, the fewest
 // loss tiles that fit as allocated (binary search: that is monotone in tiles), then from
 // there the first count that fits as reserved too. The allocated step can only fall as MLP

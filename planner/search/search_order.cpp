@@ -14,30 +14,28 @@ std::vector<KnobValue> knob_values(const Plan& p) {
   return v;
 }
 
+const Verdict* Evaluator::remembered(const Plan& p, const std::vector<KnobValue>& key) const {
+  const auto it = verdicts_.find(key);
+  const bool hit = it != verdicts_.end() && it->second.parallel == p.parallel && it->second.micro_batch == p.train.micro_batch;
+  return hit ? &it->second.verdict : nullptr;
+}
+
 Verdict Evaluator::verdict(const Plan& p) {
   std::vector<KnobValue> key = knob_values(p);
-  const auto it = verdicts_.find(key);
-  if (it != verdicts_.end() && it->second.parallel == p.parallel && it->second.micro_batch == p.train.micro_batch)
-    return it->second.verdict;
+  if (const Verdict* known = remembered(p, key)) return *known;
   const Verdict v = predict_verdict(p);
   verdicts_.insert_or_assign(std::move(key), Remembered{p.parallel, p.train.micro_batch, v});
   return v;
 }
 
-bool Evaluator::remembered(const Plan& p) const {
-  const auto it = verdicts_.find(knob_values(p));
-  return it != verdicts_.end() && it->second.parallel == p.parallel && it->second.micro_batch == p.train.micro_batch;
-}
-
 bool Evaluator::fits_as_allocated_when_run(const Plan& p) {
-  if (judge_by_dominance && !remembered(p) && prefix_over_as_allocated(p)) {
+  if (judge_by_dominance && remembered(p, knob_values(p)) == nullptr && prefix_over_as_allocated(p)) {
     // As run() counts a plan over the budget as allocated, whose verdict stops short.
     ++evaluated;
     last_exact = false;
     return false;
   }
-  const Plan r = run(p);
-  return fits_as_allocated(r, r.prediction.peak_device_bytes, r.prediction.peak_host_bytes);
+  return fits_as_allocated(run(p));
 }
 
 Plan Evaluator::run(Plan p) {

@@ -63,7 +63,8 @@ class Evaluator {
   };
   void track_infeasible(const Plan& p, bool exact);
   Verdict verdict(const Plan& p);
-  bool remembered(const Plan& p) const;
+  // p's verdict where a plan of its knobs (`key`: knob_values(p)) and choice was evaluated, or null.
+  const Verdict* remembered(const Plan& p, const std::vector<KnobValue>& key) const;
 
   // Each plan's verdict by its knobs, with the plan's choice to check a hit against: a plan
   // evaluated again (a group searched again in order, a chunk's fastest plan that is its
