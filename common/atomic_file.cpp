@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <filesystem>
 #include <cstring>
 #include <utility>
 
@@ -172,6 +173,36 @@ Result<bool> AtomicFile::commit() {
   tmp_.clear();
   if (!sync_dir(folder_of(target_)))
     return Error{ErrorKind::Internal, field_, fmt::format("cannot flush the folder of '{}': {}", path_, std::strerror(errno))};
+  return true;
+}
+
+namespace {
+
+// Whether two paths name one file: the same file where both exist (links followed), else the
+// same absolute path once resolved as far as it exists.
+bool same_file(const std::string& a, const std::string& b) {
+  std::error_code ec;
+  if (std::filesystem::exists(a, ec) && std::filesystem::exists(b, ec))
+    return std::filesystem::equivalent(a, b, ec) && !ec;
+  const auto ca = std::filesystem::weakly_canonical(std::filesystem::absolute(a, ec), ec);
+  const auto cb = std::filesystem::weakly_canonical(std::filesystem::absolute(b, ec), ec);
+  return !ec && ca == cb;
+}
+
+}  // namespace
+
+Result<bool> check_distinct_output(const std::string& path, const std::string& field,
+                                   const std::vector<NamedPath>& others) {
+  if (path.empty() || standard_stream(path) >= 0) return true;
+  for (const NamedPath& other : others) {
+    std::error_code ec;
+    if (other.path.empty() || standard_stream(other.path) >= 0) continue;
+    if (!other.output && !std::filesystem::exists(other.path, ec)) continue;  // not read from a file
+    if (!same_file(path, other.path)) continue;
+    return Error::bad_input(field, fmt::format("'{}' names the same file as {} ('{}'): writing it would replace that "
+                                               "file; give {} another path",
+                                               path, other.field, other.path, field));
+  }
   return true;
 }
 

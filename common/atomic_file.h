@@ -15,6 +15,7 @@
 #include <functional>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "common/result.h"
 
@@ -66,6 +67,19 @@ Result<bool> write_file_atomically(const std::string& path, const std::string& f
 
 // The same for contents already in memory.
 Result<bool> write_text_atomically(const std::string& path, const std::string& field, std::string_view text);
+
+// A path the command writes (`path`, given as option `field`) beside the paths it reads and
+// its other outputs (`others`: each a path and its option): BadInput naming `field` where it
+// names the same file as one of them, which the write would replace (an SVG over the plan file
+// it draws) or which one of the two writes would lose. An input counts only where it exists;
+// the standard streams (/dev/stdout, /dev/stderr) may be named by several outputs.
+struct NamedPath {
+  std::string path;
+  std::string field;
+  bool output = false;  // another output: counts whether or not it exists yet
+};
+Result<bool> check_distinct_output(const std::string& path, const std::string& field,
+                                   const std::vector<NamedPath>& others);
 
 // write(2) until all n bytes are written; false on an error other than EINTR.
 bool write_all(int fd, const void* data, std::size_t n);

@@ -3,23 +3,50 @@
 // message, then the fix for the kinds of mistake whose message does not say it, and exit 2.
 #include <csignal>
 #include <cstdio>
+#include <cstring>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "planner/io/quoted_text.h"
 
 namespace longctx::cli {
+
+// CLI11's message in longctx's words where CLI11's own misleads: a repeated option, arguments
+// the command does not take (CLI11 lists them last first), a number out of its type's range.
+inline std::string parse_error_message(const CLI::ParseError& e) {
+  const std::string what = e.what();
+  if (const auto at = what.find(": At Most 1 required but received "); at != std::string::npos)
+    return fmt::format("{}: given {} times; give it once", what.substr(0, at),
+                       what.substr(at + std::strlen(": At Most 1 required but received ")));
+  if (const std::string head = "The following arguments were not expected: "; what.rfind(head, 0) == 0) {
+    std::vector<std::string> words;
+    std::istringstream in(what.substr(head.size()));
+    for (std::string w; in >> w;) words.insert(words.begin(), w);
+    return fmt::format("this command takes no {}: {}", words.size() == 1 ? "such argument" : "such arguments",
+                       fmt::join(words, " "));
+  }
+  if (const std::string head = "Could not convert: "; what.rfind(head, 0) == 0) {
+    const std::string rest = what.substr(head.size());
+    if (const auto eq = rest.find(" = "); eq != std::string::npos)
+      return fmt::format("{}: '{}' is not a whole number in the option's range", rest.substr(0, eq), rest.substr(eq + 3));
+  }
+  return what;
+}
 
 // Exit status for a parse error (0 for --help, 2 otherwise), after printing it and a fix.
 // Printed as every error is: "longctx: error: " and the message (values in it escaped for the
 // terminal), then the fix.
 inline int report_parse_error(CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);  // --help
-  std::fprintf(stderr, "longctx: error: %s\n", terminal_text(e.what()).c_str());
+  std::fprintf(stderr, "longctx: error: %s\n", terminal_text(parse_error_message(e)).c_str());
   if (dynamic_cast<const CLI::ConversionError*>(&e))
-    std::fputs("fix: write the value as a plain number in range (--steps 10, --seed 42); sizes take a unit: tokens K "
-               "or M (128K), bytes KiB, MiB, GiB or TiB (80GiB)\n",
+    std::fputs("fix: write the value as a plain number in range (see --help); sizes take a unit: tokens K or M (128K), "
+               "bytes KiB, MiB, GiB or TiB (80GiB)\n",
                stderr);
   else if (dynamic_cast<const CLI::ValidationError*>(&e))
     std::fputs("fix: give the value the option's help asks for (see --help)\n", stderr);

@@ -57,6 +57,8 @@ std::string overlay_svg(const std::vector<PhaseComparison>& rows, const std::str
 }
 
 int run_compare(const CompareOptions& o) {
+  if (auto apart = check_distinct_output(o.svg, "--svg", {{o.plan_file, "--plan"}, {o.trace_file, "--trace"}}); !apart)
+    return report(apart.error());
   auto plan = read_plan_file(o.plan_file);
   if (!plan) return report(plan.error());
   auto trace = read_trace_file(o.trace_file);

@@ -32,6 +32,9 @@ struct Output {
 };
 
 Result<std::vector<Output>> open_outputs(const ExplainOptions& o, const Evaluation& e) {
+  LONGCTX_TRY(auto svg_apart, check_distinct_output(o.svg, "--svg", {{o.plan_file, "the plan file"}, {o.html, "--html", true}}));
+  LONGCTX_TRY(auto html_apart, check_distinct_output(o.html, "--html", {{o.plan_file, "the plan file"}}));
+  (void)svg_apart, (void)html_apart;
   std::vector<Output> out;
   if (!o.svg.empty()) {
     LONGCTX_TRY(auto svg, AtomicFile::open(o.svg, "--svg"));

@@ -13,7 +13,9 @@
 #include "cli/common/commands.h"
 #include "common/atomic_file.h"
 #include "common/atomic_folder.h"
+#include "planner/core/units.h"
 #include "planner/io/export.h"
+#include "planner/search/memory_model.h"
 #include "planner/stacks/launch_script.h"
 #include "planner/stacks/profile.h"
 
@@ -80,6 +82,12 @@ int run_export(const ExportOptions& o) {
   auto exported = export_plan(*plan, *stack);
   if (!exported) return report(exported.error());
   for (const auto& line : exported->approximations) fmt::print(stderr, "approximation: {}\n", line);
+  // A plan that does not fit (`plan --no-search` writes one) exports as asked: its run is the
+  // one the plan predicts, out of memory. Said once, on stderr.
+  if (const Prediction pr = evaluate(*plan).plan.prediction; !pr.feasible)
+    fmt::print(stderr, "note: the plan does not fit: {} binds ({} at the peak, budget {} per GPU); its run would run out "
+                       "of memory, so plan again for one that fits\n",
+               pr.binding, format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(plan->cluster.device_budget_bytes));
   if (!o.output.empty()) return write_files(*exported, o.output);
   const auto configs = configs_of(*exported);
   const bool one = configs.size() == 1;

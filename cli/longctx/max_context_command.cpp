@@ -2,6 +2,7 @@
 // files run the plan; with --stack all every stack's longest context beside longctx's own.
 #include <algorithm>
 #include <filesystem>
+#include <map>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -11,6 +12,8 @@
 #include "cli/longctx/cluster_options.h"
 #include "cli/longctx/plan_output.h"
 #include "cli/longctx/progress_line.h"
+#include "common/atomic_file.h"
+#include "common/atomic_folder.h"
 #include "planner/core/units.h"
 #include "planner/io/export.h"
 #include "planner/search/memory_model.h"
@@ -91,17 +94,39 @@ std::string stack_plan_path(const std::string& output, const std::string& stack)
   return p.replace_extension().string() + "." + stack + ext;
 }
 
-int write_outputs(const MaxContextOptions& o, const MaxContextResult& headline, const std::vector<StackAnswer>& others) {
-  if (o.output.empty()) return 0;
-  std::vector<std::string> written = {o.output};
-  if (auto w = write_answer_plan(headline, o.output); !w) return report(w.error());
+// The plan files -o asks for: -o's, and with --stack all each other stack's answer beside it.
+// Written as one set (common/atomic_folder.h): a name that cannot be written leaves every
+// file as it was. Checked before anything is printed.
+Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const MaxContextResult& headline,
+                                               const std::vector<StackAnswer>& others) {
+  if (o.output.empty()) return std::vector<std::string>{};
+  std::vector<NamedPath> inputs = {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}};
+  LONGCTX_TRY(auto apart, check_distinct_output(o.output, "-o", inputs));
+  (void)apart;
+  std::vector<std::string> paths = {o.output};
+  std::vector<const MaxContextResult*> answers = {&headline};
   for (std::size_t i = 1; i < others.size(); ++i) {
     if (!others[i].answer) continue;
-    written.push_back(stack_plan_path(o.output, others[i].stack));
-    if (auto w = write_answer_plan(*others[i].answer, written.back()); !w) return report(w.error());
+    paths.push_back(stack_plan_path(o.output, others[i].stack));
+    answers.push_back(&*others[i].answer);
+    LONGCTX_TRY(auto beside, check_distinct_output(paths.back(), "-o", inputs));
+    (void)beside;
   }
-  if (!o.cluster.json) fmt::print("\nwrote {}\n", fmt::join(written, ", "));
-  return 0;
+  if (paths.size() == 1) {
+    LONGCTX_TRY(auto w, write_answer_plan(headline, o.output));
+    (void)w;
+    return paths;
+  }
+  // Every name is -o's with the stack's word before the extension: one folder holds them all.
+  const std::filesystem::path first(o.output);
+  const std::string folder = first.has_parent_path() ? first.parent_path().string() : ".";
+  std::map<std::string, std::string> files;
+  for (std::size_t i = 0; i < paths.size(); ++i)
+    files[std::filesystem::path(paths[i]).filename().string()] =
+        plan_file_text(with_phase_predictions(evaluate(answers[i]->plan)));
+  LONGCTX_TRY(auto w, write_files_atomically(folder, "-o", files));
+  (void)w;
+  return paths;
 }
 
 int run_max_context(MaxContextOptions o) {
@@ -125,6 +150,9 @@ int run_max_context(MaxContextOptions o) {
   }
   if (!all.front().answer) return report(*all.front().refusal);
   const MaxContextResult& headline = *all.front().answer;
+  // The files first: a path that cannot be written fails the command before its answer prints.
+  auto written = write_outputs(o, headline, all);
+  if (!written) return report(written.error());
   if (o.cluster.json) {
     nlohmann::json j = max_context_answer_json(headline);
     if (every_stack) j["stacks"] = stack_answers_json(all);
@@ -132,8 +160,9 @@ int run_max_context(MaxContextOptions o) {
   } else {
     print_answer(headline);
     if (every_stack) print_stack_table(all, headline.plan);
+    if (!written->empty()) fmt::print("\nwrote {}\n", fmt::join(*written, ", "));
   }
-  return write_outputs(o, headline, all);
+  return 0;
 }
 
 }  // namespace

@@ -14,6 +14,7 @@
 #include "planner/core/units.h"
 #include "planner/io/export.h"
 #include "cli/longctx/plan_output.h"
+#include "common/atomic_file.h"
 #include "cli/longctx/progress_line.h"
 #include "planner/search/stack_answers.h"
 
@@ -66,6 +67,8 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
 int run_plan(const PlanOptions& o) {
   auto knobs = knobs_from(o.knobs);
   if (!knobs) return report(knobs.error());
+  if (auto apart = check_distinct_output(o.output, "-o", {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}}); !apart)
+    return report(apart.error());
   auto answer = [&] {
     ProgressLine progress(fmt::format("plan: {} at {} tokens on {} x {}", o.cluster.model, o.seq, o.cluster.gpus,
                                       o.cluster.gpu));

@@ -142,6 +142,13 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(h.host_flops, rate("host_flops"));
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
+    // What the CUDA context keeps is part of the device's memory: at its size or above, no
+    // tensor would ever fit, and every query would answer "no plan fits".
+    if (h.context_bytes >= h.device_memory_bytes)
+      return Error::bad_input(p + ".context_bytes",
+                              fmt::format("{} is not below device_memory_bytes ({}); give the context's real size "
+                                          "(`longctx calibrate` measures it)",
+                                          h.context_bytes, h.device_memory_bytes));
   }
   if (j.contains("nccl_base_bytes")) {
     LONGCTX_TRY(h.nccl_base_bytes, get_int(j, p, "nccl_base_bytes", 0, limits::kMaxBytes));

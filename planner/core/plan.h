@@ -76,5 +76,6 @@ nlohmann::json plan_to_json(const Plan& p);
 Result<Plan> plan_from_json(const nlohmann::json& j);
 Result<Plan> read_plan_file(const std::string& path);
 Result<bool> write_plan_file(const Plan& p, const std::string& path);  // write, then rename
+std::string plan_file_text(const Plan& p);                             // what write_plan_file writes
 
 }  // namespace longctx

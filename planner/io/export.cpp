@@ -26,6 +26,13 @@ Result<StackExporter> parse_stack(const std::string& text, const std::string& fi
 }
 
 Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
+  // A stack that runs on CUDA GPUs only (ArcticTraining: DeepSpeed and flash attention) is not
+  // exported for a plan of the CPU virtual device, as `plan --stack` refuses one.
+  for (const StackProfile* s : stack_profiles())
+    if (std::strcmp(s->exporter->word, to.word) == 0 && s->cuda_only && p.cluster.hardware.backend != Backend::Cuda)
+      return Error::bad_input("--stack", fmt::format("--stack {} {}, and the plan is for {}; plan again with a GPU "
+                                                     "preset (--gpu h100-80gb)",
+                                                     to.word, s->cuda_only, p.cluster.hardware.name));
   // A plan made for a stack predicts that stack's step: its own files are the ones to run,
   // another stack's would run a step it did not predict.
   const StackProfile& made_for = stack_profile(p.train.stack.kind);

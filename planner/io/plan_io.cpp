@@ -279,8 +279,10 @@ Result<Plan> read_plan_file(const std::string& path) {
   return plan_from_text(text, path);
 }
 
+std::string plan_file_text(const Plan& p) { return plan_to_json(p).dump(2) + "\n"; }
+
 Result<bool> write_plan_file(const Plan& p, const std::string& path) {
-  return write_text_atomically(path, "-o", plan_to_json(p).dump(2) + "\n");
+  return write_text_atomically(path, "-o", plan_file_text(p));
 }
 
 }  // namespace longctx

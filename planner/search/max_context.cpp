@@ -1,5 +1,6 @@
 // `longctx max-context`: the ladder of techniques, the longest length and its fastest plan.
 #include <algorithm>
+#include <cstring>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -225,7 +226,16 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
     Plan p = base;
     p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
     auto b = best_plan(p, allowed);
-    if (!b) return b.error();  // names the smallest peak and what dominates it
+    if (!b) {
+      // It names the smallest peak and what dominates it; max-context has no --seq to shorten.
+      Error e = b.error();
+      if (const auto at = e.message.find(kNoFitAdvice); at != std::string::npos)
+        e.message.replace(at, std::strlen(kNoFitAdvice),
+                          fmt::format("even at {} tokens, the shortest max-context tries: allow more techniques or more "
+                                      "GPUs, or give a larger --budget",
+                                      p.train.seq));
+      return e;
+    }
     return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
   }
   const std::optional<Plan> fastest = fastest_at(base, allowed, top);

@@ -56,9 +56,9 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::s
                              also)};
   return Error{ErrorKind::NoFit, "--budget",
                fmt::format("no plan fits: the smallest peak is {} ({} allocated at op {}; {} dominates: {}), budget {}; "
-                           "allow more techniques, more GPUs, or a shorter --seq{}",
+                           "{}{}",
                            format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_device_bytes), pr.peak_at,
-                           dominant, format_bytes(most), format_bytes(base.cluster.device_budget_bytes), also)};
+                           dominant, format_bytes(most), format_bytes(base.cluster.device_budget_bytes), kNoFitAdvice, also)};
 }
 
 }  // namespace

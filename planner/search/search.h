@@ -34,7 +34,8 @@ struct SearchResult {
 
 // REQUIRES: base holds the model, the cluster and train.seq. A fixed knob that breaks a rule,
 // or that needs a technique outside `allowed`, is BadInput. When no plan fits, NoFit names
-// the smallest peak found, where it happens and what dominates it.
+// the smallest peak found, where it happens and what dominates it, then kNoFitAdvice.
+inline constexpr const char* kNoFitAdvice = "allow more techniques, more GPUs, or a shorter --seq";
 Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
 
 struct LadderRung {

@@ -266,6 +266,79 @@ TEST_F(Outputs, ExplainHtmlIsCheckedFirstAndWrittenWhole) {
   EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "report.html"}));
 }
 
+// max-context -o with --stack all writes every stack's plan file beside -o's as one set: a
+// name that cannot be written (here a folder) fails the command before its answer prints and
+// leaves every file as it was; a good set replaces them all.
+TEST_F(Outputs, MaxContextWritesItsPlanFilesAsOneSet) {
+  std::ofstream(path("p.json")) << "old";
+  std::ofstream(path("p.hf.json")) << "old hf";
+  std::filesystem::create_directory(path("p.torchtitan.json"));
+  const std::string cmd = "@L@ max-context --model tiny-gqa --gpus 2 --no-ladder --stack all -o " + path("p.json");
+  Output o = run_sh(cmd);
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("p.torchtitan.json"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("tokens"), std::string::npos) << "no answer before the refusal\n" << o.out;
+  EXPECT_EQ(names(), (std::vector<std::string>{"p.hf.json", "p.json", "p.torchtitan.json"}));
+  std::ifstream old(path("p.json"));
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(old)), std::istreambuf_iterator<char>()), "old");
+  std::filesystem::remove(path("p.torchtitan.json"));
+  o = run_sh(cmd);
+  ASSERT_EQ(o.status, 0) << o.out;
+  for (const char* name : {"p.json", "p.hf.json", "p.torchtitan.json"})
+    EXPECT_TRUE(read_plan_file(path(name)).ok()) << name;
+}
+
+// An output never replaces what the command reads, nor another of its outputs: refused naming
+// the output's option, exit 2, every file as it was.
+TEST_F(Outputs, AnOutputNeverReplacesAnInputOrAnotherOutput) {
+  const std::string plan = plan_file();
+  const std::string trace = trace_file(plan, "1000000");
+  const auto hardware = nlohmann::json::parse(*read_regular_file(plan, "plan"))["cluster"]["hardware"];
+  std::ofstream(path("gpu.json")) << hardware.dump();
+  const std::pair<std::string, std::string> cases[] = {
+      {"explain " + plan + " --svg " + plan, "--svg: "},
+      {"explain " + plan + " --html " + plan, "--html: "},
+      {"explain " + plan + " --svg " + path("t.svg") + " --html " + path("t.svg"), "--svg: "},
+      {"compare --plan " + plan + " --trace " + trace + " --svg " + trace, "--svg: "},
+      {"plan --model tiny-gqa --gpus 1 --seq 2K --gpu " + path("gpu.json") + " -o " + path("gpu.json"), "-o: "}};
+  for (const auto& [cmd, field] : cases) {
+    const Output o = run_sh("@L@ " + cmd);
+    EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find(field), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("names the same file as"), std::string::npos) << o.out;
+  }
+  EXPECT_EQ(names(), (std::vector<std::string>{"gpu.json", "plan.json", "trace.json"}));
+  EXPECT_TRUE(read_plan_file(plan).ok());
+  // The same name for two streams is no loss: /dev/stdout may take both.
+  EXPECT_EQ(run_sh("@L@ explain " + plan + " --svg /dev/stdout --html /dev/stdout >/dev/null").status, 0);
+}
+
+// export refuses a stack that cannot run the plan's hardware (ArcticTraining on the CPU virtual
+// device, as `plan --stack arctic --gpu cpu` does), and says so when the plan does not fit.
+TEST_F(Outputs, ExportSaysWhatTheStackCannotRun) {
+  const std::string plan = plan_file();  // the CPU virtual device
+  Output o = run_sh("@L@ export " + plan + " --stack arctic -o " + path("arctic.yaml"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("--stack arctic runs DeepSpeed and flash attention on CUDA GPUs"), std::string::npos) << o.out;
+  EXPECT_EQ(names(), (std::vector<std::string>{"plan.json"}));
+  o = run_sh("@L@ plan --model tiny-gqa --gpus 2 --seq 4K --budget 1 --no-search -o " + path("over.json"));
+  ASSERT_EQ(o.status, 3) << o.out;
+  o = run_sh("@L@ export " + path("over.json") + " --stack hf >/dev/null");
+  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_NE(o.out.find("note: the plan does not fit"), std::string::npos) << o.out;
+}
+
+// A hardware file whose CUDA context takes the whole device is bad input, not "no plan fits".
+TEST_F(Outputs, AContextAsLargeAsTheDeviceIsRefused) {
+  const std::string plan = plan_file();
+  auto hardware = nlohmann::json::parse(*read_regular_file(plan, "plan"))["cluster"]["hardware"];
+  hardware["context_bytes"] = hardware["device_memory_bytes"];
+  std::ofstream(path("gpu.json")) << hardware.dump();
+  const Output o = run_sh("@L@ plan --model tiny-gqa --gpus 1 --seq 2K --gpu " + path("gpu.json"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("cluster.hardware.context_bytes: "), std::string::npos) << o.out;
+}
+
 // A plan file's ladder, malformed, is refused naming the field (exit 2).
 TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
   const std::string plan = plan_file();
@@ -350,6 +423,30 @@ TEST(CliContract, ConversionErrorsSayTheFix) {
   const Output o = run_sh("@L@ plan --model tiny-gqa --gpus abc");
   EXPECT_EQ(o.status, 2) << o.out;
   EXPECT_NE(o.out.find("fix:"), std::string::npos) << o.out;
+}
+
+// The parser's own mistakes in longctx's words: a repeated option, arguments the command does
+// not take (in the order given), a number past its type's range; exit 2 each.
+TEST(CliContract, ParseErrorsNameTheOptionAndTheFix) {
+  const std::pair<std::string, std::string> cases[] = {
+      {"plan --model tiny-gqa --gpus 2 --gpus 4 --seq 4K", "--gpus: given 2 times; give it once"},
+      {"max-context --model tiny-gqa --seq 4K", "this command takes no such arguments: --seq 4K"},
+      {"explain plan.json --live 2147483648", "--live: '2147483648' is not a whole number in the option's range"}};
+  for (const auto& [cmd, message] : cases) {
+    const Output o = run_sh("@L@ " + cmd);
+    EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find(message), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("\nfix: "), std::string::npos) << o.out;
+  }
+}
+
+// max-context that finds nothing even at its shortest length says what to change among its
+// own options (it has no --seq).
+TEST(CliContract, MaxContextNoFitAdvisesItsOwnOptions) {
+  const Output o = run_sh("@L@ max-context --model tiny-gqa --gpus 1 --budget 1 --no-ladder");
+  EXPECT_EQ(o.status, 3) << o.out;
+  EXPECT_NE(o.out.find("the shortest max-context tries"), std::string::npos) << o.out;
+  EXPECT_EQ(o.out.find("--seq"), std::string::npos) << o.out;
 }
 
 }  // namespace

@@ -20,8 +20,9 @@
 namespace longctx {
 namespace {
 
+// On H100s: ArcticTraining's exporter refuses the CPU virtual device, as its stack does.
 Plan llama_plan() {
-  Plan p = testing::cpu_plan("llama-3.2-1b", 8, 65536);
+  Plan p = testing::gpu_plan("llama-3.2-1b", "h100-80gb", 8, 65536);
   p.train.dtype = DType::BF16;
   p.train.micro_batch = 2;
   return p;
@@ -264,6 +265,18 @@ TEST(Export, VerdictsSayWhichStacksExportAPlanAndWhyTheOthersRefuse) {
       << describe_exports(p);
   p.parallel.head_chunk = 1;  // no stack runs head-chunked attention
   EXPECT_EQ(describe_exports(p).rfind("none: not ", 0), 0u) << describe_exports(p);
+}
+
+// ArcticTraining runs DeepSpeed and flash attention on CUDA GPUs: a plan of the CPU virtual
+// device is not exported to it (`plan --stack arctic --gpu cpu` is refused alike); the others are.
+TEST(Export, ACudaOnlyStackRefusesAPlanOfTheCpu) {
+  Plan p = testing::cpu_plan("llama-3.2-1b", 8, 65536);
+  const auto r = export_plan(p, kArcticExporter);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "--stack");
+  EXPECT_NE(r.error().message.find("on CUDA GPUs"), std::string::npos) << r.error().message;
+  EXPECT_TRUE(export_plan(p, kDeepSpeedExporter).ok());
+  EXPECT_TRUE(export_plan(p, kHfExporter).ok());
 }
 
 TEST(Export, ParseStackNamesTheField) {
