@@ -108,8 +108,23 @@ int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
   return b;
 }
 
+void CachingAllocatorModel::note_whole_free(int b) {
+  block(b).whole_at = static_cast<int>(whole_free_.size());
+  whole_free_.push_back(b);
+}
+
+void CachingAllocatorModel::note_not_whole_free(int b) {
+  const int at = block(b).whole_at;
+  if (at < 0) return;
+  const int moved = whole_free_.back();
+  whole_free_[static_cast<std::size_t>(at)] = moved;
+  block(moved).whole_at = at;
+  whole_free_.pop_back();
+  block(b).whole_at = -1;
+}
+
 void CachingAllocatorModel::release_segment(int b) {
-  if (whole_free_segment(b)) --whole_free_segments_;
+  note_not_whole_free(b);
   const Block& k = block(b);
   pool(k.small).erase(k.size, k.address);
   reserved_ -= k.size;
@@ -146,7 +161,7 @@ int CachingAllocatorModel::new_segment(std::int64_t size, bool small) {
                           last_);
   next_address_ += seg;
   segment_sizes_.push_back(seg);
-  ++whole_free_segments_;
+  if (whole_free_segment(b)) note_whole_free(b);
   return b;
 }
 
@@ -206,13 +221,11 @@ void CachingAllocatorModel::unmap_pages(int b) {
 
 void CachingAllocatorModel::release_cached() {
   if (!settings_.expandable_segments) {
-    if (whole_free_segments_ == 0) return;  // nothing to release: no need to look
-    for (int b = first_; b >= 0;) {
-      const Block& k = block(b);
-      const int next = k.next;
-      if (k.free && k.size == segment_sizes_[static_cast<std::size_t>(k.segment)]) release_segment(b);
-      b = next;
-    }
+    // In address order, as the allocator walks its blocks (which blocks' slots are reused
+    // next follows it).
+    std::vector<int> whole = whole_free_;
+    std::sort(whole.begin(), whole.end(), [&](int a, int b) { return block(a).address < block(b).address; });
+    for (const int b : whole) release_segment(b);
     return;
   }
   // Rule 8: the whole pages inside each mapped free block are unmapped.
@@ -223,7 +236,7 @@ void CachingAllocatorModel::release_cached() {
 }
 
 void CachingAllocatorModel::take(int b, std::int64_t size, bool small) {
-  if (whole_free_segment(b)) --whole_free_segments_;
+  note_not_whole_free(b);
   const std::int64_t remaining = block(b).size - size;
   if (small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize) {
     const Block& k = block(b);
@@ -256,7 +269,7 @@ void CachingAllocatorModel::free(int handle) {
   k.handle = -1;
   allocated_ -= k.size;
   const int merged = merge(b);
-  if (whole_free_segment(merged)) ++whole_free_segments_;
+  if (whole_free_segment(merged)) note_whole_free(merged);
   insert_free(merged);
 }
 

@@ -143,6 +143,7 @@ class CachingAllocatorModel {
     bool small = false;
     bool free = true;
     bool mapped = true;  // expandable segments only: an unmapped range is never a pool's free block
+    int whole_at = -1;   // its place in whole_free_ while whole_free_segment() holds, else -1
   };
   FreeBlocks& pool(bool small) { return small ? small_free_ : large_free_; }
   Block& block(int b) { return blocks_[static_cast<std::size_t>(b)]; }
@@ -184,7 +185,11 @@ class CachingAllocatorModel {
   FreeBlocks small_free_, large_free_;
   std::vector<std::int64_t> segment_sizes_;
   int released_segments_ = 0;
-  int whole_free_segments_ = 0;  // blocks for which whole_free_segment() holds
+  // The blocks for which whole_free_segment() holds, in no order: what release_cached releases,
+  // found without walking every block (a replay past the capacity fails request after request).
+  std::vector<int> whole_free_;
+  void note_whole_free(int b);
+  void note_not_whole_free(int b);
   std::vector<int> live_;  // handle -> block, -1 once freed
   std::int64_t next_address_ = 0;
   int failures_ = 0;

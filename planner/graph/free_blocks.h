@@ -7,7 +7,10 @@
 // checkpointed) leaves thousands, where moving a whole array at every insertion made a replay
 // quadratic in the layers (a 629-layer plan: a quarter of its CPU time in memmove); so the
 // entries live in consecutive chunks of at most 2 * kChunk, and an insertion moves one chunk.
-// With up to 2 * kChunk entries there is one chunk: a sorted array, as before.
+// With up to 2 * kChunk entries there is one chunk: a sorted array, as before. (A plan far over
+// its budget, Llama-3.1-70B on 8 GPUs at 64M tokens, holds thousands in every replay: chunks of
+// 512 spent a quarter of its CPU time moving entries; of 128, 8% less time in all, where a
+// query of the usual sizes moves within the noise.)
 #include <algorithm>
 #include <cstdint>
 #include <vector>
@@ -77,7 +80,7 @@ class FreeBlocks {
   }
 
  private:
-  static constexpr std::size_t kChunk = 512;
+  static constexpr std::size_t kChunk = 128;
 
   static bool before(const Entry& a, const Entry& b) {
     return a.size != b.size ? a.size < b.size : a.address < b.address;
