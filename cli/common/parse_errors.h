@@ -3,9 +3,9 @@
 // message, then the fix for the kinds of mistake whose message does not say it, and exit 2.
 #include <csignal>
 #include <cstdio>
-#include <cstring>
 #include <sstream>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -20,9 +20,9 @@ namespace longctx::cli {
 // the command does not take (CLI11 lists them last first), a number out of its type's range.
 inline std::string parse_error_message(const CLI::ParseError& e) {
   const std::string what = e.what();
-  if (const auto at = what.find(": At Most 1 required but received "); at != std::string::npos)
-    return fmt::format("{}: given {} times; give it once", what.substr(0, at),
-                       what.substr(at + std::strlen(": At Most 1 required but received ")));
+  constexpr std::string_view repeated = ": At Most 1 required but received ";
+  if (const auto at = what.find(repeated); at != std::string::npos)
+    return fmt::format("{}: given {} times; give it once", what.substr(0, at), what.substr(at + repeated.size()));
   if (const std::string head = "The following arguments were not expected: "; what.rfind(head, 0) == 0) {
     std::vector<std::string> words;
     std::istringstream in(what.substr(head.size()));

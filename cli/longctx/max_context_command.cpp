@@ -83,9 +83,7 @@ void print_stack_table(const std::vector<StackAnswer>& all, const Plan& headline
 }
 
 // The plan file of an answer: as `plan -o` writes it (the prediction per phase included).
-Result<bool> write_answer_plan(const MaxContextResult& r, const std::string& path) {
-  return write_plan_file(with_phase_predictions(evaluate(r.plan)), path);
-}
+std::string answer_plan_text(const MaxContextResult& r) { return plan_file_text(with_phase_predictions(evaluate(r.plan))); }
 
 // --stack all's other stacks' plan files beside -o's: PLAN.json -> PLAN.<stack>.json.
 std::string stack_plan_path(const std::string& output, const std::string& stack) {
@@ -113,7 +111,7 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
     (void)beside;
   }
   if (paths.size() == 1) {
-    LONGCTX_TRY(auto w, write_answer_plan(headline, o.output));
+    LONGCTX_TRY(auto w, write_text_atomically(o.output, "-o", answer_plan_text(headline)));
     (void)w;
     return paths;
   }
@@ -122,8 +120,7 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
   const std::string folder = first.has_parent_path() ? first.parent_path().string() : ".";
   std::map<std::string, std::string> files;
   for (std::size_t i = 0; i < paths.size(); ++i)
-    files[std::filesystem::path(paths[i]).filename().string()] =
-        plan_file_text(with_phase_predictions(evaluate(answers[i]->plan)));
+    files[std::filesystem::path(paths[i]).filename().string()] = answer_plan_text(*answers[i]);
   LONGCTX_TRY(auto w, write_files_atomically(folder, "-o", files));
   (void)w;
   return paths;
