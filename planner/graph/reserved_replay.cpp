@@ -23,10 +23,10 @@ class Replayer {
            const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
       : writer_(graph), settings_(settings), options_(options), at_op_(at_op) {}
 
-  ReservedReplay run() {
+  ReservedReplay run(const StepGraph& graph) {
     std::size_t repeats_done = 0;
-    int end_op = options_.stop_at_failure && options_.allocated_peak_op >= 0 ? options_.allocated_peak_op + 1 : kAllOps;
-    for (; append(end_op); end_op = kAllOps) {
+    const std::vector<int> cuts = first_step_cuts(graph);
+    for (std::size_t stretch = 0; append(stretch < cuts.size() ? cuts[stretch] : kAllOps); ++stretch) {
       if (options_.skip_repeats)
         for (; repeats_done < script_.repeats.size(); ++repeats_done) {
           const Repeat& repeat = script_.repeats[repeats_done];
@@ -40,6 +40,28 @@ class Replayer {
 
  private:
   static constexpr int kAllOps = std::numeric_limits<int>::max();
+
+  // Where a replay that stops at its first failure cuts the first step's script, in order:
+  // after each of the first two layers of the backward (where the activations' gradients
+  // join the checkpoints, and most failed requests of the searches fall, whatever op the step
+  // peaks at as allocated), then after the allocated peak. The rest is written only if the
+  // replay gets there. A whole replay writes each step at once.
+  std::vector<int> first_step_cuts(const StepGraph& graph) const {
+    std::vector<int> cuts;
+    if (!options_.stop_at_failure) return cuts;
+    const auto& ops = graph.ops();
+    const int n = static_cast<int>(ops.size());
+    int i = 0;
+    while (i < n && !(ops[static_cast<std::size_t>(i)].phase == Phase::Backward && ops[static_cast<std::size_t>(i)].layer >= 0)) ++i;
+    for (int layers = 0; i < n && layers < 2; ++layers) {
+      const int layer = ops[static_cast<std::size_t>(i)].layer;
+      while (i < n && ops[static_cast<std::size_t>(i)].layer == layer) ++i;
+      if (i < n) cuts.push_back(i);
+    }
+    if (options_.allocated_peak_op >= 0 && (cuts.empty() || options_.allocated_peak_op + 1 > cuts.back()))
+      cuts.push_back(options_.allocated_peak_op + 1);
+    return cuts;
+  }
 
   // The items up to op `end_op` of the step being written (kAllOps: the rest of it), with a
   // model for every stream and a slot for every block they name; false when both steps are
@@ -209,7 +231,7 @@ namespace {
 
 ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
                               const std::function<void(const ReservedAtOp&)>* at_op) {
-  const ReservedReplay r = Replayer(graph, settings, options, at_op).run();
+  const ReservedReplay r = Replayer(graph, settings, options, at_op).run(graph);
   WorkCounts& counts = work_counts();
   ++counts.replays;
   counts.replayed_items += r.replayed_items;
