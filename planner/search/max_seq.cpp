@@ -218,14 +218,21 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   return b;
 }
 
+// What confirm() and down_to_reserved_fit() return, given a floor, where what they would
+// return otherwise is shorter than it: no answer reads a configuration's length under the
+// search's floor (max_seq says why), and most of its replays would be spent there.
+constexpr std::int64_t kUnderFloor = -1;
+
 // On CUDA, the longest length at most `seq`, in steps of `step` down from it (at most
 // `steps`), where the caching allocator finds every block within the budget; 0 if none.
+// `floor` > 0: kUnderFloor as soon as the answer is known to be shorter than `floor` (every
+// step a longer answer could be at is found not to fit), without the probes under it.
 // Fragmentation is not monotone in the length (a block freed at one length fits the next
 // request; at another it is split by a small one), so the steps gallop down (1, 2, 4, ...)
 // to a length that fits and then bisect back up between it and the last that did not: a
 // fitting length within a few grid steps of the longest, in a logarithmic number of replays.
 std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
-                                  std::int64_t steps) {
+                                  std::int64_t steps, std::int64_t floor = 0) {
   auto fits_at = [&](std::int64_t k) {
     const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
     if (!valid(at)) return false;
@@ -247,6 +254,10 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
     }
     return false;
   };
+  // The answer is seq - good * step with good > bad at every moment: once bad reaches the
+  // last step at or over the floor, the answer is under it.
+  if (floor > 0 && seq < floor) return kUnderFloor;
+  const std::int64_t last_over_floor = floor > 0 ? (seq - floor) / step : steps + 1;
   if (fits_at(0)) return seq;
   std::int64_t bad = 0, good = -1;
   for (std::int64_t k = 1; k <= steps; k = std::min(2 * k, steps)) {
@@ -255,6 +266,7 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
       break;
     }
     bad = k;
+    if (bad >= last_over_floor) return kUnderFloor;
     if (k == steps) break;
   }
   if (good < 0) return 0;
@@ -262,6 +274,7 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
     const std::int64_t mid = bad + (good - bad) / 2;
     if (fits_at(mid)) good = mid;
     else bad = mid;
+    if (bad >= last_over_floor) return kUnderFloor;
   }
   return seq - good * step;
 }
@@ -271,8 +284,9 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
 // bound: the flash kernel's per-thread block buffers grow with the length up to 768 tokens
 // and then stay constant, so every configuration is settled by simulation, upwards as well.
 // The length is found as allocated (monotone), then on CUDA walked down the grid to where
-// the reserved figure fits too.
-std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine) {
+// the reserved figure fits too. `floor` > 0: kUnderFloor as soon as the answer is known to be
+// shorter than it (the bisection's `hi` at or under it: the answer is below `hi`).
+std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine, std::int64_t floor) {
   const std::int64_t grid = m.grid;
   auto fits_at = [&](std::int64_t seq) {
     const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
@@ -298,13 +312,16 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
     hi = 1;
     while (hi <= cap && fits_at(hi * grid)) lo = hi, hi *= 2;
   }
+  auto under_floor = [&] { return floor > 0 && hi * grid <= floor; };
+  if (under_floor()) return kUnderFloor;
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     if (fits_at(mid * grid)) lo = mid;
     else hi = mid;
+    if (under_floor()) return kUnderFloor;
   }
   if (m.coarse.cluster.hardware.backend != Backend::Cuda || lo == 0) return lo * grid;
-  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1);
+  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1, floor);
 }
 
 }  // namespace
@@ -316,7 +333,14 @@ Knobs coarse_knobs(const Plan& coarse) {
   return k;
 }
 
-MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor) {
+namespace {
+
+// One pass over the configurations. `cut`: a configuration's confirmation stops where its
+// length is found under the floor (`under_floor` is then set, and its cache entry remembers the
+// floor and its unconfirmed bound); otherwise every configuration confirmed is confirmed to
+// its length, those cut before too.
+MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor, bool cut,
+                    bool& under_floor) {
   MaxSeq best;
   const std::int64_t tile = min_tile_tokens(base.model);
   // Whether every op's live bytes are affine in the length, which makes two simulations a
@@ -341,10 +365,20 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
       Bound& cached = cache[key];
       m.tokens = cached.tokens;
       m.binding = cached.binding;
-      if (!cached.confirmed && (m.tokens >= floor || !affine)) {  // >=: a bound at the floor (the cap) may be the answer
-        m.tokens = confirm(m, a, affine);
+      if (cut && cached.under > 0 && floor >= cached.under) {  // under this floor too
+        under_floor = true;
+        continue;
+      }
+      // >=: a bound at the floor (the cap) may be the answer
+      if (!cached.confirmed && (cached.under > 0 || m.tokens >= floor || !affine)) {
+        m.tokens = confirm(m, a, affine, cut ? floor : 0);
+        if (m.tokens == kUnderFloor) {
+          cached.under = floor;
+          under_floor = true;
+          continue;
+        }
         if (m.tokens > 0 && m.binding.empty()) m.binding = device_binding(base);
-        cached = {m.tokens, m.binding, true};
+        cached = {m.tokens, m.binding, true};  // `under` cleared
       }
       if (!m.binding.empty()) last_binding = m.binding;
       if (m.tokens <= 0) continue;
@@ -358,6 +392,31 @@ MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::
     if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
   if (best.tokens == 0) best.binding = last_binding.empty() ? device_binding(base) : last_binding;
   return best;
+}
+
+}  // namespace
+
+// A configuration whose length is under the floor is never the answer nor among those that
+// reach it, and raises no floor, wherever the answer reaches the floor the search began with:
+// each floor a cut is made at is that one or a length some configuration reached (a cut one's
+// length is under it, so under the answer, and the answer's configuration, the first to reach
+// it, is the same). Where the answer falls short of the floor it began with (a rung whose
+// techniques lose to its predecessor's: the rung reports its own best, however short), the
+// configurations cut are confirmed to their lengths and the pass repeated, every other
+// configuration's figure remembered: the same pass as without cuts.
+MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor) {
+  bool under_floor = false;
+  MaxSeq best = max_seq_pass(base, a, cache, floor, floor_cuts().allowed, under_floor);
+  if (under_floor && best.tokens < floor) {
+    ++floor_cuts().second_passes;
+    best = max_seq_pass(base, a, cache, floor, /*cut=*/false, under_floor);
+  }
+  return best;
+}
+
+FloorCuts& floor_cuts() {
+  thread_local FloorCuts cuts;
+  return cuts;
 }
 
 // Without tiles every op's bytes depend only on the padded length and never fall as it

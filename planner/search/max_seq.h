@@ -40,12 +40,26 @@ struct Bound {
   // the ladder).
   std::int64_t out_of_reach_at = 0;
   bool device_over = false;  // out of reach: over the device's budget there (the host's aside)
+  // > 0: confirmation found the configuration's length under this many tokens (the floor of
+  // the search that confirmed it) and stopped there; `tokens` and `binding` are still its
+  // unconfirmed bound's, from which a search that needs the length confirms it.
+  std::int64_t under = 0;
 };
 using BoundCache = std::map<BoundKey, Bound>;
 
 // The longest length `a` reaches from `base`'s model and cluster, to its grid. `floor`: a
 // length known to fit with fewer techniques (configurations short of it are dropped early).
 MaxSeq max_seq(const Plan& base, const TechniqueSet& a, BoundCache& cache, std::int64_t floor = 0);
+
+// This thread's switch: whether max_seq may stop confirming a configuration once its length is
+// known to fall under the search's floor (on by default; tests turn it off to hold answers to
+// those of searches that confirm every configuration they reach), and how many of its searches
+// passed over their configurations a second time for want of a cut one's length (max_seq.cpp).
+struct FloorCuts {
+  bool allowed = true;
+  std::int64_t second_passes = 0;
+};
+FloorCuts& floor_cuts();
 
 // The coarse knobs of a plan fixed, its fine ones (tiles, head chunk) left to the search.
 Knobs coarse_knobs(const Plan& coarse);

@@ -5,7 +5,9 @@
 
 #include <nlohmann/json.hpp>
 
+#include "planner/search/max_seq.h"
 #include "planner/search/memory_model.h"
+#include "planner/search/request.h"
 #include "planner/search/search.h"
 #include "planner/search/search_order.h"
 #include "planner/graph/work_counts.h"
@@ -329,6 +331,89 @@ TEST(MaxContext, MonotoneInGpusBudgetAndTechniques) {
   const std::int64_t all = max_tokens(base, all_techniques());
   for (const char* subset : {"zero3", "zero3,checkpoint", "checkpoint,tiled-mlp,tiled-loss", "ulysses,untied", "none"})
     EXPECT_LE(max_tokens(base, *parse_techniques(subset)), all) << subset;
+}
+
+// max-context's answer, whole (ladder, plan, runners-up, reasons), or the error it names;
+// `graphs`: the whole step graphs it built.
+std::string max_context_answer(const ClusterRequest& r, bool cut, std::int64_t& graphs) {
+  floor_cuts().allowed = cut;
+  const std::int64_t before = work_counts().whole_graphs;
+  const auto a = answer_max_context(r, /*with_ladder=*/true);
+  graphs = work_counts().whole_graphs - before;
+  floor_cuts().allowed = true;
+  return a.ok() ? max_context_json(*a).dump() : a.error().message;
+}
+
+// A configuration whose confirmation stops once its length is known to fall under the floor
+// gives what confirming it to its length gives: the same ladder, answer, plan and reasons, on
+// every stack, on CUDA (with and without expandable segments) and on the CPU.
+TEST(MaxContext, ConfigurationsCutUnderTheFloorAnswerAsConfirmed) {
+  struct Case {
+    const char* stack;
+    const char* model;
+    const char* gpu;
+    std::int64_t gpus;
+    const char* budget;
+    bool expandable;
+  };
+  const Case cases[] = {
+      {"longctx", "tiny-gqa", "h100-80gb", 8, "1600MiB", false}, {"longctx", "tiny-odd", "h100-80gb", 4, "4GiB", false},
+      {"longctx", "tiny-gqa", "h100-80gb", 2, "3GiB", true},     {"longctx", "tiny-gqa", "cpu", 2, "8MiB", false},
+      {"arctic", "tiny-gqa", "h100-80gb", 8, "4GiB", false},     {"hf", "llama-3.2-1b", "h100-80gb", 2, "16GiB", false},
+      {"torchtitan", "llama-3.1-8b", "h100-80gb", 8, "40GiB", false},
+  };
+  int fitted = 0, saved = 0;
+  for (const Case& c : cases) {
+    ClusterRequest r;
+    r.stack = c.stack;
+    r.model = c.model;
+    r.gpu = c.gpu;
+    r.gpus = c.gpus;
+    r.budget = c.budget;
+    if (std::string(c.gpu) == "cpu") r.host_mem = "32MiB";
+    r.expandable_segments = c.expandable;
+    std::int64_t confirmed_graphs = 0, cut_graphs = 0;
+    const std::string confirmed = max_context_answer(r, false, confirmed_graphs);
+    const std::string cut = max_context_answer(r, true, cut_graphs);
+    EXPECT_EQ(confirmed, cut) << c.stack << " " << c.model << " on " << c.gpus << " " << c.gpu;
+    fitted += confirmed.starts_with("{");
+    saved += cut_graphs < confirmed_graphs;
+  }
+  EXPECT_EQ(fitted, 7);
+  EXPECT_GE(saved, 3);
+}
+
+// One search's answer, whole: its length, grid, binding and every configuration reaching it.
+std::string max_seq_answer(const Plan& base, std::int64_t floor, bool cut) {
+  floor_cuts().allowed = cut;
+  BoundCache cache;
+  const MaxSeq m = max_seq(base, all_techniques(), cache, floor);
+  floor_cuts().allowed = true;
+  nlohmann::json j = {{"tokens", m.tokens}, {"grid", m.grid}, {"binding", m.binding}};
+  for (const MaxSeqCandidate& c : m.reaching)
+    j["reaching"].push_back({{"tokens", c.tokens}, {"chunk", c.chunk}, {"plan", plan_to_json(c.coarse)}});
+  return j.dump();
+}
+
+// A search whose floor is past every configuration's length (a rung that loses to the one
+// before it) cuts those whose bound reaches the floor, finds nothing there, and passes again
+// with their lengths confirmed: the answer of a search that confirms them at once.
+TEST(MaxContext, ASearchShortOfItsFloorAnswersAsConfirmed) {
+  int second_passes = 0;
+  for (const auto& [model, gpus, share] : {std::tuple{"tiny-gqa", 8, 0.02}, std::tuple{"tiny-odd", 4, 0.05}}) {
+    Plan base = testing::gpu_plan(model, "h100-80gb", gpus, 0);
+    base.cluster.device_budget_bytes = static_cast<std::int64_t>(share * double(base.cluster.device_budget_bytes));
+    const std::int64_t reached = std::stoll(nlohmann::json::parse(max_seq_answer(base, 0, true))["tokens"].dump());
+    ASSERT_GT(reached, 0) << model;
+    for (const double past : {1.001, 1.01, 1.05}) {
+      const auto floor = static_cast<std::int64_t>(past * double(reached));
+      const std::int64_t before = floor_cuts().second_passes;
+      const std::string cut = max_seq_answer(base, floor, true);
+      second_passes += floor_cuts().second_passes > before;
+      EXPECT_EQ(max_seq_answer(base, floor, false), cut) << model << " floor " << floor;
+    }
+  }
+  EXPECT_GE(second_passes, 1);
 }
 
 }  // namespace
