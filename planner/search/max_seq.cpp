@@ -136,8 +136,15 @@ std::vector<Plan> max_seq_options(const Plan& base, const TechniqueSet& a) {
     return std::make_tuple(p.sharding == Sharding::Zero3, p.offload_optimizer, p.offload_params, p.offload_checkpoints,
                            p.checkpoint == CheckpointPolicy::full(), p.ulysses);
   };
-  std::stable_sort(out.begin(), out.end(), [&](const Plan& x, const Plan& y) { return saving_rank(x) > saving_rank(y); });
-  return out;
+  // Ranks sorted beside their indices, not the plans themselves (a plan is large to move).
+  std::vector<std::pair<decltype(saving_rank(base)), std::size_t>> order;
+  order.reserve(out.size());
+  for (std::size_t i = 0; i < out.size(); ++i) order.emplace_back(saving_rank(out[i]), i);
+  std::stable_sort(order.begin(), order.end(), [](const auto& x, const auto& y) { return x.first > y.first; });
+  std::vector<Plan> sorted;
+  sorted.reserve(out.size());
+  for (const auto& [rank, i] : order) sorted.push_back(std::move(out[i]));
+  return sorted;
 }
 
 
@@ -176,8 +183,9 @@ bool offloading_sibling_out(const MaxSeqCandidate& m, const TechniqueSet& a, std
     if (!more) continue;
     const auto it = out.find(bound_key(sibling, m.chunk, a));
     if (it == out.end() || it->second > at) continue;
+    // The comparison first: validating a plan that fails spells out why, the dearer test.
     const Plan saving = saving_plan(sibling, a, at, m.chunk);
-    if (valid(saving) && search_detail::device_holds_no_more(saving, probe)) return true;
+    if (search_detail::device_holds_no_more(saving, probe) && valid(saving)) return true;
   }
   return false;
 }
