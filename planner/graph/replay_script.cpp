@@ -20,40 +20,45 @@ using Kind = ScriptItem::Kind;
 class ItemWriter {
  public:
   void write(const std::vector<AllocatorEvent>& events, ReplayScript& s) {
+    std::vector<ScriptItem>& items = s.items;
     // Room for the stretch; a larger script grows by at least doubling, not copied again for
     // each stretch.
-    const std::size_t room = s.items.size() + events.size() * 5 / 4 + 1;
-    if (room > s.items.capacity()) s.items.reserve(std::max(room, 2 * s.items.capacity()));
+    const std::size_t room = items.size() + events.size() * 5 / 4 + 1;
+    if (room > items.capacity()) items.reserve(std::max(room, 2 * items.capacity()));
+    // The writer's state in locals while the items are written (a store to an item could
+    // otherwise be a store to any of them), stored back after.
+    int op = op_, step = step_, blocks = s.blocks, streams = s.streams;
+    bool freeing = freeing_;
+    auto note = [&] { items.push_back({.kind = Kind::Note, .step = static_cast<std::uint8_t>(step), .op = op}); };
     for (const AllocatorEvent& e : events) {
-      if (e.op != op_ || (e.allocate && freeing_)) {
-        if (op_ != -2 && !freeing_) note(s);
-        op_ = e.op;
-        step_ = e.step;
-        freeing_ = false;
+      if (e.op != op || (e.allocate && freeing)) {
+        if (op != -2 && !freeing) note();
+        op = e.op;
+        step = e.step;
+        freeing = false;
       }
       const auto b = static_cast<std::size_t>(e.block);
       if (b >= requested_.size()) requested_.resize(std::max(b + 1, 2 * requested_.size()), -1);  // blocks come in order
-      s.blocks = std::max(s.blocks, e.block + 1);
-      s.streams = std::max(s.streams, e.stream + 1);
+      blocks = std::max(blocks, e.block + 1);
+      streams = std::max(streams, e.stream + 1);
       if (e.allocate) {
-        requested_[b] = static_cast<int>(s.items.size());
-        s.items.push_back({.kind = Kind::Allocate, .stream = stream_of(e), .op = e.op, .block = e.block, .bytes = e.bytes});
+        requested_[b] = static_cast<int>(items.size());
+        items.push_back({.kind = Kind::Allocate, .stream = stream_of(e), .op = e.op, .block = e.block, .bytes = e.bytes});
       } else {
-        if (!freeing_) note(s);
-        freeing_ = true;
-        s.items.push_back(
-            {.kind = Kind::Free, .stream = stream_of(e), .op = e.op, .block = e.block, .request = requested_[b]});
+        if (!freeing) note();
+        freeing = true;
+        items.push_back({.kind = Kind::Free, .stream = stream_of(e), .op = e.op, .block = e.block, .request = requested_[b]});
       }
     }
-    if (op_ != -2 && !freeing_) note(s);
+    if (op != -2 && !freeing) note();
     op_ = -2;
+    step_ = step;
     freeing_ = false;
+    s.blocks = blocks;
+    s.streams = streams;
   }
 
  private:
-  void note(ReplayScript& s) const {
-    s.items.push_back({.kind = Kind::Note, .step = static_cast<std::uint8_t>(step_), .op = op_});
-  }
   static std::int16_t stream_of(const AllocatorEvent& e) { return static_cast<std::int16_t>(e.stream); }
 
   std::vector<int> requested_;  // block -> its last Allocate item

@@ -69,22 +69,31 @@ template <class Visit>
 void walk_totals(const StepGraph& graph, Backend backend, Visit&& visit) {
   const auto& ops = graph.ops();
   const std::size_t n = ops.size();
-  // Bytes allocated at op i's start, and freed at its end.
-  std::vector<std::int64_t> alloc_dev(n, 0), free_dev(n, 0), alloc_host(n, 0), free_host(n, 0);
+  // Bytes allocated at op i's start, and freed at its end: one array, zeroed once.
+  struct Deltas {
+    std::int64_t alloc_dev, free_dev, alloc_host, free_host;
+  };
+  std::vector<Deltas> at(n, Deltas{0, 0, 0, 0});
   std::int64_t device = 0, host = 0;
   for (const auto& t : graph.tensors()) {
     const bool dev = t.place == Place::Device;
     const std::int64_t bytes = dev ? allocated_bytes(backend, t.bytes) : t.bytes;
     if (t.producer < 0) (dev ? device : host) += bytes;
-    else (dev ? alloc_dev : alloc_host)[static_cast<std::size_t>(t.producer)] += bytes;
-    if (!t.persistent && t.last_reader >= 0) (dev ? free_dev : free_host)[static_cast<std::size_t>(t.last_reader)] += bytes;
+    else {
+      Deltas& d = at[static_cast<std::size_t>(t.producer)];
+      (dev ? d.alloc_dev : d.alloc_host) += bytes;
+    }
+    if (!t.persistent && t.last_reader >= 0) {
+      Deltas& d = at[static_cast<std::size_t>(t.last_reader)];
+      (dev ? d.free_dev : d.free_host) += bytes;
+    }
   }
   for (std::size_t i = 0; i < n; ++i) {
-    device += alloc_dev[i];
-    host += alloc_host[i];
+    device += at[i].alloc_dev;
+    host += at[i].alloc_host;
     visit(i, device + allocated_bytes(backend, ops[i].workspace_bytes), host + ops[i].host_workspace_bytes);
-    device -= free_dev[i];
-    host -= free_host[i];
+    device -= at[i].free_dev;
+    host -= at[i].free_host;
   }
 }
 
@@ -166,11 +175,11 @@ StandingBytes standing_bytes(const StepGraph& graph, Backend backend) {
 
 OpTotals simulate_totals(const StepGraph& graph, Backend backend) {
   OpTotals r;
-  r.device_during.resize(graph.ops().size());
-  r.host_during.resize(graph.ops().size());
-  walk_totals(graph, backend, [&](std::size_t i, std::int64_t device, std::int64_t host) {
-    r.device_during[i] = device;
-    r.host_during[i] = host;
+  r.device_during.reserve(graph.ops().size());  // the walk visits every op once, in order
+  r.host_during.reserve(graph.ops().size());
+  walk_totals(graph, backend, [&](std::size_t, std::int64_t device, std::int64_t host) {
+    r.device_during.push_back(device);
+    r.host_during.push_back(host);
   });
   return r;
 }
