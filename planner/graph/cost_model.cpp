@@ -4,6 +4,7 @@
 #include <map>
 #include <string>
 #include <tuple>
+#include <vector>
 
 #include "planner/core/phase_names.h"
 
@@ -110,22 +111,37 @@ SegmentKey segment_of(const OpSpec& op) {
 }
 
 // The graph's ops by segment: `visit(op, its segment's Segment)`, each Segment made on its
-// first op (whose index it keeps in `first_op`), in schedule order within a segment.
+// first op (whose index it keeps in `first_op`), in schedule order within a segment. The
+// segments come back in SegmentKey's order (phase, layer from -1, embed), the order the step's
+// times are summed in: a table by phase, layer and embed, not a map (the search prices
+// thousands of graphs, each a few hundred segments).
+template <class Segment>
+struct Segments {
+  std::vector<Segment> table;  // by slot(); first_op < 0: no op there
+  template <class Each>
+  void for_each(Each each) const {
+    for (const Segment& s : table)
+      if (s.first_op >= 0) each(s);
+  }
+};
+
 template <class Segment, class Visit>
-std::map<SegmentKey, Segment> by_segment(const StepGraph& g, Visit visit) {
-  std::map<SegmentKey, Segment> segments;
-  // A segment's ops mostly follow one another: its entry is looked up again only when the
-  // segment changes (map iterators stay valid as entries are added).
-  auto current = segments.end();
+Segments<Segment> by_segment(const StepGraph& g, Visit visit) {
+  int layers = 0;
+  for (const OpSpec& op : g.ops()) layers = std::max(layers, op.layer + 1);
+  const auto slot = [&](const SegmentKey& k) {
+    return (static_cast<std::size_t>(k.phase) * static_cast<std::size_t>(layers + 1) + static_cast<std::size_t>(k.layer + 1)) * 2 +
+           (k.embed ? 1 : 0);
+  };
+  constexpr int kPhases = static_cast<int>(Phase::Optimizer) + 1;
+  Segment unused{};
+  unused.first_op = -1;
+  Segments<Segment> segments{std::vector<Segment>(static_cast<std::size_t>(kPhases * (layers + 1) * 2), unused)};
   for (std::size_t i = 0; i < g.ops().size(); ++i) {
     const OpSpec& op = g.ops()[i];
-    const SegmentKey key = segment_of(op);
-    if (current == segments.end() || current->first != key) {
-      bool fresh = false;
-      std::tie(current, fresh) = segments.try_emplace(key);
-      if (fresh) current->second.first_op = static_cast<int>(i);
-    }
-    visit(op, current->second);
+    Segment& s = segments.table[slot(segment_of(op))];
+    if (s.first_op < 0) s.first_op = static_cast<int>(i);
+    visit(op, s);
   }
   return segments;
 }
@@ -154,14 +170,14 @@ void datasheet_time(const Plan& p, const StepGraph& g, const StepEfficiency& eff
     s.hidden_comm += hidden;
     s.exposed_comm += comm - hidden;
   });
-  for (const auto& [key, s] : segments) {
+  segments.for_each([&](const Segment& s) {
     const double flops_s = s.matmul_flops / (hw.peak_flops * eff.matmul) + s.attention_flops / (hw.peak_flops * eff.attention);
     const double compute = std::max(flops_s, s.bytes / (hw.hbm_bytes_per_s * eff.memory)) + s.launches * eff.launch_s;
     const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - compute);
     t.compute_s += compute;
     t.exposed_comm_s += exposed;
     on_segment(s.first_op, compute + exposed);
-  }
+  });
 }
 
 // Whether the step's ranks meet at an exchange each waits for (a collective across ranks the
@@ -197,12 +213,12 @@ void measured_time(const Plan& p, const StepGraph& g, StepTime& t, OnSegment on_
     s.hidden_comm += hidden;
     s.exposed_comm += comm - hidden;
   });
-  for (const auto& [key, s] : segments) {
+  segments.for_each([&](const Segment& s) {
     const double exposed = s.exposed_comm + std::max(0.0, s.hidden_comm - s.compute) + lag * s.compute;
     t.compute_s += s.compute;
     t.exposed_comm_s += exposed;
     on_segment(s.first_op, s.compute + exposed);
-  }
+  });
 }
 
 void ignore_segment(int, double) {}
