@@ -23,9 +23,9 @@ const Verdict* Evaluator::remembered(const Plan& p, const std::vector<KnobValue>
 Verdict Evaluator::verdict(const Plan& p) {
   std::vector<KnobValue> key = knob_values(p);
   if (const Verdict* known = remembered(p, key)) return *known;
-  const Verdict v = predict_verdict(p);
-  verdicts_.insert_or_assign(std::move(key), Remembered{p.parallel, p.train.micro_batch, v});
-  return v;
+  // Made in place: a verdict's prediction holds a map, copied once here, on return.
+  const auto it = verdicts_.insert_or_assign(std::move(key), Remembered{p.parallel, p.train.micro_batch, predict_verdict(p)}).first;
+  return it->second.verdict;
 }
 
 bool Evaluator::fits_as_allocated_when_run(const Plan& p) {
@@ -39,8 +39,8 @@ bool Evaluator::fits_as_allocated_when_run(const Plan& p) {
 }
 
 Plan Evaluator::run(Plan p) {
-  const Verdict v = verdict(p);
-  p.prediction = v.prediction;
+  Verdict v = verdict(p);
+  p.prediction = std::move(v.prediction);
   last_exact = v.exact;
   if (p.prediction.feasible) {
     feasible.push_back(p);
@@ -106,10 +106,10 @@ std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; 
 
 std::optional<Plan> Evaluator::smallest_infeasible() const {
   std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
-  if (smallest_) least = {{figure(smallest_->plan), smallest_->index}};
-  std::optional<Plan> found = smallest_ ? std::optional<Plan>(smallest_->plan) : std::nullopt;
+  if (smallest_) least = {{figure(*smallest_->plan), smallest_->index}};
+  std::optional<Plan> found = smallest_ ? std::optional<Plan>(*smallest_->plan) : std::nullopt;
   for (const Indexed& b : bounded_) {
-    Plan exact = b.plan;
+    Plan exact = *b.plan;
     exact.prediction = predict(exact);
     const std::pair<std::int64_t, int> key{figure(exact), b.index};
     if (!least || key < *least) {
@@ -124,11 +124,11 @@ std::optional<Plan> Evaluator::smallest_infeasible() const {
 // stops short but may still be smaller (a bound under it): settled only if no plan fits.
 void Evaluator::track_infeasible(const Plan& p, bool exact) {
   if (exact) {
-    if (smallest_ && figure(p) >= figure(smallest_->plan)) return;
-    smallest_ = Indexed{p, evaluated};
-    std::erase_if(bounded_, [&](const Indexed& b) { return figure(b.plan) > figure(p); });
-  } else if (!smallest_ || figure(p) < figure(smallest_->plan)) {
-    bounded_.push_back({p, evaluated});
+    if (smallest_ && figure(p) >= figure(*smallest_->plan)) return;
+    smallest_ = Indexed{std::make_shared<const Plan>(p), evaluated};
+    std::erase_if(bounded_, [&](const Indexed& b) { return figure(*b.plan) > figure(p); });
+  } else if (!smallest_ || figure(p) < figure(*smallest_->plan)) {
+    bounded_.push_back({std::make_shared<const Plan>(p), evaluated});
   }
 }
 

@@ -3,6 +3,7 @@
 // and the coarse candidates in the order faster() ranks them.
 #include <cstddef>
 #include <map>
+#include <memory>
 #include <optional>
 #include <vector>
 
@@ -57,8 +58,10 @@ class Evaluator {
   void rollback(const Mark& m);
 
  private:
+  // A plan kept for the no-fit message. Shared, never changed once kept: mark() copies every
+  // one kept, and the search marks before each group of candidates.
   struct Indexed {
-    Plan plan;
+    std::shared_ptr<const Plan> plan;
     int index = 0;  // the evaluation's
   };
   void track_infeasible(const Plan& p, bool exact);
