@@ -228,7 +228,7 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
 
 // What confirm() and down_to_reserved_fit() return, given a floor, where what they would
 // return otherwise is shorter than it: no answer reads a configuration's length under the
-// search's floor (max_seq says why), and most of its replays would be spent there.
+// search's floor (max_seq says why), so the probes that would settle it are not run.
 constexpr std::int64_t kUnderFloor = -1;
 
 // On CUDA, the longest length at most `seq`, in steps of `step` down from it (at most
