@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <map>
 #include <string>
-#include <tuple>
 #include <vector>
 
 #include "planner/core/phase_names.h"
@@ -103,7 +102,6 @@ double measured_comm_seconds(const OpSpec& op, const MeasuredRates& m) {
 struct SegmentKey {
   int phase = 0, layer = 0;
   bool embed = false;
-  auto operator<=>(const SegmentKey&) const = default;
 };
 
 SegmentKey segment_of(const OpSpec& op) {

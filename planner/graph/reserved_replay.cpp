@@ -21,11 +21,11 @@ class Replayer {
  public:
   Replayer(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
            const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
-      : writer_(graph), settings_(settings), options_(options), at_op_(at_op) {}
+      : graph_(graph), writer_(graph), settings_(settings), options_(options), at_op_(at_op) {}
 
-  ReservedReplay run(const StepGraph& graph) {
+  ReservedReplay run() {
     std::size_t repeats_done = 0;
-    const std::vector<int> cuts = first_step_cuts(graph);
+    const std::vector<int> cuts = first_step_cuts();
     for (std::size_t stretch = 0; append(stretch < cuts.size() ? cuts[stretch] : kAllOps); ++stretch) {
       if (options_.skip_repeats)
         for (; repeats_done < script_.repeats.size(); ++repeats_done) {
@@ -46,10 +46,10 @@ class Replayer {
   // join the checkpoints, and most failed requests of the searches fall, whatever op the step
   // peaks at as allocated), then after the allocated peak. The rest is written only if the
   // replay gets there. A whole replay writes each step at once.
-  std::vector<int> first_step_cuts(const StepGraph& graph) const {
+  std::vector<int> first_step_cuts() const {
     std::vector<int> cuts;
     if (!options_.stop_at_failure) return cuts;
-    const auto& ops = graph.ops();
+    const auto& ops = graph_.ops();
     const int n = static_cast<int>(ops.size());
     int i = 0;
     while (i < n && !(ops[static_cast<std::size_t>(i)].phase == Phase::Backward && ops[static_cast<std::size_t>(i)].layer >= 0)) ++i;
@@ -163,6 +163,7 @@ class Replayer {
   // the one `skipped` items later.
   void jump(int period, int skipped);
 
+  const StepGraph& graph_;
   ReplayScriptWriter writer_;
   ReplayScript script_;
   AllocatorSettings settings_;
@@ -231,7 +232,7 @@ namespace {
 
 ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
                               const std::function<void(const ReservedAtOp&)>* at_op) {
-  const ReservedReplay r = Replayer(graph, settings, options, at_op).run(graph);
+  const ReservedReplay r = Replayer(graph, settings, options, at_op).run();
   WorkCounts& counts = work_counts();
   ++counts.replays;
   counts.replayed_items += r.replayed_items;

@@ -403,7 +403,7 @@ TEST(MaxContext, ASearchShortOfItsFloorAnswersAsConfirmed) {
   for (const auto& [model, gpus, share] : {std::tuple{"tiny-gqa", 8, 0.02}, std::tuple{"tiny-odd", 4, 0.05}}) {
     Plan base = testing::gpu_plan(model, "h100-80gb", gpus, 0);
     base.cluster.device_budget_bytes = static_cast<std::int64_t>(share * double(base.cluster.device_budget_bytes));
-    const std::int64_t reached = std::stoll(nlohmann::json::parse(max_seq_answer(base, 0, true))["tokens"].dump());
+    const std::int64_t reached = nlohmann::json::parse(max_seq_answer(base, 0, true))["tokens"].get<std::int64_t>();
     ASSERT_GT(reached, 0) << model;
     for (const double past : {1.001, 1.01, 1.05}) {
       const auto floor = static_cast<std::int64_t>(past * double(reached));
