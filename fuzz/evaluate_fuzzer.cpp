@@ -116,6 +116,7 @@ void draw_stack(FuzzedDataProvider& in, longctx::Plan& p) {
     st.attention = in.ConsumeBool() ? longctx::HfAttention::Eager : longctx::HfAttention::Sdpa;
     st.checkpointing = in.ConsumeBool() ? longctx::HfCheckpointing::Reentrant : longctx::HfCheckpointing::NonReentrant;
     st.attention_mask = in.ConsumeBool();
+    st.use_cache = in.ConsumeBool();
     st.optimizer = in.ConsumeBool() ? longctx::HfOptimizer::AdamWTorch : longctx::HfOptimizer::AdamWTorchFused;
     st.loss = in.ConsumeBool() ? longctx::HfLoss::TrlChunkedNll : longctx::HfLoss::Transformers;
     if (in.ConsumeBool()) {

@@ -78,6 +78,11 @@ constexpr KnobValue value_of(E e) {
   ROW(hf_no_attention_mask, bool, stack.attention_mask, (SettingRule{.key = "stack.attention_mask",               \
       .help = "--stack hf: the batch carries no attention_mask (model(input_ids, labels) alone)",                 \
       .option = "describes how transformers runs the step", .negated = true, .python = "hf_attention_mask"}))      \
+  ROW(hf_no_use_cache, bool, stack.use_cache, (SettingRule{.key = "stack.use_cache",                            \
+      .help = "--stack hf: the model runs with use_cache=False (model.config.use_cache = False), as training "     \
+              "scripts often set it; by default the config's use_cache (true) keeps a k/v cache unless checkpointing", \
+      .option = "describes how transformers runs the step", .negated = true, .python = "hf_use_cache",            \
+      .optional_in_file = true}))                                                                                   \
   ROW(max_positions, MaxPositions, max_positions, (SettingRule{.key = "max_positions",                            \
       .help = "Positions past the model's max_position_embeddings: extend (default: planned, as long-context "    \
               "training extends RoPE, with its scaling set in the model config) or model (--seq and max-context " \

@@ -58,6 +58,11 @@ struct StackSpec {
   // tokenized batches do. Without one and without a cache (checkpointing), transformers
   // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/stacks/step/hf_model.cpp).
   bool attention_mask = true;
+  // hf only: the model's use_cache (the config's default, true; training scripts often set it
+  // false). While the model keeps a cache (no checkpointing, transformers' loss), every layer's
+  // k and v are copied into a DynamicCache held until the loss; without one and without an
+  // attention_mask, sdpa gets a [b, 1, S, S] causal mask (planner/stacks/hf/step.cpp).
+  bool use_cache = true;
   HfOptimizer optimizer = HfOptimizer::AdamWTorchFused;  // hf only
   HfLoss loss = HfLoss::Transformers;                    // hf only
   ArcticModel arctic_model = ArcticModel::Liger;          // arctic only

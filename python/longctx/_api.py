@@ -350,6 +350,8 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     transformers' modeling code with torch AdamW (``attention``: "sdpa", "eager" or, on GPUs,
     "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or "reentrant";
     ``hf_attention_mask``: whether batches carry an attention_mask, as the Trainer's do;
+    ``hf_use_cache``: the model's use_cache, True as its config has it, False as training
+    scripts often set it;
     ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or "adamw_torch"; ``hf_loss``:
     "transformers", the model's own loss over the full logits, or "trl-chunked-nll", TRL
     SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under

@@ -29,10 +29,12 @@ def make_config(arch, attention, **shape):
     return configs[arch](**kw)
 
 
-def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace_path):
+def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace_path, use_cache=True):
     torch.manual_seed(0)
     torch.set_num_threads(1)
     config.max_position_embeddings = max(seq, 64)
+    # What training scripts set to turn the model's k/v cache off (`model.config.use_cache = False`).
+    config.use_cache = use_cache
     model = transformers.AutoModelForCausalLM.from_config(config).to(getattr(torch, {"fp32": "float32", "bf16": "bfloat16"}[dtype]))
     if checkpointing != "none":
         model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": checkpointing == "reentrant"})
@@ -62,16 +64,16 @@ def profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimize
 
 
 def check(tmp_path, config, seq, checkpointing, mask=True, batch=1, dtype="fp32", optimizer="adamw_torch_fused",
-          loss="transformers"):
+          loss="transformers", use_cache=True):
     trace = tmp_path / "profile.json"
-    profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace)
+    profile_second_step(config, seq, batch, checkpointing, mask, dtype, optimizer, loss, trace, use_cache)
     if dtype == "bf16":
         print(f"CPU GEMM scratch set aside: up to {strip_cpu_gemm_scratch(trace)} bytes")
     knobs = {"micro_batch": batch} if checkpointing == "none" else {"micro_batch": batch, "checkpoint": "full"}
     plan = longctx.plan(config, gpus=1, gpu="cpu", seq=seq, no_search=True, techniques="checkpoint", stack="hf", dtype=dtype,
                         attention=config._attn_implementation,
                         hf_checkpointing=None if checkpointing == "none" else checkpointing, hf_attention_mask=mask,
-                        hf_optimizer=optimizer, hf_loss=loss, **knobs)
+                        hf_optimizer=optimizer, hf_loss=loss, hf_use_cache=use_cache, **knobs)
     assert_phases_within(longctx.compare(plan, trace))
 
 
@@ -127,6 +129,25 @@ def test_hf_stack_matches_transformers_in_bf16(tmp_path, arch, attention, checkp
     check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, "bf16")
 
 
+# The model's cache off (`--hf-no-use-cache`, config.use_cache = False): no DynamicCache
+# copies of each layer's k and v, and without an attention_mask sdpa gets the packed-sequence
+# check's boolean mask although no layer is checkpointed; under checkpointing nothing changes.
+USE_CACHE_OFF_CASES = [
+    ("llama", "sdpa", "none", True, 256, 1, {}),
+    ("llama", "sdpa", "none", False, 192, 2, {}),
+    ("qwen3", "eager", "none", False, 128, 1, {"head_dim": 24, "tie_word_embeddings": True}),
+    ("mistral", "sdpa", "non-reentrant", False, 160, 1, {"num_key_value_heads": 1, "num_attention_heads": 3,
+                                                         "hidden_size": 96, "head_dim": 16}),
+]
+
+
+@pytest.mark.parametrize("arch,attention,checkpointing,mask,seq,batch,shape", USE_CACHE_OFF_CASES,
+                         ids=[f"{a}-{att}-{c}-{'mask' if m else 'nomask'}-{s}x{b}-nocache"
+                              for a, att, c, m, s, b, _ in USE_CACHE_OFF_CASES])
+def test_hf_stack_without_the_cache_matches_transformers(tmp_path, arch, attention, checkpointing, mask, seq, batch, shape):
+    check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, use_cache=False)
+
+
 # TRL SFTTrainer's chunked loss (`--hf-loss trl-chunked-nll`): lengths of one chunk of 256
 # rows, two, and several with a short last one; a micro-batch of 2 (the shift copies), tied
 # embeddings (the summed gradient waits for the embedding's), checkpointing, bf16.
@@ -180,9 +201,10 @@ def test_hf_stack_on_a_drawn_shape(tmp_path):
         seq = pick.randint(2, 1024)
     # fp32, or bf16 weights (a pure-bf16 run, as the bf16 cases above).
     dtype = pick.choice(["fp32", "bf16"])
-    print(f"loss {loss}, seq {seq}, {optimizer}, {dtype}")
+    use_cache = pick.random() < 0.7  # the config's default, or turned off as training scripts do
+    print(f"loss {loss}, seq {seq}, {optimizer}, {dtype}, use_cache {use_cache}")
     check(tmp_path, make_config(arch, attention, **shape), seq, checkpointing, mask, batch, dtype, optimizer=optimizer,
-          loss=loss)
+          loss=loss, use_cache=use_cache)
 
 
 def test_lm_heads_weight_gradient_is_summed_out_of_place():

@@ -156,6 +156,52 @@ TEST(HfStack, TrlsChunkedLossHoldsOneChunksLogits) {
   EXPECT_LT(trl.prediction.peak_device_bytes, full.prediction.peak_device_bytes);
 }
 
+// use_cache (--hf-no-use-cache turns it off): while the model keeps a cache, each layer's k and
+// v are copied into it ([n, K*d] e each); without a cache and without an attention_mask, sdpa
+// gets a [b, 1, S, S] boolean mask. Checkpointing turns the cache off either way, so there the
+// option changes nothing.
+TEST(HfStack, UseCacheDecidesTheCacheCopiesAndTheSdpaMask) {
+  auto graph = [](bool use_cache, bool mask, bool checkpoint) {
+    PlanRequest r = hf_request("1K");
+    r.no_search = true;
+    r.cluster.hf_no_use_cache = !use_cache;
+    r.cluster.hf_no_attention_mask = !mask;
+    if (checkpoint) r.knobs.checkpoint = CheckpointPolicy::full();
+    const Plan p = answer_plan(r).value().recorded;
+    EXPECT_EQ(p.train.stack.use_cache, use_cache);
+    EXPECT_EQ(plan_from_json(plan_to_json(p)).value().train.stack.use_cache, use_cache);
+    return build_step(step_inputs(p));
+  };
+  auto bytes_named = [](const StepGraph& g, const std::string& suffix) {
+    std::int64_t sum = 0;
+    for (const auto& t : g.tensors()) {
+      const std::string name = format(t.name);
+      if (name.size() >= suffix.size() && name.compare(name.size() - suffix.size(), suffix.size(), suffix) == 0) sum += t.bytes;
+    }
+    return sum;
+  };
+  const Plan shape = answer_plan([] { PlanRequest r = hf_request("1K"); r.no_search = true; return r; }()).value().recorded;
+  const std::int64_t layers = shape.model.layers, kv = shape.model.kv_heads * shape.model.head_dim;
+  const std::int64_t e = 4;  // fp32 on the CPU virtual device
+  EXPECT_EQ(bytes_named(graph(true, true, false), "attn.cache.k"), layers * 1024 * kv * e);
+  EXPECT_EQ(bytes_named(graph(false, true, false), "attn.cache.k"), 0);
+  EXPECT_EQ(bytes_named(graph(true, false, false), "model.causal_mask"), 0);
+  EXPECT_EQ(bytes_named(graph(false, false, false), "model.causal_mask"), 1024 * 1024);  // [1, 1, S, S] bool
+  EXPECT_EQ(bytes_named(graph(false, true, false), "model.causal_mask"), 0);
+  for (const bool mask : {true, false}) {
+    const StepGraph on = graph(true, mask, true), off = graph(false, mask, true);
+    EXPECT_EQ(on.tensors().size(), off.tensors().size());
+    EXPECT_EQ(bytes_named(on, "model.causal_mask"), bytes_named(off, "model.causal_mask"));
+  }
+  // An old plan file, without the key, keeps the config's cache.
+  PlanRequest r = hf_request("1K");
+  r.no_search = true;
+  r.cluster.hf_no_use_cache = true;
+  nlohmann::json j = plan_to_json(answer_plan(r).value().recorded);
+  j["train"]["stack"].erase("use_cache");
+  EXPECT_TRUE(plan_from_json(j).value().train.stack.use_cache);
+}
+
 // transformers' checkpoint offload pins host memory: refused on the CPU virtual device; on a
 // GPU each layer's input leaves the device for the host.
 TEST(HfStack, OffloadsCheckpointsToPinnedHostMemoryOnAGpu) {

@@ -60,6 +60,10 @@ TEST(SettingsTable, EachRowHasOneFlagPlanKeyAndPythonKeyword) {
   EXPECT_EQ(mask.flag, "--hf-no-attention-mask");
   EXPECT_EQ(mask.key, "train.stack.attention_mask");
   EXPECT_EQ(mask.python, "hf_attention_mask");
+  const Setting& cache = setting(SettingId::hf_no_use_cache);
+  EXPECT_EQ(cache.flag, "--hf-no-use-cache");
+  EXPECT_EQ(cache.key, "train.stack.use_cache");
+  EXPECT_EQ(cache.python, "hf_use_cache");
   EXPECT_EQ(setting(SettingId::grad_dtype).key, "train.grad_dtype");
   EXPECT_EQ(plan_key_of_flag("--sharding"), "parallel.sharding");
   EXPECT_EQ(plan_key_of_flag("--micro-batch"), "train.micro_batch");

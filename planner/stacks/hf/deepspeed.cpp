@@ -99,7 +99,7 @@ void write_ops(HfStep& sb) {
   if (sb.in.states_only) return;  // StepInputs::states_only
   DeepSpeedGradients gradients(sb);
   sb.grad_hook = &gradients;
-  sb.kv_cache = true;  // use_cache, the config's default: checkpointing turns it off (validate.cpp)
+  sb.kv_cache = keeps_kv_cache(sb);
   DeepSpeedLayers layers(sb);
   std::vector<HfLayerActs> acts;
   const TensorId x0 = model_inputs(sb, nullptr, /*zero3=*/true);

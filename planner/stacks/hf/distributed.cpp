@@ -136,7 +136,7 @@ void write_ops(FsdpStep& sb) {
   const StepShapes& s = sb.shapes;
   sb.fsdp2.model_states();
   if (sb.in.states_only) return;  // StepInputs::states_only
-  sb.kv_cache = !trl_chunked_loss(sb);
+  sb.kv_cache = keeps_kv_cache(sb);
   FsdpLayers layers(sb);
   std::vector<HfLayerActs> acts;
   const TensorId final_x = forward_layers(layers, static_cast<int>(s.layers), model_inputs(sb, &sb.fsdp2, false), acts);

@@ -75,8 +75,11 @@ void hf_plan_arguments(const Plan& p, StackConfig& c) {
     // (ulysses_sp.py UlyssesSPDataLoaderAdapter.refill refuses a batch without them).
     c.approximations.push_back("parallel.ulysses: DeepSpeed's Ulysses under accelerate needs DeepSpeed 0.18.2 or later, "
                                "and a collator that returns position_ids (UlyssesSPDataLoaderAdapter requires them)");
-  c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}",
+  // use_cache is the model config's (from_pretrained takes it as a config attribute; the
+  // Trainer's arguments have no key for it): where the plan has it off, the load sets it.
+  c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}{}",
                                          to_string(p.train.stack.attention),
+                                         p.train.stack.use_cache ? "" : " and use_cache=False",
                                          p.train.stack.attention_mask ? "" : "; the plan assumes batches without an attention_mask"));
   if (!exports_sft_config(p)) return;
   j["loss_type"] = "chunked_nll";

@@ -21,7 +21,7 @@ const StackProfile kHfProfile = {
                "ZeRO-3 and Ulysses, under the Trainer",
     .defaults = {.kind = StackKind::HF},
     .options = {SettingId::attention, SettingId::hf_checkpointing, SettingId::hf_optimizer, SettingId::hf_loss,
-                SettingId::hf_no_attention_mask},
+                SettingId::hf_no_attention_mask, SettingId::hf_no_use_cache},
     // accelerate's cp_comm_strategy default (TorchContextParallelConfig): k/v all-gathered.
     .ring_exchange = RingExchange::AllGather,
     // Its checkpoint offload pins host memory: none on the CPU virtual device (validate.cpp).
@@ -44,9 +44,9 @@ const StackProfile kHfProfile = {
     .validate = hf::validate,
     .describe =
         [](const StackSpec& s) {
-          return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {}, {} loss)", to_string(s.attention),
+          return fmt::format("hf ({} attention, {} checkpointing, attention_mask {}, {}, {} loss{})", to_string(s.attention),
                              to_string(s.checkpointing), s.attention_mask ? "passed" : "not passed", to_string(s.optimizer),
-                             to_string(s.loss));
+                             to_string(s.loss), s.use_cache ? "" : ", use_cache off");
         },
     .build_step = step::hf::build_step,
     .exporter = &kHfExporter,

@@ -25,14 +25,16 @@ using namespace footprint::hf;
 
 bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
+bool keeps_kv_cache(const HfStep& sb) {
+  return sb.in.train.stack.use_cache && !trl_chunked_loss(sb) && !sb.parallel.checkpoint.any();
+}
+
 // create_causal_mask (masking_utils.py): eager attention always gets an additive mask
 // [b, 1, S, S] e. sdpa gets none when the batch's attention_mask has no padding, or while the
-// model keeps a cache (use_cache, the config's default): is_causal does the masking.
-// Checkpointing turns the cache off (check_model_inputs), as TRL's chunked loss does
-// (use_cache=False to the backbone), and with neither a cache nor an attention_mask
-// _preprocess_mask_arguments looks for packed sequences in position_ids, whose
-// find_packed_sequence_indices always returns a mask function: the causal skip is then not
-// allowed and a boolean mask [b, 1, S, S] is built. flash_attention_2 gets none
+// model keeps a cache (keeps_kv_cache): is_causal does the masking. With neither a cache nor
+// an attention_mask _preprocess_mask_arguments looks for packed sequences in position_ids,
+// whose find_packed_sequence_indices always returns a mask function: the causal skip is then
+// not allowed and a boolean mask [b, 1, S, S] is built. flash_attention_2 gets none
 // (flash_attention_mask: no padding, no mask).
 namespace {
 
@@ -41,7 +43,7 @@ void causal_mask(HfStep& sb) {
   const StackSpec& st = sb.in.train.stack;
   const bool eager = st.attention == HfAttention::Eager;
   const bool sdpa = st.attention == HfAttention::Sdpa;
-  if (!eager && !(sdpa && (sb.parallel.checkpoint.any() || trl_chunked_loss(sb)) && !st.attention_mask)) return;
+  if (!eager && !(sdpa && !keeps_kv_cache(sb) && !st.attention_mask)) return;
   sb.model.mask = sb.graph.tensor(step_name("model.causal_mask"), eager ? additive_mask_bytes(s) : boolean_mask_bytes(s), kAct);
   sb.graph.op(step_name("model.causal_mask"), Phase::Forward, -1, {sb.model.positions}, {sb.model.mask},
               {.workspace = eager ? eager_mask_workspace(s) : boolean_mask_workspace(s)});
@@ -112,8 +114,7 @@ namespace {
 void write_ops(HfStep& sb) {
   adamw_model_states(sb);
   if (sb.in.states_only) return;  // StepInputs::states_only
-  // use_cache keeps each layer's k and v; checkpointing turns it off, as TRL's loss does.
-  sb.kv_cache = !trl_chunked_loss(sb);
+  sb.kv_cache = keeps_kv_cache(sb);
   HfLayers layers(sb);
   std::vector<HfLayerActs> acts;
   const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), model_inputs(sb, nullptr, false), acts);

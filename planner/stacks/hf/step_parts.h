@@ -9,6 +9,12 @@ namespace longctx::step::hf {
 
 // TRL's chunked loss in place of lm_head and ForCausalLMLoss (--hf-loss trl-chunked-nll).
 bool trl_chunked_loss(const blocks::HfStep& sb);
+// Whether the model keeps a DynamicCache through the forward: use_cache (--hf-no-use-cache
+// turns it off), which TRL's chunked loss turns off (use_cache=False to the backbone) and so
+// does checkpointing (check_model_inputs: "use_cache=True is incompatible with gradient
+// checkpointing"). Every build sets HfStep::kv_cache from it before model_inputs, whose
+// causal mask it decides too.
+bool keeps_kv_cache(const blocks::HfStep& sb);
 // LlamaModel.forward up to the first layer; the embedding under `fsdp`'s group where given,
 // its table gathered by ZeRO-3 where `zero3`. Returns layer 0's input [n, h] e.
 TensorId model_inputs(blocks::HfStep& sb, blocks::Fsdp2* fsdp, bool zero3);
