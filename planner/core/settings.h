@@ -80,7 +80,8 @@ constexpr KnobValue value_of(E e) {
       .option = "describes how transformers runs the step", .negated = true, .python = "hf_attention_mask"}))      \
   ROW(hf_no_use_cache, bool, stack.use_cache, (SettingRule{.key = "stack.use_cache",                            \
       .help = "--stack hf: the model runs with use_cache=False (model.config.use_cache = False), as training "     \
-              "scripts often set it; by default the config's use_cache (true) keeps a k/v cache unless checkpointing", \
+              "scripts often set it; by default the config's use_cache (true) keeps a k/v cache unless checkpointing " \
+              "or TRL's loss turns it off",                                                                         \
       .option = "describes how transformers runs the step", .negated = true, .python = "hf_use_cache",            \
       .optional_in_file = true}))                                                                                   \
   ROW(max_positions, MaxPositions, max_positions, (SettingRule{.key = "max_positions",                            \

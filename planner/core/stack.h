@@ -55,8 +55,8 @@ struct StackSpec {
   HfAttention attention = HfAttention::Sdpa;           // hf and arctic
   HfCheckpointing checkpointing = HfCheckpointing::NonReentrant;  // hf only, with checkpointing
   // hf only: whether the batch carries an attention_mask (all ones), as the Trainer's
-  // tokenized batches do. Without one and without a cache (checkpointing), transformers
-  // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/stacks/step/hf_model.cpp).
+  // tokenized batches do. Without one and without a cache (use_cache below), transformers
+  // builds a [b, 1, S, S] causal mask and sdpa materializes it (planner/stacks/hf/step.cpp).
   bool attention_mask = true;
   // hf only: the model's use_cache (the config's default, true; training scripts often set it
   // false). While the model keeps a cache (no checkpointing, transformers' loss), every layer's
