@@ -115,8 +115,16 @@ std::vector<KnobValue> knob_candidates(KnobId id, const Plan& p, const Technique
   }
   std::vector<KnobValue> out;
   const bool met = requirement_met(p, k);
+  const auto& own = stack_profile(p.train.stack.kind).own_values;
+  // A value only some stacks run (torchtitan's per-op checkpointing), offered to those alone:
+  // validate() refuses it under any other, so a choice holding it could never be planned.
+  auto stack_runs = [&](KnobValue v) {
+    const auto& only = k.rule.stack_values;
+    return std::find(only.begin(), only.end(), v) == only.end() ||
+           std::find(own.begin(), own.end(), std::pair{id, v}) != own.end();
+  };
   for (KnobValue v : k.rule.listed)
-    if (v == k.plain || (met && technique_allows(allowed, id, v))) out.push_back(v);
+    if (v == k.plain || (met && technique_allows(allowed, id, v) && stack_runs(v))) out.push_back(v);
   return out;
 }
 
