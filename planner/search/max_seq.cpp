@@ -267,6 +267,8 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
   if (floor > 0 && seq < floor) return kUnderFloor;
   const std::int64_t last_over_floor = floor > 0 ? (seq - floor) / step : steps + 1;
   if (fits_at(0)) return seq;
+  // seq is the last step at or over the floor: every shorter answer is under it.
+  if (last_over_floor == 0) return kUnderFloor;
   std::int64_t bad = 0, good = -1;
   for (std::int64_t k = 1; k <= steps; k = std::min(2 * k, steps)) {
     if (fits_at(k)) {
