@@ -3,39 +3,24 @@
 #include <algorithm>
 
 namespace longctx {
-namespace {
 
-// Tensor indices grouped by op, in index order within each op (one array and its offsets:
-// the replay builds these for every graph it replays).
-class ByOp {
- public:
-  explicit ByOp(std::size_t ops) : start_(ops + 2, 0) {}
-  // Two passes: count every (op, tensor), then place them in the same order.
-  void count(int op) { ++start_[static_cast<std::size_t>(op) + 2]; }
-  void allocate() {
-    for (std::size_t k = 2; k < start_.size(); ++k) start_[k] += start_[k - 1];
-    ids_.resize(static_cast<std::size_t>(start_.back()));
-  }
-  void place(int op, int id) { ids_[static_cast<std::size_t>(start_[static_cast<std::size_t>(op) + 1]++)] = id; }
-  // After every place(): op k's ids.
-  const int* begin(int op) const { return ids_.data() + start_[static_cast<std::size_t>(op)]; }
-  const int* end(int op) const { return ids_.data() + start_[static_cast<std::size_t>(op) + 1]; }
-  bool empty(int op) const { return begin(op) == end(op); }
-
- private:
-  std::vector<int> start_, ids_;
-};
-
-}  // namespace
-
-// Writes the events of append_allocator_events, a step at a time.
+// Writes the events of append_allocator_events, a step at a time. An op's tensors to allocate
+// at its start (its outputs it produces) and to free at its end (those it reads last, or makes
+// and nobody reads: StepGraph::finalize) are found from the op's own lists as it is written,
+// so a replay that stops early never reads the rest of the graph's tensors.
 class AllocatorEventWriter::Impl {
  public:
   explicit Impl(const StepGraph& graph)
-      : tensors_(graph.tensors()), ops_(graph.ops()), born_(ops_.size()), dying_(ops_.size()),
-        first_step_born_(ops_.size()), block_of_(tensors_.size(), -1), stream_of_(tensors_.size(), 0),
+      : tensors_(graph.tensors()), ops_(graph.ops()), block_of_(tensors_.size(), -1), stream_of_(tensors_.size(), 0),
         next_block_(static_cast<int>(tensors_.size())) {
-    sort_tensors();
+    // The tensors that exist before the step: made before it, or by the first step at an op.
+    for (int i = 0; i < static_cast<int>(tensors_.size()); ++i) {
+      const TensorSpec& t = tensors_[static_cast<std::size_t>(i)];
+      if (t.producer >= 0 || !on_device(t)) continue;
+      if (t.first_step_op >= 0) first_step_born_.emplace_back(t.first_step_op, i);
+      else before_step_.push_back(i);
+    }
+    std::sort(first_step_born_.begin(), first_step_born_.end());  // by op, then by index
   }
 
   void write(std::vector<AllocatorEvent>& out, int end_op) {
@@ -57,22 +42,36 @@ class AllocatorEventWriter::Impl {
  private:
   bool on_device(const TensorSpec& t) const { return t.place == Place::Device && t.bytes > 0; }
 
-  // Each op's device tensors to allocate at its start and to free at its end, by index.
-  // Tensors made before the step that the first step makes at an op instead (first_step_op).
-  void sort_tensors() {
-    for (int pass = 0; pass < 2; ++pass) {
-      for (int i = 0; i < static_cast<int>(tensors_.size()); ++i) {
-        const TensorSpec& t = tensors_[static_cast<std::size_t>(i)];
-        if (!on_device(t)) continue;
-        auto put = [&](ByOp& by, int op) { pass == 0 ? by.count(op) : by.place(op, i); };
-        if (t.producer >= 0) put(born_, t.producer);
-        else if (t.first_step_op >= 0) put(first_step_born_, t.first_step_op);
-        else if (pass == 1) before_step_.push_back(i);
-        if (!t.persistent && t.last_reader >= 0) put(dying_, t.last_reader);
-      }
-      if (pass == 0)
-        for (ByOp* by : {&born_, &dying_, &first_step_born_}) by->allocate();
+  // Op k's device tensors it makes (`born_`) and those it frees at its end (`dying_`), each by
+  // index, and its share of first_step_born_. Ops are written in order within a step.
+  void sort_tensors(int k) {
+    const OpSpec& op = ops_[static_cast<std::size_t>(k)];
+    born_.clear();
+    dying_.clear();
+    for (const int i : op.outputs) {
+      const TensorSpec& t = tensors_[static_cast<std::size_t>(i)];
+      if (!on_device(t)) continue;
+      if (t.producer == k) born_.push_back(i);
+      if (!t.persistent && t.last_reader == k) dying_.push_back(i);  // made and never read
     }
+    for (const int i : op.inputs) {
+      const TensorSpec& t = tensors_[static_cast<std::size_t>(i)];
+      if (!t.persistent && t.last_reader == k && on_device(t)) dying_.push_back(i);
+    }
+    sorted_once(born_);
+    sorted_once(dying_);
+    if (k == 0) first_step_from_ = 0;
+    while (first_step_from_ < first_step_born_.size() && first_step_born_[first_step_from_].first < k) ++first_step_from_;
+    first_step_to_ = first_step_from_;
+    while (first_step_to_ < first_step_born_.size() && first_step_born_[first_step_to_].first == k) ++first_step_to_;
+  }
+
+  // Ascending, each index once (an op's lists are a few ids: an insertion sort).
+  static void sorted_once(std::vector<int>& ids) {
+    if (ids.size() < 2) return;
+    for (std::size_t a = 1; a < ids.size(); ++a)
+      for (std::size_t b = a; b > 0 && ids[b - 1] > ids[b]; --b) std::swap(ids[b - 1], ids[b]);
+    ids.erase(std::unique(ids.begin(), ids.end()), ids.end());
   }
 
   void allocate(int i, int stream, int op, int step) {
@@ -83,17 +82,19 @@ class AllocatorEventWriter::Impl {
     out_->push_back(AllocatorEvent{true, i, tensors_[ii].bytes, stream, op, step});
   }
 
+  void allocate_first_step_born(int stream, int k, int step) {
+    for (std::size_t f = first_step_from_; f < first_step_to_; ++f) allocate(first_step_born_[f].second, stream, k, step);
+  }
+
   // The op's outputs, with what the first step makes just after the first of them.
   void allocate_outputs(int k, int stream, int step) {
     bool first = true;
-    for (const int* i = born_.begin(k); i != born_.end(k); ++i) {
-      allocate(*i, stream, k, step);
-      if (first)
-        for (const int* f = first_step_born_.begin(k); f != first_step_born_.end(k); ++f) allocate(*f, stream, k, step);
+    for (const int i : born_) {
+      allocate(i, stream, k, step);
+      if (first) allocate_first_step_born(stream, k, step);
       first = false;
     }
-    if (born_.empty(k))
-      for (const int* f = first_step_born_.begin(k); f != first_step_born_.end(k); ++f) allocate(*f, stream, k, step);
+    if (born_.empty()) allocate_first_step_born(stream, k, step);
   }
 
   // The workspace as its sequence of blocks: block b of the sequence is first + b, each
@@ -120,6 +121,7 @@ class AllocatorEventWriter::Impl {
 
   void op_events(int k, int step) {
     const OpSpec& op = ops_[static_cast<std::size_t>(k)];
+    sort_tensors(k);
     const auto& sequence = op.workspace_sequence;
     const bool outputs_inside = std::find(sequence.begin(), sequence.end(), 0) != sequence.end();
     if (!outputs_inside) allocate_outputs(k, op.stream, step);
@@ -130,9 +132,9 @@ class AllocatorEventWriter::Impl {
       out_->push_back(AllocatorEvent{true, scratch, op.workspace_bytes, op.stream, k, step});
       out_->push_back(AllocatorEvent{false, scratch, op.workspace_bytes, op.stream, k, step});
     }
-    for (const int* i = dying_.begin(k); i != dying_.end(k); ++i) {
-      const auto ii = static_cast<std::size_t>(*i);
-      out_->push_back(AllocatorEvent{false, *i, tensors_[ii].bytes, stream_of_[ii], k, step});
+    for (const int i : dying_) {
+      const auto ii = static_cast<std::size_t>(i);
+      out_->push_back(AllocatorEvent{false, i, tensors_[ii].bytes, stream_of_[ii], k, step});
       block_of_[ii] = -1;
     }
   }
@@ -142,8 +144,11 @@ class AllocatorEventWriter::Impl {
   std::vector<AllocatorEvent>* out_ = nullptr;  // while a step is written
   int step_ = 0;      // the step being written; 2 once both are
   int next_op_ = -1;  // the next op to write; -1 before the step's start
-  ByOp born_, dying_, first_step_born_;
   std::vector<int> before_step_;
+  std::vector<std::pair<int, int>> first_step_born_;  // (first_step_op, tensor), sorted
+  // The op being written's: sort_tensors.
+  std::vector<int> born_, dying_;
+  std::size_t first_step_from_ = 0, first_step_to_ = 0;
   // A tensor's live block and the stream whose pool it came from; blocks past the tensors'
   // indices are workspaces.
   std::vector<int> block_of_, stream_of_;
