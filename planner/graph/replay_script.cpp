@@ -71,16 +71,25 @@ class ItemWriter {
 // stream), the most common first.
 // Buffers a writer keeps from one stretch to the next, instead of allocating them for each.
 struct Scratch {
-  std::vector<int> first_item;       // op -> its first item in the stretch, -1: none
+  std::vector<int> first_item;       // op - first_op -> its first item in the stretch, -1: none
   std::vector<int> seen;             // distance -> how often
+  std::vector<int> frequent;         // the distances seen three times or more
 };
 
 std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from, Scratch& scratch) {
+  // The ops the stretch's items name (a run of one step's ops): first_item covers those alone.
+  int first_op = -1, last_op = -1;
+  for (std::size_t i = static_cast<std::size_t>(from); i < s.items.size(); ++i)
+    if (s.items[i].kind != Kind::Note && s.items[i].op >= 0) {
+      first_op = first_op < 0 ? s.items[i].op : std::min(first_op, s.items[i].op);
+      last_op = std::max(last_op, s.items[i].op);
+    }
+  if (first_op < 0) return {};
   std::vector<int>& first_item = scratch.first_item;
-  first_item.assign(g.ops().size(), -1);
+  first_item.assign(static_cast<std::size_t>(last_op - first_op + 1), -1);
   for (int i = static_cast<int>(s.items.size()) - 1; i >= from; --i) {
     const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
-    if (item.kind != Kind::Note && item.op >= 0) first_item[static_cast<std::size_t>(item.op)] = i;
+    if (item.kind != Kind::Note && item.op >= 0) first_item[static_cast<std::size_t>(item.op - first_op)] = i;
   }
   // An op's kind: its name's base (a literal, compared by address), whether it recomputes,
   // its phase and stream, and whether it belongs to a layer.
@@ -102,18 +111,22 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, in
   last.reserve(256);
   std::vector<int>& seen = scratch.seen;
   seen.assign(s.items.size() - static_cast<std::size_t>(from) + 1, 0);
+  std::vector<int>& frequent = scratch.frequent;
+  frequent.clear();
   for (std::size_t k = 0; k < first_item.size(); ++k) {
     if (first_item[k] < 0) continue;
-    const OpSpec& op = g.ops()[k];
+    const OpSpec& op = g.ops()[k + static_cast<std::size_t>(first_op)];
     const Kind key{op.name.base, op.name.recompute, static_cast<int>(op.phase), op.stream, op.layer >= 0};
     auto [it, fresh] = last.try_emplace(key, -1, -1);
     for (const int before : {it->second.first, it->second.second})
-      if (before >= 0) ++seen[static_cast<std::size_t>(first_item[k] - before)];
+      if (before >= 0) {
+        const auto distance = static_cast<std::size_t>(first_item[k] - before);
+        if (++seen[distance] == 3) frequent.push_back(static_cast<int>(distance));
+      }
     it->second = {first_item[k], it->second.first};
   }
   std::vector<std::pair<int, int>> by_count;  // (how often, distance)
-  for (std::size_t distance = 0; distance < seen.size(); ++distance)
-    if (seen[distance] >= 3) by_count.emplace_back(seen[distance], static_cast<int>(distance));
+  for (const int distance : frequent) by_count.emplace_back(seen[static_cast<std::size_t>(distance)], distance);
   std::sort(by_count.begin(), by_count.end(), std::greater<>());
   std::vector<int> periods;
   for (std::size_t i = 0; i < by_count.size() && i < 4; ++i) periods.push_back(by_count[i].second);
