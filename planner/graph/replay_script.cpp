@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <cstdint>
 #include <functional>
+#include <optional>
+#include <span>
+#include <tuple>
 #include <unordered_map>
 
 #include "planner/graph/allocator_events.h"
@@ -77,19 +80,24 @@ struct Scratch {
 };
 
 std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from, Scratch& scratch) {
-  // The ops the stretch's items name (a run of one step's ops): first_item covers those alone.
-  int first_op = -1, last_op = -1;
-  for (std::size_t i = static_cast<std::size_t>(from); i < s.items.size(); ++i)
-    if (s.items[i].kind != Kind::Note && s.items[i].op >= 0) {
-      first_op = first_op < 0 ? s.items[i].op : std::min(first_op, s.items[i].op);
-      last_op = std::max(last_op, s.items[i].op);
-    }
-  if (first_op < 0) return {};
-  std::vector<int>& first_item = scratch.first_item;
-  first_item.assign(static_cast<std::size_t>(last_op - first_op + 1), -1);
-  for (int i = static_cast<int>(s.items.size()) - 1; i >= from; --i) {
+  // The ops the stretch's items name, a run of one step's ops in order (the writer writes op
+  // after op): first_item covers those alone, from the first item that names one to the last.
+  auto names_op = [&](int i) {
     const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
-    if (item.kind != Kind::Note && item.op >= 0) first_item[static_cast<std::size_t>(item.op - first_op)] = i;
+    return item.kind != Kind::Note && item.op >= 0;
+  };
+  const int size = static_cast<int>(s.items.size());
+  int first = from, final = size - 1;
+  while (first < size && !names_op(first)) ++first;
+  while (final > first && !names_op(final)) --final;
+  if (first == size) return {};
+  const int first_op = s.items[static_cast<std::size_t>(first)].op, last_op = s.items[static_cast<std::size_t>(final)].op;
+  std::vector<int>& first_item = scratch.first_item;
+  first_item.assign(static_cast<std::size_t>(std::max(0, last_op - first_op + 1)), -1);
+  for (int i = final; i >= first; --i) {
+    const ScriptItem& item = s.items[static_cast<std::size_t>(i)];
+    const int k = item.op - first_op;
+    if (item.kind != Kind::Note && k >= 0 && k <= last_op - first_op) first_item[static_cast<std::size_t>(k)] = i;
   }
   // An op's kind: its name's base (a literal, compared by address), whether it recomputes,
   // its phase and stream, and whether it belongs to a layer.
@@ -136,11 +144,25 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, in
 // The stretches of items [from, size) that repeat with one of the periods, long enough to skip
 // some of (three periods: the state may take one to settle, and the replay compares two), the
 // longest kept where they overlap.
+// Where a run of a period that divides `p` says every item is alike to the one p after it:
+// items [start, end) of a run of period d repeat with every multiple m*d of it up to
+// end - (m-1)*d (alike() is an equality). The interval of runs [runs, runs + count) holding
+// item j, or none.
+std::optional<std::pair<int, int>> implied_run(const Repeat* runs, std::size_t count, int p, int j) {
+  for (const Repeat& r : std::span(runs, count)) {
+    if (p % r.period != 0 || j < r.start) continue;
+    const int end = r.end - (p / r.period - 1) * r.period;
+    if (j < end) return std::pair{r.start, end};
+  }
+  return std::nullopt;
+}
+
 std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from) {
   std::vector<Repeat> found;
   const int n = static_cast<int>(s.items.size());
   for (const int p : periods) {
     if (p < 1) continue;
+    const std::size_t found_before = found.size();  // the runs of the periods before this one
     // Maximal runs of items alike to the one p after, those of at least 3p kept. Such a run
     // holds one of every 3p consecutive items, so only every 3p-th item is looked at until
     // one is in a run, which is then grown both ways: the same runs as a walk over every item,
@@ -154,6 +176,9 @@ std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& 
         continue;
       }
       int start = j, end = j + 1;
+      // Inside a run of a period dividing p (a layer's items, where p spans two layers), the
+      // items are alike p apart without comparing them again.
+      if (const auto implied = implied_run(found.data(), found_before, p, j)) std::tie(start, end) = *implied;
       while (start > lo && alike(s, start - 1, start - 1 + p)) --start;
       while (end < last && alike(s, end, end + p)) ++end;
       if (end - start >= shortest) found.push_back({start, end, p});
