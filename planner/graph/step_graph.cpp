@@ -69,6 +69,10 @@ void StepGraph::add_input(int op, int tensor) {
 
 void StepGraph::finalize() {
   ++work_counts().graphs;  // once a graph: every builder finishes with it
+  note_last_readers();
+}
+
+void StepGraph::note_last_readers() {
   // The readers were noted as the ops came (add_op, add_input): one pass over the tensors,
   // not a second over the ops.
   for (std::size_t i = 0; i < tensors_.size(); ++i) {

@@ -155,6 +155,9 @@ class StepGraph {
   void add_input(int op, int tensor);
   // Sets each tensor's last reader from the ops; tensors never read die with their producer.
   void finalize();
+  // The same of the ops so far, in a graph still being written (a prefix's: later readers are
+  // missing, never extra); finalize() sets them again once it is whole.
+  void note_last_readers();
   // The invariants above, with the first violation named.
   Result<bool> check() const;
 

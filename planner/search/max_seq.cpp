@@ -218,9 +218,9 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
   // backward: over budget there, out.
   const StandingBytes states = states_bytes(probe);
   if (!fits_as_allocated(probe, states)) return out(over_device_budget(probe, states.device));
-  const OpTotals prefix = simulate_totals(build_step(step_inputs(probe, StepExtent::Prefix)), probe.cluster.hardware.backend);
-  if (!fits_as_allocated(probe, prefix)) return out(over_device_budget(probe, most(prefix.device_during)));
-  const OpTotals t = totals_of(probe);
+  const StepUnlessPrefixOver built = step_unless_prefix_over(probe);
+  if (!built.whole) return out(built.device_over);
+  const OpTotals t = simulate_totals(*built.whole, probe.cluster.hardware.backend);
   if (!fits_as_allocated(probe, t)) return out(over_device_budget(probe, most(t.device_during)));
   b.tokens = affine_max_seq(base, m.coarse, a, m.chunk, m.grid, b.binding, at, &t);  // reuses the probe
   return b;

@@ -6,6 +6,7 @@
 #include "planner/stacks/profile.h"
 #include "planner/graph/cost_model.h"
 #include "planner/graph/reserved_replay.h"
+#include "planner/graph/work_counts.h"
 
 namespace longctx {
 namespace {
@@ -111,8 +112,25 @@ StandingBytes states_bytes(const Plan& p) {
   return standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
 }
 
-bool prefix_over_as_allocated(const Plan& p) {
-  return !fits_as_allocated(p, simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), p.cluster.hardware.backend));
+
+StepUnlessPrefixOver step_unless_prefix_over(const Plan& p) {
+  StepUnlessPrefixOver r;
+  StepInputs in = step_inputs(p);
+  bool ended = false;
+  const std::function<bool(const StepGraph&)> over = [&](const StepGraph& prefix) {
+    const OpTotals t = simulate_totals(prefix, p.cluster.hardware.backend);
+    if (fits_as_allocated(p, t)) return false;
+    r.device_over = !t.device_during.empty() &&
+                    over_device_budget(p, *std::max_element(t.device_during.begin(), t.device_during.end()));
+    return ended = true;
+  };
+  in.end_at_prefix = &over;
+  StepGraph g = build_step(in);
+  if (!ended) {
+    ++work_counts().whole_graphs;
+    r.whole = std::move(g);
+  }
+  return r;
 }
 
 bool over_device_budget(const Plan& p, std::int64_t device_bytes) {
@@ -156,11 +174,20 @@ Prediction predict(const Plan& inputs) {
   return fill(inputs, g, simulate(g, inputs.cluster.hardware.backend, /*per_op=*/false), false, exact);
 }
 
-Verdict predict_verdict(const Plan& inputs) {
-  const StepGraph g = build_step(step_inputs(inputs));
+namespace {
+Verdict verdict_of(const Plan& inputs, const StepGraph& g) {
   Verdict v;
   v.prediction = fill(inputs, g, simulate(g, inputs.cluster.hardware.backend, /*per_op=*/false), true, v.exact);
   return v;
+}
+}  // namespace
+
+Verdict predict_verdict(const Plan& inputs) { return verdict_of(inputs, build_step(step_inputs(inputs))); }
+
+std::optional<Verdict> predict_verdict_unless_prefix_over(const Plan& inputs) {
+  const StepUnlessPrefixOver built = step_unless_prefix_over(inputs);
+  if (!built.whole) return std::nullopt;
+  return verdict_of(inputs, *built.whole);
 }
 
 }  // namespace longctx

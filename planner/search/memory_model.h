@@ -2,6 +2,7 @@
 // Evaluates one configuration: builds the step graph, simulates it, and fills in a Plan's
 // prediction. The single entry point the CLI, the search and the tests share.
 #include <memory>
+#include <optional>
 
 #include "planner/footprint/communication.h"
 #include "planner/graph/allocator_model.h"
@@ -50,10 +51,20 @@ StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
 // any layer is built.
 StandingBytes states_bytes(const Plan& p);
 
-// Whether the plan's step up to its last layer's backward (StepExtent::Prefix) is over the
-// device's or the host's budget as allocated: then so is the whole step, which holds no less at
-// each of those ops (properties_test.cpp, AStepPrefixIsALowerBound). About half a build.
-bool prefix_over_as_allocated(const Plan& p);
+
+// The plan's whole step, built unless its prefix (the step up to its last layer's backward,
+// StepExtent::Prefix) is over the device's or the host's budget as allocated, which makes the
+// whole step so, since it holds no less at each of those ops (properties_test.cpp,
+// AStepPrefixIsALowerBound): then `whole` is empty, and `device_over` says whether the device
+// alone is over there. The prefix is written once, and the rest only where it fits. A stack
+// whose prefix leaves out only the optimizer step is judged by its step without it.
+struct StepUnlessPrefixOver {
+  std::optional<StepGraph> whole;
+  bool device_over = false;
+};
+StepUnlessPrefixOver step_unless_prefix_over(const Plan& p);
+// predict_verdict() of the whole step, unless its prefix is over as allocated (none then).
+std::optional<Verdict> predict_verdict_unless_prefix_over(const Plan& p);
 
 // What a plan's `binding` calls the device when it binds: on CUDA, the nvidia-smi figure.
 const char* device_binding(const Plan& p);

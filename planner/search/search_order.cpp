@@ -29,11 +29,16 @@ Verdict Evaluator::verdict(const Plan& p) {
 }
 
 bool Evaluator::fits_as_allocated_when_run(const Plan& p) {
-  if (judge_by_dominance && remembered(p, knob_values(p)) == nullptr && prefix_over_as_allocated(p)) {
-    // As run() counts a plan over the budget as allocated, whose verdict stops short.
-    ++evaluated;
-    last_exact = false;
-    return false;
+  std::vector<KnobValue> key = knob_values(p);
+  if (judge_by_dominance && remembered(p, key) == nullptr) {
+    std::optional<Verdict> v = predict_verdict_unless_prefix_over(p);
+    if (!v) {
+      // As run() counts a plan over the budget as allocated, whose verdict stops short.
+      ++evaluated;
+      last_exact = false;
+      return false;
+    }
+    verdicts_.insert_or_assign(std::move(key), Remembered{p.parallel, p.train.micro_batch, std::move(*v)});  // run() finds it
   }
   return fits_as_allocated(run(p));
 }

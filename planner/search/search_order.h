@@ -29,7 +29,7 @@ class Evaluator {
 
   Plan run(Plan p);
   // What fits_as_allocated says of run(p)'s figures. While `judge_by_dominance` is on, a plan
-  // not run before whose step prefix is over the budget already (prefix_over_as_allocated) is
+  // not run before whose step prefix is over the budget already (step_unless_prefix_over) is
   // counted as run and not run: its figures would only ever be read for the smallest peak,
   // which a search judging by dominance does not name.
   bool fits_as_allocated_when_run(const Plan& p);

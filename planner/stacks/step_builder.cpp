@@ -7,7 +7,8 @@
 namespace longctx {
 
 StepGraph build_step(const StepInputs& in) {
-  if (!in.prefix_only && !in.states_only) ++work_counts().whole_graphs;
+  // A build that may end at its prefix is counted by its caller, who knows where it ended.
+  if (!in.prefix_only && !in.states_only && !in.end_at_prefix) ++work_counts().whole_graphs;
   return stack_profile(in.train.stack.kind).build_step(in);
 }
 

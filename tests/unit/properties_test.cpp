@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <optional>
 #include <random>
 
@@ -494,6 +495,45 @@ TEST(Properties, AStepPrefixIsALowerBoundOnEveryStack) {
       ASSERT_LE(prefix.device_during[j], whole.device_during[j]) << text << ": op " << j;
       ASSERT_LE(prefix.host_during[j], whole.host_during[j]) << text << ": op " << j;
     }
+  });
+  EXPECT_GE(held, 50);
+}
+
+// What the search builds a step with where it refutes by the prefix (step_unless_prefix_over):
+// asked at the prefix's end, the graph so far holds no more at any op than the whole step (our
+// stack's is the prefix build itself); told to go on, the build is the whole step's. Drawn
+// fresh each run on every stack, CPU and H100.
+TEST(Properties, ABuildAskedAtItsPrefixIsThePrefixThenTheWholeStep) {
+  const int held = hold_on_drawn_plans(600, 60, [](const Plan& p) {
+    const Backend backend = p.cluster.hardware.backend;
+    const OpTotals whole = simulate_totals(build_step(step_inputs(p)), backend);
+    const OpTotals prefix = simulate_totals(build_step(step_inputs(p, StepExtent::Prefix)), backend);
+    std::optional<OpTotals> asked;
+    const std::function<bool(const StepGraph&)> go_on = [&](const StepGraph& g) {
+      asked = simulate_totals(g, backend);
+      return false;
+    };
+    StepInputs in = step_inputs(p);
+    in.end_at_prefix = &go_on;
+    const StepGraph built = build_step(in);
+    const std::string text = describe(p);
+    const OpTotals after = simulate_totals(built, backend);
+    EXPECT_EQ(after.device_during, whole.device_during) << text;
+    EXPECT_EQ(after.host_during, whole.host_during) << text;
+    ASSERT_TRUE(asked.has_value()) << text;
+    ASSERT_LT(asked->device_during.size(), whole.device_during.size()) << text;
+    for (std::size_t j = 0; j < asked->device_during.size(); ++j) {
+      ASSERT_LE(asked->device_during[j], whole.device_during[j]) << text << ": op " << j;
+      ASSERT_LE(asked->host_during[j], whole.host_during[j]) << text << ": op " << j;
+    }
+    if (p.train.stack.kind == StackKind::Longctx) {
+      EXPECT_EQ(asked->device_during, prefix.device_during) << text;
+      EXPECT_EQ(asked->host_during, prefix.host_during) << text;
+    }
+    // Told to end there, the search reads nothing more of it: step_unless_prefix_over's verdict
+    // is the prefix's.
+    const StepUnlessPrefixOver r = step_unless_prefix_over(p);
+    EXPECT_EQ(r.whole.has_value(), fits_as_allocated(p, *asked)) << text;
   });
   EXPECT_GE(held, 50);
 }

@@ -166,7 +166,7 @@ void write_ops(HfStep& sb) {
   const TensorId d_x = liger_model(sb.in) ? liger_loss(sb, final_x) : causal_lm_loss(sb, final_x);
   deepspeed_embedding_backward(sb, backward_layers(layers, acts, sb.graph, d_x));
   // A prefix build (the search's cheap rejection) stops before the last reductions and the step.
-  if (!sb.in.prefix_only) {
+  if (!sb.ends_at_prefix()) {
     gradients.flush();
     deepspeed_optimizer_step(sb);
   }

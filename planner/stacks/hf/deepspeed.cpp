@@ -106,13 +106,14 @@ void write_ops(HfStep& sb) {
   const TensorId final_x = forward_layers(layers, static_cast<int>(sb.shapes.layers), x0, acts);
   deepspeed_embedding_backward(sb, backward_layers(layers, acts, sb.graph, deepspeed_loss(sb, final_x)));
   // A prefix build (the search's cheap rejection) stops before the last reductions and the step.
-  if (!sb.in.prefix_only) {
+  const bool prefix = sb.ends_at_prefix();
+  if (!prefix) {
     gradients.flush();
     deepspeed_optimizer_step(sb);
   }
   // accelerate's DeepSpeedEngineWrapper.backward runs engine.step() too, so the Trainer's
   // training_step drops the loss and its graph after the optimizer step.
-  layers.free_graph(sb.in.prefix_only ? Phase::Backward : Phase::Optimizer);
+  layers.free_graph(prefix ? Phase::Backward : Phase::Optimizer);
   sb.grad_hook = nullptr;  // the hook ends with this step
 }
 

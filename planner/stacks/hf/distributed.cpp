@@ -150,7 +150,7 @@ void write_ops(FsdpStep& sb) {
     sb.graph.op(step_name("cp.context_exit"), Phase::Backward, -1, sb.model.context_locals, {});
   // The Trainer's training_step returns, dropping the loss and its graph, before the optimizer.
   layers.free_graph(Phase::Backward);
-  if (!sb.in.prefix_only) adamw_step(sb, sharded_elems);
+  if (!sb.ends_at_prefix()) adamw_step(sb, sharded_elems);
 }
 
 }  // namespace

@@ -121,7 +121,7 @@ void write_ops(HfStep& sb) {
   embedding_backward(sb, backward_layers(layers, acts, sb.graph, loss(sb, final_x, nullptr)));
   // The Trainer's training_step returns, dropping the loss and its graph, before the optimizer.
   layers.free_graph(Phase::Backward);
-  if (!sb.in.prefix_only) adamw_step(sb, footprint::group_params);
+  if (!sb.ends_at_prefix()) adamw_step(sb, footprint::group_params);
 }
 
 }  // namespace

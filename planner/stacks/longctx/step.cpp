@@ -51,7 +51,7 @@ class Layers final : public LayerSchedule<LayerActs> {
     next_checkpoint_ = sb_.checkpoints.prefetch(last_, last_);
   }
   // A prefix build stops after the last layer's backward.
-  bool stops_before(int l) const override { return sb_.in.prefix_only && l < last_; }
+  bool stops_before(int l) override { return l < last_ && sb_.ends_at_prefix(); }
   void before_backward(int l) override {
     layer_params_ = next_params_;
     checkpoint_ = next_checkpoint_;
@@ -98,7 +98,7 @@ void write_ops(LongctxStep& sb) {
   // A prefix build stops after the last layer's backward (the embedding's too, when that
   // layer is the only one).
   if (d_embed >= 0) embedding_backward(sb, d_embed);
-  if (!sb.in.prefix_only) optimizer_step(sb);
+  if (!sb.ends_at_prefix()) optimizer_step(sb);
 }
 
 }  // namespace

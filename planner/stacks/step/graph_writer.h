@@ -67,6 +67,12 @@ class GraphWriter {
   int last_op() const { return static_cast<int>(graph_.ops().size()) - 1; }
   std::int64_t bytes(int tensor) const { return graph_.tensor(tensor).bytes; }
 
+  // The graph written so far, each tensor's last reader that of the ops so far.
+  const StepGraph& with_last_readers() {
+    graph_.note_last_readers();
+    return graph_;
+  }
+
   // Sets every tensor's last reader and hands the graph over.
   StepGraph finish() {
     graph_.finalize();

@@ -32,7 +32,7 @@ class LayerSchedule {
   virtual void after_forward(int /*l*/, const Acts& /*a*/) {}
   virtual void begin_backward() {}
   // A prefix build's end: true stops the backward before layer l's.
-  virtual bool stops_before(int /*l*/) const { return false; }
+  virtual bool stops_before(int /*l*/) { return false; }
   virtual void before_backward(int /*l*/) {}
   // The tensor a checkpointed layer's recompute starts from: its input, or the copy of it
   // brought back from where it waited.

@@ -15,6 +15,14 @@ Name StepBuild::group_name(int group, const char* base) const {
   return Name{group == footprint::embed_group(shapes) ? Name::kEmbed : Name::kHead, base, false};
 }
 
+bool StepBuild::ends_at_prefix() {
+  if (!prefix_asked_) {
+    prefix_asked_ = true;
+    prefix_ended_ = in.prefix_only || (in.end_at_prefix && (*in.end_at_prefix)(graph.with_last_readers()));
+  }
+  return prefix_ended_;
+}
+
 namespace {
 
 // Tensors and ops a layer, at least, in the graphs built on this thread so far: a search

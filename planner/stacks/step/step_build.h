@@ -45,6 +45,17 @@ struct StepBuild {
   std::vector<Ids> grads;        // per group: what the optimizer step reads
   OuterActs outer;
 
+ private:
+  bool prefix_asked_ = false, prefix_ended_ = false;
+
+ public:
+
+  // Whether the build ends here, where a prefix build ends (after the last layer's backward;
+  // a stack that does not stop its backward there, before the optimizer step): a prefix build
+  // does, and a whole build where StepInputs::end_at_prefix says so of the graph so far. Asked
+  // once; the answer stands for the rest of the build.
+  bool ends_at_prefix();
+
   // A group's tensor name ("layer.3.", "embed.", "head.").
   Name group_name(int group, const char* base) const;
   // The layer a group's ops run among, -1 for the embedding and the head.

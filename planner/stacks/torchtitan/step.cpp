@@ -150,7 +150,7 @@ void write_ops(TorchtitanStep& sb) {
   // forward_backward_step holds its inputs, labels and extra_kwargs (the context parallel
   // shards) until it returns, after backward.
   for (const TensorId t : sb.cp_shards) sb.graph.add_input(sb.graph.last_op(), t);
-  if (!sb.in.prefix_only) adamw_step(sb, sb.fsdp2 ? sharded_elems : footprint::group_params);
+  if (!sb.ends_at_prefix()) adamw_step(sb, sb.fsdp2 ? sharded_elems : footprint::group_params);
 }
 
 }  // namespace
