@@ -45,11 +45,6 @@ struct StepBuild {
   std::vector<Ids> grads;        // per group: what the optimizer step reads
   OuterActs outer;
 
- private:
-  bool prefix_asked_ = false, prefix_ended_ = false;
-
- public:
-
   // Whether the build ends here, where a prefix build ends (after the last layer's backward;
   // a stack that does not stop its backward there, before the optimizer step): a prefix build
   // does, and a whole build where StepInputs::end_at_prefix says so of the graph so far. Asked
@@ -60,6 +55,9 @@ struct StepBuild {
   Name group_name(int group, const char* base) const;
   // The layer a group's ops run among, -1 for the embedding and the head.
   int layer_of_group(int group) const { return group < shapes.layers ? group : -1; }
+
+ private:
+  bool prefix_asked_ = false, prefix_ended_ = false;  // ends_at_prefix
 };
 
 // The cuBLAS workspaces every stack's step holds (begin_step), -1 where none is modelled.
