@@ -44,7 +44,7 @@ class AllocatorEventWriter::Impl {
 
   // Op k's device tensors it makes (`born_`) and those it frees at its end (`dying_`), each by
   // index, and its share of first_step_born_. Ops are written in order within a step.
-  void sort_tensors(int k) {
+  void list_op_tensors(int k) {
     const OpSpec& op = ops_[static_cast<std::size_t>(k)];
     born_.clear();
     dying_.clear();
@@ -121,7 +121,7 @@ class AllocatorEventWriter::Impl {
 
   void op_events(int k, int step) {
     const OpSpec& op = ops_[static_cast<std::size_t>(k)];
-    sort_tensors(k);
+    list_op_tensors(k);
     const auto& sequence = op.workspace_sequence;
     const bool outputs_inside = std::find(sequence.begin(), sequence.end(), 0) != sequence.end();
     if (!outputs_inside) allocate_outputs(k, op.stream, step);
@@ -146,7 +146,7 @@ class AllocatorEventWriter::Impl {
   int next_op_ = -1;  // the next op to write; -1 before the step's start
   std::vector<int> before_step_;
   std::vector<std::pair<int, int>> first_step_born_;  // (first_step_op, tensor), sorted
-  // The op being written's: sort_tensors.
+  // The op being written's: list_op_tensors.
   std::vector<int> born_, dying_;
   std::size_t first_step_from_ = 0, first_step_to_ = 0;
   // A tensor's live block and the stream whose pool it came from; blocks past the tensors'

@@ -69,15 +69,16 @@ class ItemWriter {
   bool freeing_ = false;
 };
 
-// Periods worth trying in items [from, size): the item distances between an op and the last
-// two ops of the same kind before it (the same name in another layer or tile, phase and
-// stream), the most common first.
 // Buffers a writer keeps from one stretch to the next, instead of allocating them for each.
 struct Scratch {
   std::vector<int> first_item;       // op - first_op -> its first item in the stretch, -1: none
   std::vector<int> seen;             // distance -> how often
   std::vector<int> frequent;         // the distances seen three times or more
 };
+
+// Periods worth trying in items [from, size): the item distances between an op and the last
+// two ops of the same kind before it (the same name in another layer or tile, phase and
+// stream), the most common first.
 
 std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from, Scratch& scratch) {
   // The ops the stretch's items name, a run of one step's ops in order (the writer writes op
@@ -141,15 +142,11 @@ std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, in
   return periods;
 }
 
-// The stretches of items [from, size) that repeat with one of the periods, long enough to skip
-// some of (three periods: the state may take one to settle, and the replay compares two), the
-// longest kept where they overlap.
 // Where a run of a period that divides `p` says every item is alike to the one p after it:
 // items [start, end) of a run of period d repeat with every multiple m*d of it up to
-// end - (m-1)*d (alike() is an equality). The interval of runs [runs, runs + count) holding
-// item j, or none.
-std::optional<std::pair<int, int>> implied_run(const Repeat* runs, std::size_t count, int p, int j) {
-  for (const Repeat& r : std::span(runs, count)) {
+// end - (m-1)*d (alike() is an equality). The interval of `runs` holding item j, or none.
+std::optional<std::pair<int, int>> implied_run(std::span<const Repeat> runs, int p, int j) {
+  for (const Repeat& r : runs) {
     if (p % r.period != 0 || j < r.start) continue;
     const int end = r.end - (p / r.period - 1) * r.period;
     if (j < end) return std::pair{r.start, end};
@@ -157,6 +154,9 @@ std::optional<std::pair<int, int>> implied_run(const Repeat* runs, std::size_t c
   return std::nullopt;
 }
 
+// The stretches of items [from, size) that repeat with one of the periods, long enough to skip
+// some of (three periods: the state may take one to settle, and the replay compares two), the
+// longest kept where they overlap.
 std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& periods, int from) {
   std::vector<Repeat> found;
   const int n = static_cast<int>(s.items.size());
@@ -178,7 +178,7 @@ std::vector<Repeat> find_repeats(const ReplayScript& s, const std::vector<int>& 
       int start = j, end = j + 1;
       // Inside a run of a period dividing p (a layer's items, where p spans two layers), the
       // items are alike p apart without comparing them again.
-      if (const auto implied = implied_run(found.data(), found_before, p, j)) std::tie(start, end) = *implied;
+      if (const auto implied = implied_run(std::span(found.data(), found_before), p, j)) std::tie(start, end) = *implied;
       while (start > lo && alike(s, start - 1, start - 1 + p)) --start;
       while (end < last && alike(s, end, end + p)) ++end;
       if (end - start >= shortest) found.push_back({start, end, p});

@@ -112,7 +112,6 @@ StandingBytes states_bytes(const Plan& p) {
   return standing_bytes(build_step(step_inputs(p, StepExtent::States)), p.cluster.hardware.backend);
 }
 
-
 StepUnlessPrefixOver step_unless_prefix_over(const Plan& p) {
   StepUnlessPrefixOver r;
   StepInputs in = step_inputs(p);

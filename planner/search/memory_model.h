@@ -51,7 +51,6 @@ StepInputs step_inputs(const Plan& p, StepExtent extent = StepExtent::Whole);
 // any layer is built.
 StandingBytes states_bytes(const Plan& p);
 
-
 // The plan's whole step, built unless its prefix (the step up to its last layer's backward,
 // StepExtent::Prefix) is over the device's or the host's budget as allocated, which makes the
 // whole step so, since it holds no less at each of those ops (properties_test.cpp,
