@@ -1,6 +1,7 @@
 // The longest sequence one set of techniques reaches: bounds, confirmation, refinement.
 #include <algorithm>
 #include <map>
+#include <optional>
 #include <tuple>
 
 #include <fmt/format.h>
@@ -48,15 +49,27 @@ OpTotals totals_of(const Plan& p) { return simulate_totals(build_step(step_input
 
 std::int64_t most(const std::vector<std::int64_t>& v) { return *std::max_element(v.begin(), v.end()); }
 
+// A step graph and its totals at one length of a configuration, kept by confirm() for the
+// longest length it finds to fit as allocated: down_to_reserved_fit() replays that length
+// first, and builds it again otherwise (a whole graph, the largest of the search's).
+struct BuiltStep {
+  std::int64_t seq = 0;
+  StepGraph graph;
+  OpTotals totals;
+};
+
 // How a plan stands as the device sees it: as allocated, then on CUDA as the caching allocator
-// reserves it (memory_model.h, device_fits). What every answer is confirmed with.
+// reserves it (memory_model.h, device_fits), from its step graph and that graph's totals. What
+// every answer is confirmed with.
 enum class Fit { Fits, OverAsReserved, OverAsAllocated };
-Fit reserved_fit(const Plan& p) {
-  const StepGraph g = build_step(step_inputs(p));
-  const OpTotals t = simulate_totals(g, p.cluster.hardware.backend);
+Fit reserved_fit(const Plan& p, const StepGraph& g, const OpTotals& t) {
   if (!fits_as_allocated(p, t)) return Fit::OverAsAllocated;
   const auto peak = std::max_element(t.device_during.begin(), t.device_during.end());
   return device_fits(p, g, *peak, static_cast<int>(peak - t.device_during.begin())) ? Fit::Fits : Fit::OverAsReserved;
+}
+Fit reserved_fit(const Plan& p) {
+  const StepGraph g = build_step(step_inputs(p));
+  return reserved_fit(p, g, simulate_totals(g, p.cluster.hardware.backend));
 }
 
 // `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
@@ -239,12 +252,14 @@ constexpr std::int64_t kUnderFloor = -1;
 // request; at another it is split by a small one), so the steps gallop down (1, 2, 4, ...)
 // to a length that fits and then bisect back up between it and the last that did not: a
 // fitting length within a few grid steps of the longest, in a logarithmic number of replays.
+// `built`: the step at `seq` where the caller built it (confirm()), else null.
 std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
-                                  std::int64_t steps, std::int64_t floor = 0) {
+                                  std::int64_t steps, std::int64_t floor = 0, const BuiltStep* built = nullptr) {
   auto fits_at = [&](std::int64_t k) {
     const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
     if (!valid(at)) return false;
-    if (reserved_fit(at) == Fit::Fits) return true;
+    const bool known = k == 0 && built != nullptr && built->seq == seq;
+    if ((known ? reserved_fit(at, built->graph, built->totals) : reserved_fit(at)) == Fit::Fits) return true;
     // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
     // segments a later large request cannot use): coarser MLP tiles, finest first, each
     // with the finest loss tiles, until one fits (what the search's staircase then finds).
@@ -298,9 +313,17 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
 // shorter than it (the bisection's `hi` at or under it: the answer is below `hi`).
 std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine, std::int64_t floor) {
   const std::int64_t grid = m.grid;
+  const bool walks_down = m.coarse.cluster.hardware.backend == Backend::Cuda;
+  std::optional<BuiltStep> longest_fit;  // the step at the longest length found to fit, on CUDA
   auto fits_at = [&](std::int64_t seq) {
     const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
-    return valid(at) && fits_as_allocated(at, totals_of(at));
+    if (!valid(at)) return false;
+    if (!walks_down) return fits_as_allocated(at, totals_of(at));
+    BuiltStep step{seq, build_step(step_inputs(at)), {}};
+    step.totals = simulate_totals(step.graph, at.cluster.hardware.backend);
+    if (!fits_as_allocated(at, step.totals)) return false;
+    longest_fit = std::move(step);  // lengths found to fit only grow
+    return true;
   };
   const std::int64_t cap = (std::int64_t{1} << 40) / grid;
   // Usually the bound itself fits; else the largest fitting grid step below it, by
@@ -330,8 +353,8 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
     else hi = mid;
     if (under_floor()) return kUnderFloor;
   }
-  if (m.coarse.cluster.hardware.backend != Backend::Cuda || lo == 0) return lo * grid;
-  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1, floor);
+  if (!walks_down || lo == 0) return lo * grid;
+  return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1, floor, longest_fit ? &*longest_fit : nullptr);
 }
 
 }  // namespace
