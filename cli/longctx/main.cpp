@@ -9,6 +9,7 @@
 #include "cli/common/commands.h"
 #include "cli/common/parse_errors.h"
 #include "cli/common/parse_values.h"
+#include "cli/common/standard_output.h"
 #include "cli/longctx/runtime_exec.h"
 
 namespace {
@@ -62,7 +63,7 @@ int main(int argc, char** argv) {
     return 0;
   }
   for (const auto& c : commands)
-    if (c.app->parsed()) return c.run();
+    if (c.app->parsed()) return longctx::cli::run_to_standard_output(c);
   std::fputs(app.help().c_str(), stdout);
   return 0;
 }

@@ -7,6 +7,7 @@
 #include "cli/common/commands.h"
 #include "cli/common/parse_errors.h"
 #include "cli/common/parse_values.h"
+#include "cli/common/standard_output.h"
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();
@@ -25,6 +26,6 @@ int main(int argc, char** argv) {
   }
   if (version) return longctx::cli::print_version();
   for (const auto& c : commands)
-    if (c.app->parsed()) return c.run();
+    if (c.app->parsed()) return longctx::cli::run_to_standard_output(c);
   return 0;
 }
