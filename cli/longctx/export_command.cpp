@@ -11,6 +11,7 @@
 
 #include "cli/longctx/cluster_options.h"
 #include "cli/common/commands.h"
+#include "cli/longctx/plan_argument.h"
 #include "common/atomic_file.h"
 #include "common/atomic_folder.h"
 #include "planner/core/units.h"
@@ -47,9 +48,24 @@ void note_launch_script_left_out() {
              kLaunchScriptFile);
 }
 
-int write_files(const ExportedFiles& e, const std::string& output) {
+// What export writes never replaces the plan it reads: -o itself, or a file of the set where
+// -o names a folder (a plan saved as the folder's ds_config.json).
+Result<bool> check_plan_kept(const ExportedFiles& e, const std::string& output, const std::string& plan_file,
+                             bool into_folder) {
+  const std::vector<NamedPath> plan{{plan_file, "the plan file"}};
+  if (!into_folder) return check_distinct_output(output, "-o", plan);
+  for (const auto& [name, text] : e.files) {
+    LONGCTX_TRY(auto apart, check_distinct_output((std::filesystem::path(output) / name).string(), "-o", plan));
+    (void)apart;
+  }
+  return true;
+}
+
+int write_files(const ExportedFiles& e, const std::string& output, const std::string& plan_file) {
   const auto configs = configs_of(e);
-  if (configs.size() == 1 && !names_a_folder(output)) {
+  const bool into_folder = configs.size() != 1 || names_a_folder(output);
+  if (auto kept = check_plan_kept(e, output, plan_file, into_folder); !kept) return report(kept.error());
+  if (!into_folder) {
     const auto& [name, text] = *configs.begin();
     if (auto w = write_text_atomically(output, "-o", text); !w) return report(w.error());
     fmt::print("wrote {} ({})\n", output, name);
@@ -78,17 +94,21 @@ int run_export(const ExportOptions& o) {
   auto stack = parse_stack(o.stack, "--stack");
   if (!stack) return report(stack.error());
   auto plan = read_plan_file(o.plan_file);
-  if (!plan) return report(plan.error());
+  if (!plan) return report(as_plan_argument(plan.error()));
   auto exported = export_plan(*plan, *stack);
   if (!exported) return report(exported.error());
   for (const auto& line : exported->approximations) fmt::print(stderr, "approximation: {}\n", line);
   // A plan that does not fit (`plan --no-search` writes one) exports as asked: its run is the
   // one the plan predicts, out of memory. Said once, on stderr.
-  if (const Prediction pr = evaluate(*plan).plan.prediction; !pr.feasible)
-    fmt::print(stderr, "note: the plan does not fit: {} binds ({} at the peak, budget {} per GPU); its run would run out "
+  if (const Prediction pr = evaluate(*plan).plan.prediction; !pr.feasible) {
+    const bool host = pr.binding == "host memory";
+    fmt::print(stderr, "note: the plan does not fit: {} binds ({} at the peak, budget {} per {}); its run would run out "
                        "of memory, so plan again for one that fits\n",
-               pr.binding, format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(plan->cluster.device_budget_bytes));
-  if (!o.output.empty()) return write_files(*exported, o.output);
+               pr.binding, format_bytes(host ? pr.peak_host_bytes : pr.peak_nvidia_smi_bytes),
+               format_bytes(host ? plan->cluster.host_budget_bytes_per_node : plan->cluster.device_budget_bytes),
+               host ? "node" : "GPU");
+  }
+  if (!o.output.empty()) return write_files(*exported, o.output, o.plan_file);
   const auto configs = configs_of(*exported);
   const bool one = configs.size() == 1;
   for (const auto& [name, text] : configs) fmt::print("{}{}", one ? "" : fmt::format("==> {} <==\n", name), text);
