@@ -5,6 +5,7 @@
 
 #include "cli/longctx/cluster_options.h"
 #include "cli/common/commands.h"
+#include "cli/longctx/plan_argument.h"
 #include "common/atomic_file.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/phase_peaks.h"
@@ -50,10 +51,10 @@ Result<std::vector<Output>> open_outputs(const ExplainOptions& o, const Evaluati
 
 int run_explain(const ExplainOptions& o) {
   auto plan = read_plan_file(o.plan_file);
-  if (!plan) return report(plan.error());
+  if (!plan) return report(as_plan_argument(plan.error()));
   const Evaluation e = evaluate(*plan);
   auto outputs = open_outputs(o, e);
-  if (!outputs) return report(outputs.error());
+  if (!outputs) return report(as_plan_argument(outputs.error()));
   fmt::print("{}", render_plan(e, o.live_rows));
   fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
   for (auto& [file, contents] : *outputs) {
