@@ -34,7 +34,10 @@ bool split_number(std::string_view text, double& number, std::string& suffix) {
 Result<std::int64_t> scaled(std::string_view text, std::string_view field, double number,
                             double scale, std::string_view examples) {
   double v = number * scale;
-  if (!(v >= 1.0) || v > 9.0e18 || std::floor(v) != v)
+  // Past what a signed 64-bit count holds (and far past every bound the options name).
+  if (v > 9.0e18)
+    return Error::bad_input(std::string(field), fmt::format("'{}' is too large; write it like {}", text, examples));
+  if (!(v >= 1.0) || std::floor(v) != v)
     return Error::bad_input(std::string(field),
                             fmt::format("'{}' is not a positive whole size; write it like {}", text, examples));
   return static_cast<std::int64_t>(v);
