@@ -136,6 +136,27 @@ Result<bool> check_searchable(const Plan& base, const TechniqueSet& techniques) 
   return true;
 }
 
+// A fixed knob whose technique --techniques allows but the stack's search does not run (the
+// hf stack's searched techniques leave out the optimizer's offload, which its DeepSpeed path
+// runs as given): refused naming the knob and the stack, where best_plan would ask for the
+// technique in --techniques, which it is already in.
+Result<bool> check_fixed_searchable(const Plan& base, const ClusterRequest& r, const Knobs& fixed) {
+  // The knobs' own rules first, as best_plan checks them: their refusals say more.
+  LONGCTX_TRY(auto valid, validate(with_knobs(base, fixed)));
+  (void)valid;
+  LONGCTX_TRY(const TechniqueSet requested, parse_techniques(r.techniques));
+  const TechniqueSet searched = stack_techniques(base);
+  for (const Knob& k : knob_table()) {
+    const auto v = fixed_value(fixed, k.id);
+    if (!v || technique_allows(searched, k.id, *v) || !technique_allows(requested, k.id, *v)) continue;
+    return Error::bad_input(k.flag, fmt::format("--stack {}'s search does not run '{}' here (it searches {}): give "
+                                                "--no-search to plan the knobs as given, or leave {} out",
+                                                to_string(base.train.stack.kind), to_string(*technique_for(k.id, *v)),
+                                                fmt::join(technique_names(searched), ", "), k.flag));
+  }
+  return true;
+}
+
 // The gradients' dtype a stack keeps may follow the fixed knobs (the hf stack: DeepSpeed's
 // under Ulysses or an offload, FSDP2's across GPUs otherwise): unless --grad-dtype is given,
 // the one it keeps with them.
@@ -159,7 +180,8 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
     (void)valid;
   } else {
     LONGCTX_TRY(auto searchable, check_searchable(base, techniques));
-    (void)searchable;
+    LONGCTX_TRY(auto fixed_searchable, check_fixed_searchable(base, r.cluster, r.knobs));
+    (void)searchable, (void)fixed_searchable;
     LONGCTX_TRY(a.found, best_plan(base, techniques, r.knobs));
   }
   a.evaluation = evaluate(a.found.best);
