@@ -54,6 +54,15 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::s
                  fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
                              "budget {}{}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node),
                              also)};
+  // A plan that fits as allocated but not as the caching allocator holds it: its replay could
+  // not place a request, so its reserved figure stops at the budget and is no peak to name.
+  if (e.plan.cluster.hardware.backend == Backend::Cuda && !over_device_budget(e.plan, pr.peak_device_bytes))
+    return Error{ErrorKind::NoFit, "--budget",
+                 fmt::format("no plan fits: the least memory found allocates {} at its peak (op {}; {} dominates: {}), "
+                             "but the caching allocator cannot place every block of it within the budget of {} (its "
+                             "cached segments are split too finely for a later request); {}{}",
+                             format_bytes(pr.peak_device_bytes), pr.peak_at, dominant, format_bytes(most),
+                             format_bytes(base.cluster.device_budget_bytes), kNoFitAdvice, also)};
   return Error{ErrorKind::NoFit, "--budget",
                fmt::format("no plan fits: the smallest peak is {} ({} allocated at op {}; {} dominates: {}), budget {}; "
                            "{}{}",
