@@ -226,6 +226,41 @@ TEST_F(Outputs, DevStdoutIsWrittenInPlace) {
   EXPECT_NE(full.out.find("No space left on device"), std::string::npos) << full.out;
 }
 
+// An answer that cannot be written to standard output (a full device behind it) is an error
+// naming the cause, exit 1: never an abort (fmt's failed write throws), nor exit 0 with the
+// answer lost (a buffered stream fails only when flushed).
+TEST_F(Outputs, AnAnswerThatCannotBeWrittenToStdoutIsAnError) {
+  const std::string plan = plan_file();
+  for (const std::string& cmd : std::vector<std::string>{
+           "plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB",
+           "plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB --json",
+           "max-context --model tiny-gqa --gpu cpu --gpus 1 --budget 64MiB --no-ladder --json", "explain " + plan,
+           "models"}) {
+    const Output o = run_sh("@L@ " + cmd + " >/dev/full");
+    EXPECT_EQ(o.status, 1) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find("writing the answer to standard output failed: No space left on device"), std::string::npos)
+        << cmd << "\n" << o.out;
+  }
+}
+
+// export never writes over the plan it reads: -o naming the plan file, or a folder where the
+// plan is saved under one of the set's names, is refused naming -o, exit 2, the plan kept.
+TEST_F(Outputs, ExportNeverReplacesItsPlan) {
+  ASSERT_EQ(run("plan --model tiny-gqa --gpus 8 --seq 4K -o " + path("plan.json")).status, 0);
+  std::filesystem::create_directory(path("set"));
+  std::filesystem::copy_file(path("plan.json"), path("set/ds_config.json"));
+  const std::pair<std::string, std::string> cases[] = {
+      {path("plan.json"), path("plan.json")}, {path("set/ds_config.json"), path("set") + "/"}};
+  for (const auto& [input, output] : cases) {
+    const Output o = run_sh("@L@ export " + input + " --stack deepspeed -o " + output);
+    EXPECT_EQ(o.status, 2) << o.out;
+    EXPECT_NE(o.out.find("-o: "), std::string::npos) << o.out;
+    EXPECT_NE(o.out.find("names the same file as the plan file"), std::string::npos) << o.out;
+    EXPECT_TRUE(read_plan_file(input).ok()) << input;
+  }
+  EXPECT_EQ(run_sh("@L@ export " + path("plan.json") + " --stack deepspeed -o " + path("other") + "/").status, 0);
+}
+
 // A disk that fills mid-write: a file-size limit (ulimit -f, in KiB) makes every write past
 // it fail with EFBIG, as a full disk fails with ENOSPC, on any file system and without root.
 // The command exits 1 naming the file and the cause, and leaves neither the file nor a
