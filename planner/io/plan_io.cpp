@@ -232,6 +232,10 @@ nlohmann::json plan_to_json(const Plan& p) {
 Result<Plan> plan_from_json(const nlohmann::json& j) {
   using namespace json_fields;
   if (!j.is_object()) return Error::bad_input("plan", "must be a JSON object");
+  // What `max-context --json` prints holds its plan under "plan", beside the answer.
+  if (!j.contains("schema") && j.contains("max_tokens") && j.contains("plan") && j["plan"].is_object())
+    return Error::bad_input("schema", "missing: this is max-context --json's answer, whose plan is its \"plan\" object; "
+                                      "save that object as the plan file, or write one with max-context -o FILE");
   LONGCTX_TRY(auto schema, get_string(j, "", "schema"));
   if (schema != kPlanSchema)
     return Error::bad_input("schema", fmt::format("'{}' is not {}; write the plan again with this longctx (longctx plan ... -o FILE)", schema, kPlanSchema));

@@ -261,6 +261,18 @@ TEST_F(Outputs, ExportNeverReplacesItsPlan) {
   EXPECT_EQ(run_sh("@L@ export " + path("plan.json") + " --stack deepspeed -o " + path("other") + "/").status, 0);
 }
 
+// What max-context --json prints, saved whole and given as a plan, is refused naming where its
+// plan is, not as a plan without a schema.
+TEST_F(Outputs, AMaxContextAnswerGivenAsAPlanSaysWhereItsPlanIs) {
+  ASSERT_EQ(run_sh("@L@ max-context --model tiny-gqa --gpu cpu --gpus 1 --budget 64MiB --no-ladder --json > " +
+                   path("answer.json")).status,
+            0);
+  const Output o = run_sh("@L@ explain " + path("answer.json"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("this is max-context --json's answer, whose plan is its \"plan\" object"), std::string::npos)
+      << o.out;
+}
+
 // A disk that fills mid-write: a file-size limit (ulimit -f, in KiB) makes every write past
 // it fail with EFBIG, as a full disk fails with ENOSPC, on any file system and without root.
 // The command exits 1 naming the file and the cause, and leaves neither the file nor a
