@@ -79,7 +79,6 @@ struct Scratch {
 // Periods worth trying in items [from, size): the item distances between an op and the last
 // two ops of the same kind before it (the same name in another layer or tile, phase and
 // stream), the most common first.
-
 std::vector<int> candidate_periods(const StepGraph& g, const ReplayScript& s, int from, Scratch& scratch) {
   // The ops the stretch's items name, a run of one step's ops in order (the writer writes op
   // after op): first_item covers those alone, from the first item that names one to the last.
