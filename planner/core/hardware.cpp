@@ -112,15 +112,28 @@ Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const st
 
 }  // namespace
 
-Result<Hardware> hardware_from_json(const nlohmann::json& j) {
+const std::vector<std::string>& hardware_keys() {
+  static const std::vector<std::string> keys = {
+      "description",     "sources",          "context_sources", "name",          "backend",          "device_memory_bytes",
+      "host_memory_bytes_per_node", "gpus_per_node", "peak_bf16_flops", "hbm_bytes_per_s",
+      "nvlink_bytes_per_s", "internode_bytes_per_s", "pcie_bytes_per_s", "host_flops", "context_bytes",
+      "nccl_base_bytes", "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured"};
+  return keys;
+}
+
+Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& p) {
   using namespace json_fields;
   Hardware h;
-  const std::string p = "cluster.hardware";
+  // "cluster.hardware.backend", or "backend" in a file of its own.
+  const auto field = [&](const std::string& key) { return p.empty() ? key : p + "." + key; };
+  LONGCTX_TRY(auto known, refuse_unknown_keys(j, p, hardware_keys(),
+                                              p.empty() ? std::string("in a hardware file") : "under " + p));
+  (void)known;
   LONGCTX_TRY(h.name, get_string(j, p, "name"));
   LONGCTX_TRY(auto backend, get_string(j, p, "backend"));
   if (backend == "cpu") h.backend = Backend::Cpu;
   else if (backend == "cuda") h.backend = Backend::Cuda;
-  else return Error::bad_input(p + ".backend", fmt::format("'{}' is unknown; use cpu or cuda", backend));
+  else return Error::bad_input(field("backend"), fmt::format("'{}' is unknown; use cpu or cuda", backend));
   LONGCTX_TRY(h.device_memory_bytes, get_int(j, p, "device_memory_bytes", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.host_memory_bytes_per_node, get_int(j, p, "host_memory_bytes_per_node", 1, limits::kMaxBytes));
   LONGCTX_TRY(h.gpus_per_node, get_int(j, p, "gpus_per_node", 1, limits::kMaxGpusPerNode));
@@ -129,7 +142,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
   const auto rate = [&](const char* key) -> Result<double> {
     LONGCTX_TRY(const double v, get_number(j, p, key));
     if (!(v >= 1e6 && v <= 1e18))
-      return Error::bad_input(p + "." + key, fmt::format("{:g} per second is outside longctx's bounds of 1e6 to 1e18; "
+      return Error::bad_input(field(key), fmt::format("{:g} per second is outside longctx's bounds of 1e6 to 1e18; "
                                                          "give the device's real figure",
                                                          v));
     return v;
@@ -145,7 +158,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     // What the CUDA context keeps is part of the device's memory: at its size or above, no
     // tensor would ever fit, and every query would answer "no plan fits".
     if (h.context_bytes >= h.device_memory_bytes)
-      return Error::bad_input(p + ".context_bytes",
+      return Error::bad_input(field("context_bytes"),
                               fmt::format("{} is not below device_memory_bytes ({}); give the context's real size "
                                           "(`longctx calibrate` measures it)",
                                           h.context_bytes, h.device_memory_bytes));
@@ -166,7 +179,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j) {
     LONGCTX_TRY(h.threads, get_int(j, p, "threads", 1, 4096));
   }
   if (j.contains("measured")) {
-    LONGCTX_TRY(h.measured, measured_rates_from_json(j["measured"], p + ".measured"));
+    LONGCTX_TRY(h.measured, measured_rates_from_json(j["measured"], field("measured")));
   }
   return h;
 }
@@ -208,7 +221,11 @@ Result<Hardware> load_hardware(const std::string& name) {
   if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
     LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
     LONGCTX_TRY(auto fj, json_fields::parse(file_text, "--gpu"));
-    return hardware_from_json(fj);
+    auto read = hardware_from_json(fj, "");
+    if (read.ok()) return read;
+    Error e = read.error();
+    e.field = fmt::format("--gpu {}: {}", name, e.field);
+    return e;
   }
   auto text = presets::hardware(name);
   if (!text)

@@ -109,10 +109,15 @@ struct Hardware {
 // direct peers are the other ranks of the node plus one across the network per further node.
 std::int64_t device_context_bytes(const Hardware& h, std::int64_t world, std::int64_t gpus_per_node);
 
-Result<Hardware> hardware_from_json(const nlohmann::json& j);
+// The hardware object `j`, its errors naming each field under `prefix` ("cluster.hardware" in a
+// plan file; "" for a hardware file of its own). Refuses keys not in hardware_keys().
+Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& prefix = "cluster.hardware");
 nlohmann::json hardware_to_json(const Hardware& h);
+// The keys a hardware object may hold: hardware_to_json's, the optional ones included, and the
+// notes a preset file (models/hardware/*.json) carries for readers.
+const std::vector<std::string>& hardware_keys();
 // A preset by name, or a preset file `longctx calibrate -o` wrote (a name holding a '/' or
-// ending in .json).
+// ending in .json); a file's errors name `--gpu FILE` and the key.
 Result<Hardware> load_hardware(const std::string& name);
 std::vector<std::string> hardware_preset_names();
 

@@ -1,10 +1,13 @@
 #pragma once
 // Reading typed fields out of user JSON with errors that name the field.
+#include <algorithm>
 #include <cstdint>
 #include <limits>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "common/json_depth.h"
@@ -64,6 +67,25 @@ inline Result<nlohmann::json> get_object(const nlohmann::json& j, const std::str
   if (it == j.end()) return Error::bad_input(field, "missing; add it as an object");
   if (!it->is_object()) return Error::bad_input(field, fmt::format("must be an object, found {}", it->type_name()));
   return *it;
+}
+
+// The first key of `object` not in `known`, as BadInput naming "prefix.key" (or "key" under an
+// empty prefix) and every key `known` holds; `where` says whose keys they are ("under
+// cluster.hardware", "in a hardware file"). A key longctx does not read would otherwise be
+// ignored silently, a misspelt one leaving its field at its default. A non-object passes:
+// its reader refuses it.
+inline Result<bool> refuse_unknown_keys(const nlohmann::json& object, const std::string& prefix,
+                                        const std::vector<std::string>& known, const std::string& where) {
+  if (!object.is_object()) return true;
+  for (const auto& [key, value] : object.items()) {
+    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
+    std::vector<std::string> sorted = known;
+    std::sort(sorted.begin(), sorted.end());
+    return Error::bad_input(prefix.empty() ? key : prefix + "." + key,
+                            fmt::format("is not a key longctx reads {}; check its spelling (the keys{}: {}) or remove it",
+                                        where, prefix.empty() ? "" : " there", fmt::join(sorted, ", ")));
+  }
+  return true;
 }
 
 // Parses text as JSON: nesting past kMaxJsonDepth (common/json_depth.h) is refused before

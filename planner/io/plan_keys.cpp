@@ -8,6 +8,8 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "planner/core/hardware.h"
+#include "planner/core/json_fields.h"
 #include "planner/core/knobs.h"
 #include "planner/core/settings.h"
 #include "planner/stacks/profile.h"
@@ -19,17 +21,8 @@ using Keys = std::vector<std::string>;
 
 // The first key of `object` not in `known`, named "section.key".
 Result<bool> only_known(const nlohmann::json& object, const std::string& section, const Keys& known) {
-  if (!object.is_object()) return true;  // the section's reader has refused it already
-  for (const auto& [key, value] : object.items()) {
-    if (std::find(known.begin(), known.end(), key) != known.end()) continue;
-    Keys sorted = known;
-    std::sort(sorted.begin(), sorted.end());
-    return Error::bad_input(section.empty() ? key : section + "." + key,
-                            fmt::format("is not a key longctx reads{}; check its spelling (the keys{}: {}) or remove it",
-                                        section.empty() ? " in a plan file" : " under " + section,
-                                        section.empty() ? "" : " there", fmt::join(sorted, ", ")));
-  }
-  return true;
+  return json_fields::refuse_unknown_keys(object, section, known,
+                                          section.empty() ? "in a plan file" : "under " + section);
 }
 
 // model_to_json's keys (the model's source, "_name_or_path", among them) and the config.json
@@ -40,12 +33,6 @@ const Keys kModelKeys = {"name", "_name_or_path", "model_type", "hidden_size", "
                          "rope_parameters", "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window",
                          "layer_types", "torch_dtype", "dtype", "num_experts", "num_local_experts", "n_routed_experts",
                          "quantization_config", "attention_dropout", "max_position_embeddings"};
-// hardware_to_json's keys, the optional ones included (planner/core/hardware.cpp), and the
-// notes a preset file (models/hardware/*.json) carries for readers.
-const Keys kHardwareKeys = {"description", "sources", "name", "backend", "device_memory_bytes", "host_memory_bytes_per_node", "gpus_per_node",
-                            "peak_bf16_flops", "hbm_bytes_per_s", "nvlink_bytes_per_s", "internode_bytes_per_s",
-                            "pcie_bytes_per_s", "host_flops", "context_bytes", "nccl_base_bytes",
-                            "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured"};
 const Keys kClusterKeys = {"nodes", "gpus_per_node", "gpus", "hardware", "device_budget_bytes",
                            "host_budget_bytes_per_node", "expandable_segments"};
 // "search", "exports" and "positions" (plan --json) and "ladder" (max-context --json's plan, read
@@ -104,7 +91,7 @@ Result<bool> refuse_unknown_plan_keys(const nlohmann::json& j, const Plan& p) {
       {&j, "", kTopKeys},
       {sub(&j, "model"), "model", kModelKeys},
       {cluster, "cluster", kClusterKeys},
-      {sub(cluster, "hardware"), "cluster.hardware", kHardwareKeys},
+      {sub(cluster, "hardware"), "cluster.hardware", hardware_keys()},
       {train, "train", train_keys()},
       {sub(train, "stack"), "train.stack", stack_keys(p)},
       {sub(&j, "parallel"), "parallel", knob_keys("parallel")},

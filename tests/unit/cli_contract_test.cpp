@@ -383,7 +383,7 @@ TEST_F(Outputs, AContextAsLargeAsTheDeviceIsRefused) {
   std::ofstream(path("gpu.json")) << hardware.dump();
   const Output o = run_sh("@L@ plan --model tiny-gqa --gpus 1 --seq 2K --gpu " + path("gpu.json"));
   EXPECT_EQ(o.status, 2) << o.out;
-  EXPECT_NE(o.out.find("cluster.hardware.context_bytes: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("--gpu " + path("gpu.json") + ": context_bytes: "), std::string::npos) << o.out;
 }
 
 // A plan file's ladder, malformed, is refused naming the field (exit 2).

@@ -21,6 +21,7 @@
 #include "common/atomic_folder.h"
 #include "common/input_file.h"
 #include "common/json_depth.h"
+#include "planner/core/hardware.h"
 #include "planner/core/plan.h"
 #include "planner/footprint/attention.h"
 #include "planner/io/plan_text.h"
@@ -189,6 +190,37 @@ TEST_F(Inputs, AConfigJsonThatIsNotAFileIsNamed) {
   const auto d = load_model(path("n"));
   ASSERT_FALSE(d.ok());
   EXPECT_NE(d.error().message.find("is a folder"), std::string::npos) << d.error().what();
+}
+
+// A hardware file given to --gpu (`longctx calibrate -o` writes them; users edit them) is read
+// on its own: its errors name --gpu, the file and the key, not the plan file's
+// cluster.hardware it is copied into, and a key longctx does not read (a misspelt
+// "context_byte") is refused rather than left at its default.
+TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
+  nlohmann::json j = hardware_to_json(load_hardware("h100-80gb").value());
+  const auto write = [&](const std::string& name, const nlohmann::json& body) {
+    std::ofstream(path(name)) << body.dump();
+    return path(name);
+  };
+  ASSERT_TRUE(load_hardware(write("ok.json", j)).ok()) << "a preset's own keys are read back";
+
+  nlohmann::json misspelt = j;
+  misspelt["context_byte"] = 1;
+  const auto unknown = load_hardware(write("misspelt.json", misspelt));
+  ASSERT_FALSE(unknown.ok());
+  EXPECT_EQ(unknown.error().field, "--gpu " + path("misspelt.json") + ": context_byte");
+  EXPECT_NE(unknown.error().message.find("context_bytes"), std::string::npos) << "names the keys it takes";
+
+  nlohmann::json missing = j;
+  missing.erase("backend");
+  const auto absent = load_hardware(write("missing.json", missing));
+  ASSERT_FALSE(absent.ok());
+  EXPECT_EQ(absent.error().field, "--gpu " + path("missing.json") + ": backend");
+
+  // Inside a plan file the same object keeps the plan's field names.
+  const auto in_plan = hardware_from_json(misspelt);
+  ASSERT_FALSE(in_plan.ok());
+  EXPECT_EQ(in_plan.error().field, "cluster.hardware.context_byte");
 }
 
 const std::map<std::string, std::string> kNewSet = {{"a.yaml", "new a\n"}, {"b.json", std::string(8192, 'b')}};
