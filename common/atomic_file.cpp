@@ -33,6 +33,12 @@ int standard_stream(const std::string& path) {
   return -1;
 }
 
+}  // namespace
+
+bool names_standard_output(const std::string& path) { return standard_stream(path) == STDOUT_FILENO; }
+
+namespace {
+
 struct Target {
   std::string path;   // after following links
   mode_t mode = 0;    // an existing file's permissions; 0: a new file

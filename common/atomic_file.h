@@ -81,6 +81,10 @@ struct NamedPath {
 Result<bool> check_distinct_output(const std::string& path, const std::string& field,
                                    const std::vector<NamedPath>& others);
 
+// Whether `path` names standard output (/dev/stdout, /dev/fd/1, /proc/self/fd/1), which a
+// command's -o then shares with its answer.
+bool names_standard_output(const std::string& path);
+
 // write(2) until all n bytes are written; false on an error other than EINTR.
 bool write_all(int fd, const void* data, std::size_t n);
 

@@ -128,6 +128,10 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
 
 int run_max_context(MaxContextOptions o) {
   const bool every_stack = o.cluster.stack == kEveryStack;
+  if (every_stack && names_standard_output(o.output))
+    return report(Error::bad_input("-o", fmt::format("'{}' cannot hold one plan per stack (--stack {} writes each "
+                                                     "beside -o as NAME.<stack>.json); name a file",
+                                                     o.output, kEveryStack)));
   if (!o.cluster.json)
     fmt::print(stderr, "searching {} on {} GPUs of {}{} ...\n", o.cluster.model, o.cluster.gpus, o.cluster.gpu,
                every_stack ? ", every stack" : "");
@@ -150,7 +154,9 @@ int run_max_context(MaxContextOptions o) {
   // The files first: a path that cannot be written fails the command before its answer prints.
   auto written = write_outputs(o, headline, all);
   if (!written) return report(written.error());
-  if (o.cluster.json) {
+  if (names_standard_output(o.output)) {
+    // -o naming standard output makes the plan file the one document printed there (as `plan`).
+  } else if (o.cluster.json) {
     nlohmann::json j = max_context_answer_json(headline);
     if (every_stack) j["stacks"] = stack_answers_json(all);
     fmt::print("{}\n", j.dump(2));

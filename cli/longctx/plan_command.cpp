@@ -80,7 +80,10 @@ int run_plan(const PlanOptions& o) {
     auto w = write_plan_file(recorded, o.output);
     if (!w) return report(w.error());
   }
-  if (o.cluster.json) {
+  if (names_standard_output(o.output)) {
+    // -o naming standard output makes the plan file the one document printed there: the answer
+    // beside it would leave neither readable (`--json -o /dev/stdout` printed two documents).
+  } else if (o.cluster.json) {
     fmt::print("{}\n", plan_answer_json(*answer, o.no_search).dump(2));
   } else {
     fmt::print("{}", render_plan(e));

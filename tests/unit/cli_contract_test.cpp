@@ -243,6 +243,27 @@ TEST_F(Outputs, AnAnswerThatCannotBeWrittenToStdoutIsAnError) {
   }
 }
 
+// -o naming standard output makes the plan file the one document there, in text and JSON mode
+// (the answer beside it made two JSON documents no reader parses); --stack all, which writes a
+// plan per stack beside -o, refuses it.
+TEST_F(Outputs, APlanFileWrittenToStdoutIsTheOnlyDocumentThere) {
+  for (const std::string& cmd : std::vector<std::string>{
+           "plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --json",
+           "plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K",
+           "max-context --model tiny-gqa --gpu cpu --gpus 1 --no-ladder --json",
+           "max-context --model tiny-gqa --gpu cpu --gpus 1 --no-ladder"}) {
+    const Output o = run_sh("@L@ " + cmd + " -o /dev/stdout 2>/dev/null");
+    EXPECT_EQ(o.status, 0) << cmd << "\n" << o.out;
+    const auto j = nlohmann::json::parse(o.out, nullptr, /*allow_exceptions=*/false);
+    ASSERT_TRUE(j.is_object()) << cmd << ": not one JSON document\n" << o.out;
+    EXPECT_TRUE(j.contains("schema") && j.contains("parallel")) << cmd << "\n" << o.out;
+    EXPECT_FALSE(j.contains("search") || j.contains("max_tokens")) << cmd << ": the answer, not the plan file";
+  }
+  const Output every = run_sh("@L@ max-context --model tiny-gqa --gpu cpu --gpus 1 --stack all -o /dev/fd/1");
+  EXPECT_EQ(every.status, 2) << every.out;
+  EXPECT_NE(every.out.find("-o: '/dev/fd/1' cannot hold one plan per stack"), std::string::npos) << every.out;
+}
+
 // export never writes over the plan it reads: -o naming the plan file, or a folder where the
 // plan is saved under one of the set's names, is refused naming -o, exit 2, the plan kept.
 TEST_F(Outputs, ExportNeverReplacesItsPlan) {
