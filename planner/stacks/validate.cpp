@@ -165,11 +165,24 @@ Result<bool> check_stack(const Plan& p) {
   return true;
 }
 
+// every:K checkpoints layers 0, K, 2K, ...: past the layer count only layer 0, which every:L
+// already says. Refused so that a K meant for a deeper model is not planned as one
+// checkpointed layer (torchtitan's own rule, checked before, names its different counting).
+Result<bool> check_checkpoint_period(const Plan& p) {
+  const CheckpointPolicy& c = p.parallel.checkpoint;
+  const std::int64_t layers = p.model.layers;
+  if (c.kind != CheckpointPolicy::Kind::EveryK || c.every <= layers) return true;
+  return Error::bad_input(flag(KnobId::checkpoint),
+                          fmt::format("every:{} checkpoints layer 0 alone of the model's {} layers, as every:{} does: "
+                                      "give K of at most {}",
+                                      c.every, layers, layers, layers));
+}
+
 Result<bool> check_plan(const Plan& p) {
   LONGCTX_TRY(auto model, validate_model(p.model));
   (void)model;
   for (Check check : {check_shape, check_settings, check_knobs, check_sharding, check_model_length, check_step_bounds,
-                      check_stack}) {
+                      check_stack, check_checkpoint_period}) {
     LONGCTX_TRY(auto ok, check(p));
     (void)ok;
   }
