@@ -42,6 +42,9 @@ class AtomicFile {
   // Records a failure the caller saw itself (a FILE* on fd() whose flush failed): commit()
   // will fail with this cause.
   void fail(int err) { if (!failed_errno_) failed_errno_ = err; }
+  // Whether a write has failed: commit() will fail. A command writing several files checks
+  // them all before committing any, so that one failed write leaves none of them.
+  bool failed() const { return failed_errno_ != 0; }
 
   // Flushes, renames into place and flushes the folder. Errors (Internal, naming the path
   // and the cause, e.g. "No space left on device"): any failed write, fsync, close or

@@ -57,11 +57,18 @@ int run_explain(const ExplainOptions& o) {
   if (!outputs) return report(as_plan_argument(outputs.error()));
   fmt::print("{}", render_plan(e, o.live_rows));
   fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
+  // Every output written before any is committed: a write that fails (a full disk) is
+  // reported by its own commit() first, and the others' temporaries go with them, so the
+  // command leaves all its files or none.
   for (auto& [file, contents] : *outputs) {
     const std::string text = contents();
     file.write(text.data(), text.size());  // a failure is kept for commit() to report
-    if (auto committed = file.commit(); !committed) return report(committed.error());
-    fmt::print("\nwrote {}\n", file.path());
+  }
+  for (auto& output : *outputs)
+    if (output.file.failed()) return report(output.file.commit().error());
+  for (auto& output : *outputs) {
+    if (auto committed = output.file.commit(); !committed) return report(committed.error());
+    fmt::print("\nwrote {}\n", output.file.path());
   }
   return 0;
 }

@@ -294,7 +294,7 @@ TEST_F(Outputs, AMaxContextAnswerGivenAsAPlanSaysWhereItsPlanIs) {
       << o.out;
 }
 
-// A disk that fills mid-write: a file-size limit (ulimit -f, in KiB) makes every write past
+// A disk that fills mid-write: a file-size limit (ulimit -f, in 512-byte blocks) makes every write past
 // it fail with EFBIG, as a full disk fails with ENOSPC, on any file system and without root.
 // The command exits 1 naming the file and the cause, and leaves neither the file nor a
 // temporary behind.
@@ -311,6 +311,26 @@ TEST_F(Outputs, AWriteThatFailsLeavesNothingBehind) {
     EXPECT_NE(o.out.find("File too large"), std::string::npos) << o.out;
     EXPECT_EQ(names(), (std::vector<std::string>{"plan.json", "trace.json"})) << cmd;
   }
+}
+
+// explain writes its --svg and --html as a set: where the disk fills while one is written
+// (a file-size limit between the two files' sizes), neither is left, nor a temporary.
+TEST_F(Outputs, ExplainLeavesBothOutputsOrNeither) {
+  const std::string plan = plan_file();
+  const std::string both = "@L@ explain " + plan + " --svg " + path("t.svg") + " --html " + path("r.html");
+  ASSERT_EQ(run_sh(both + " >/dev/null").status, 0);
+  const auto svg = std::filesystem::file_size(path("t.svg"));
+  const auto html = std::filesystem::file_size(path("r.html"));
+  std::filesystem::remove(path("t.svg"));
+  std::filesystem::remove(path("r.html"));
+  // sh's ulimit -f counts 512-byte blocks (POSIX): the larger file fails, the smaller fits,
+  // whichever of the two is written first.
+  const auto blocks = std::max(svg, html) / 512;
+  ASSERT_LE(std::min(svg, html), blocks * 512) << "the two files must differ by 512 bytes for this test";
+  const Output o = run_sh("ulimit -f " + std::to_string(blocks) + "; " + both + " >/dev/null");
+  EXPECT_EQ(o.status, 1) << o.out;
+  EXPECT_NE(o.out.find("File too large"), std::string::npos) << o.out;
+  EXPECT_EQ(names(), (std::vector<std::string>{"plan.json"}));
 }
 
 // explain's outputs are all checked before any is written: a bad --html (a folder, a missing
