@@ -52,6 +52,7 @@ void print_answer(const MaxContextResult& r) {
   fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
              p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes),
              format_bytes(p.cluster.host_budget_bytes_per_node));
+  if (const std::string note = budget_note(p); !note.empty()) fmt::print("budget       {}\n", note);
   fmt::print("plan         {}\n", describe_knobs(p));
   if (!r.rule.empty()) fmt::print("rule         {}\n", r.rule);
   if (!r.layout.empty()) fmt::print("layout       {}\n", r.layout);

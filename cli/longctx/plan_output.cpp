@@ -52,6 +52,13 @@ std::string render_padding(const Plan& p) {
                      format_count(pad), pad > 1 ? "s" : "", format_count(padded), multiple, format_count(per_rank));
 }
 
+std::string budget_note(const Plan& p) {
+  const Hardware& hw = p.cluster.hardware;
+  if (hw.backend != Backend::Cuda || p.cluster.device_budget_bytes <= hw.device_memory_bytes) return "";
+  return fmt::format("{} per GPU is above {}'s {} of device memory: the answer is for a larger device",
+                     format_bytes(p.cluster.device_budget_bytes), hw.name, format_bytes(hw.device_memory_bytes));
+}
+
 std::string render_plan(const Evaluation& e, int live_rows) {
   const Plan& p = e.plan;
   const Prediction& pr = p.prediction;
@@ -64,6 +71,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
                      p.cluster.shape.world(), p.cluster.hardware.name, p.cluster.shape.nodes,
                      p.cluster.shape.nodes > 1 ? "s" : "", p.cluster.shape.gpus_per_node,
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
+  if (const std::string note = budget_note(p); !note.empty()) out += fmt::format("budget    {}\n", note);
   out += fmt::format("train     seq {}, micro-batch {}, {} compute, {} gradients\n",
                      describe_tokens(p.train.seq), p.train.micro_batch, to_string(p.train.dtype),
                      to_string(p.train.grad_dtype));
