@@ -22,13 +22,18 @@ struct ReservedFigure {
   bool exact = true;
 };
 
-// `allocated_peak_op`: the op where the step peaks as allocated (-1: not known).
+// `allocated_peak_op`: the op where the step peaks as allocated (-1: not known). `host_over`:
+// the step is over the host's budget, so a verdict needs no replay: it does not fit whatever
+// the device holds, and its figure, a bound, is settled only where the smallest peak of a
+// search that finds no plan is named (search_order.h); `fits` then says only that the device
+// is not known to be over.
 ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
-                               bool verdict_only) {
+                               bool verdict_only, bool host_over = false) {
   ReservedFigure f{allocated_peak, -1, true, true};
   if (p.cluster.hardware.backend == Backend::Cuda) {
     // Over budget as allocated is over as reserved, which is never less.
     if (verdict_only && over_device_budget(p, allocated_peak)) return {allocated_peak, -1, false, false};
+    if (verdict_only && host_over) return {allocated_peak, -1, true, false};
     const ReservedReplay r = replay_reserved(
         g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only, .allocated_peak_op = allocated_peak_op});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
@@ -46,7 +51,9 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim, bool ve
   pr.peak_host_bytes = sim.peak_host_bytes_per_rank * p.cluster.shape.gpus_per_node;
   for (int c = 0; c < kCategories; ++c) pr.breakdown[to_string(static_cast<Category>(c))] = sim.breakdown[static_cast<std::size_t>(c)];
   pr.peak_at = sim.peak_op >= 0 ? format(g.op(sim.peak_op).name) : "";
-  const ReservedFigure reserved = reserved_figure(p, g, pr.peak_device_bytes, sim.peak_op, verdict_only);
+  const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
+  const ReservedFigure reserved =
+      reserved_figure(p, g, pr.peak_device_bytes, sim.peak_op, verdict_only, !host_ok && verdict_skips_host_over());
   exact = reserved.exact;
   pr.peak_reserved_bytes = reserved.peak_reserved;
   pr.reserved_peak_at = reserved.peak_op >= 0 ? format(g.op(reserved.peak_op).name) : pr.peak_at;
@@ -61,7 +68,6 @@ Prediction fill(const Plan& p, const StepGraph& g, const SimResult& sim, bool ve
   }
   pr.breakdown["context"] = context - nccl;
   const bool device_ok = reserved.fits;
-  const bool host_ok = pr.peak_host_bytes <= p.cluster.host_budget_bytes_per_node;
   pr.feasible = device_ok && host_ok;
   pr.binding = !device_ok ? device_binding(p) : !host_ok ? "host memory" : "";
   const StepTime t = estimate_step_time(p, g);
@@ -180,6 +186,11 @@ Verdict verdict_of(const Plan& inputs, const StepGraph& g) {
   return v;
 }
 }  // namespace
+
+bool& verdict_skips_host_over() {
+  thread_local bool skips = true;
+  return skips;
+}
 
 Verdict predict_verdict(const Plan& inputs) { return verdict_of(inputs, build_step(step_inputs(inputs))); }
 

@@ -29,17 +29,22 @@ Evaluation evaluate(const Plan& inputs);
 Prediction predict(const Plan& inputs);
 
 // predict()'s verdict with less work where a plan does not fit: its figures are predict()'s
-// where it fits, and where it does not, its verdict (feasible, binding), allocated and host
-// figures and speed are still predict()'s, but on CUDA its reserved figure may stop short
-// (`exact` false): the caching-allocator replay stops at the first request that fails, and is
-// not run at all where the step is over the device budget as allocated. Such a figure is at
-// most predict()'s and still over the budget, so it ranks against any plan that fits as
-// predict()'s does. What the search evaluates with.
+// where it fits, and where it does not, its verdict (feasible), allocated and host figures and
+// speed are still predict()'s, but on CUDA its reserved figure may stop short (`exact` false):
+// the caching-allocator replay stops at the first request that fails, and is not run at all
+// where the step is over the device budget as allocated, or over the host's budget (then its
+// binding names the host where predict()'s may name the device, also over). Such a figure is
+// at most predict()'s, so it ranks against any plan that fits as predict()'s does. What the
+// search evaluates with.
 struct Verdict {
   Prediction prediction;
   bool exact = true;
 };
 Verdict predict_verdict(const Plan& inputs);
+// Whether predict_verdict skips the replay of a step over the host's budget; on by default.
+// This thread's switch, for tests to hold the search's answers to those of verdicts that
+// replay it.
+bool& verdict_skips_host_over();
 
 // How much of a plan's step a build writes: all of it, up to the last layer's backward
 // (StepInputs::prefix_only), or the model states alone (StepInputs::states_only).

@@ -110,13 +110,26 @@ std::int64_t figure(const Plan& p) { return p.prediction.peak_nvidia_smi_bytes; 
 }  // namespace
 
 std::optional<Plan> Evaluator::smallest_infeasible() const {
-  std::optional<std::pair<std::int64_t, int>> least;  // (peak, evaluation)
-  if (smallest_) least = {{figure(*smallest_->plan), smallest_->index}};
+  using Key = std::pair<std::int64_t, int>;  // (peak, evaluation): the first of the smallest wins
+  std::optional<Key> least;
+  if (smallest_) least = Key{figure(*smallest_->plan), smallest_->index};
   std::optional<Plan> found = smallest_ ? std::optional<Plan>(*smallest_->plan) : std::nullopt;
-  for (const Indexed& b : bounded_) {
-    Plan exact = *b.plan;
+  // A bounded plan's figure stops short: its exact one is no less. Settled least bound first,
+  // each by a whole evaluation, until a bound's key reaches the least exact key found: that
+  // plan's exact key, and every later one's, is no smaller. (Where every plan stops short, as
+  // when each one fits as allocated but none as reserved, settling them all took a whole
+  // evaluation per plan evaluated: 7,200 for the 70B on 8 GPUs under an 8 GiB budget.)
+  std::vector<const Indexed*> by_bound;
+  by_bound.reserve(bounded_.size());
+  for (const Indexed& b : bounded_) by_bound.push_back(&b);
+  std::sort(by_bound.begin(), by_bound.end(), [](const Indexed* a, const Indexed* b) {
+    return Key{figure(*a->plan), a->index} < Key{figure(*b->plan), b->index};
+  });
+  for (const Indexed* b : by_bound) {
+    if (least_bound_first() && least && Key{figure(*b->plan), b->index} >= *least) break;
+    Plan exact = *b->plan;
     exact.prediction = predict(exact);
-    const std::pair<std::int64_t, int> key{figure(exact), b.index};
+    const Key key{figure(exact), b->index};
     if (!least || key < *least) {
       least = key;
       found = exact;
@@ -212,6 +225,11 @@ bool device_holds_no_more(const Plan& a, const Plan& b) {
 }
 
 bool& any_order_allowed() {
+  thread_local bool allowed = true;
+  return allowed;
+}
+
+bool& least_bound_first() {
   thread_local bool allowed = true;
   return allowed;
 }

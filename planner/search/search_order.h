@@ -172,5 +172,9 @@ bool& any_order_allowed();
 // (Evaluator::judge_by_dominance); on by default. This thread's switch, for tests to hold the
 // answers to those of a search that runs every plan.
 bool& dominance_allowed();
+// Whether Evaluator::smallest_infeasible settles its bounded plans least bound first, stopping
+// where no bound left can win; on by default. Off, it settles every one (a whole evaluation
+// each). This thread's switch, for tests to hold the no-fit answer to the plain one.
+bool& least_bound_first();
 
 }  // namespace longctx::search_detail

@@ -3,6 +3,7 @@
 
 #include <tuple>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "planner/search/max_seq.h"
@@ -181,6 +182,57 @@ TEST(Search, ChoicesJudgedByDominanceAnswerAsRun) {
     saved += judged_graphs < run_graphs;
   }
   EXPECT_EQ(fitted, 7);
+  EXPECT_GE(saved, 2);
+}
+
+// Where no plan fits, the smallest peak named is the same whether the verdicts skip the replay
+// of steps over the host's budget and the bounded plans are settled least bound first (stopping
+// where no bound left can win), or every replay is run and every bound settled: the same
+// message, over device-bound and host-bound searches on every stack, with fewer whole graphs.
+TEST(Search, TheSmallestPeakOfANoFitIsSettledLeastBoundFirst) {
+  struct Case {
+    StackKind stack;
+    const char* model;
+    int gpus;
+    std::int64_t seq;
+    std::int64_t device_gib, host_gib;  // 0: the preset's
+  };
+  const Case cases[] = {
+      {StackKind::Longctx, "llama-3.2-1b", 2, 64 * 1024, 8, 10},   // host-bound
+      {StackKind::Longctx, "llama-3.2-1b", 2, 128 * 1024, 4, 0},   // device-bound
+      {StackKind::Longctx, "llama-3.2-1b", 4, 256 * 1024, 5, 0},   // the smallest is the 23rd bound settled
+      {StackKind::Arctic, "llama-3.2-1b", 2, 64 * 1024, 8, 10},    {StackKind::Arctic, "llama-3.2-1b", 2, 256 * 1024, 4, 0},
+      {StackKind::HF, "llama-3.2-1b", 2, 128 * 1024, 4, 0},        {StackKind::Torchtitan, "tiny-gqa", 8, 8192 * 1024, 2, 0},
+      {StackKind::Torchtitan, "llama-3.1-8b", 8, 64 * 1024, 12, 10},
+  };
+  int saved = 0, host_bound = 0;
+  for (const Case& c : cases) {
+    Plan base = testing::gpu_plan(c.model, "h100-80gb", c.gpus, c.seq);
+    base.train.stack = default_stack(c.stack);
+    if (c.stack == StackKind::Arctic) base.train.grad_dtype = DType::BF16;
+    if (c.stack == StackKind::Torchtitan) base.train.grad_dtype = DType::FP32;
+    base.cluster.device_budget_bytes = c.device_gib << 30;
+    if (c.host_gib > 0) base.cluster.host_budget_bytes_per_node = c.host_gib << 30;
+    const auto answer = [&](bool lazy, std::int64_t& graphs) {
+      verdict_skips_host_over() = lazy;
+      search_detail::least_bound_first() = lazy;
+      const std::int64_t before = work_counts().whole_graphs;
+      std::string a = search_answer(base);
+      graphs = work_counts().whole_graphs - before;
+      verdict_skips_host_over() = true;
+      search_detail::least_bound_first() = true;
+      return a;
+    };
+    std::int64_t every_graphs = 0, lazy_graphs = 0;
+    const std::string every = answer(false, every_graphs);
+    const std::string lazy = answer(true, lazy_graphs);
+    const std::string what = fmt::format("{} {} on {} seq={}", to_string(c.stack), c.model, c.gpus, c.seq);
+    EXPECT_NE(every.find("no plan fits"), std::string::npos) << what << ": the case must find no plan: " << every;
+    EXPECT_EQ(every, lazy) << what;
+    host_bound += every.find("host memory") != std::string::npos;
+    saved += lazy_graphs < every_graphs;
+  }
+  EXPECT_GE(host_bound, 1);
   EXPECT_GE(saved, 2);
 }
 
