@@ -112,12 +112,15 @@ Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const st
 
 }  // namespace
 
+// hardware.h's list, and `longctx calibrate -o`'s note beside it: each probe it took, in
+// "measurements" (runtime/src/calibrate.cpp, calibration_json).
 const std::vector<std::string>& hardware_keys() {
   static const std::vector<std::string> keys = {
       "description",     "sources",          "context_sources", "name",          "backend",          "device_memory_bytes",
       "host_memory_bytes_per_node", "gpus_per_node", "peak_bf16_flops", "hbm_bytes_per_s",
       "nvlink_bytes_per_s", "internode_bytes_per_s", "pcie_bytes_per_s", "host_flops", "context_bytes",
-      "nccl_base_bytes", "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured"};
+      "nccl_base_bytes", "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes", "threads", "measured",
+      "measurements"};
   return keys;
 }
 
