@@ -95,8 +95,9 @@ inline KnobValue random_knob(Draw& r, const Plan& plan, const Knob& k) {
   if (k.id == KnobId::head_chunk && plan.model.qkv_bias) return k.plain;
   if (beyond.empty() || !r.chance(40)) return k.plain;
   const KnobValue v = r.pick(beyond);
-  // every:K: any K up to the layers (the table lists every:2).
-  if (k.id == KnobId::checkpoint && v > 1) return r.in(2, std::max<std::int64_t>(2, plan.model.layers));
+  // every:K: any K up to the layers (the table lists every:2); one layer has only full
+  // (validate refuses a K past the layers).
+  if (k.id == KnobId::checkpoint && v > 1) return plan.model.layers >= 2 ? r.in(2, plan.model.layers) : 1;
   return v;
 }
 
