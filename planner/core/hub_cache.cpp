@@ -4,10 +4,12 @@
 #include <cctype>
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
+#include <sstream>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
+
+#include "common/input_file.h"
 
 namespace longctx {
 namespace fs = std::filesystem;
@@ -26,12 +28,21 @@ std::string env(const char* name) {
   return v ? v : "";
 }
 
-// The revision refs/main names (a commit hash), or "" when the file is absent or unreadable.
-std::string main_revision(const fs::path& repo) {
-  std::ifstream in(repo / "refs" / "main");
+// A ref file holds one commit hash and a newline; far more than that is no ref.
+constexpr std::uint64_t kRefBytes = 4096;
+
+// The revision refs/main names (a commit hash), or "" when the repo has no refs/main or it
+// names nothing a revision can be. Read as every input file is (input_file.h): a FIFO or a
+// device put there is refused naming --model, never waited on or read without end.
+Result<std::string> main_revision(const fs::path& repo) {
+  const fs::path ref = repo / "refs" / "main";
+  std::error_code ec;
+  if (!fs::exists(fs::symlink_status(ref, ec))) return std::string();
+  LONGCTX_TRY(auto text, read_regular_file(ref.string(), "--model", kRefBytes));
+  std::istringstream in(text);
   std::string rev;
-  if (!(in >> rev)) return "";
-  return hub_id_part(rev) ? rev : "";
+  if (!(in >> rev) || !hub_id_part(rev)) return std::string();
+  return rev;
 }
 
 }  // namespace
@@ -61,7 +72,7 @@ Result<std::string> find_hub_config(const std::string& id) {
   std::error_code ec;
   for (const std::string& cache : hub_cache_folders()) {
     const fs::path repo = fs::path(cache) / folder;
-    const std::string rev = main_revision(repo);
+    LONGCTX_TRY(const std::string rev, main_revision(repo));
     const fs::path config = repo / "snapshots" / (rev.empty() ? "<refs/main>" : rev) / "config.json";
     if (!rev.empty() && fs::is_regular_file(config, ec)) return config.string();
     looked.push_back(config.string());

@@ -8,6 +8,7 @@
 
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "planner/core/hub_cache.h"
@@ -98,6 +99,24 @@ TEST_F(HubCache, ARefWithoutItsSnapshotIsNotFound) {
   auto m = load_model("acme/half");
   ASSERT_FALSE(m);
   EXPECT_EQ(m.error().field, "--model");
+}
+
+// refs/main is read as every input file is: a FIFO put there is refused, never waited on
+// (the lookup hung), and a device is never read (a link to /dev/zero grew without end).
+TEST_F(HubCache, ARefThatIsNoRegularFileIsBadInputNotAWait) {
+  const fs::path fifo_repo = root_ / "hub" / "models--acme--fifo";
+  fs::create_directories(fifo_repo / "refs");
+  ASSERT_EQ(::mkfifo((fifo_repo / "refs" / "main").c_str(), 0600), 0);
+  const fs::path device_repo = root_ / "hub" / "models--acme--zero";
+  fs::create_directories(device_repo / "refs");
+  fs::create_symlink("/dev/zero", device_repo / "refs" / "main");
+  for (const char* id : {"acme/fifo", "acme/zero"}) {
+    auto m = load_model(id);
+    ASSERT_FALSE(m) << id;
+    EXPECT_EQ(m.error().kind, ErrorKind::BadInput) << id;
+    EXPECT_EQ(m.error().field, "--model") << id;
+    EXPECT_NE(m.error().message.find("refs/main"), std::string::npos) << m.error().message;
+  }
 }
 
 TEST_F(HubCache, APresetsHubIdAnswersFromThePresetWhenTheCacheLacksIt) {
