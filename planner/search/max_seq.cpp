@@ -82,16 +82,29 @@ std::int64_t affine_max_seq(const Plan& base, const Plan& c, const TechniqueSet&
   Plan p1 = saving_plan(c, a, s1, chunk);
   if (!valid(p1)) return 0;
   OpTotals r1 = totals_of(p1);
-  const OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
-  // A stack that picks its own tile count (stack_tiles.h) may tile only longer sequences:
-  // then the shorter length is taken at half the longer one, where it tiles too.
-  if (r1.device_during.size() != r2.device_during.size() && s2 >= 8 * grid) {
+  OpTotals r2 = known ? *known : totals_of(saving_plan(c, a, s2, chunk));
+  // A stack that picks its own tile count (stack_tiles.h) may tile only longer sequences
+  // (ArcticTraining's TiledMLP runs one shard per `hidden` tokens of a rank, so a rank of up
+  // to `hidden` tokens runs its MLP whole): then the shorter length is taken at half the
+  // longer one, where it tiles too, and without a longer length given both double until
+  // their ops agree (at 2 and 4 grids, Llama-3.2-1B's ranks of 2,048 tokens run one shard:
+  // a configuration with no bound at all, so max-context without its ladder found no plan).
+  const auto same_ops = [&] { return r1.device_during.size() == r2.device_during.size(); };
+  if (!same_ops() && known && s2 >= 8 * grid) {
     s1 = s2 / 2 / grid * grid;
     p1 = saving_plan(c, a, s1, chunk);
     if (!valid(p1)) return 0;
     r1 = totals_of(p1);
   }
-  if (r1.device_during.size() != r2.device_during.size()) return 0;
+  while (!same_ops() && !known && s2 <= limits::kMaxSeq / 2) {
+    const Plan p2 = saving_plan(c, a, 2 * s2, chunk);
+    if (!valid(p2)) return 0;
+    s1 = s2;
+    r1 = std::move(r2);
+    s2 *= 2;
+    r2 = totals_of(p2);
+  }
+  if (!same_ops()) return 0;
   const double dev_budget = double(base.cluster.device_budget_bytes - plan_context_bytes(base));
   const double host_budget = double(base.cluster.host_budget_bytes_per_node) / double(base.cluster.shape.gpus_per_node);
   double limit = 1e30;

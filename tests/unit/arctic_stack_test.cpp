@@ -63,6 +63,32 @@ TEST(ArcticStack, MaxContextWithTheFullStackAnswersAndEachRungAdds) {
   EXPECT_EQ(m.ladder.back().max_tokens, m.max_tokens);
 }
 
+// TiledMLP runs one shard per `hidden` tokens of a rank, so at the shortest lengths max-context
+// takes its bounds at (two and four grids) Llama-3.2-1B's ranks run their MLP whole, and the
+// two lengths' steps differ in ops. Without the ladder's floor every configuration then had no
+// bound, and max-context answered that nothing fits at 8,192 tokens, where plans fit at 9.9M.
+TEST(ArcticStack, MaxContextWithoutTheLadderReachesTheLaddersAnswer) {
+  ClusterRequest r;
+  r.model = "llama-3.2-1b";
+  r.gpus = 8;
+  r.stack = "arctic";
+  const auto with = answer_max_context(r, /*with_ladder=*/true);
+  const auto without = answer_max_context(r, /*with_ladder=*/false);
+  ASSERT_TRUE(with.ok()) << with.error().message;
+  ASSERT_TRUE(without.ok()) << without.error().message;
+  EXPECT_GT(without.value().max_tokens, 1'000'000);
+  EXPECT_EQ(without.value().max_tokens, with.value().max_tokens);
+  // Tiled MLP alone beside ZeRO-3: its answer is a length plan fits.
+  r.techniques = "zero3,tiled-mlp";
+  const auto tiled = answer_max_context(r, /*with_ladder=*/false);
+  ASSERT_TRUE(tiled.ok()) << tiled.error().message;
+  PlanRequest at = arctic_request("llama-3.2-1b", 8, std::to_string(tiled.value().max_tokens));
+  at.cluster.techniques = r.techniques;
+  const auto plan = answer_plan(at);
+  ASSERT_TRUE(plan.ok()) << plan.error().message;
+  EXPECT_TRUE(plan.value().recorded.prediction.feasible);
+}
+
 TEST(ArcticStack, RefusesWhatItCannotExpressNamingTheOption) {
   const std::pair<const char*, void (*)(PlanRequest&)> cases[] = {
       {"--sharding", [](PlanRequest& r) { r.knobs.sharding = Sharding::None; }},
