@@ -140,9 +140,10 @@ Result<bool> check_searchable(const Plan& base, const TechniqueSet& techniques) 
 // hf stack's searched techniques leave out the optimizer's offload, which its DeepSpeed path
 // runs as given): refused naming the knob and the stack, where best_plan would ask for the
 // technique in --techniques, which it is already in.
-Result<bool> check_fixed_searchable(const Plan& base, const ClusterRequest& r, const Knobs& fixed) {
+Result<bool> check_fixed_searchable(const Plan& base, const TechniqueSet& allowed, const ClusterRequest& r,
+                                    const Knobs& fixed) {
   // The knobs' own rules first, as best_plan checks them: their refusals say more.
-  LONGCTX_TRY(auto valid, validate(with_knobs(base, fixed)));
+  LONGCTX_TRY(auto valid, check_fixed_knobs(base, allowed, fixed));
   (void)valid;
   LONGCTX_TRY(const TechniqueSet requested, parse_techniques(r.techniques));
   const TechniqueSet searched = stack_techniques(base);
@@ -180,7 +181,7 @@ Result<PlanAnswer> answer_plan(const PlanRequest& r) {
     (void)valid;
   } else {
     LONGCTX_TRY(auto searchable, check_searchable(base, techniques));
-    LONGCTX_TRY(auto fixed_searchable, check_fixed_searchable(base, r.cluster, r.knobs));
+    LONGCTX_TRY(auto fixed_searchable, check_fixed_searchable(base, techniques, r.cluster, r.knobs));
     (void)searchable, (void)fixed_searchable;
     LONGCTX_TRY(a.found, best_plan(base, techniques, r.knobs));
   }

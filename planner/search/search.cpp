@@ -290,10 +290,8 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   // The fixed knobs are checked once, so a rule they break is reported as such: the rules
   // first (a knob the plan's stack cannot express is refused naming the stack, which adding it
   // to --techniques would not mend), then the techniques the request allows.
-  {
-    LONGCTX_TRY(auto valid, validate(with_knobs(base, knobs)));
-    (void)valid;
-  }
+  LONGCTX_TRY(auto fixed_ok, check_fixed_knobs(base, allowed, knobs));
+  (void)fixed_ok;
   LONGCTX_TRY(auto ok, check_knobs_allowed(knobs, allowed));
   (void)ok;
 
@@ -327,6 +325,14 @@ Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, co
   }
   if (!best) return no_fit(base, ev.smallest_infeasible(), untried.explain());
   return summarize(*best, ev);
+}
+
+Result<bool> check_fixed_knobs(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs) {
+  auto as_given = validate(with_knobs(base, knobs));
+  if (as_given) return true;
+  const std::vector<Plan> choices = coarse_choices(base, allowed, knobs);
+  if (std::any_of(choices.begin(), choices.end(), [](const Plan& c) { return valid(c); })) return true;
+  return as_given.error();
 }
 
 namespace {

@@ -38,6 +38,13 @@ struct SearchResult {
 inline constexpr const char* kNoFitAdvice = "allow more techniques, more GPUs, or a shorter --seq";
 Result<SearchResult> best_plan(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs = {});
 
+// The fixed knobs against the rules, as best_plan checks them before it searches: validate()
+// of the base with them. Its refusal is the answer unless some choice the search would make
+// is valid: then the rule broken is one of a searched knob's plain value (a sequence too long
+// for one rank, where the search picks a ring or Ulysses degree that shares it), not of the
+// knobs given.
+Result<bool> check_fixed_knobs(const Plan& base, const TechniqueSet& allowed, const Knobs& knobs);
+
 struct LadderRung {
   std::vector<std::string> techniques;  // allowed on this rung (cumulative)
   std::int64_t max_tokens = 0;          // 0: nothing fits

@@ -140,7 +140,7 @@ Result<bool> check_step_bounds(const Plan& p) {
     const bool device = device_bytes > double(kMaxStepBytes);
     return Error::bad_input("--seq", fmt::format("{} tokens per rank of this model would need on the order of {:.3g} {} bytes "
                                                  "per rank, beyond longctx's bound of {:.3g}; shorten --seq or "
-                                                 "--micro-batch, or raise --ulysses",
+                                                 "--micro-batch, or raise --ulysses or --ring",
                                                  tokens, device ? device_bytes : host_bytes, device ? "device" : "host",
                                                  double(device ? kMaxStepBytes : kMaxBytes)));
   }

@@ -96,6 +96,33 @@ TEST(Limits, ValidateRefusesWhatWouldOverflow) {
   EXPECT_NE(r.error().message.find("--ulysses"), std::string::npos) << r.error().message;
 }
 
+// The bound on one rank's tokens is a rule of a layout, not of the request: plan searches a
+// length one rank cannot hold where a ring or Ulysses degree it may pick shares it (max-context
+// answered 64G tokens on 65,536 GPUs, which plan then refused as bad input, blaming --seq), and
+// refuses it only where no layout holds it, or where the knobs given keep the whole on a rank.
+TEST(Limits, ALengthOneRankCannotHoldIsSearchedWhereTheSearchMayShareIt) {
+  Plan p = testing::cpu_plan("tiny-gqa", 4, std::int64_t{1} << 31);
+  p.model.hidden = 8192;
+  p.model.intermediate = 28672;
+  p.model.layers = 80;
+  const auto alone = validate(p.model, p.cluster.shape, p.train, p.parallel);
+  ASSERT_FALSE(alone.ok());
+  ASSERT_EQ(alone.error().field, "--seq");
+  EXPECT_NE(alone.error().message.find("--ring"), std::string::npos) << alone.error().message;
+  EXPECT_TRUE(check_fixed_knobs(p, all_techniques(), {}).ok());
+  Knobs one_rank;
+  one_rank.ring = 1;
+  one_rank.ulysses = 1;
+  const auto fixed = check_fixed_knobs(p, all_techniques(), one_rank);
+  ASSERT_FALSE(fixed.ok());
+  EXPECT_EQ(fixed.error().field, "--seq");
+  Plan single = p;
+  single.cluster.shape = {1, 1};
+  const auto lone = check_fixed_knobs(single, all_techniques(), {});
+  ASSERT_FALSE(lone.ok());
+  EXPECT_EQ(lone.error().field, "--seq");
+}
+
 TEST(Limits, ValidateChecksTheModelItself) {
   Plan p = testing::cpu_plan("tiny-gqa", 1, 1024);
   p.model.heads = 0;  // a model built in code, not read from JSON, gets the same rules
