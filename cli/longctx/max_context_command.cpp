@@ -20,6 +20,7 @@
 #include "planner/search/phase_peaks.h"
 #include "planner/search/search.h"
 #include "planner/search/stack_answers.h"
+#include "planner/io/quoted_text.h"
 
 namespace longctx::cli {
 namespace {
@@ -49,8 +50,8 @@ void print_answer(const MaxContextResult& r) {
   const std::string granularity = r.granularity == 1 ? std::string("exact to the token")
                                                      : fmt::format("to a granularity of {} tokens", format_count(r.granularity));
   fmt::print("max context  {}, {}; {} binds beyond it\n", describe_tokens(r.max_tokens), granularity, r.binding);
-  fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", p.model.name, p.cluster.shape.world(),
-             p.cluster.hardware.name, format_bytes(p.cluster.device_budget_bytes),
+  fmt::print("model        {} on {} x {} ({} per GPU, {} host per node)\n", terminal_line(p.model.name),
+             p.cluster.shape.world(), terminal_line(p.cluster.hardware.name), format_bytes(p.cluster.device_budget_bytes),
              format_bytes(p.cluster.host_budget_bytes_per_node));
   if (const std::string note = budget_note(p); !note.empty()) fmt::print("budget       {}\n", note);
   fmt::print("plan         {}\n", describe_knobs(p));
@@ -69,7 +70,7 @@ void print_answer(const MaxContextResult& r) {
 // The table of --stack all: a row a stack, its longest context, what binds, and its plan.
 void print_stack_table(const std::vector<StackAnswer>& all, const Plan& headline) {
   fmt::print("\neach stack's longest context on {} x {} (export: the stacks whose files run that plan)\n",
-             headline.cluster.shape.world(), headline.cluster.hardware.name);
+             headline.cluster.shape.world(), terminal_line(headline.cluster.hardware.name));
   for (const StackAnswer& a : all) {
     if (!a.answer) {
       fmt::print("  {:<11} cannot run it here: {}\n", a.stack, a.refusal->what());

@@ -7,6 +7,7 @@
 #include "planner/core/units.h"
 #include "planner/io/export.h"
 #include "planner/stacks/profile.h"
+#include "planner/io/quoted_text.h"
 
 namespace longctx::cli {
 
@@ -56,19 +57,19 @@ std::string budget_note(const Plan& p) {
   const Hardware& hw = p.cluster.hardware;
   if (hw.backend != Backend::Cuda || p.cluster.device_budget_bytes <= hw.device_memory_bytes) return "";
   return fmt::format("{} per GPU is above {}'s {} of device memory: the answer is for a larger device",
-                     format_bytes(p.cluster.device_budget_bytes), hw.name, format_bytes(hw.device_memory_bytes));
+                     format_bytes(p.cluster.device_budget_bytes), terminal_line(hw.name), format_bytes(hw.device_memory_bytes));
 }
 
 std::string render_plan(const Evaluation& e, int live_rows) {
   const Plan& p = e.plan;
   const Prediction& pr = p.prediction;
   std::string out;
-  out += fmt::format("model     {} ({} parameters; {})\n", p.model.name, format_parameters(p.model.total_params()),
+  out += fmt::format("model     {} ({} parameters; {})\n", terminal_line(p.model.name), format_parameters(p.model.total_params()),
                      describe_model(p.model, p.train.seq));
   if (const std::string note = max_positions_note(p.model, p.train.seq); !note.empty())
     out += fmt::format("positions {}\n", note);
   out += fmt::format("cluster   {} x {} ({} node{} of {}), budget {} per GPU, host {} per node\n",
-                     p.cluster.shape.world(), p.cluster.hardware.name, p.cluster.shape.nodes,
+                     p.cluster.shape.world(), terminal_line(p.cluster.hardware.name), p.cluster.shape.nodes,
                      p.cluster.shape.nodes > 1 ? "s" : "", p.cluster.shape.gpus_per_node,
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(p.cluster.host_budget_bytes_per_node));
   if (const std::string note = budget_note(p); !note.empty()) out += fmt::format("budget    {}\n", note);

@@ -100,13 +100,17 @@ std::string toml_quoted(std::string_view text) {
 
 std::string comment_text(std::string_view text) { return yaml_body(text, false); }
 
-std::string terminal_text(std::string_view text) {
+namespace {
+
+// terminal_text, with newline and tab kept raw or escaped.
+std::string escaped_for_terminal(std::string_view text, bool keep_line_breaks) {
   std::string out;
   for (std::size_t i = 0; i < text.size();) {
     const std::size_t start = i;
     const char32_t cp = next_code_point(text, i);
     const bool invalid = cp == kReplacement && (i - start == 1) && static_cast<unsigned char>(text[start]) >= 0x80;
-    if (invalid || (cp < 0x20 && cp != '\n' && cp != '\t') || (cp >= 0x7F && cp <= 0x9F)) {
+    const bool kept = keep_line_breaks && (cp == '\n' || cp == '\t');
+    if (invalid || (cp < 0x20 && !kept) || (cp >= 0x7F && cp <= 0x9F)) {
       for (std::size_t k = start; k < i; ++k) out += fmt::format("\\x{:02X}", static_cast<unsigned char>(text[k]));
     } else {
       out.append(text.substr(start, i - start));
@@ -114,5 +118,11 @@ std::string terminal_text(std::string_view text) {
   }
   return out;
 }
+
+}  // namespace
+
+std::string terminal_text(std::string_view text) { return escaped_for_terminal(text, true); }
+
+std::string terminal_line(std::string_view text) { return escaped_for_terminal(text, false); }
 
 }  // namespace longctx

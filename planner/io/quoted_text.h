@@ -25,4 +25,9 @@ std::string comment_text(std::string_view text);
 // controls and bytes that are not UTF-8 written as \xNN escapes.
 std::string terminal_text(std::string_view text);
 
+// A name from a file (a model's, a hardware preset's) on one line of a text answer: as
+// terminal_text, newline and tab escaped too (\x0A, \x09), so a name cannot drive the terminal
+// nor add a line of its own to the answer.
+std::string terminal_line(std::string_view text);
+
 }  // namespace longctx

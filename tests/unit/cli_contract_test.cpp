@@ -427,6 +427,30 @@ TEST_F(Outputs, AContextAsLargeAsTheDeviceIsRefused) {
   EXPECT_NE(o.out.find("--gpu " + path("gpu.json") + ": context_bytes: "), std::string::npos) << o.out;
 }
 
+// Names read from files (a hardware preset's, a plan's model) are printed escaped on their one
+// line of a text answer: no ESC reaches the terminal, no newline starts a line of their own.
+TEST_F(Outputs, NamesFromFilesAreEscapedInTextAnswers) {
+  const std::string plan = plan_file();
+  auto j = nlohmann::json::parse(*read_regular_file(plan, "plan"));
+  const std::string hostile = "evil\n\x1b[31mred\x07";
+  auto hardware = j["cluster"]["hardware"];
+  hardware["name"] = "cpu-" + hostile;
+  std::ofstream(path("gpu.json")) << hardware.dump();
+  j["model"]["name"] = "tiny-" + hostile;
+  std::ofstream(path("named.json")) << j.dump();
+  for (const std::string& args :
+       {"plan --model tiny-gqa --gpus 1 --seq 2K --budget 64MiB --gpu " + path("gpu.json"),
+        "max-context --model tiny-gqa --gpus 1 --budget 64MiB --no-ladder --gpu " + path("gpu.json"),
+        "explain " + path("named.json")}) {
+    const Output o = run(args);
+    ASSERT_TRUE(o.status == 0 || o.status == 3) << args << "\n" << o.out;
+    EXPECT_EQ(o.out.find('\x1b'), std::string::npos) << args;
+    EXPECT_EQ(o.out.find('\x07'), std::string::npos) << args;
+    EXPECT_EQ(o.out.find("\n\\x1B[31mred"), std::string::npos) << args;
+    EXPECT_NE(o.out.find("evil\\x0A\\x1B[31mred\\x07"), std::string::npos) << args << "\n" << o.out;
+  }
+}
+
 // A plan file's ladder, malformed, is refused naming the field (exit 2).
 TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
   const std::string plan = plan_file();
