@@ -130,10 +130,22 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
 
 int run_max_context(MaxContextOptions o) {
   const bool every_stack = o.cluster.stack == kEveryStack;
-  if (every_stack && names_standard_output(o.output))
-    return report(Error::bad_input("-o", fmt::format("'{}' cannot hold one plan per stack (--stack {} writes each "
-                                                     "beside -o as NAME.<stack>.json); name a file",
-                                                     o.output, kEveryStack)));
+  // --stack all's plans are written as one set in -o's folder (write_files_atomically), which
+  // replaces regular files only: a stream, a device or a link is refused before the search,
+  // not after it (a single plan follows a link: write_text_atomically).
+  if (every_stack && !o.output.empty()) {
+    std::error_code ec;
+    const auto target = std::filesystem::status(o.output, ec);  // what the path names, a link followed
+    const bool stream = names_standard_output(o.output) ||
+                        (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target));
+    const bool link = !stream && std::filesystem::is_symlink(std::filesystem::symlink_status(o.output, ec));
+    if (stream || link)
+      return report(Error::bad_input(
+          "-o", fmt::format("'{}' {}: --stack {} writes one plan per stack as one set of regular files in -o's "
+                            "folder (NAME.json and NAME.<stack>.json beside it); name a file{}",
+                            o.output, link ? "is a symbolic link" : "cannot hold one plan per stack", kEveryStack,
+                            link ? " there, or the file the link names" : "")));
+  }
   if (!o.cluster.json)
     fmt::print(stderr, "searching {} on {} GPUs of {}{} ...\n", o.cluster.model, o.cluster.gpus, o.cluster.gpu,
                every_stack ? ", every stack" : "");

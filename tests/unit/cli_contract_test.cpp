@@ -451,6 +451,23 @@ TEST_F(Outputs, NamesFromFilesAreEscapedInTextAnswers) {
   }
 }
 
+// --stack all writes its plans as one set of regular files in -o's folder: a link or a stream
+// there is refused before the search runs (it was refused after, the search's time lost),
+// and nothing is written through the link.
+TEST_F(Outputs, EveryStacksSetRefusesALinkBeforeItsSearch) {
+  std::filesystem::create_symlink(path("target.json"), path("link.json"));
+  for (const std::string& out : {path("link.json"), std::string("/dev/stderr")}) {
+    const Output o = run_sh("@L@ max-context --model tiny-gqa --gpu cpu --gpus 1 --budget 64MiB --stack all -o " + out);
+    EXPECT_EQ(o.status, 2) << o.out;
+    EXPECT_NE(o.out.find("-o: '" + out + "'"), std::string::npos) << o.out;
+    EXPECT_EQ(o.out.find("searching"), std::string::npos) << o.out;
+  }
+  EXPECT_FALSE(std::filesystem::exists(path("target.json")));
+  // One stack's plan follows the link.
+  EXPECT_EQ(run("max-context --model tiny-gqa --gpu cpu --gpus 1 --budget 64MiB -o " + path("link.json")).status, 0);
+  EXPECT_TRUE(std::filesystem::is_regular_file(path("target.json")));
+}
+
 // A plan file's ladder, malformed, is refused naming the field (exit 2).
 TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
   const std::string plan = plan_file();
