@@ -40,6 +40,36 @@ int rungs_climbed(const TechniqueSet& allowed) {
   return n;
 }
 
+// The longest length the model itself accepts (check_model_for_seq: its sliding window, or its
+// max_position_embeddings under --max-positions model) in [from, to), where it accepts `from`
+// (or from is 0) and refuses `to`: the lengths it accepts are those up to its limit.
+std::int64_t longest_model_accepts(const Plan& base, std::int64_t from, std::int64_t to) {
+  std::int64_t lo = from, hi = to;
+  while (hi - lo > 1) {
+    const std::int64_t mid = lo + (hi - lo) / 2;
+    if (check_model_for_seq(base.model, mid, base.train.max_positions)) lo = mid;
+    else hi = mid;
+  }
+  return lo;
+}
+
+// The fastest plan at the model's own limit, where the limit falls between `tokens` (fits)
+// and the next length the search would try (`next`, which the model refuses) and a plan fits
+// there. The search's lengths are multiples of its grid (the smallest tile per rank), which a
+// model's limit need not be: a sliding window of 5,000 tokens was answered 4,096 (the limit
+// named as binding), though plans fit at 5,000.
+std::optional<Plan> plan_at_model_limit(const Plan& base, const TechniqueSet& allowed, std::int64_t tokens,
+                                        std::int64_t next) {
+  if (check_model_for_seq(base.model, next, base.train.max_positions)) return std::nullopt;
+  const std::int64_t limit = longest_model_accepts(base, tokens, next);
+  if (limit <= tokens) return std::nullopt;
+  Plan at = base;
+  at.train.seq = limit;
+  auto found = best_plan(at, allowed);
+  if (!found) return std::nullopt;
+  return found->best;
+}
+
 // Each rung's answer is a floor for the next and for the final answer; `ringless` the longest
 // a rung without ring attention reached, a floor for the longest without one.
 std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, BoundCache& cache, std::int64_t& floor,
@@ -56,6 +86,8 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
     if (!added) continue;
     const MaxSeq m = max_seq(base, so_far, cache, floor);
     out.push_back({technique_names(so_far), m.tokens, m.binding});
+    const std::int64_t next = m.tokens > 0 ? m.tokens + m.grid : min_tile_tokens(base.model) * base.cluster.shape.world();
+    if (const auto at_limit = plan_at_model_limit(base, so_far, m.tokens, next)) out.back().max_tokens = at_limit->train.seq;
     floor = std::max(floor, m.tokens);
     if (!has(so_far, Technique::Ring)) ringless = std::max(ringless, m.tokens);
     search_progress().finish_stage();
@@ -169,7 +201,10 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   if (!has(allowed, Technique::Ring) || world == 1) return shape;
   TechniqueSet without = allowed;
   without.reset(static_cast<std::size_t>(Technique::Ring));
-  const MaxSeq alone = max_seq(base, without, cache, ringless);
+  MaxSeq alone = max_seq(base, without, cache, ringless);
+  // As the answer, to the model's own limit where that binds between two lengths searched.
+  const std::int64_t next = alone.tokens > 0 ? alone.tokens + alone.grid : min_tile_tokens(base.model) * world;
+  if (const auto at_limit = plan_at_model_limit(base, without, alone.tokens, next)) alone.tokens = at_limit->train.seq;
   const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
   // A ring the length does not need: chosen for its speed, whatever Ulysses may span.
   if (r > 1 && alone.tokens >= tokens)
@@ -222,23 +257,40 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   r.binding = top.binding;
   // At the bound on lengths (limits.h) the next granule is refused, not out of memory.
   if (top.tokens > 0 && top.tokens + top.grid > limits::kMaxSeq) r.binding = "longctx's bound of 2^40 tokens";
+  std::optional<Plan> fastest;
+  const std::int64_t shortest = min_tile_tokens(base.model) * base.cluster.shape.world();
   if (top.tokens == 0) {
-    Plan p = base;
-    p.train.seq = min_tile_tokens(base.model) * base.cluster.shape.world();
-    auto b = best_plan(p, allowed);
-    if (!b) {
-      // It names the smallest peak and what dominates it; max-context has no --seq to shorten.
-      Error e = b.error();
-      if (const auto at = e.message.find(kNoFitAdvice); at != std::string::npos)
-        e.message.replace(at, std::strlen(kNoFitAdvice),
-                          fmt::format("even at {} tokens, the shortest max-context tries: allow more techniques or more "
-                                      "GPUs, or give a larger --budget",
-                                      p.train.seq));
-      return e;
+    // A model whose own limit is under the shortest length tried answers at its limit, where
+    // a plan fits there.
+    if (auto at_limit = plan_at_model_limit(base, allowed, 0, shortest)) {
+      r.max_tokens = at_limit->train.seq;
+      r.granularity = 1;
+      fastest = std::move(at_limit);
+    } else {
+      Plan p = base;
+      p.train.seq = shortest;
+      if (!check_model_for_seq(base.model, p.train.seq, base.train.max_positions))
+        p.train.seq = std::max<std::int64_t>(1, longest_model_accepts(base, 0, p.train.seq));
+      auto b = best_plan(p, allowed);
+      if (!b) {
+        // It names the smallest peak and what dominates it; max-context has no --seq to shorten.
+        Error e = b.error();
+        if (const auto at = e.message.find(kNoFitAdvice); at != std::string::npos)
+          e.message.replace(at, std::strlen(kNoFitAdvice),
+                            fmt::format("even at {} tokens, the shortest max-context tries: allow more techniques or "
+                                        "more GPUs, or give a larger --budget",
+                                        p.train.seq));
+        return e;
+      }
+      return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
     }
-    return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
+  } else if (auto at_limit = plan_at_model_limit(base, allowed, r.max_tokens, r.max_tokens + r.granularity)) {
+    r.max_tokens = at_limit->train.seq;
+    r.granularity = 1;
+    fastest = std::move(at_limit);
+  } else {
+    fastest = fastest_at(base, allowed, top);
   }
-  const std::optional<Plan> fastest = fastest_at(base, allowed, top);
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
   search_progress().finish_stage();
   r.plan = *fastest;

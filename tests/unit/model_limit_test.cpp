@@ -87,6 +87,47 @@ TEST(ModelLimit, UnderMaxPositionsModelTheModelsLimitBindsAsItself) {
   EXPECT_TRUE(answer_plan(p));
 }
 
+// A limit between two lengths the search tries (multiples of its grid, the smallest tile per
+// rank) is the answer itself where a plan fits there: a sliding window of 5,000 tokens was
+// answered 4,096, a max_position_embeddings of 9,000 answered 8,192, and one of 100 (under
+// the shortest length tried) refused, each with plans fitting at the limit.
+TEST(ModelLimit, ALimitOffTheSearchsGridIsTheAnswerWhereAPlanFitsThere) {
+  struct Case {
+    const char* extra;  // the config's keys beside a 1B-sized Llama's
+    const char* max_positions;
+    std::int64_t limit;
+    bool ladder;
+  };
+  for (const Case& c : {Case{R"("model_type": "mistral", "sliding_window": 5000)", "extend", 5000, true},
+                        Case{R"("model_type": "llama", "max_position_embeddings": 9000)", "model", 9000, false},
+                        Case{R"("model_type": "llama", "max_position_embeddings": 100)", "model", 100, true}}) {
+    ClusterRequest r;
+    r.model = "limited";
+    r.model_config_json = std::string(R"({"hidden_size": 2048, "intermediate_size": 8192, "num_hidden_layers": 4,
+      "num_attention_heads": 32, "num_key_value_heads": 8, "vocab_size": 32000, )") + c.extra + "}";
+    r.gpus = 8;
+    r.max_positions = c.max_positions;
+    auto a = answer_max_context(r, c.ladder);
+    ASSERT_TRUE(a) << c.extra << ": " << a.error().what();
+    EXPECT_EQ(a->max_tokens, c.limit) << c.extra;
+    EXPECT_EQ(a->granularity, 1) << c.extra;
+    EXPECT_EQ(a->plan.train.seq, c.limit) << c.extra;
+    EXPECT_TRUE(a->plan.prediction.feasible) << c.extra;
+    EXPECT_NE(a->binding.find("the model's"), std::string::npos) << c.extra << ": " << a->binding;
+    if (c.ladder) {
+      ASSERT_FALSE(a->ladder.empty());
+      EXPECT_EQ(a->ladder.back().max_tokens, c.limit) << c.extra;
+    }
+    // plan agrees: the limit fits, one token more is the model's to refuse.
+    const auto at = answer_plan({r, std::to_string(c.limit), {}, /*no_search=*/false});
+    ASSERT_TRUE(at) << at.error().what();
+    EXPECT_TRUE(at->recorded.prediction.feasible);
+    const auto past = answer_plan({r, std::to_string(c.limit + 1), {}, /*no_search=*/false});
+    ASSERT_FALSE(past);
+    EXPECT_EQ(past.error().kind, ErrorKind::BadInput);
+  }
+}
+
 TEST(ModelLimit, UnderExtendAnAnswerPastTheLimitSaysWhatItsPositionsNeed) {
   auto a = answer_max_context(llama_8b_on_8(), /*with_ladder=*/false);
   ASSERT_TRUE(a) << a.error().what();
