@@ -61,6 +61,21 @@ TEST(PlanDrift, ExplainAndCompareReportAnEditedPredictionAndAreSilentOtherwise) 
   ASSERT_EQ(c["prediction_drift"].size(), 1u) << c["prediction_drift"].dump();
   EXPECT_EQ(c["prediction_drift"][0]["plan_says"], recorded + 4096);
   EXPECT_EQ(c["prediction_drift"][0]["planner_says"], recorded);
+
+  // Every figure the file records is held, not only the peaks: the one that binds on CUDA
+  // (nvidia-smi), what binds, the time and the verdict (a budget edited under the peak).
+  j["prediction"]["phases"][0]["peak_device_bytes"] = recorded;
+  const std::int64_t smi = j["prediction"]["peak_nvidia_smi_bytes"];
+  j["prediction"]["peak_nvidia_smi_bytes"] = smi + 1;
+  j["prediction"]["binding"] = "host memory";
+  j["prediction"]["mfu"] = 0.5;
+  j["prediction"]["breakdown"]["activations"] = 1;
+  j["cluster"]["device_budget_bytes"] = 1024;
+  std::ofstream(plan) << j.dump();
+  const Output all = run("explain " + plan);
+  for (const char* what : {"feasible: the plan says fits, this planner says does not fit", "peak_nvidia_smi_bytes: the plan says",
+                           "binding: the plan says 'host memory'", "mfu: the plan says 0.5,", "breakdown.activations: the plan says"})
+    EXPECT_NE(all.err.find(what), std::string::npos) << what << "\n" << all.err;
   std::filesystem::remove_all(dir);
 }
 
