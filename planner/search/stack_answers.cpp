@@ -1,5 +1,7 @@
 #include "planner/search/stack_answers.h"
 
+#include <algorithm>
+
 #include <nlohmann/json.hpp>
 
 #include "planner/io/export.h"
@@ -7,14 +9,32 @@
 
 namespace longctx {
 
+namespace {
+
+// The request as one stack takes it: the options of other stacks (--hf-loss for the hf
+// stack's row) left at their defaults, so an option given for one row is not refused by the
+// others (the headline's longctx row refused --hf-loss, failing the whole answer).
+ClusterRequest for_stack(const ClusterRequest& r, const StackProfile& s) {
+  ClusterRequest one = r;
+  one.stack = s.name;
+  const auto takes = [&](SettingId id) {
+    return setting(id).rule.option == nullptr || std::find(s.options.begin(), s.options.end(), id) != s.options.end();
+  };
+#define LONGCTX_FOREIGN_OPTION_DEFAULT(field, Type, member, rule) \
+  if (!takes(SettingId::field)) one.field = {};
+  LONGCTX_SETTING_TABLE(LONGCTX_FOREIGN_OPTION_DEFAULT)
+#undef LONGCTX_FOREIGN_OPTION_DEFAULT
+  return one;
+}
+
+}  // namespace
+
 std::vector<StackAnswer> answer_max_context_per_stack(const ClusterRequest& r, bool with_ladder,
                                                       const StackProgress& progress) {
   std::vector<StackAnswer> out;
   for (const StackProfile* s : stack_profiles()) {
     if (progress) progress(out.size(), stack_profiles().size(), s->name);
-    ClusterRequest one = r;
-    one.stack = s->name;
-    auto a = answer_max_context(one, with_ladder && out.empty());
+    auto a = answer_max_context(for_stack(r, *s), with_ladder && out.empty());
     if (a) out.push_back({s->name, std::move(*a), std::nullopt});
     else out.push_back({s->name, std::nullopt, a.error()});
   }

@@ -409,7 +409,7 @@ TEST_F(Outputs, ExportSaysWhatTheStackCannotRun) {
   EXPECT_EQ(o.status, 2) << o.out;
   EXPECT_NE(o.out.find("--stack arctic runs DeepSpeed and flash attention on CUDA GPUs"), std::string::npos) << o.out;
   EXPECT_EQ(names(), (std::vector<std::string>{"plan.json"}));
-  o = run_sh("@L@ plan --model tiny-gqa --gpus 2 --seq 4K --budget 1 --no-search -o " + path("over.json"));
+  o = run_sh("@L@ plan --model tiny-gqa --gpus 2 --seq 4K --budget 900MiB --no-search -o " + path("over.json"));
   ASSERT_EQ(o.status, 3) << o.out;
   o = run_sh("@L@ export " + path("over.json") + " --stack hf >/dev/null");
   EXPECT_EQ(o.status, 0) << o.out;
@@ -572,10 +572,17 @@ TEST(CliContract, ParseErrorsNameTheOptionAndTheFix) {
 // max-context that finds nothing even at its shortest length says what to change among its
 // own options (it has no --seq).
 TEST(CliContract, MaxContextNoFitAdvisesItsOwnOptions) {
-  const Output o = run_sh("@L@ max-context --model tiny-gqa --gpus 1 --budget 1 --no-ladder");
+  // An H100's context is 864.81 MiB: 865 MiB leaves a few hundred KiB for the allocator.
+  const Output o = run_sh("@L@ max-context --model tiny-gqa --gpus 1 --budget 865MiB --no-ladder");
   EXPECT_EQ(o.status, 3) << o.out;
   EXPECT_NE(o.out.find("the shortest max-context tries"), std::string::npos) << o.out;
   EXPECT_EQ(o.out.find("--seq"), std::string::npos) << o.out;
+  // A budget the context alone fills is no question of techniques or GPUs: refused as input.
+  for (const char* command : {"max-context --no-ladder", "plan --seq 4K"}) {
+    const Output under = run_sh(std::string("@L@ ") + command + " --model tiny-gqa --gpus 1 --budget 500MiB");
+    EXPECT_EQ(under.status, 2) << under.out;
+    EXPECT_NE(under.out.find("--budget: 500.00 MiB per GPU is no more than the 864.81 MiB"), std::string::npos) << under.out;
+  }
 }
 
 }  // namespace

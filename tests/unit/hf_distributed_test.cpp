@@ -14,6 +14,7 @@
 #include "planner/io/export.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/request.h"
+#include "planner/search/stack_answers.h"
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/step_builder.h"
 #include "graph_names.h"
@@ -42,6 +43,33 @@ using testing::tensor_bytes;
 
 // set_mixed_precision("bf16"): reduce_dtype bf16, so the reduce-scatter input is [world *
 // shard] bf16 and its output [shard] bf16 before the fp32 shard kept (foreach_reduce).
+// max-context --stack all with an hf option (--hf-loss trl-chunked-nll, which docs/cli.md
+// names for the hf row's rings): the hf row runs it, and the rows of stacks that do not take
+// it answer as without it (the longctx row refused it, and with it the whole answer).
+TEST(HfDistributed, AnHfOptionGivenToEveryStackIsTheHfRowsAlone) {
+  ClusterRequest r;
+  r.model = "llama-3.2-1b";
+  r.gpus = 8;
+  r.hf_loss = "trl-chunked-nll";
+  const auto all = answer_max_context_per_stack(r, /*with_ladder=*/false);
+  ASSERT_FALSE(all.empty());
+  ASSERT_TRUE(all.front().answer) << all.front().refusal->what();
+  bool hf_seen = false;
+  for (const StackAnswer& a : all) {
+    if (a.stack != std::string("hf")) continue;
+    hf_seen = true;
+    ASSERT_TRUE(a.answer) << a.refusal->what();
+    EXPECT_EQ(a.answer->plan.train.stack.loss, HfLoss::TrlChunkedNll);
+  }
+  EXPECT_TRUE(hf_seen);
+  ClusterRequest longctx_alone = r;
+  longctx_alone.hf_loss = "";
+  longctx_alone.stack = "longctx";
+  const auto plain = answer_max_context(longctx_alone, /*with_ladder=*/false);
+  ASSERT_TRUE(plain) << plain.error().what();
+  EXPECT_EQ(all.front().answer->max_tokens, plain->max_tokens);
+}
+
 TEST(HfDistributed, AccelerateReducesInBf16IntoFp32Shards) {
   const Plan p = answer_plan(hf_request("llama-3.2-1b", 8, 1, "8K")).value().recorded;
   const StepGraph g = build_step(step_inputs(p));
