@@ -223,7 +223,7 @@ nlohmann::json hardware_to_json(const Hardware& h) {
 Result<Hardware> load_hardware(const std::string& name) {
   if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
     LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
-    LONGCTX_TRY(auto fj, json_fields::parse(file_text, "--gpu"));
+    LONGCTX_TRY(auto fj, json_fields::parse(file_text, fmt::format("--gpu {}", name)));  // which file is not JSON
     auto read = hardware_from_json(fj, "");
     if (read.ok()) return read;
     Error e = read.error();

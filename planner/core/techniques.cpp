@@ -58,6 +58,9 @@ Result<TechniqueSet> parse_techniques(const std::string& text) {
     return Error::bad_input("--techniques", fmt::format("'{}' names no technique; write none for no technique, all, or a "
                                                         "comma list of: {}",
                                                         text, fmt::join(technique_names(all_techniques()), ",")));
+  // A list that ends in a comma names nothing after it, as one that starts with one does.
+  if (text[text.find_last_not_of(' ')] == ',')
+    return Error::bad_input("--techniques", fmt::format("'{}' ends with a comma: name a technique after it or drop it", text));
   std::stringstream ss(text);
   std::string item;
   while (std::getline(ss, item, ',')) {

@@ -73,6 +73,7 @@ Result<std::int64_t> parse_bytes(std::string_view text, std::string_view field) 
   else if (s == "m" || s == "mib") scale = 1024.0 * 1024.0;
   else if (s == "g" || s == "gib") scale = 1024.0 * 1024.0 * 1024.0;
   else if (s == "t" || s == "tib") scale = 1024.0 * 1024.0 * 1024.0 * 1024.0;
+  else if (s == "p" || s == "pib") scale = 1024.0 * 1024.0 * 1024.0 * 1024.0 * 1024.0;  // the budgets' bound is 4PiB
   else
     return Error::bad_input(std::string(field), fmt::format("unknown unit in '{}'; write it like {}", text, examples));
   return scaled(text, field, n, scale, examples);

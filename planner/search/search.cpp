@@ -49,11 +49,17 @@ Error no_fit(const Plan& base, const std::optional<Plan>& smallest, const std::s
   for (const auto& [k, v] : e.plan.prediction.breakdown)
     if (v > most) { most = v; dominant = k; }
   const auto& pr = e.plan.prediction;
-  if (pr.binding == "host memory")
+  if (pr.binding == "host memory") {
+    // Figures that round alike (2.00 TiB against 2.00 TiB) are shown to the byte.
+    std::string needs = format_bytes(pr.peak_host_bytes), budget = format_bytes(base.cluster.host_budget_bytes_per_node);
+    if (needs == budget) {
+      needs += fmt::format(" ({} bytes)", pr.peak_host_bytes);
+      budget += fmt::format(" ({} bytes)", base.cluster.host_budget_bytes_per_node);
+    }
     return Error{ErrorKind::NoFit, "--host-mem",
                  fmt::format("no plan fits: the smallest device peak found fits, but needs {} of host memory per node, "
-                             "budget {}{}", format_bytes(pr.peak_host_bytes), format_bytes(base.cluster.host_budget_bytes_per_node),
-                             also)};
+                             "budget {}{}", needs, budget, also)};
+  }
   // A plan that fits as allocated but not as the caching allocator holds it: its replay could
   // not place a request, so its reserved figure stops at the budget and is no peak to name.
   if (e.plan.cluster.hardware.backend == Backend::Cuda && !over_device_budget(e.plan, pr.peak_device_bytes))

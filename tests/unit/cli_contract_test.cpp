@@ -539,6 +539,8 @@ TEST(CliContract, ContradictoryFlagsAndEmptyListsAreRefused) {
   // first; a list of empty names is the list's to refuse.
   const std::pair<std::string, std::string> lists[] = {{"\"\"", "--techniques: is empty"},
                                                        {",", "names no technique; write none for no technique"},
+                                                       {"zero3,", "'zero3,' ends with a comma"},
+                                                       {",zero3", "'' is not a technique"},
                                                        {"\" , \"", "--techniques: ' , ' has spaces around it"}};
   for (const auto& [list, message] : lists) {
     o = run_sh(plan + "--techniques " + list);

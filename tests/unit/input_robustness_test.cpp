@@ -217,6 +217,11 @@ TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
   ASSERT_FALSE(absent.ok());
   EXPECT_EQ(absent.error().field, "--gpu " + path("missing.json") + ": backend");
 
+  std::ofstream(path("broken.json")) << "{\"backend\": ";  // which file is not JSON, by its path
+  const auto broken = load_hardware(path("broken.json"));
+  ASSERT_FALSE(broken.ok());
+  EXPECT_EQ(broken.error().field, "--gpu " + path("broken.json"));
+
   // Inside a plan file the same object keeps the plan's field names.
   const auto in_plan = hardware_from_json(misspelt);
   ASSERT_FALSE(in_plan.ok());

@@ -19,6 +19,7 @@ TEST(Units, BytesTakeBinaryUnits) {
   EXPECT_EQ(parse_bytes("2TiB", "--host-mem").value(), 2LL << 40);
   EXPECT_EQ(parse_bytes("2T", "--host-mem").value(), 2LL << 40);
   EXPECT_EQ(parse_bytes("100", "--budget").value(), 100);
+  EXPECT_EQ(parse_bytes("4PiB", "--budget").value(), 4LL << 50);  // the budgets' bound, as its message writes it
 }
 
 TEST(Units, BadSizesNameTheField) {
