@@ -23,12 +23,14 @@ inline std::string parse_error_message(const CLI::ParseError& e) {
   constexpr std::string_view repeated = ": At Most 1 required but received ";
   if (const auto at = what.find(repeated); at != std::string::npos)
     return fmt::format("{}: given {} times; give it once", what.substr(0, at), what.substr(at + repeated.size()));
-  if (const std::string head = "The following arguments were not expected: "; what.rfind(head, 0) == 0) {
+  // One stray argument and several have their own heads; either way the arguments lead, as
+  // the field every error names first.
+  for (const std::string head : {"The following arguments were not expected: ", "The following argument was not expected: "}) {
+    if (what.rfind(head, 0) != 0) continue;
     std::vector<std::string> words;
     std::istringstream in(what.substr(head.size()));
     for (std::string w; in >> w;) words.insert(words.begin(), w);
-    return fmt::format("this command takes no {}: {}", words.size() == 1 ? "such argument" : "such arguments",
-                       fmt::join(words, " "));
+    return fmt::format("{}: this command takes no such argument{}", fmt::join(words, " "), words.size() == 1 ? "" : "s");
   }
   if (const std::string head = "Could not convert: "; what.rfind(head, 0) == 0) {
     const std::string rest = what.substr(head.size());

@@ -561,7 +561,8 @@ TEST(CliContract, ConversionErrorsSayTheFix) {
 TEST(CliContract, ParseErrorsNameTheOptionAndTheFix) {
   const std::pair<std::string, std::string> cases[] = {
       {"plan --model tiny-gqa --gpus 2 --gpus 4 --seq 4K", "--gpus: given 2 times; give it once"},
-      {"max-context --model tiny-gqa --seq 4K", "this command takes no such arguments: --seq 4K"},
+      {"max-context --model tiny-gqa --seq 4K", "error: --seq 4K: this command takes no such arguments"},
+      {"plan --model tiny-gqa --seq 4K extra", "error: extra: this command takes no such argument\n"},
       {"explain plan.json --live 2147483648", "--live: '2147483648' is not a whole number in the option's range"}};
   for (const auto& [cmd, message] : cases) {
     const Output o = run_sh("@L@ " + cmd);
