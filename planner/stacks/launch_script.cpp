@@ -12,7 +12,15 @@ std::string model_to_load(const Plan& p) { return p.model.source.empty() ? p.mod
 
 std::vector<std::string> deepspeed_node_setup() {
   return {"DEEPSPEED_NODES=()",
-          "if [ \"$NNODES\" -gt 1 ]; then DEEPSPEED_NODES=(--no_ssh --node_rank \"$NODE_RANK\"); fi"};
+          "if [ \"$NNODES\" -gt 1 ]; then",
+          "  # The runner takes the nodes from a hostfile even when each node launches itself: without",
+          "  # one it runs on this node alone and refuses --num_nodes above 1. Under --no_ssh the names",
+          "  # are only keys of its world info, never contacted; the file goes once the runner has read it.",
+          "  hostfile=\"$(mktemp \"${TMPDIR:-/tmp}/longctx-hostfile.XXXXXX\")\"",
+          "  for ((node = 0; node < NNODES; node++)); do echo \"node$node slots=$GPUS_PER_NODE\"; done > \"$hostfile\"",
+          "  (sleep 600; rm -f \"$hostfile\") >/dev/null 2>&1 &",
+          "  DEEPSPEED_NODES=(--hostfile \"$hostfile\" --no_ssh --node_rank \"$NODE_RANK\")",
+          "fi"};
 }
 
 namespace {

@@ -37,7 +37,10 @@ std::string model_to_load(const Plan& p);
 
 // The lines that set DEEPSPEED_NODES, the deepspeed runner's node arguments: on more than one
 // node each node is launched by itself (--no_ssh with --node_rank; deepspeed/launcher/runner.py
-// parse_args), on one node none are needed.
+// parse_args), from a hostfile of NNODES placeholder names with GPUS_PER_NODE slots each, which
+// the runner needs all the same (runner.py main(): without one it keeps to the local GPUs and
+// refuses --num_nodes above 1; launch.py reads the names only as its world info's keys); on one
+// node none are needed.
 std::vector<std::string> deepspeed_node_setup();
 
 }  // namespace longctx

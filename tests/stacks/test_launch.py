@@ -100,6 +100,8 @@ def test_hf_script_is_what_accelerates_parser_takes(tmp_path):
     assert pathlib.Path(args.config_file) == folder / "accelerate_config.yaml"
     assert pathlib.Path(args.deepspeed_config_file) == folder / "ds_config.json"
     assert (args.num_machines, args.num_processes, args.machine_rank) == (1, 8, 0)
+    # Across nodes each launches itself with torch's launcher, not DeepSpeed's pdsh runner.
+    assert "deepspeed_multinode_launcher: \"standard\"" in (script.parent / "accelerate_config.yaml").read_text()
     assert args.training_script == "train.py" and args.training_script_args == ["--lr", "1e-5"]
     assert model == "meta-llama/Llama-3.2-1B"
     # The TrainingArguments carry the DeepSpeed config itself: no path to resolve.
@@ -118,6 +120,10 @@ def test_deepspeed_script_is_what_the_deepspeed_runner_takes(tmp_path):
         args = runner.parse_args(argv)
         assert args.num_nodes == nodes and args.num_gpus == 16 // nodes
         assert args.no_ssh and args.node_rank == int(env.get("NODE_RANK", 0))  # each node launched by itself
+        # The runner still takes the nodes from a hostfile (runner.py main(): without one it keeps
+        # to the local GPUs and refuses --num_nodes above 1): one line a node, its GPUs as slots.
+        pool = runner.fetch_hostfile(args.hostfile)
+        assert pool is not None and len(pool) == nodes and set(pool.values()) == {16 // nodes}
         assert args.user_script == "train.py"
         config = args.user_args[args.user_args.index("--deepspeed_config") + 1]
         assert pathlib.Path(config) == script.parent.resolve() / "ds_config.json"

@@ -239,7 +239,11 @@ StackConfig accelerate_config(const Plan& p) {
     return c;
   }
   j["distributed_type"] = "DEEPSPEED";
+  // Across nodes accelerate otherwise launches through DeepSpeed's pdsh runner from a hostfile
+  // (accelerate/utils/launch.py prepare_deepspeed_cmd_env); "standard" launches each node
+  // itself with torch's launcher, from launch.sh's --machine_rank and --main_process_ip.
   j["deepspeed_config"] = {{"deepspeed_config_file", kDeepSpeedConfigFile},
+                           {"deepspeed_multinode_launcher", "standard"},
                            {"zero3_init_flag", p.parallel.sharding == Sharding::Zero3}};
   if (p.parallel.ulysses > 1) {
     // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
