@@ -25,19 +25,37 @@ constexpr double kMaxBytes = 4611686018427387904.0;
 // `where` names it in the error ("args.peak_device_bytes of phase 'forward'").
 Result<std::int64_t> byte_count(const nlohmann::json& v, const std::string& what, const std::string& where) {
   const auto refuse = [&] {
-    return Error::bad_input(what, fmt::format("{} is {}, not a byte count (a whole number from 0 to 2^62); pass a trace "
+    return Error::bad_input(what, fmt::format("{} is {}, not a byte count (a whole number from 0 to below 2^62); pass a trace "
                                               "`longctx run --trace` or the PyTorch profiler wrote",
                                               where, v.dump()));
   };
   if (v.is_number_integer()) {
-    if (v.is_number_unsigned() ? v.get<std::uint64_t>() > std::uint64_t(kMaxBytes) : v.get<std::int64_t>() < 0)
+    // Below 2^62, not up to it: a peak and a baseline, added, stay within int64 (two of 2^62
+    // made the measured peak -2^63).
+    if (v.is_number_unsigned() ? v.get<std::uint64_t>() >= std::uint64_t(kMaxBytes) : v.get<std::int64_t>() < 0)
       return refuse();
     return v.get<std::int64_t>();
   }
   if (!v.is_number_float()) return refuse();
   const double d = v.get<double>();
-  if (!std::isfinite(d) || d < 0 || d > kMaxBytes || d != std::floor(d)) return refuse();
+  if (!std::isfinite(d) || d < 0 || d >= kMaxBytes || d != std::floor(d)) return refuse();
   return static_cast<std::int64_t>(d);
+}
+
+// An allocation's signed size in a profiler's memory event (`Bytes`: > 0 allocated, < 0
+// freed): a whole number of magnitude below 2^62; absent, 0.
+Result<std::int64_t> signed_byte_count(const nlohmann::json& args, const char* key, const std::string& what,
+                                       const std::string& where) {
+  if (!args.contains(key)) return std::int64_t{0};
+  const nlohmann::json& v = args[key];
+  if (v.is_number_integer() && !v.is_number_unsigned()) {
+    const std::int64_t b = v.get<std::int64_t>();
+    if (b < 0 && b > -std::int64_t(kMaxBytes)) return b;
+  }
+  if (v.is_number() && !(v.is_number_integer() && !v.is_number_unsigned())) return byte_count(v, what, where);
+  return Error::bad_input(what, fmt::format("{} is {}, not a byte count (a whole number of magnitude below 2^62); pass a "
+                                            "trace `longctx run --trace` or the PyTorch profiler wrote",
+                                            where, v.dump()));
 }
 
 struct Reader {
@@ -50,6 +68,17 @@ struct Reader {
     longctx = true;
     const std::string where = fmt::format("args.{} of phase '{}'", k::kPeakDevice, name);
     LONGCTX_TRY(const auto device, byte_count(args[k::kPeakDevice], what, where));
+    // The figures the comparison does not read are held to the schema too: a trace whose
+    // figures are not counts is not one a run wrote.
+    if (args.contains(k::kDeviceAtStart)) {
+      LONGCTX_TRY(const auto at_start, byte_count(args[k::kDeviceAtStart], what,
+                                                  fmt::format("args.{} of phase '{}'", k::kDeviceAtStart, name)));
+      (void)at_start;
+    }
+    if (args.contains(k::kStep)) {
+      LONGCTX_TRY(const auto step, byte_count(args[k::kStep], what, fmt::format("args.{} of phase '{}' (a step number)", k::kStep, name)));
+      (void)step;
+    }
     auto& v = m.phases[name];
     v = std::max(v, device);
     m.peak_device_bytes = std::max(m.peak_device_bytes, device);
@@ -72,7 +101,7 @@ struct Reader {
     else m.peak_host_bytes = std::max(m.peak_host_bytes, total);
     profiler::MemoryEvent e;
     e.ts = number_or(ev, k::kTimestamp, 0);
-    e.bytes = static_cast<std::int64_t>(number_or(args, k::kProfilerBytes, 0));
+    LONGCTX_TRY(e.bytes, signed_byte_count(args, k::kProfilerBytes, what, "a memory event's Bytes"));
     e.total = total;
     e.addr = args.contains(k::kProfilerAddress) ? args[k::kProfilerAddress].dump() : "";
     (cuda ? cuda_events : cpu_events).push_back(std::move(e));
@@ -149,6 +178,12 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
       if (auto ok = r.profiler_event(ev, args); !ok) return ok.error();
     } else if (ph == k::kComplete) {
       r.scope_event(ev, name);
+    } else if (ph == k::kCounter && (name == k::kPhasePeakTrack || name == k::kLiveTrack)) {
+      for (const char* series : {k::kDeviceSeries, k::kHostSeries})
+        if (args.contains(series)) {
+          auto ok = byte_count(args[series], what, fmt::format("args.{} of a '{}' counter event", series, name));
+          if (!ok) return ok.error();
+        }
     }
   }
   if (doc.is_object() && doc.contains(k::kOtherData) && doc[k::kOtherData].is_object())

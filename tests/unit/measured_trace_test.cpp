@@ -71,6 +71,28 @@ TEST(MeasuredTrace, RefusesFiguresThatAreNotByteCounts) {
                                         "otherData": {"peak_device_bytes": -7}})",
                                     "t.json")
                    .ok());
+  // 2^62 is past the bound, not at it: a peak and a baseline of 2^62 each added to -2^63.
+  EXPECT_FALSE(trace_from_json_text(trace_with_peak("4611686018427387904"), "t.json").ok());
+  EXPECT_TRUE(trace_from_json_text(trace_with_peak("4611686018427387903"), "t.json").ok());
+  // The figures the comparison does not read are counts too: a phase's step and device bytes
+  // at its start, the counter tracks, and a profiler event's signed Bytes.
+  for (const std::string& bad :
+       {std::string(R"({"traceEvents": [{"name": "f", "ph": "X", "args": {"peak_device_bytes": 5, "step": 1.5}}]})"),
+        std::string(R"({"traceEvents": [{"name": "f", "ph": "X", "args": {"peak_device_bytes": 5, "device_bytes_at_start": "x"}}]})"),
+        std::string(R"({"traceEvents": [{"name": "f", "ph": "X", "args": {"peak_device_bytes": 5}},
+                                        {"name": "live bytes", "ph": "C", "args": {"device": -5}}]})"),
+        std::string(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "args": {"Total Allocated": 100, "Bytes": "x"}}]})"),
+        std::string(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "args": {"Total Allocated": 100, "Bytes": 1.5}}]})"),
+        std::string(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "args": {"Total Allocated": 100, "Bytes": 1e300}}]})")}) {
+    const auto refused = trace_from_json_text(bad, "t.json");
+    ASSERT_FALSE(refused.ok()) << bad;
+    EXPECT_NE(refused.error().message.find("not a byte count"), std::string::npos) << refused.error().message;
+  }
+  // A free is a negative Bytes.
+  EXPECT_TRUE(trace_from_json_text(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "args": {"Total Allocated": 100,
+                                       "Bytes": 100}}, {"name": "[memory]", "ph": "i", "args": {"Total Allocated": 0, "Bytes": -100}}]})",
+                                   "t.json")
+                  .ok());
 }
 
 TEST(MeasuredTrace, ATraceOfAnotherPlanIsRefused) {
