@@ -9,7 +9,6 @@
 #include "planner/core/limits.h"
 #include "planner/search/phase_peaks.h"
 #include "planner/core/units.h"
-#include "planner/io/quoted_text.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/stack_tiles.h"
 
@@ -105,16 +104,6 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     return Error::bad_input("--budget", fmt::format("{} is above longctx's bound of 4PiB per GPU", o.budget));
   if (p.cluster.host_budget_bytes_per_node > limits::kMaxBytes)
     return Error::bad_input("--host-mem", fmt::format("{} is above longctx's bound of 4PiB per node", o.host_mem));
-  // What every process holds outside the caching allocator leaves nothing of a smaller budget
-  // for any plan: a refusal of the input, not a search that finds no plan (which advised more
-  // techniques or GPUs).
-  const std::int64_t context = p.cluster.hardware.context_bytes;
-  if (context > 0 && p.cluster.device_budget_bytes <= context)
-    return Error::bad_input("--budget", fmt::format("{} per GPU is no more than the {} every process holds on {} outside the "
-                                                    "caching allocator (the CUDA context and the libraries' handles); give "
-                                                    "more than that",
-                                                    format_bytes(p.cluster.device_budget_bytes), format_bytes(context),
-                                                    terminal_line(p.cluster.hardware.name)));
   p.cluster.expandable_segments = o.expandable_segments;
   LONGCTX_TRY(auto settings, resolve_settings(o, p));
   (void)settings;

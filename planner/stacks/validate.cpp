@@ -9,6 +9,8 @@
 #include <fmt/ranges.h>
 
 #include "planner/core/limits.h"
+#include "planner/core/units.h"
+#include "planner/io/quoted_text.h"
 #include "planner/stacks/length_rule.h"
 #include "planner/stacks/profile.h"
 #include "planner/stacks/refusals.h"
@@ -178,10 +180,24 @@ Result<bool> check_checkpoint_period(const Plan& p) {
                                       c.every, layers, layers, layers));
 }
 
+// What every process holds outside the caching allocator (the CUDA context and the
+// libraries' handles) leaves nothing of a budget no larger: a refusal of the input, not a
+// search that finds no plan (which advised more techniques or GPUs), from the command line
+// and from a plan file alike.
+Result<bool> check_budget(const Plan& p) {
+  const std::int64_t context = p.cluster.hardware.context_bytes;
+  if (context <= 0 || p.cluster.device_budget_bytes > context) return true;
+  return Error::bad_input("--budget", fmt::format("{} per GPU is no more than the {} every process holds on {} outside the "
+                                                  "caching allocator (the CUDA context and the libraries' handles); give "
+                                                  "more than that",
+                                                  format_bytes(p.cluster.device_budget_bytes), format_bytes(context),
+                                                  terminal_line(p.cluster.hardware.name)));
+}
+
 Result<bool> check_plan(const Plan& p) {
   LONGCTX_TRY(auto model, validate_model(p.model));
   (void)model;
-  for (Check check : {check_shape, check_settings, check_knobs, check_sharding, check_model_length, check_step_bounds,
+  for (Check check : {check_shape, check_budget, check_settings, check_knobs, check_sharding, check_model_length, check_step_bounds,
                       check_stack, check_checkpoint_period}) {
     LONGCTX_TRY(auto ok, check(p));
     (void)ok;

@@ -468,6 +468,20 @@ TEST_F(Outputs, EveryStacksSetRefusesALinkBeforeItsSearch) {
   EXPECT_TRUE(std::filesystem::is_regular_file(path("target.json")));
 }
 
+// The budget the command line refuses (no more than the CUDA context) is refused from a plan
+// file too, naming its key: the rule is validate()'s, which reads both.
+TEST_F(Outputs, APlanFilesBudgetUnderTheContextIsRefusedAsOnTheCommandLine) {
+  ASSERT_EQ(run("plan --model tiny-gqa --gpus 1 --seq 2K --no-search -o " + path("h100.json")).status, 0);
+  auto j = nlohmann::json::parse(*read_regular_file(path("h100.json"), "plan"));
+  j["cluster"]["device_budget_bytes"] = 1000;
+  std::ofstream(path("small.json")) << j.dump();
+  for (const std::string& command : {std::string("explain "), "export --stack hf -o " + path("out") + " "}) {
+    const Output o = run_sh("@L@ " + command + path("small.json"));
+    EXPECT_EQ(o.status, 2) << command << o.out;
+    EXPECT_NE(o.out.find("cluster.device_budget_bytes: 1000 B per GPU is no more than"), std::string::npos) << o.out;
+  }
+}
+
 // A plan file's ladder, malformed, is refused naming the field (exit 2).
 TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
   const std::string plan = plan_file();
