@@ -69,8 +69,9 @@ std::vector<PredictionDifference> prediction_differences(const Prediction& recor
   // The categories either side has, in their order (a category one lacks counts as 0 there).
   std::map<std::string, std::int64_t> categories = recorded.breakdown;
   for (const auto& [category, bytes] : now.breakdown) categories.try_emplace(category, 0);
-  for (const auto& [category, unused] : categories) {
-    const auto in = [&](const std::map<std::string, std::int64_t>& b) {
+  for (const auto& entry : categories) {
+    const std::string& category = entry.first;  // a plain name: a lambda may not capture a binding in C++20
+    const auto in = [&category](const std::map<std::string, std::int64_t>& b) {
       const auto it = b.find(category);
       return it == b.end() ? std::int64_t{0} : it->second;
     };
