@@ -89,6 +89,11 @@ Result<FolderWrite> write_new_folder(const std::string& folder, const std::strin
   Staging s(tmpl);
   LONGCTX_TRY(auto staged, stage_all(s, files, field));
   (void)staged;
+  // mkdtemp made it 0700; the folder gets the mode mkdir would give it (0777 less the umask),
+  // so the configs and the launch script are as readable as any folder the user makes.
+  const mode_t mask = ::umask(0);
+  ::umask(mask);
+  if (::chmod(s.path().c_str(), 0777 & ~mask) != 0) return write_failed(field, folder, errno);
   if (::rename(s.path().c_str(), folder.c_str()) != 0) return write_failed(field, folder, errno);
   s.release();
   sync_dir(parent_of(folder));

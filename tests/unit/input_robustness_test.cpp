@@ -239,6 +239,13 @@ TEST_F(Inputs, AFileSetGoesInWholeIntoANewFolder) {
   std::vector<std::string> left;
   for (const auto& e : fs::directory_iterator(dir_)) left.push_back(e.path().filename().string());
   EXPECT_EQ(left, std::vector<std::string>{"out"}) << "no staging folder left";
+  // The new folder has mkdir's mode under the umask, not the staging folder's 0700: others on
+  // the cluster read the configs and run the launch script.
+  const mode_t was = ::umask(022);
+  const auto shared = write_files_atomically(path("shared"), "-o", kNewSet);
+  ::umask(was);
+  ASSERT_TRUE(shared.ok()) << shared.error().what();
+  EXPECT_EQ(fs::status(path("shared")).permissions(), fs::perms(0755));
 }
 
 // A write that fails part way (a size limit here, a full disk in use) leaves the old set.
