@@ -31,6 +31,12 @@ inline std::string any_value(const std::string& text) {
   return "";
 }
 
+// any_value for an option that must be given (it has no default to fall back on).
+inline std::string required_value(const std::string& text) {
+  if (text.find_first_not_of(" \t") == std::string::npos) return "is empty; give a value (the option has no default)";
+  return any_value(text);
+}
+
 // "" when `text` is a whole number in plain decimal within int64.
 inline std::string whole_number(const std::string& text) {
   if (std::string why = any_value(text); !why.empty()) return why;
@@ -66,6 +72,7 @@ inline std::optional<long long> whole_number_or_defer(const std::string& text) {
 // Call once, after every option is added and before parsing.
 inline void apply_value_rules(CLI::App& app) {
   static const CLI::Validator any(value_rules::any_value, "", "value");
+  static const CLI::Validator required(value_rules::required_value, "", "value");
   static const CLI::Validator whole(value_rules::whole_number, "", "whole number");
   static const CLI::Validator decimal(value_rules::decimal_number, "", "number");
   for (CLI::Option* o : app.get_options()) {
@@ -74,7 +81,7 @@ inline void apply_value_rules(CLI::App& app) {
     // the converted type is the name before the first colon.
     const std::string full = o->get_type_name();
     const std::string type = full.substr(0, full.find(':'));
-    o->check(type == "INT" ? whole : type == "FLOAT" ? decimal : any);
+    o->check(type == "INT" ? whole : type == "FLOAT" ? decimal : o->get_required() ? required : any);
   }
   for (CLI::App* sub : app.get_subcommands([](CLI::App*) { return true; })) apply_value_rules(*sub);
 }

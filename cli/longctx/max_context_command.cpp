@@ -190,7 +190,8 @@ Command add_max_context_command(CLI::App& app) {
       "max-context",
       "The longest sequence any allowed plan trains on the cluster, the fastest plan there, the stacks whose files "
       "run it, and the ladder: the maximum as techniques are added one at a time (zero3, +ulysses, +checkpoint, "
-      "+offload-checkpoints, +tiled-mlp/tiled-loss, +untied). --stack all adds every stack's longest context.");
+      "+offload-checkpoints, +tiled-mlp/tiled-loss, +untied, +ring, then the optimizer and parameter offloads and the "
+      "other ZeRO stages). --stack all adds every stack's longest context.");
   add_cluster_options(*sub, o->cluster, /*every_stack=*/true);
   sub->add_flag("--no-ladder", o->no_ladder, "Skip the ladder (faster)");
   sub->add_option("-o,--output", o->output,

@@ -50,6 +50,28 @@ TEST(ValueRules, TheRangeCheckLeavesWhatItCannotReadToTheRule) {
   EXPECT_NE(parse({"--trace", ""}).find("--trace: is empty"), std::string::npos) << parse({"--trace", ""});
 }
 
+// An option with a default may be left out; a required one has none to fall back on, so its
+// blank value is not told to (`export --stack ""` was).
+TEST(ValueRules, ABlankRequiredValueIsNotToldToBeLeftOut) {
+  for (const bool required : {false, true}) {
+    CLI::App app{"test"};
+    std::string stack = "longctx";
+    auto* option = app.add_option("--stack", stack);
+    if (required) option->required();
+    apply_value_rules(app);
+    const char* argv[] = {"test", "--stack", ""};
+    std::string message;
+    try {
+      app.parse(3, argv);
+    } catch (const CLI::ParseError& e) {
+      message = e.what();
+    }
+    EXPECT_NE(message.find("--stack: is empty"), std::string::npos) << message;
+    EXPECT_EQ(message.find("leave the option out") == std::string::npos, required) << message;
+    EXPECT_EQ(message.find("the option has no default") != std::string::npos, required) << message;
+  }
+}
+
 TEST(ValueRules, NumbersAreDecimalAndFinite) {
   EXPECT_EQ(parse({"--seconds", "0.5"}), "");
   EXPECT_EQ(parse({"--seconds", "2e-2"}), "");
