@@ -149,15 +149,36 @@ Result<Prediction> prediction_from_json(const nlohmann::json& pr) {
   if (pr.contains("peak_nvidia_smi_bytes")) {
     LONGCTX_TRY(out.peak_nvidia_smi_bytes, get_int(pr, "prediction", "peak_nvidia_smi_bytes", 0));
   }
-  if (pr.contains("reserved_peak_at") && pr["reserved_peak_at"].is_string()) out.reserved_peak_at = pr["reserved_peak_at"];
-  if (auto b = pr.find("breakdown"); b != pr.end() && b->is_object())
-    for (auto& [k, v] : b->items())
-      if (v.is_number_integer()) out.breakdown[k] = v.get<std::int64_t>();
-  if (pr.contains("peak_at") && pr["peak_at"].is_string()) out.peak_at = pr["peak_at"];
-  if (pr.contains("step_time_s") && pr["step_time_s"].is_number()) out.step_time_s = pr["step_time_s"];
-  if (pr.contains("tokens_per_s") && pr["tokens_per_s"].is_number()) out.tokens_per_s = pr["tokens_per_s"];
-  if (pr.contains("mfu") && pr["mfu"].is_number()) out.mfu = pr["mfu"];
-  if (pr.contains("binding") && pr["binding"].is_string()) out.binding = pr["binding"];
+  // The rest, where written (older files lack some), must be what plan -o writes: a figure
+  // of another type was read as 0 or '' and then compared as though recorded.
+  const auto text = [&](const char* key, std::string& to) -> Result<bool> {
+    if (!pr.contains(key)) return true;
+    if (!pr[key].is_string()) return Error::bad_input(fmt::format("prediction.{}", key), fmt::format("is {}, not a string", pr[key].dump()));
+    to = pr[key].get<std::string>();
+    return true;
+  };
+  const auto number = [&](const char* key, double& to) -> Result<bool> {
+    if (!pr.contains(key)) return true;
+    if (!pr[key].is_number()) return Error::bad_input(fmt::format("prediction.{}", key), fmt::format("is {}, not a number", pr[key].dump()));
+    to = pr[key].get<double>();
+    return true;
+  };
+  for (const auto& [key, to] : {std::pair{"reserved_peak_at", &out.reserved_peak_at}, std::pair{"peak_at", &out.peak_at},
+                                std::pair{"binding", &out.binding}}) {
+    LONGCTX_TRY(auto ok, text(key, *to));
+    (void)ok;
+  }
+  for (const auto& [key, to] : {std::pair{"step_time_s", &out.step_time_s}, std::pair{"tokens_per_s", &out.tokens_per_s},
+                                std::pair{"mfu", &out.mfu}}) {
+    LONGCTX_TRY(auto ok, number(key, *to));
+    (void)ok;
+  }
+  if (auto b = pr.find("breakdown"); b != pr.end()) {
+    if (!b->is_object()) return Error::bad_input("prediction.breakdown", "must be an object of category: bytes");
+    for (auto& [k, v] : b->items()) {
+      LONGCTX_TRY(out.breakdown[k], get_int(*b, "prediction.breakdown", k, 0));
+    }
+  }
   LONGCTX_TRY(out.phases, phases_from_json(pr));
   return out;
 }
@@ -241,7 +262,15 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
     return Error::bad_input("schema", fmt::format("'{}' is not {}; write the plan again with this longctx (longctx plan ... -o FILE)", schema, kPlanSchema));
   Plan p;
   LONGCTX_TRY(auto model, get_object(j, "", "model"));
-  std::string name = model.contains("name") && model["name"].is_string() ? model["name"].get<std::string>() : "model";
+  // The name plan -o writes, where written: another type was shown as "model".
+  std::string name = "model";
+  if (model.contains("name")) {
+    if (!model["name"].is_string() || model["name"].get<std::string>().empty())
+      return Error::bad_input("model.name", fmt::format("is {}, not a model's name; write the plan again", model["name"].dump()));
+    name = model["name"].get<std::string>();
+  }
+  if (model.contains("_name_or_path") && !model["_name_or_path"].is_string())
+    return Error::bad_input("model._name_or_path", fmt::format("is {}, not a Hub id or folder", model["_name_or_path"].dump()));
   LONGCTX_TRY(p.model, model_from_json(model, name));
 
   LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));

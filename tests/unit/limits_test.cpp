@@ -158,6 +158,23 @@ TEST(Limits, PlanFilesOfAnotherSchemaOrWithHugeKnobsAreRefused) {
   auto budget = j;
   budget["cluster"]["device_budget_bytes"] = 1LL << 62;
   EXPECT_EQ(plan_from_json(budget).error().field, "cluster.device_budget_bytes");
+
+  // A figure of the wrong type is refused naming it, not read as 0 or '' (and then held to
+  // this planner's as though recorded, or shown as the model "model").
+  const std::pair<std::vector<std::string>, nlohmann::json> wrong[] = {
+      {{"model", "name"}, nlohmann::json::object()}, {{"model", "name"}, ""}, {{"model", "_name_or_path"}, 3},
+      {{"prediction", "binding"}, 5}, {{"prediction", "peak_at"}, 5}, {{"prediction", "step_time_s"}, "x"},
+      {{"prediction", "mfu"}, nullptr}, {{"prediction", "breakdown"}, 1}};
+  for (const auto& [path, value] : wrong) {
+    auto edited = j;
+    edited[path[0]][path[1]] = value;
+    const auto read = plan_from_json(edited);
+    ASSERT_FALSE(read.ok()) << path[1] << " = " << value.dump();
+    EXPECT_EQ(read.error().field, path[0] + "." + path[1]);
+  }
+  auto category = j;
+  category["prediction"]["breakdown"]["params"] = "x";
+  EXPECT_EQ(plan_from_json(category).error().field, "prediction.breakdown.params");
 }
 
 // Bounds first: a cluster beyond the bound is refused before any search, at once.
