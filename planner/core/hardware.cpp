@@ -156,6 +156,11 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& 
   LONGCTX_TRY(h.internode_bytes_per_s, rate("internode_bytes_per_s"));
   LONGCTX_TRY(h.pcie_bytes_per_s, rate("pcie_bytes_per_s"));
   LONGCTX_TRY(h.host_flops, rate("host_flops"));
+  // Every CUDA process holds a context outside the caching allocator, which binds at the peak
+  // (nvidia-smi): a file without it would plan as though none were there, as a misspelt key did.
+  if (h.backend == Backend::Cuda && !j.contains("context_bytes"))
+    return Error::bad_input(field("context_bytes"), "missing; a CUDA device's context outside the caching allocator "
+                                                    "(`longctx calibrate` measures it; hardware_to_json writes it)");
   if (j.contains("context_bytes")) {
     LONGCTX_TRY(h.context_bytes, get_int(j, p, "context_bytes", 0, limits::kMaxBytes));
     // What the CUDA context keeps is part of the device's memory: at its size or above, no

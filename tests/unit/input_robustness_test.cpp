@@ -217,6 +217,12 @@ TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
   ASSERT_FALSE(absent.ok());
   EXPECT_EQ(absent.error().field, "--gpu " + path("missing.json") + ": backend");
 
+  nlohmann::json contextless = j;  // a CUDA device's context binds at the peak: never left at 0
+  contextless.erase("context_bytes");
+  const auto no_context = load_hardware(write("contextless.json", contextless));
+  ASSERT_FALSE(no_context.ok());
+  EXPECT_EQ(no_context.error().field, "--gpu " + path("contextless.json") + ": context_bytes");
+
   std::ofstream(path("broken.json")) << "{\"backend\": ";  // which file is not JSON, by its path
   const auto broken = load_hardware(path("broken.json"));
   ASSERT_FALSE(broken.ok());
