@@ -218,6 +218,12 @@ Result<MeasuredTrace> read_trace_file(const std::string& path) {
 
 Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, const std::string& trace_path) {
   const TraceIdentity mine = trace_identity(plan);
+  // A run's trace names its plan; one that names none could be of any plan (a tiny model's
+  // trace was held to an 8B plan at +411,779%). A profiler's trace names nothing of longctx's.
+  if (trace.source == "longctx" && (trace.identity.model.empty() || trace.identity.plan_fingerprint.empty()))
+    return Error::bad_input("--trace", fmt::format("{} names no plan (otherData.model and otherData.plan_fingerprint, "
+                                                   "which `longctx run --trace` writes); pass the trace of a run of this plan",
+                                                   trace_path));
   if (!trace.identity.model.empty() && trace.identity.model != mine.model)
     return Error::bad_input("--trace", fmt::format("{} is a trace of model {}, the plan is of {}; pass the trace of a run "
                                                    "of this plan",

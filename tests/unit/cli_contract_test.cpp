@@ -482,6 +482,18 @@ TEST_F(Outputs, APlanFilesBudgetUnderTheContextIsRefusedAsOnTheCommandLine) {
   }
 }
 
+// A run's trace names its plan; a longctx trace that names none could be of any plan (a tiny
+// model's was held to an 8B plan at +411,779%) and is refused.
+TEST_F(Outputs, CompareRefusesALongctxTraceThatNamesNoPlan) {
+  const std::string plan = plan_file();
+  std::ofstream(path("anonymous.json"))
+      << R"({"traceEvents": [{"name": "forward", "ph": "X", "ts": 0, "dur": 1, "args": {"peak_device_bytes": 1000}}]})";
+  const Output o = run_sh("@L@ compare --plan " + plan + " --trace " + path("anonymous.json"));
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("names no plan"), std::string::npos) << o.out;
+  EXPECT_EQ(run_sh("@L@ compare --plan " + plan + " --trace " + trace_file(plan, "1000") + " >/dev/null").status, 0);
+}
+
 // A plan file's ladder, malformed, is refused naming the field (exit 2).
 TEST_F(Outputs, ExplainHtmlRefusesAMalformedLadder) {
   const std::string plan = plan_file();

@@ -10,6 +10,8 @@
 #include <string>
 #include <unistd.h>
 
+#include "planner/core/plan.h"
+#include "planner/io/measured_trace.h"
 #include "planner/io/trace_schema.h"
 #include "tests/test_paths.h"
 
@@ -45,7 +47,9 @@ TEST(PlanDrift, ExplainAndCompareReportAnEditedPredictionAndAreSilentOtherwise) 
   // A trace of one phase, written with the schema's keys.
   namespace k = longctx::trace_schema;
   const std::string phase = j["prediction"]["phases"][0]["phase"];
-  nlohmann::json tr = {{k::kEvents, {{{k::kName, phase}, {k::kType, k::kComplete}, {k::kArgs, {{k::kPeakDevice, 1000}}}}}}};
+  const auto id = longctx::trace_identity(*longctx::read_plan_file(plan));  // a run's trace names its plan
+  nlohmann::json tr = {{k::kEvents, {{{k::kName, phase}, {k::kType, k::kComplete}, {k::kArgs, {{k::kPeakDevice, 1000}}}}}},
+                       {k::kOtherData, {{"model", id.model}, {"plan_fingerprint", id.plan_fingerprint}}}};
   std::ofstream(trace) << tr.dump();
 
   EXPECT_EQ(run("explain " + plan).err.find("the plan says"), std::string::npos) << "identical: silent";
