@@ -9,6 +9,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/core/json_duplicates.h"
 #include "planner/core/json_fields.h"
 #include "common/input_file.h"
 #include "planner/core/limits.h"
@@ -229,6 +230,8 @@ Result<Hardware> load_hardware(const std::string& name) {
   if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
     LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
     LONGCTX_TRY(auto fj, json_fields::parse(file_text, fmt::format("--gpu {}", name)));  // which file is not JSON
+    LONGCTX_TRY(auto once, refuse_duplicate_keys(file_text, fmt::format("--gpu {}", name)));
+    (void)once;
     auto read = hardware_from_json(fj, "");
     if (read.ok()) return read;
     Error e = read.error();

@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/core/json_duplicates.h"
 #include "planner/core/json_fields.h"
 #include "planner/core/knobs.h"
 #include "planner/core/limits.h"
@@ -304,6 +305,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
 
 Result<Plan> plan_from_text(const std::string& text, const std::string& what) {
   LONGCTX_TRY(auto j, json_fields::parse(text, what));  // the nesting bound first: no deep copy below
+  LONGCTX_TRY(auto once, refuse_duplicate_keys(text, what));
+  (void)once;
   return plan_from_json(j);
 }
 

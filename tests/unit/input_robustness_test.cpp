@@ -223,6 +223,13 @@ TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
   ASSERT_FALSE(no_context.ok());
   EXPECT_EQ(no_context.error().field, "--gpu " + path("contextless.json") + ": context_bytes");
 
+  std::string twice = j.dump();  // a key given twice: one would be kept without a word
+  twice.insert(1, "\"context_bytes\": 1, ");
+  std::ofstream(path("twice.json")) << twice;
+  const auto repeated = load_hardware(path("twice.json"));
+  ASSERT_FALSE(repeated.ok());
+  EXPECT_NE(repeated.error().message.find("context_bytes is given twice"), std::string::npos) << repeated.error().what();
+
   std::ofstream(path("broken.json")) << "{\"backend\": ";  // which file is not JSON, by its path
   const auto broken = load_hardware(path("broken.json"));
   ASSERT_FALSE(broken.ok());

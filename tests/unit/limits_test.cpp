@@ -9,6 +9,7 @@
 #include "planner/core/limits.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/plan.h"
+#include "planner/io/plan_text.h"
 #include "planner/search/search.h"
 #include "test_plans.h"
 
@@ -175,6 +176,19 @@ TEST(Limits, PlanFilesOfAnotherSchemaOrWithHugeKnobsAreRefused) {
   auto category = j;
   category["prediction"]["breakdown"]["params"] = "x";
   EXPECT_EQ(plan_from_json(category).error().field, "prediction.breakdown.params");
+
+  // A key given twice in one object (a hand edit) is refused with its place: nlohmann keeps
+  // one of the two without a word ("ulysses": 2, "ulysses": 4 exported 4). Objects inside
+  // arrays (the phases) are each their own.
+  std::string text = j.dump();
+  ASSERT_TRUE(plan_from_text(text, "p.json").ok()) << plan_from_text(text, "p.json").error().what();
+  const std::string once = "\"ulysses\":1";
+  ASSERT_NE(text.find(once), std::string::npos) << text;
+  text.replace(text.find(once), once.size(), once + "," + once);
+  const auto twice = plan_from_text(text, "p.json");
+  ASSERT_FALSE(twice.ok());
+  EXPECT_EQ(twice.error().field, "p.json");
+  EXPECT_NE(twice.error().message.find("parallel.ulysses is given twice"), std::string::npos) << twice.error().message;
 }
 
 // Bounds first: a cluster beyond the bound is refused before any search, at once.
