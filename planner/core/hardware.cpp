@@ -229,8 +229,9 @@ nlohmann::json hardware_to_json(const Hardware& h) {
 Result<Hardware> load_hardware(const std::string& name) {
   if (name.find('/') != std::string::npos || (name.size() > 5 && name.ends_with(".json"))) {
     LONGCTX_TRY(auto file_text, read_regular_file(name, "--gpu"));
-    LONGCTX_TRY(auto fj, json_fields::parse(file_text, fmt::format("--gpu {}", name)));  // which file is not JSON
-    LONGCTX_TRY(auto once, refuse_duplicate_keys(file_text, fmt::format("--gpu {}", name)));
+    const std::string what = fmt::format("--gpu {}", name);  // which file is not JSON, or repeats a key
+    LONGCTX_TRY(auto fj, json_fields::parse(file_text, what));
+    LONGCTX_TRY(auto once, refuse_duplicate_keys(file_text, what));
     (void)once;
     auto read = hardware_from_json(fj, "");
     if (read.ok()) return read;

@@ -152,28 +152,16 @@ Result<Prediction> prediction_from_json(const nlohmann::json& pr) {
   }
   // The rest, where written (older files lack some), must be what plan -o writes: a figure
   // of another type was read as 0 or '' and then compared as though recorded.
-  const auto text = [&](const char* key, std::string& to) -> Result<bool> {
-    if (!pr.contains(key)) return true;
-    if (!pr[key].is_string()) return Error::bad_input(fmt::format("prediction.{}", key), fmt::format("is {}, not a string", pr[key].dump()));
-    to = pr[key].get<std::string>();
-    return true;
-  };
-  const auto number = [&](const char* key, double& to) -> Result<bool> {
-    if (!pr.contains(key)) return true;
-    if (!pr[key].is_number()) return Error::bad_input(fmt::format("prediction.{}", key), fmt::format("is {}, not a number", pr[key].dump()));
-    to = pr[key].get<double>();
-    return true;
-  };
   for (const auto& [key, to] : {std::pair{"reserved_peak_at", &out.reserved_peak_at}, std::pair{"peak_at", &out.peak_at},
-                                std::pair{"binding", &out.binding}}) {
-    LONGCTX_TRY(auto ok, text(key, *to));
-    (void)ok;
-  }
+                                std::pair{"binding", &out.binding}})
+    if (pr.contains(key)) {
+      LONGCTX_TRY(*to, get_string(pr, "prediction", key));
+    }
   for (const auto& [key, to] : {std::pair{"step_time_s", &out.step_time_s}, std::pair{"tokens_per_s", &out.tokens_per_s},
-                                std::pair{"mfu", &out.mfu}}) {
-    LONGCTX_TRY(auto ok, number(key, *to));
-    (void)ok;
-  }
+                                std::pair{"mfu", &out.mfu}})
+    if (pr.contains(key)) {
+      LONGCTX_TRY(*to, get_number(pr, "prediction", key, /*positive=*/false));
+    }
   if (auto b = pr.find("breakdown"); b != pr.end()) {
     if (!b->is_object()) return Error::bad_input("prediction.breakdown", "must be an object of category: bytes");
     for (auto& [k, v] : b->items()) {

@@ -53,13 +53,16 @@ std::int64_t longest_model_accepts(const Plan& base, std::int64_t from, std::int
   return lo;
 }
 
-// The fastest plan at the model's own limit, where the limit falls between `tokens` (fits)
-// and the next length the search would try (`next`, which the model refuses) and a plan fits
+// The shortest length max-context tries: one smallest tile per rank.
+std::int64_t shortest_length(const Plan& base) { return min_tile_tokens(base.model) * base.cluster.shape.world(); }
+
+// The fastest plan at the model's own limit, where the limit falls between a search's answer
+// `m` (fits; none: 0) and the next length it would try (refused by the model) and a plan fits
 // there. The search's lengths are multiples of its grid (the smallest tile per rank), which a
 // model's limit need not be: a sliding window of 5,000 tokens was answered 4,096 (the limit
 // named as binding), though plans fit at 5,000.
-std::optional<Plan> plan_at_model_limit(const Plan& base, const TechniqueSet& allowed, std::int64_t tokens,
-                                        std::int64_t next) {
+std::optional<Plan> plan_at_model_limit(const Plan& base, const TechniqueSet& allowed, const MaxSeq& m) {
+  const std::int64_t tokens = m.tokens, next = tokens > 0 ? tokens + m.grid : shortest_length(base);
   if (check_model_for_seq(base.model, next, base.train.max_positions)) return std::nullopt;
   const std::int64_t limit = longest_model_accepts(base, tokens, next);
   if (limit <= tokens) return std::nullopt;
@@ -86,8 +89,7 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
     if (!added) continue;
     const MaxSeq m = max_seq(base, so_far, cache, floor);
     out.push_back({technique_names(so_far), m.tokens, m.binding});
-    const std::int64_t next = m.tokens > 0 ? m.tokens + m.grid : min_tile_tokens(base.model) * base.cluster.shape.world();
-    if (const auto at_limit = plan_at_model_limit(base, so_far, m.tokens, next)) out.back().max_tokens = at_limit->train.seq;
+    if (const auto at_limit = plan_at_model_limit(base, so_far, m)) out.back().max_tokens = at_limit->train.seq;
     floor = std::max(floor, m.tokens);
     if (!has(so_far, Technique::Ring)) ringless = std::max(ringless, m.tokens);
     search_progress().finish_stage();
@@ -203,8 +205,7 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
   without.reset(static_cast<std::size_t>(Technique::Ring));
   MaxSeq alone = max_seq(base, without, cache, ringless);
   // As the answer, to the model's own limit where that binds between two lengths searched.
-  const std::int64_t next = alone.tokens > 0 ? alone.tokens + alone.grid : min_tile_tokens(base.model) * world;
-  if (const auto at_limit = plan_at_model_limit(base, without, alone.tokens, next)) alone.tokens = at_limit->train.seq;
+  if (const auto at_limit = plan_at_model_limit(base, without, alone)) alone.tokens = at_limit->train.seq;
   const std::int64_t umax = has(allowed, Technique::Ulysses) ? largest_ulysses(base) : 1;
   // A ring the length does not need: chosen for its speed, whatever Ulysses may span.
   if (r > 1 && alone.tokens >= tokens)
@@ -258,17 +259,16 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
   // At the bound on lengths (limits.h) the next granule is refused, not out of memory.
   if (top.tokens > 0 && top.tokens + top.grid > limits::kMaxSeq) r.binding = "longctx's bound of 2^40 tokens";
   std::optional<Plan> fastest;
-  const std::int64_t shortest = min_tile_tokens(base.model) * base.cluster.shape.world();
   if (top.tokens == 0) {
     // A model whose own limit is under the shortest length tried answers at its limit, where
     // a plan fits there.
-    if (auto at_limit = plan_at_model_limit(base, allowed, 0, shortest)) {
+    if (auto at_limit = plan_at_model_limit(base, allowed, top)) {
       r.max_tokens = at_limit->train.seq;
       r.granularity = 1;
       fastest = std::move(at_limit);
     } else {
       Plan p = base;
-      p.train.seq = shortest;
+      p.train.seq = shortest_length(base);
       if (!check_model_for_seq(base.model, p.train.seq, base.train.max_positions))
         p.train.seq = std::max<std::int64_t>(1, longest_model_accepts(base, 0, p.train.seq));
       auto b = best_plan(p, allowed);
@@ -284,7 +284,7 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
       }
       return Error{ErrorKind::NoFit, "--budget", fmt::format("no plan fits even at {} tokens ({} binds)", p.train.seq, top.binding)};
     }
-  } else if (auto at_limit = plan_at_model_limit(base, allowed, r.max_tokens, r.max_tokens + r.granularity)) {
+  } else if (auto at_limit = plan_at_model_limit(base, allowed, top)) {  // top as refined: r's figures
     r.max_tokens = at_limit->train.seq;
     r.granularity = 1;
     fastest = std::move(at_limit);
