@@ -147,6 +147,37 @@ TEST(Search, GroupsSearchedInAnyOrderAnswerAsInOrder) {
   EXPECT_GE(searched_otherwise, 1);  // some group was searched as it lies: other work, same answer
 }
 
+// Past a plan found, a group faster than it is searched as it lies too, where that cannot change
+// the result: the same answer as faster()'s order on the stacks whose search space has such
+// groups (longctx's own, ArcticTraining's tile counts, torchtitan's), and groups kept so on each.
+TEST(Search, GroupsFasterThanThePlanFoundAnswerAsInOrder) {
+  struct Case {
+    StackKind stack;
+    const char* model;
+    std::int64_t seq;
+    std::int64_t budget_gib;
+  };
+  const Case cases[] = {
+      {StackKind::Longctx, "tiny-gqa", 256 * 1024, 2},       {StackKind::Longctx, "llama-3.2-1b", 256 * 1024, 12},
+      {StackKind::Arctic, "tiny-odd", 1024 * 1024, 6},       {StackKind::Arctic, "tiny-gqa", 256 * 1024, 6},
+      {StackKind::Torchtitan, "tiny-gqa", 256 * 1024, 6},
+  };
+  for (const Case& c : cases) {
+    Plan base = testing::gpu_plan(c.model, "h100-80gb", 4, c.seq);
+    base.train.stack = default_stack(c.stack);
+    if (c.stack == StackKind::Arctic) base.train.grad_dtype = DType::BF16;  // DeepSpeed reduces in the parameters' dtype
+    base.cluster.device_budget_bytes = c.budget_gib << 30;
+    std::int64_t in_order_graphs = 0, any_order_graphs = 0;
+    const std::string in_order = search_answer_with(search_detail::any_order_allowed(), false, base, in_order_graphs);
+    const std::int64_t kept_before = work_counts().groups_unordered_past_a_plan;
+    const std::string any_order = search_answer_with(search_detail::any_order_allowed(), true, base, any_order_graphs);
+    const std::string what = fmt::format("{} {} seq={} budget={} GiB", to_string(c.stack), c.model, c.seq, c.budget_gib);
+    EXPECT_TRUE(in_order.starts_with("{")) << what << ": " << in_order;
+    EXPECT_EQ(in_order, any_order) << what;
+    EXPECT_GE(work_counts().groups_unordered_past_a_plan - kept_before, 1) << what;
+  }
+}
+
 // A choice whose most saving plans are judged by dominance (a smaller micro-batch of it did not
 // fit: Evaluator::known_not_to_fit) or by their model states alone (states_bytes: unsharded
 // Qwen3-8B over a share of an H100), and tile counts judged by their step's prefix
