@@ -38,8 +38,12 @@ void print_ladder(const MaxContextResult& r) {
     std::string added;
     for (const auto& t : rung.techniques)
       if (std::find(before.begin(), before.end(), t) == before.end()) added += (added.empty() ? "+" : ", +") + t;
-    fmt::print("  {:<36} {:>13} tokens ({:>6})   limit: {}\n", added, format_count(rung.max_tokens),
-               format_tokens(rung.max_tokens), rung.binding.empty() ? "-" : rung.binding);
+    // Each rung's granularity as the headline's: "exact", or the step its lengths were tried at.
+    const std::string step = rung.max_tokens == 0    ? "-"
+                             : rung.granularity <= 1 ? "exact"
+                                                     : "to " + format_count(rung.granularity);
+    fmt::print("  {:<36} {:>13} tokens ({:>6}, {:>9})   limit: {}\n", added, format_count(rung.max_tokens),
+               format_tokens(rung.max_tokens), step, rung.binding.empty() ? "-" : rung.binding);
     before = rung.techniques;
   }
 }
@@ -146,9 +150,7 @@ int run_max_context(MaxContextOptions o) {
                             o.output, link ? "is a symbolic link" : "cannot hold one plan per stack", kEveryStack,
                             link ? " there, or the file the link names" : "")));
   }
-  if (!o.cluster.json)
-    fmt::print(stderr, "searching {} on {} GPUs of {}{} ...\n", o.cluster.model, o.cluster.gpus, o.cluster.gpu,
-               every_stack ? ", every stack" : "");
+  // What is searched shows on the progress line below, on a terminal only (docs/cli.md).
   std::vector<StackAnswer> all;
   {
     ProgressLine progress(fmt::format("max-context: {} on {} x {}", o.cluster.model, o.cluster.gpus, o.cluster.gpu));

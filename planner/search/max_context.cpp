@@ -88,8 +88,14 @@ std::vector<LadderRung> ladder(const Plan& base, const TechniqueSet& allowed, Bo
       }
     if (!added) continue;
     const MaxSeq m = max_seq(base, so_far, cache, floor);
-    out.push_back({technique_names(so_far), m.tokens, m.binding});
-    if (const auto at_limit = plan_at_model_limit(base, so_far, m)) out.back().max_tokens = at_limit->train.seq;
+    // The grid's answer, said as such: refining every rung to the padding step, as the
+    // headline is, cost max-context a third more time (the last rung takes the headline's own
+    // answer: max_context).
+    out.push_back({technique_names(so_far), m.tokens, m.binding, m.grid});
+    if (const auto at_limit = plan_at_model_limit(base, so_far, m)) {
+      out.back().max_tokens = at_limit->train.seq;
+      out.back().granularity = 1;
+    }
     floor = std::max(floor, m.tokens);
     if (!has(so_far, Technique::Ring)) ringless = std::max(ringless, m.tokens);
     search_progress().finish_stage();
@@ -292,6 +298,13 @@ Result<MaxContextResult> max_context(const Plan& base, const TechniqueSet& allow
     fastest = fastest_at(base, allowed, top);
   }
   if (!fastest) return Error{ErrorKind::Internal, "max-context", "the longest plan did not re-evaluate as feasible"};
+  // The last rung allows what the headline does: its answer is the headline's, refined.
+  if (!r.ladder.empty() && r.ladder.back().techniques == technique_names(allowed)) {
+    LadderRung& last = r.ladder.back();
+    last.max_tokens = r.max_tokens;
+    last.granularity = r.granularity;
+    last.binding = r.binding;
+  }
   search_progress().finish_stage();
   r.plan = *fastest;
   r.rule = ulysses_rule(r.plan, base, allowed);
@@ -310,7 +323,10 @@ nlohmann::json max_context_json(const MaxContextResult& r) {
   if (!r.positions.empty()) j["positions"] = r.positions;
   j["ladder"] = nlohmann::json::array();
   for (const auto& rung : r.ladder)
-    j["ladder"].push_back({{"techniques", rung.techniques}, {"max_tokens", rung.max_tokens}, {"binding", rung.binding}});
+    j["ladder"].push_back({{"techniques", rung.techniques},
+                           {"max_tokens", rung.max_tokens},
+                           {"granularity_tokens", rung.granularity},
+                           {"binding", rung.binding}});
   return j;
 }
 

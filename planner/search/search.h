@@ -49,6 +49,8 @@ struct LadderRung {
   std::vector<std::string> techniques;  // allowed on this rung (cumulative)
   std::int64_t max_tokens = 0;          // 0: nothing fits
   std::string binding;                  // what stops it growing: "device memory", "host memory", or a rule
+  // As MaxContextResult's: max_tokens + granularity does not fit; 1 exact to the token.
+  std::int64_t granularity = 0;
 };
 
 struct MaxContextResult {

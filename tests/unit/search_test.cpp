@@ -4,6 +4,7 @@
 #include <tuple>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
 #include "planner/search/max_seq.h"
@@ -389,6 +390,38 @@ TEST(MaxContext, ItsPlanFitsAndTheNextLengthDoesNot) {
     EXPECT_EQ(r->ladder.back().max_tokens, r->max_tokens);
     for (std::size_t i = 1; i < r->ladder.size(); ++i) EXPECT_GE(r->ladder[i].max_tokens, r->ladder[i - 1].max_tokens);
   }
+}
+
+// Each rung of the ladder is what max-context answers with the rung's techniques, to the
+// rung's granularity: that answer is no shorter, and shorter than one granule more (the
+// headline refines below the grid where nothing is tiled; the rung says its grid). The last
+// rung is the headline. On an H100, where the untiled rungs refine to the token.
+TEST(MaxContext, EachRungIsTheAnswerWithItsTechniquesToItsGranularity) {
+  int refined_past_the_grid = 0, last_refined = 0;
+  for (const char* techniques : {"all", "zero3,ulysses,checkpoint"}) {
+    ClusterRequest r;
+    r.model = "llama-3.2-1b";
+    r.gpus = 4;
+    r.techniques = techniques;
+    const auto whole = answer_max_context(r, /*with_ladder=*/true);
+    ASSERT_TRUE(whole) << whole.error().what();
+    ASSERT_GE(whole->ladder.size(), 3u);
+    EXPECT_EQ(whole->ladder.back().max_tokens, whole->max_tokens) << techniques;
+    EXPECT_EQ(whole->ladder.back().granularity, whole->granularity) << techniques;
+    last_refined += whole->granularity == 1;
+    for (const LadderRung& rung : whole->ladder) {
+      ClusterRequest alone = r;
+      alone.techniques = fmt::format("{}", fmt::join(rung.techniques, ","));
+      const auto a = answer_max_context(alone, /*with_ladder=*/false);
+      ASSERT_TRUE(a) << alone.techniques << ": " << a.error().what();
+      ASSERT_GE(rung.granularity, 1) << alone.techniques;
+      EXPECT_GE(a->max_tokens, rung.max_tokens) << alone.techniques;
+      EXPECT_LT(a->max_tokens, rung.max_tokens + rung.granularity) << alone.techniques;
+      refined_past_the_grid += a->max_tokens > rung.max_tokens;
+    }
+  }
+  EXPECT_GE(refined_past_the_grid, 1);  // a rung said to its grid, which the answer alone refines
+  EXPECT_EQ(last_refined, 1);           // the untiled ladder ends at the headline refined to the token
 }
 
 TEST(MaxContext, MonotoneInGpusBudgetAndTechniques) {
