@@ -7,6 +7,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/units.h"
+#include "planner/io/quoted_text.h"
 
 namespace longctx {
 namespace {
@@ -41,7 +42,8 @@ std::string shown(const DriftValue& v) {
     std::string operator()(std::int64_t b) const { return fmt::format("{} ({} bytes)", format_bytes(b), b); }
     std::string operator()(double d) const { return fmt::format("{:.6g}", d); }
     std::string operator()(bool b) const { return b ? "fits" : "does not fit"; }
-    std::string operator()(const std::string& s) const { return fmt::format("'{}'", s); }
+    // Read from a plan file: one line, nothing that drives the terminal (quoted_text.h).
+    std::string operator()(const std::string& s) const { return fmt::format("'{}'", terminal_line(s)); }
   };
   return std::visit(Show{}, v);
 }
@@ -90,7 +92,7 @@ std::vector<PredictionDifference> prediction_differences(const Prediction& recor
 std::string drift_note(const std::vector<PredictionDifference>& d, std::size_t max_lines) {
   std::string s;
   for (std::size_t i = 0; i < d.size() && i < max_lines; ++i)
-    s += fmt::format("note: {}: the plan says {}, this planner says {}\n", d[i].what, shown(d[i].plan),
+    s += fmt::format("note: {}: the plan says {}, this planner says {}\n", terminal_line(d[i].what), shown(d[i].plan),
                      shown(d[i].planner));
   if (d.size() > max_lines) s += fmt::format("note: and {} more differences\n", d.size() - max_lines);
   if (!d.empty())

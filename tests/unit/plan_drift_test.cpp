@@ -80,6 +80,18 @@ TEST(PlanDrift, ExplainAndCompareReportAnEditedPredictionAndAreSilentOtherwise) 
   for (const char* what : {"feasible: the plan says fits, this planner says does not fit", "peak_nvidia_smi_bytes: the plan says",
                            "binding: the plan says 'host memory'", "mfu: the plan says 0.5,", "breakdown.activations: the plan says"})
     EXPECT_NE(all.err.find(what), std::string::npos) << what << "\n" << all.err;
+
+  // What a plan file says is shown on one line, nothing in it driving the terminal: a recorded
+  // name with a newline, a bell and an escape sequence comes out escaped.
+  j["prediction"]["peak_at"] = "op\nnote: a line of its own\x07";
+  j["prediction"]["binding"] = "B\x1b[31mRED";
+  std::ofstream(plan) << j.dump();
+  const Output edited = run("explain " + plan);
+  EXPECT_NE(edited.err.find("peak_at: the plan says 'op\\x0Anote: a line of its own\\x07'"), std::string::npos) << edited.err;
+  EXPECT_NE(edited.err.find("binding: the plan says 'B\\x1B[31mRED'"), std::string::npos) << edited.err;
+  EXPECT_EQ(edited.err.find('\x1b'), std::string::npos) << edited.err;
+  EXPECT_EQ(edited.err.find('\x07'), std::string::npos) << edited.err;
+  EXPECT_EQ(edited.err.find("\nnote: a line of its own"), std::string::npos) << edited.err;
   std::filesystem::remove_all(dir);
 }
 

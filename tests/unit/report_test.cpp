@@ -96,6 +96,23 @@ TEST(TimelineSvg, TitleShowsTheBindingFigureAndEveryLayer) {
   EXPECT_NE(timeline_svg(cpu).find("allocated peak " + format_bytes(cpu.plan.prediction.peak_nvidia_smi_bytes)), std::string::npos);
 }
 
+// A name from the plan file cannot leave the SVG malformed: XML 1.0 allows no control
+// character but tab, newline and return (not even as a reference) and no byte outside UTF-8,
+// so such bytes are drawn as the escapes a text answer shows.
+TEST(TimelineSvg, ANameWithControlBytesLeavesTheSvgWellFormed) {
+  Evaluation e = evaluate(plans()[2]);
+  e.plan.model.name = "tiny\x1b[31mX\x01\xff<&>";
+  e.plan.cluster.hardware.name = "cpu\nsecond line";
+  const std::string svg = timeline_svg(e);
+  for (const char c : svg) {
+    const auto byte = static_cast<unsigned char>(c);
+    EXPECT_TRUE(byte >= 0x20 || c == '\n' || c == '\t' || c == '\r') << "byte " << int(byte);
+    EXPECT_NE(byte, 0xFF);
+  }
+  EXPECT_NE(svg.find("tiny\\x1B[31mX\\x01\\xFF&lt;&amp;&gt;"), std::string::npos);
+  EXPECT_NE(svg.find("cpu\\x0Asecond line"), std::string::npos);
+}
+
 // The page's data, read back as the page's script reads it.
 nlohmann::json embedded_data(const std::string& page) {
   const std::string open = "<script type=\"application/json\" id=\"report-data\">";
