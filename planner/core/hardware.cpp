@@ -172,6 +172,19 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& 
                                           "(`longctx calibrate` measures it)",
                                           h.context_bytes, h.device_memory_bytes));
   }
+  // The other figures outside the allocator, and what sizes buffers inside it, alike: a CUDA
+  // file without one planned as though it were 0 (a misspelt nccl_base_bytes: 256 MiB less on
+  // every GPU of a group), so a CUDA file gives each, 0 where it is so.
+  if (h.backend == Backend::Cuda)
+    for (const auto& [key, what] :
+         {std::pair{"nccl_base_bytes", "NCCL's ring and tree channels, held by a process in a group of 2 or more"},
+          std::pair{"nccl_bytes_per_peer", "NCCL's buffers per peer a process sends to directly (all-to-all, p2p)"},
+          std::pair{"multiprocessors", "the streaming multiprocessors, which size kernels' per-SM partial buffers"},
+          std::pair{"cublas_workspace_bytes", "cuBLAS's workspace, allocated through the caching allocator"}})
+      if (!j.contains(key))
+        return Error::bad_input(field(key), fmt::format("missing; a CUDA device's {} (the presets in models/hardware "
+                                                        "give each with its source; 0 where it is so)",
+                                                        what));
   if (j.contains("nccl_base_bytes")) {
     LONGCTX_TRY(h.nccl_base_bytes, get_int(j, p, "nccl_base_bytes", 0, limits::kMaxBytes));
   }
@@ -179,7 +192,7 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& 
     LONGCTX_TRY(h.nccl_bytes_per_peer, get_int(j, p, "nccl_bytes_per_peer", 0, limits::kMaxBytes));
   }
   if (j.contains("multiprocessors")) {
-    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 1, 100000));
+    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 0, 100000));  // 0: unknown
   }
   if (j.contains("cublas_workspace_bytes")) {
     LONGCTX_TRY(h.cublas_workspace_bytes, get_int(j, p, "cublas_workspace_bytes", 0, limits::kMaxBytes));
@@ -206,11 +219,13 @@ nlohmann::json hardware_to_json(const Hardware& h) {
           {"pcie_bytes_per_s", h.pcie_bytes_per_s},
           {"host_flops", h.host_flops},
           {"context_bytes", h.context_bytes}};
-  if (h.nccl_base_bytes > 0) j["nccl_base_bytes"] = h.nccl_base_bytes;
-  if (h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
+  // What hardware_from_json requires of a CUDA device is written for one, 0 or not.
+  const bool cuda = h.backend == Backend::Cuda;
+  if (cuda || h.nccl_base_bytes > 0) j["nccl_base_bytes"] = h.nccl_base_bytes;
+  if (cuda || h.nccl_bytes_per_peer > 0) j["nccl_bytes_per_peer"] = h.nccl_bytes_per_peer;
   if (h.backend == Backend::Cpu) j["threads"] = h.threads;
-  if (h.multiprocessors > 0) j["multiprocessors"] = h.multiprocessors;
-  if (h.cublas_workspace_bytes > 0) j["cublas_workspace_bytes"] = h.cublas_workspace_bytes;
+  if (cuda || h.multiprocessors > 0) j["multiprocessors"] = h.multiprocessors;
+  if (cuda || h.cublas_workspace_bytes > 0) j["cublas_workspace_bytes"] = h.cublas_workspace_bytes;
   if (h.measured.present) {
     auto& m = j["measured"];
     for (const auto& [key, field] : measured_rate_fields()) m[key] = h.measured.*field;

@@ -222,6 +222,20 @@ TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
   const auto no_context = load_hardware(write("contextless.json", contextless));
   ASSERT_FALSE(no_context.ok());
   EXPECT_EQ(no_context.error().field, "--gpu " + path("contextless.json") + ": context_bytes");
+  // So are the other figures a CUDA device's plan reads (NCCL's buffers, the cuBLAS workspace,
+  // the multiprocessors), each named; given as 0 they are read as 0, and written back so.
+  for (const char* key : {"nccl_base_bytes", "nccl_bytes_per_peer", "multiprocessors", "cublas_workspace_bytes"}) {
+    nlohmann::json without = j;
+    without.erase(key);
+    const auto refused = load_hardware(write("without.json", without));
+    ASSERT_FALSE(refused.ok()) << key;
+    EXPECT_EQ(refused.error().field, "--gpu " + path("without.json") + ": " + key);
+    nlohmann::json zero = j;
+    zero[key] = 0;
+    const auto read = load_hardware(write("zero.json", zero));
+    ASSERT_TRUE(read.ok()) << key << ": " << read.error().what();
+    EXPECT_EQ(hardware_to_json(*read).at(key), 0) << key;
+  }
 
   std::string twice = j.dump();  // a key given twice: one would be kept without a word
   twice.insert(1, "\"context_bytes\": 1, ");
