@@ -60,6 +60,17 @@ Result<RopeScaling> read_scaling(const json& s, const std::string& field) {
   const std::string key = type_key(s);
   if (!key.empty()) {
     LONGCTX_TRY(r.type, json_fields::get_string(s, field, key));
+  } else {
+    // A scaling that names no rule: transformers cannot build the model (modeling_rope_utils.py
+    // looks the missing rope_type up among its rules and fails), and reading it as the default
+    // rule would drop its factor without a word. Only rope_theta may stand alone
+    // (transformers 5's rope_parameters).
+    for (const auto& [k, v] : s.items())
+      if (k != "rope_theta")
+        return Error::bad_input(field + ".rope_type",
+                                fmt::format("missing, but {} gives '{}': name the scaling's rule (default, linear, "
+                                            "llama3) as rope_type, or remove it",
+                                            field, k));
   }
   if (r.type == "default") return r;
   if (r.type == "linear") {
@@ -147,6 +158,11 @@ Result<bool> read_sliding_window(const json& j, ModelConfig& m) {
   }
   if (const json* types = value_of(j, "layer_types")) {  // transformers 5: one entry per layer
     if (!types->is_array()) return Error::bad_input("model.layer_types", "must be an array of strings");
+    // transformers refuses another count (configuration_utils.py, layer_type_validation).
+    if (static_cast<std::int64_t>(types->size()) != m.layers)
+      return Error::bad_input("model.layer_types", fmt::format("{} entries for {} layers (num_hidden_layers); give one "
+                                                               "per layer",
+                                                               types->size(), m.layers));
     for (const json& l : *types) {
       if (l == "sliding_attention") in_effect = true;
       else if (l != "full_attention")
