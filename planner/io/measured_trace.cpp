@@ -167,11 +167,23 @@ Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::s
 
   Reader r;
   r.what = what;
+  const nlohmann::json no_args = nlohmann::json::object();
   for (const auto& ev : *events) {
-    if (!ev.is_object() || !ev.contains(k::kArgs) || !ev[k::kArgs].is_object()) continue;
-    const auto& args = ev[k::kArgs];
+    if (!ev.is_object()) continue;
+    // `args` is optional in Chrome's trace format: a profiler's scope ("Optimizer.step#...",
+    // "autograd::engine::evaluate_function: ...") may come without one, and skipping it lost
+    // every phase of the comparison.
+    const bool has_args = ev.contains(k::kArgs) && ev[k::kArgs].is_object();
+    const auto& args = has_args ? ev[k::kArgs] : no_args;
     const std::string ph = ev.contains(k::kType) && ev[k::kType].is_string() ? ev[k::kType].get<std::string>() : "";
     const std::string name = ev.contains(k::kName) && ev[k::kName].is_string() ? ev[k::kName].get<std::string>() : "";
+    // The profiler writes every allocation and free with its running total: a memory event
+    // without one is a trace edited or written by something else, whose peak cannot be read.
+    if (name == k::kProfilerMemoryEvent && !args.contains(k::kProfilerTotalAllocated))
+      return Error::bad_input(what, fmt::format("has a '{}' event without args.\"{}\" (PyTorch's profiler writes one "
+                                                "with every allocation and free); export the trace again with "
+                                                "profile_memory=True",
+                                                name, k::kProfilerTotalAllocated));
     if (ph == k::kComplete && args.contains(k::kPeakDevice)) {
       if (auto ok = r.phase_event(name, args); !ok) return ok.error();
     } else if (name == k::kProfilerMemoryEvent && args.contains(k::kProfilerTotalAllocated)) {
@@ -230,10 +242,24 @@ Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, c
                                                    trace_path, trace.identity.model, mine.model));
   if (!trace.identity.plan_fingerprint.empty() && trace.identity.plan_fingerprint != mine.plan_fingerprint)
     return Error::bad_input("--trace", fmt::format("{} is a trace of another plan of {} (plan fingerprint {} there, {} "
-                                                   "here: its parallel or train settings differ); pass the trace of a "
+                                                   "here: its model, parallel or train settings differ); pass the trace of a "
                                                    "run of this plan",
                                                    trace_path, mine.model, trace.identity.plan_fingerprint,
                                                    mine.plan_fingerprint));
+  // A profiler's trace names no plan, but it says which device it measured: a CUDA
+  // allocator's events held to a plan of the CPU virtual device (or the CPU allocator's alone
+  // to a GPU plan) are another run's, whatever the error would read.
+  if (trace.source == "pytorch-profiler") {
+    const bool plan_on_cuda = plan.cluster.hardware.backend == Backend::Cuda;
+    const bool trace_on_cuda = !trace.counts_from_profiling_start;
+    if (plan_on_cuda != trace_on_cuda)
+      return Error::bad_input(
+          "--trace", fmt::format("{} measured {}, the plan is for {} ({}); pass the profile of a run on the plan's device",
+                                 trace_path,
+                                 trace_on_cuda ? "a CUDA device (memory events of \"Device Type\" 1)"
+                                               : "the CPU allocator alone (no CUDA memory event)",
+                                 plan_on_cuda ? "a CUDA device" : "the CPU virtual device", plan.cluster.hardware.name));
+  }
   return true;
 }
 

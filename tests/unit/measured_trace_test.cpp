@@ -4,6 +4,7 @@
 
 #include <cstdio>
 #include <fstream>
+#include <tuple>
 
 #include "planner/io/comparison.h"
 #include "planner/io/measured_trace.h"
@@ -117,6 +118,22 @@ TEST(MeasuredTrace, ATraceOfAnotherPlanIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("model llama-3.1-8b"), std::string::npos) << r.error().message;
 
+  // A profiler's trace names no plan but says which device it measured: another device's
+  // profile is another run's.
+  const Plan gpu = testing::gpu_plan("tiny-gqa", "h100-80gb", 1, 512);
+  MeasuredTrace cpu_profile, cuda_profile;
+  cpu_profile.source = cuda_profile.source = "pytorch-profiler";
+  cpu_profile.counts_from_profiling_start = true;
+  EXPECT_TRUE(check_trace_matches(cpu_profile, plan, "p.json").ok());
+  EXPECT_TRUE(check_trace_matches(cuda_profile, gpu, "p.json").ok());
+  for (const auto& [trace, of, says] : {std::tuple{&cuda_profile, &plan, "measured a CUDA device"},
+                                        std::tuple{&cpu_profile, &gpu, "measured the CPU allocator alone"}}) {
+    r = check_trace_matches(*trace, *of, "p.json");
+    ASSERT_FALSE(r.ok()) << says;
+    EXPECT_EQ(r.error().field, "--trace");
+    EXPECT_NE(r.error().message.find(says), std::string::npos) << r.error().message;
+  }
+
   // The identity survives the file.
   const std::string text = R"({"traceEvents": [{"name": "f", "ph": "X", "args": {"peak_device_bytes": 5}}],
                                "otherData": {"model": ")" + id.model + R"(", "plan_fingerprint": ")" + id.plan_fingerprint + R"("}})";
@@ -152,6 +169,23 @@ TEST(MeasuredTrace, AttributesAProfilersMemoryToPhasesFromItsScopes) {
   // The free at ts 16 follows the backward node: still backward. ts 30 follows the optimizer: forward.
   EXPECT_EQ(t->phases, (std::map<std::string, std::int64_t>{{"forward", 400}, {"backward", 450}, {"optimizer", 398}}));
   EXPECT_EQ(t->optimizer_live_bytes, 40) << "the state, not the freed temporary";
+
+  // `args` is optional in Chrome's format: scopes without one are read alike.
+  std::string argless = cpu_profile();
+  const std::string empty_args = R"(, "args": {}})";
+  for (std::size_t at; (at = argless.find(empty_args)) != std::string::npos;) argless.replace(at, empty_args.size(), "}");
+  ASSERT_EQ(argless.find(R"("args": {})"), std::string::npos);
+  auto without_args = trace_from_json_text(argless, "p.json");
+  ASSERT_TRUE(without_args.ok()) << without_args.error().what();
+  EXPECT_EQ(without_args->phases, t->phases);
+
+  // A memory event without its running total is no profiler's: refused, naming what it lacks.
+  for (const char* event : {R"({"name": "[memory]", "ph": "i", "ts": 1})",
+                            R"({"name": "[memory]", "ph": "i", "ts": 1, "args": {"Device Type": 0, "Bytes": 5}})"}) {
+    auto refused = trace_from_json_text(std::string(R"({"traceEvents": [)") + event + "]}", "p.json");
+    ASSERT_FALSE(refused.ok()) << event;
+    EXPECT_NE(refused.error().message.find("Total Allocated"), std::string::npos) << refused.error().message;
+  }
 
   // Without scopes nothing can be attributed.
   auto bare = trace_from_json_text(R"({"traceEvents": [{"name": "[memory]", "ph": "i", "ts": 1,
