@@ -85,10 +85,14 @@ std::string render_plan(const Evaluation& e, int live_rows) {
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(pr.peak_host_bytes),
                      format_bytes(p.cluster.host_budget_bytes_per_node),
                      pr.binding.empty() ? "" : fmt::format(" ({} exceeded)", pr.binding));
-  out += fmt::format("device    allocated {}, reserved {} (peak at {}), nvidia-smi {} with {} outside the allocator{}\n",
-                     format_bytes(pr.peak_device_bytes), format_bytes(pr.peak_reserved_bytes), pr.reserved_peak_at,
-                     format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_nvidia_smi_bytes - pr.peak_reserved_bytes),
-                     p.cluster.expandable_segments ? "; expandable segments" : "");
+  if (p.cluster.hardware.backend == Backend::Cpu)  // no caching allocator, no CUDA context, no nvidia-smi
+    out += fmt::format("device    allocated {} (peak at {}): the CPU virtual device counts every byte and caches none\n",
+                       format_bytes(pr.peak_device_bytes), pr.peak_at);
+  else
+    out += fmt::format("device    allocated {}, reserved {} (peak at {}), nvidia-smi {} with {} outside the allocator{}\n",
+                       format_bytes(pr.peak_device_bytes), format_bytes(pr.peak_reserved_bytes), pr.reserved_peak_at,
+                       format_bytes(pr.peak_nvidia_smi_bytes), format_bytes(pr.peak_nvidia_smi_bytes - pr.peak_reserved_bytes),
+                       p.cluster.expandable_segments ? "; expandable segments" : "");
   out += fmt::format("speed     {:.2f} s per step, {:.0f} tokens/s, MFU {:.1f}%\n", pr.step_time_s, pr.tokens_per_s, pr.mfu * 100);
   out += fmt::format("\npeak at   {} ({} phase)\n", pr.peak_at,
                      e.sim.peak_op >= 0 ? to_string(e.graph.op(e.sim.peak_op).phase) : "?");
