@@ -134,6 +134,9 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& 
                                               p.empty() ? std::string("in a hardware file") : "under " + p));
   (void)known;
   LONGCTX_TRY(h.name, get_string(j, p, "name"));
+  // Every answer names the cluster by it ("8 x h100-80gb"): blank, it read "8 x  (1 node of 8)".
+  if (h.name.find_first_not_of(" \t") == std::string::npos)
+    return Error::bad_input(field("name"), "is empty; name the device (as the presets do: h100-80gb)");
   LONGCTX_TRY(auto backend, get_string(j, p, "backend"));
   if (backend == "cpu") h.backend = Backend::Cpu;
   else if (backend == "cuda") h.backend = Backend::Cuda;

@@ -217,6 +217,12 @@ TEST_F(Inputs, AHardwareFileNamesGpuItsPathAndTheKey) {
   ASSERT_FALSE(absent.ok());
   EXPECT_EQ(absent.error().field, "--gpu " + path("missing.json") + ": backend");
 
+  nlohmann::json unnamed = j;  // every answer names the cluster by it
+  unnamed["name"] = " ";
+  const auto no_name = load_hardware(write("unnamed.json", unnamed));
+  ASSERT_FALSE(no_name.ok());
+  EXPECT_EQ(no_name.error().field, "--gpu " + path("unnamed.json") + ": name");
+
   nlohmann::json contextless = j;  // a CUDA device's context binds at the peak: never left at 0
   contextless.erase("context_bytes");
   const auto no_context = load_hardware(write("contextless.json", contextless));
