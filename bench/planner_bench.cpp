@@ -79,6 +79,8 @@ BENCHMARK_CAPTURE(plan_query, 8B_8gpu_1M, cluster("llama-3.1-8b", 8), "1M")->Uni
 BENCHMARK_CAPTURE(plan_query, 70B_64gpu_4M, cluster("llama-3.1-70b", 64), "4M")->Unit(benchmark::kMillisecond);
 BENCHMARK_CAPTURE(plan_query, torchtitan_70B_64gpu_512K, cluster("llama-3.1-70b", 64, "torchtitan"), "512K")
     ->Unit(benchmark::kMillisecond);
+BENCHMARK_CAPTURE(plan_query, arctic_70B_64gpu_4M, cluster("llama-3.1-70b", 64, "arctic"), "4M")
+    ->Unit(benchmark::kMillisecond);
 
 }  // namespace
 }  // namespace longctx
