@@ -198,7 +198,11 @@ def test_the_knobs_and_the_ladder_when_the_plan_file_holds_one(browser, cuda_pla
     rows = browser.find_elements(By.CSS_SELECTOR, "#ladder tr")
     assert len(rows) == 1 + len(answer["ladder"])
     last = answer["ladder"][-1]
-    assert rows[-1].find_elements(By.TAG_NAME, "td")[1].text == f"{last['max_tokens']:,}"
+    cells = rows[-1].find_elements(By.TAG_NAME, "td")
+    assert cells[1].text == f"{last['max_tokens']:,}"
+    # Each rung's granularity beside its length, as the text answer gives it.
+    granularity = last["granularity_tokens"]
+    assert cells[2].text == ("exact" if granularity <= 1 else f"{granularity:,}")
 
 
 def test_a_cpu_plan_binds_on_allocated(browser, tmp_path):
