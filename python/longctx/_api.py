@@ -29,6 +29,17 @@ class LongctxError(Exception):
         self.message = message
         super().__init__(f"{field}: {message}" if field else message)
 
+    def __reduce__(self):
+        # Rebuilt from both parts: the default pickling passes the one joined string, and an
+        # error raised in a multiprocessing worker then hung the pool that unpickled it.
+        return (type(self), (self.field, self.message))
+
+    def __eq__(self, other: object) -> bool:
+        return type(self) is type(other) and (self.field, self.message) == (other.field, other.message)
+
+    def __hash__(self) -> int:
+        return hash((type(self), self.field, self.message))
+
 
 class BadInput(LongctxError, ValueError):
     """A bad argument or config field (the CLI exits 2)."""
@@ -65,6 +76,8 @@ def _text(name: str, value: Any) -> str:
     """`value` when it is a str; BadInput naming the argument otherwise (None included)."""
     if not isinstance(value, str):
         raise BadInput(name, f"{value!r} is not a string")
+    if "\x00" in value:  # C++ would read it up to the NUL: "cfg/config.json\0junk" planned cfg/config.json
+        raise BadInput(name, f"{value!r} holds a NUL character; give the text without it")
     return value
 
 
@@ -139,7 +152,10 @@ def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
         if value is None:
             continue
         if kind == "switch":
-            setattr(args, attribute, (not value) if negated else _flag(keyword, value))
+            # A negated switch (hf_use_cache: the flag says --hf-no-use-cache) is checked as
+            # every switch is: "false" read backwards planned the opposite setting.
+            on = _flag(keyword, value)
+            setattr(args, attribute, (not on) if negated else on)
         elif not _text(keyword, value).strip():
             raise BadInput(keyword, "is empty; give one of its values, or leave it out (None) for the default")
         else:
@@ -241,19 +257,9 @@ class Plan:
         return json.dumps(body, indent=indent)
 
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
-        """Writes the plan file (as ``longctx plan -o``), whole or not at all."""
-        path = os.fspath(path)
-        folder = os.path.dirname(os.path.abspath(path))
-        tmp = os.path.join(folder, f".{os.path.basename(path)}.{os.getpid()}.tmp")
-        try:
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write(self.to_json() + "\n")
-                f.flush()
-                os.fsync(f.fileno())
-            os.replace(tmp, path)
-        finally:
-            if os.path.exists(tmp):
-                os.unlink(tmp)
+        """Writes the plan file as ``longctx plan -o`` does: whole or not at all, through a
+        symbolic link to the file it names; a folder, a device or a FIFO raises BadInput."""
+        _answer(_core.write_text(_text("path", os.fspath(path)), "path", self.to_json() + "\n"))
 
     @staticmethod
     def load(path: Union[str, "os.PathLike[str]"]) -> "Plan":
@@ -294,10 +300,18 @@ class Plan:
         return dict(j["files"])
 
     def __repr__(self) -> str:
-        p = self.prediction
-        return (f"Plan(model={self.data['model'].get('name', '?')!r}, seq={self.seq}, "
-                f"micro_batch={self.micro_batch}, parallel={self.parallel}, "
-                f"peak_device_bytes={p.peak_device_bytes}, feasible={p.feasible})")
+        # Never raises (a logger or a debugger calls it): a plan file may leave out its
+        # prediction, which explain() works out again.
+        try:
+            p = self.prediction
+            figures = f"peak_device_bytes={p.peak_device_bytes}, feasible={p.feasible}"
+        except (KeyError, TypeError, ValueError):
+            figures = "no prediction recorded"
+        try:
+            return (f"Plan(model={self.data['model'].get('name', '?')!r}, seq={self.seq}, "
+                    f"micro_batch={self.micro_batch}, parallel={self.parallel}, {figures})")
+        except (KeyError, TypeError, ValueError, AttributeError):
+            return f"Plan({figures})"
 
 
 @dataclass(frozen=True)

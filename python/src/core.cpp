@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/longctx/plan_output.h"
+#include "common/atomic_file.h"
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
 #include "planner/io/plan_text.h"
@@ -203,6 +204,17 @@ NB_MODULE(_core, m) {
   m.def("knob_keys", &knob_keys);
   m.def("settings", &setting_keywords);
   m.def("version", [] { return std::string(LONGCTX_VERSION); });
+  // A file written as every longctx output is (common/atomic_file.h): whole or not at all,
+  // through a symbolic link to the file it names, a device or folder refused, a temporary of
+  // its own per writer. Plan.save's.
+  m.def(
+      "write_text",
+      [](const std::string& path, const std::string& field, const std::string& text) -> Answer {
+        auto written = longctx::write_text_atomically(path, field, text);
+        if (!written) return failure(written.error());
+        return {true, ""};
+      },
+      nb::arg("path"), nb::arg("field"), nb::arg("text"));
   // The footprint of PyTorch's ring attention on one rank (footprint/torch_ring_attention.h),
   // for the tests that hold it to torch itself. grad_out_bshd None: grad_out laid out as the
   // forward's output (ones_like(out)).

@@ -246,3 +246,75 @@ def test_a_plans_repr_shows_its_micro_batch_and_its_exports_are_asked_of_the_pla
     assert "exports" not in json.loads(plan.to_json())  # the answer's, not the plan file's
     again = longctx.Plan.from_json(plan.to_json())
     assert again.exportable_by == plan.exportable_by and again.exports == plan.exports
+
+
+def test_a_plan_is_saved_as_the_cli_writes_files(tmp_path):
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB")
+    # Through a symbolic link to the file it names, the link kept (it was replaced by a file).
+    target, link = tmp_path / "target.json", tmp_path / "link.json"
+    target.write_text("{}")
+    link.symlink_to(target.name)
+    plan.save(link)
+    assert link.is_symlink() and longctx.Plan.load(target).to_json() == plan.to_json()
+    # A folder, a device or a FIFO is refused, never replaced by a regular file.
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    for place in (tmp_path, fifo, "/dev/null"):
+        with pytest.raises(longctx.BadInput) as e:
+            plan.save(place)
+        assert e.value.field == "path"
+    assert pathlib.Path("/dev/null").is_char_device() and fifo.is_fifo()
+    with pytest.raises(longctx.BadInput):
+        plan.save("plan\x00.json")
+    # Threads saving one name each write a file of their own and leave it whole.
+    import threading
+    other = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="4K", budget="64MiB")
+    same = tmp_path / "same.json"
+    errors = []
+
+    def save(p):
+        try:
+            for _ in range(20):
+                p.save(same)
+        except Exception as err:  # noqa: BLE001 - any error fails the test below
+            errors.append(err)
+
+    threads = [threading.Thread(target=save, args=(p,)) for p in (plan, other, plan, other)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert errors == []
+    assert longctx.Plan.load(same).to_json() in (plan.to_json(), other.to_json())
+    assert [p.name for p in tmp_path.iterdir() if ".tmp-" in p.name] == []
+
+
+def test_errors_survive_pickling_as_process_pools_send_them():
+    import multiprocessing
+    import pickle
+    error = longctx.BadInput("gpus", "0 is not a GPU count")
+    again = pickle.loads(pickle.dumps(error))
+    assert type(again) is longctx.BadInput and again == error and str(again) == str(error)
+    with multiprocessing.get_context("spawn").Pool(1) as pool:
+        with pytest.raises(longctx.BadInput) as e:
+            pool.apply(longctx.max_context, ("tiny-gqa",), {"gpus": 0, "gpu": "cpu"})
+    assert e.value.field == "--gpus"
+
+
+def test_negated_switches_take_true_or_false_only():
+    for keyword in ("hf_use_cache", "hf_attention_mask"):
+        for value in ("false", "no", 0, 1):
+            with pytest.raises(longctx.BadInput) as e:
+                longctx.plan("llama-3.2-1b", gpus=1, seq="4K", stack="hf", **{keyword: value})
+            assert e.value.field == keyword
+    on = longctx.plan("llama-3.2-1b", gpus=1, seq="4K", stack="hf", hf_use_cache=True)
+    off = longctx.plan("llama-3.2-1b", gpus=1, seq="4K", stack="hf", hf_use_cache=False)
+    assert on.data["train"]["stack"]["use_cache"] is True and off.data["train"]["stack"]["use_cache"] is False
+
+
+def test_a_plan_without_its_prediction_still_has_a_repr():
+    data = json.loads(longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB").to_json())
+    del data["prediction"]
+    plan = longctx.Plan.from_json(data)
+    assert "no prediction recorded" in repr(plan)
+    assert "Plan(" in repr(longctx.Plan({}))
