@@ -391,7 +391,9 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
     (``sharding="zero3"``, ``ulysses=8``, ``offload_optimizer=True``; see :func:`knobs`),
     the others searched; with ``no_search=True`` the others are at none/1/0/off. The settings
     (``stack``, ``attention``, ``dtype``, ...: :func:`setting_keywords`) as for :func:`max_context`.
-    Raises BadInput, or NoFit when no plan fits."""
+    Raises BadInput, or NoFit when the search finds no plan that fits; with ``no_search=True``
+    the plan is returned as evaluated, fitting or not (``.prediction.feasible`` says; the CLI
+    prints it too, and exits 3 where it does not fit)."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, options)
     if isinstance(seq, bool) or not isinstance(seq, (int, str)):
         raise BadInput("seq", f"{seq!r} is not a length; give tokens as an int or text such as '128K'")
