@@ -25,15 +25,15 @@ std::vector<std::string> deepspeed_node_setup() {
 
 namespace {
 
-// `s` inside a double-quoted ${VAR:-s}: the characters bash expands there escaped. Callers
-// pass names through comment_text first, so the script stays UTF-8 and one line a parameter.
-std::string shell_default(const std::string& s) {
-  std::string out;
-  for (char c : s) {
-    if (std::string_view("\\\"$`}").find(c) != std::string_view::npos) out += '\\';
-    out += c;
-  }
-  return out;
+// `s` as one single-quoted bash word: nothing inside single quotes expands, and a quote of its
+// own closes them, is escaped, and opens them again. (A name escaped for a double-quoted
+// ${MODEL:-name} broke the script: bash reads a single quote there as quoting, and
+// m' # ... left it unterminated.) Callers pass names through comment_text first, so the script
+// stays UTF-8 and one line a parameter.
+std::string shell_single_quoted(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
 }
 
 // The parameters, each from the environment with the plan's value as default.
@@ -44,7 +44,10 @@ std::vector<std::string> parameters(const Plan& p, const LaunchSpec& s) {
           "NODE_RANK=\"${NODE_RANK:-0}\"",
           "MASTER_ADDR=\"${MASTER_ADDR:-127.0.0.1}\"",
           "MASTER_PORT=\"${MASTER_PORT:-29500}\""};
-  if (s.takes_model) out.push_back(fmt::format("MODEL=\"${{MODEL:-{}}}\"", shell_default(comment_text(model_to_load(p)))));
+  if (s.takes_model) {
+    out.push_back("MODEL_OF_PLAN=" + shell_single_quoted(comment_text(model_to_load(p))));
+    out.push_back("MODEL=\"${MODEL:-$MODEL_OF_PLAN}\"");
+  }
   return out;
 }
 

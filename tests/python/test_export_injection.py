@@ -63,6 +63,12 @@ def parse(name, data):
         return docs[0]
     if name.endswith(".toml"):
         return tomllib.loads(text)
+    if name.endswith(".sh"):
+        # The launch script: bash reads it (its syntax holds), and a name adds no line of its own
+        # (its lines, by position, are what the test compares).
+        check = subprocess.run(["bash", "-n"], input=data, capture_output=True)
+        assert check.returncode == 0, (name, check.stderr)
+        return {"lines": [None] * len(text.splitlines())}
     return json.loads(text)
 
 
@@ -93,6 +99,9 @@ def test_hostile_model_names_add_no_key(tmp_path, plain_plans, stack):
     for i, hostile in enumerate(HOSTILE):
         plan = json.loads(json.dumps(plain_plans[stack]))
         plan["model"]["name"] = hostile
+        # A preset's Hub id (its config's _name_or_path) is what the recipe loads; without one,
+        # the name.
+        plan["model"].pop("_name_or_path", None)
         case = tmp_path / str(i)
         case.mkdir()
         got = export_all(case, plan, stack)

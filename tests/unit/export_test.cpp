@@ -236,12 +236,14 @@ TEST(Export, EveryStackWritesALaunchScriptThatFindsItsFilesBesideIt) {
   p.cluster.expandable_segments = false;
   const auto ds = export_plan(p, kDeepSpeedExporter).value().files.at(kLaunchScriptFile);
   EXPECT_EQ(ds.find("PYTORCH_CUDA_ALLOC_CONF"), std::string::npos);
-  EXPECT_NE(ds.find("MODEL=\"${MODEL:-meta-llama/Llama-3.2-1B}\""), std::string::npos);
+  EXPECT_NE(ds.find("MODEL_OF_PLAN='meta-llama/Llama-3.2-1B'\nMODEL=\"${MODEL:-$MODEL_OF_PLAN}\""), std::string::npos);
   EXPECT_NE(ds.find("--deepspeed_config \"$here/ds_config.json\""), std::string::npos);
   // A model read from a folder is loaded from that folder; without a source, by its name.
-  p.model.source = "/models/my \"llama\"";
+  // Single-quoted, a quote of its own escaped: bash reads a single quote inside a double-quoted
+  // ${MODEL:-...} as quoting, and a name with one left the script unterminated.
+  p.model.source = "/models/my \"llama\" it's $HOME `x`";
   EXPECT_NE(export_plan(p, kDeepSpeedExporter).value().files.at(kLaunchScriptFile).find(
-                "MODEL=\"${MODEL:-/models/my \\\"llama\\\"}\""),
+                "MODEL_OF_PLAN='/models/my \"llama\" it'\\''s $HOME `x`'"),
             std::string::npos);
   p.model.source.clear();
   EXPECT_EQ(arctic_recipe(p).value["model"]["name_or_path"], p.model.name);
