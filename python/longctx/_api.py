@@ -282,7 +282,13 @@ class Plan:
             raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
         if not isinstance(data, dict):
             raise BadInput("plan", "must be a JSON object, as `longctx plan -o` writes it")
-        _answer(_core.explain(json.dumps(data), 0))  # the planner's checks: BadInput on a bad file
+        text = json.dumps(data)
+        _answer(_core.explain(text, 0))  # the planner's checks: BadInput on a bad file
+        # A recorded figure this planner no longer gives (a file edited, or written by another
+        # version) is said, as `longctx explain` says it: .prediction reads the file's.
+        notes = _answer(_core.drift(text)) if "prediction" in data else ""
+        if notes:
+            warnings.warn("the plan file's prediction differs from this planner's:\n" + notes, stacklevel=2)
         return Plan(data)
 
     def explain(self, live_rows: int = 12) -> str:

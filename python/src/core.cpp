@@ -25,9 +25,11 @@
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
 #include "planner/io/plan_text.h"
+#include "planner/io/prediction_drift.h"
 #include "planner/footprint/torch_ring_attention.h"
 #include "planner/core/knobs.h"
 #include "planner/search/memory_model.h"
+#include "planner/search/phase_peaks.h"
 #include "planner/core/model_config.h"
 #include "planner/core/plan.h"
 #include "planner/core/settings.h"
@@ -116,6 +118,14 @@ Answer explain_answer(const std::string& plan_json, int live_rows) {
   return {true, cli::render_plan(evaluate(*p), live_rows)};
 }
 
+// Where the prediction a plan file records differs from this planner's (`longctx explain`'s
+// notes), one note a line; "" where they agree or the file records none.
+Answer drift_answer(const std::string& plan_json) {
+  auto p = plan_of(plan_json);
+  if (!p) return failure(p.error());
+  return {true, drift_note(prediction_differences(p->prediction, with_phase_predictions(evaluate(*p)).prediction))};
+}
+
 // The files a training stack runs the plan with, and the approximations made (`longctx export`).
 Answer export_answer(const std::string& plan_json, const std::string& stack_name) {
   auto p = plan_of(plan_json);
@@ -197,6 +207,7 @@ NB_MODULE(_core, m) {
         nb::call_guard<nb::gil_scoped_release>());
   m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
   m.def("export", &export_answer, nb::arg("plan_json"), nb::arg("stack"));
+  m.def("drift", &drift_answer, nb::arg("plan_json"));
   m.def("exports", &exports_answer, nb::arg("plan_json"));
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("request"));

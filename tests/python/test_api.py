@@ -318,3 +318,30 @@ def test_a_plan_without_its_prediction_still_has_a_repr():
     plan = longctx.Plan.from_json(data)
     assert "no prediction recorded" in repr(plan)
     assert "Plan(" in repr(longctx.Plan({}))
+
+
+def test_a_plan_read_with_an_edited_prediction_says_so():
+    data = json.loads(longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB").to_json())
+    with warnings_caught() as caught:
+        longctx.Plan.from_json(data)
+    assert caught == []
+    data["prediction"]["peak_device_bytes"] = 1
+    with pytest.warns(UserWarning, match="peak_device_bytes: the plan says 1 B"):
+        edited = longctx.Plan.from_json(data)
+    assert edited.prediction.peak_device_bytes == 1  # the file's, as read
+
+
+def warnings_caught():
+    import warnings
+    context = warnings.catch_warnings(record=True)
+
+    class Caught:
+        def __enter__(self):
+            self.records = context.__enter__()
+            warnings.simplefilter("always")
+            return self.records
+
+        def __exit__(self, *exc):
+            return context.__exit__(*exc)
+
+    return Caught()
