@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <limits>
+#include <string_view>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -95,6 +96,16 @@ Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const st
   for (const auto& [key, field] : measured_rate_fields()) {
     LONGCTX_TRY(r.*field, get_number(m, mp, key));
     if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
+    // A cost in seconds (a launch, a collective's latency) of a second or more, or a rate
+    // past 1e18 a second, is no machine's: 1e300 s a launch planned 1e300 s a step.
+    const std::string_view name = key;
+    const bool seconds = name.ends_with("_s") && !name.ends_with("_per_s");  // op_overhead_s, not memory_bytes_per_s
+    if (seconds ? !(r.*field < 1) : !(r.*field <= 1e18))
+      return Error::bad_input(mp + "." + key,
+                              seconds ? fmt::format("{:g} s: a second or more, which no machine measures; calibrate again",
+                                                    r.*field)
+                                      : fmt::format("{:g} per second: past 1e18, which no machine measures; calibrate again",
+                                                    r.*field));
   }
   for (const auto& [key, table] : attention_rate_tables(r)) {
     LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <string>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -277,6 +278,19 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
   auto r = hardware_from_json(bad);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().field, "cluster.hardware.measured.op_overhead_s");
+  // Nor one no machine measures: a launch of a second or more (1e300 s planned a step of
+  // 1e300 s), a rate past 1e18 a second.
+  for (const auto& [key, value] : {std::pair{"op_overhead_s", 1e300}, std::pair{"collective_latency_s", 1.0},
+                                   std::pair{"memory_bytes_per_s", 1e19}}) {
+    auto absurd = j;
+    absurd["measured"][key] = value;
+    r = hardware_from_json(absurd);
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.error().field, std::string("cluster.hardware.measured.") + key);
+    EXPECT_NE(r.error().message.find("no machine measures"), std::string::npos) << r.error().message;
+    EXPECT_NE(r.error().message.find(std::string(key).ends_with("per_s") ? "per second" : " s: "), std::string::npos)
+        << r.error().message;
+  }
 }
 
 }  // namespace
