@@ -1,4 +1,6 @@
 #include "common/atomic_file.h"
+
+#include "common/interrupted_writes.h"
 #include "common/input_file.h"
 
 #include <fcntl.h>
@@ -120,6 +122,7 @@ Result<AtomicFile> AtomicFile::open(const std::string& path, const std::string& 
     return Error::bad_input(field, fmt::format("cannot write '{}': {}; check the folder exists and is writable", path,
                                                std::strerror(errno)));
   f.tmp_ = tmpl;
+  note_temporary(f.tmp_);  // removed if a signal ends the process (interrupted_writes.h)
   ::fchmod(f.fd_, t.mode != 0 ? t.mode : new_file_mode());
   return f;
 }
@@ -150,7 +153,10 @@ AtomicFile::~AtomicFile() { discard(); }
 void AtomicFile::discard() {
   if (fd_ >= 0) ::close(fd_);
   fd_ = -1;
-  if (!tmp_.empty()) ::unlink(tmp_.c_str());
+  if (!tmp_.empty()) {
+    ::unlink(tmp_.c_str());
+    forget_temporary(tmp_);
+  }
   tmp_.clear();
 }
 
@@ -176,6 +182,7 @@ Result<bool> AtomicFile::commit() {
   if (::fsync(fd_) != 0) return failed("flushing", errno);
   if (::close(std::exchange(fd_, -1)) != 0) return failed("closing", errno);
   if (::rename(tmp_.c_str(), target_.c_str()) != 0) return failed("putting in place", errno);
+  forget_temporary(tmp_);
   tmp_.clear();
   if (!sync_dir(folder_of(target_)))
     return Error{ErrorKind::Internal, field_, fmt::format("cannot flush the folder of '{}': {}", path_, std::strerror(errno))};

@@ -10,6 +10,7 @@
 #include "cli/common/parse_errors.h"
 #include "cli/common/parse_values.h"
 #include "cli/common/standard_output.h"
+#include "common/interrupted_writes.h"
 #include "cli/longctx/runtime_exec.h"
 
 namespace {
@@ -29,6 +30,7 @@ void keep_large_buffers_in_the_heap() {
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();
+  longctx::remove_temporaries_when_interrupted();  // Ctrl-C leaves no half-written temporary
   keep_large_buffers_in_the_heap();
   CLI::App app{
       "longctx: which memory techniques let a Llama-family model train at sequence length S on N "

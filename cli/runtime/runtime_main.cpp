@@ -8,9 +8,11 @@
 #include "cli/common/parse_errors.h"
 #include "cli/common/parse_values.h"
 #include "cli/common/standard_output.h"
+#include "common/interrupted_writes.h"
 
 int main(int argc, char** argv) {
   longctx::cli::ignore_file_size_signal();
+  longctx::remove_temporaries_when_interrupted();  // Ctrl-C leaves no half-written temporary
   CLI::App app{"longctx-runtime: runs plan files as LibTorch training steps (use it as `longctx run`)."};
   app.require_subcommand(0, 1);
   bool version = false;

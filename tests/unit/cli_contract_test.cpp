@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <array>
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -16,6 +17,7 @@
 
 #include "common/atomic_file.h"
 #include "common/input_file.h"
+#include "common/interrupted_writes.h"
 #include "planner/io/measured_trace.h"
 #include "planner/core/plan.h"
 #include "tests/test_paths.h"
@@ -292,6 +294,32 @@ TEST_F(Outputs, AMaxContextAnswerGivenAsAPlanSaysWhereItsPlanIs) {
   EXPECT_EQ(o.status, 2) << o.out;
   EXPECT_NE(o.out.find("this is max-context --json's answer, whose plan is its \"plan\" object"), std::string::npos)
       << o.out;
+}
+
+// A signal that ends the process mid-write (Ctrl-C during `run --trace`, the launcher's
+// SIGTERM to its ranks) removes the temporaries then open, and the process still ends by that
+// signal; a file already put in place stays.
+TEST_F(Outputs, AnInterruptedWriteLeavesNoTemporary) {
+  for (const int signal : {SIGINT, SIGTERM}) {
+    const pid_t child = ::fork();
+    ASSERT_GE(child, 0);
+    if (child == 0) {
+      remove_temporaries_when_interrupted();
+      auto done = AtomicFile::open(path("done.json"), "-o");
+      if (!done || !done->write("{}", 2) || !done->commit()) ::_exit(10);
+      auto open = AtomicFile::open(path("trace.json"), "--trace");
+      auto log = AtomicFile::open(path("allocations.log"), "--allocation-log");
+      if (!open || !log || !open->write("{", 1) || !log->write("x", 1)) ::_exit(11);
+      ::raise(signal);
+      ::_exit(12);  // not reached: the signal ends the process
+    }
+    int status = 0;
+    ASSERT_EQ(::waitpid(child, &status, 0), child);
+    ASSERT_TRUE(WIFSIGNALED(status)) << "exit " << WEXITSTATUS(status);
+    EXPECT_EQ(WTERMSIG(status), signal);
+    EXPECT_EQ(names(), std::vector<std::string>{"done.json"});
+    std::filesystem::remove(path("done.json"));
+  }
 }
 
 // A disk that fills mid-write: a file-size limit (ulimit -f, in 512-byte blocks) makes every write past
