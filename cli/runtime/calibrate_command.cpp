@@ -12,6 +12,7 @@
 #include "common/atomic_file.h"
 #include "planner/search/request.h"
 #include "planner/core/units.h"
+#include "planner/io/quoted_text.h"
 #include "longctx/runtime/calibrate.h"
 #include "longctx/runtime/process_group.h"
 
@@ -27,7 +28,8 @@ struct CalibrateArgs {
 };
 
 int fail(const Error& e) {
-  fmt::print(stderr, "error: {}\n", e.what());
+  // As every longctx error reads (docs/cli.md), values echoed escaped for the terminal.
+  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
   return exit_status(e.kind);
 }
 
@@ -72,6 +74,9 @@ int run_calibrate(const CalibrateArgs& a) {
   // The output is checked before measuring (half a minute or more): a folder, a FIFO or an
   // unwritable folder is refused now, not after the work. The probe's temporary is removed.
   if (!a.output.empty()) {
+    // Nor may it be the base preset the calibration starts from (a preset file given to --gpu),
+    // which the write would replace: a second calibration then started from the first's.
+    if (auto apart = check_distinct_output(a.output, "-o", {{a.base, "--gpu"}}); !apart) return fail(apart.error());
     auto probe = AtomicFile::open(a.output, "-o");
     if (!probe) return fail(probe.error());
   }

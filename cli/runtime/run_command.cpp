@@ -20,6 +20,7 @@
 #include "planner/core/plan.h"
 #include "planner/core/units.h"
 #include "planner/io/prediction_drift.h"
+#include "planner/io/quoted_text.h"
 #include "longctx/runtime/prediction.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"
@@ -48,7 +49,8 @@ struct RunArgs {
 };
 
 int fail(const Error& e) {
-  fmt::print(stderr, "error: {}\n", e.what());
+  // As every longctx error reads (docs/cli.md), values echoed escaped for the terminal.
+  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
   return exit_status(e.kind);
 }
 
@@ -127,6 +129,8 @@ int run(const RunArgs& a) {
   if (!plan) return fail(plan.error());
   if (auto r = runtime::runnable(*plan, *options); !r) return fail(r.error());
   options->refuse_beyond_host_memory = false;  // checked: run_plan's own check need not predict the step again
+  if (auto r = check_run_files({a.plan_path, a.data_path, a.trace_path, a.op_times, a.allocation_log}); !r)
+    return fail(r.error());
   auto outputs = RunOutputs::open(a.trace_path, a.op_times, a.allocation_log);
   if (!outputs) return fail(outputs.error());
   options->time_ops = outputs->times_ops();
@@ -178,7 +182,8 @@ Command add_run_command(CLI::App& app) {
                 "Run even when the plan needs more host memory than the machine has available (MemAvailable)");
   sub->add_option("--allocation-log", args->allocation_log,
                   "Write every counted allocation and free (phase, pool, bytes, bytes in use) to FILE; on CUDA every "
-                  "block the caching allocator hands out and takes back, with its stream and address");
+                  "block the caching allocator hands out and takes back, with its stream and address (rank R > 0 of "
+                  "several: FILE with .rankR before the extension)");
   sub->add_option("--op-times", args->op_times,
                   "Time every LibTorch operator of each phase and write the last step's tallies (calls, self time) "
                   "beside each phase's measured and predicted time to FILE as JSON (rank R > 0 of several: FILE with "

@@ -3,18 +3,61 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <utility>
+#include <vector>
+
+#include <fmt/format.h>
 
 namespace longctx::cli {
 
-std::string rank_trace_path(const std::string& path) {
-  const char* rank = std::getenv("RANK");
-  if (path.empty() || !rank || !*rank || std::string(rank) == "0") return path;
+std::string rank_path(const std::string& path, int rank) {
+  if (path.empty() || rank == 0) return path;
+  const std::string r = std::to_string(rank);
   const auto dot = path.rfind('.');
   const bool ext = dot != std::string::npos && path.find('/', dot) == std::string::npos;
-  return ext ? path.substr(0, dot) + ".rank" + rank + path.substr(dot) : path + ".rank" + rank;
+  return ext ? path.substr(0, dot) + ".rank" + r + path.substr(dot) : path + ".rank" + r;
+}
+
+namespace {
+// An environment variable's whole number, `fallback` where unset or not one (process_group.cpp
+// refuses the malformed ones when the ranks meet).
+int env_number(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (!v || !*v) return fallback;
+  char* end = nullptr;
+  const long n = std::strtol(v, &end, 10);
+  return *end == '\0' && n >= 0 && n < (1 << 20) ? static_cast<int>(n) : fallback;
+}
+}  // namespace
+
+std::string rank_trace_path(const std::string& path) { return rank_path(path, env_number("RANK", 0)); }
+
+Result<bool> check_run_files(const RunFiles& f) {
+  const int world = std::max(1, env_number("WORLD_SIZE", 1));
+  const std::pair<const std::string*, const char*> outputs[] = {
+      {&f.trace, "--trace"}, {&f.op_times, "--op-times"}, {&f.allocation_log, "--allocation-log"}};
+  std::vector<NamedPath> written;  // every rank's outputs so far
+  for (int r = 0; r < world; ++r)
+    for (const auto& [path, flag] : outputs) {
+      if (path->empty()) continue;
+      const std::string mine = rank_path(*path, r);
+      if (world > 1 && (path->starts_with("/dev/") || path->starts_with("/proc/")))
+        return Error::bad_input(flag, fmt::format("'{}' cannot hold one file per rank ({} ranks: rank 1 would write "
+                                                  "'{}'); name a file",
+                                                  *path, world, rank_path(*path, 1)));
+      std::vector<NamedPath> others = written;
+      others.push_back({f.plan, "--plan"});
+      if (!f.data.empty()) others.push_back({f.data, "--data"});
+      LONGCTX_TRY(auto apart, check_distinct_output(mine, r == 0 ? flag : fmt::format("{} (rank {}: {})", flag, r, mine),
+                                                    others));
+      (void)apart;
+      written.push_back({mine, flag, /*output=*/true});
+    }
+  return true;
 }
 
 namespace {
@@ -41,7 +84,7 @@ Result<RunOutputs> RunOutputs::open(const std::string& trace, const std::string&
   out.trace_path_ = rank_trace_path(trace);
   LONGCTX_TRY(out.trace_, open_output(out.trace_path_, "--trace"));
   LONGCTX_TRY(out.op_times_, open_output(rank_trace_path(op_times), "--op-times"));
-  LONGCTX_TRY(out.log_file_, open_output(allocation_log, "--allocation-log"));
+  LONGCTX_TRY(out.log_file_, open_output(rank_trace_path(allocation_log), "--allocation-log"));
   if (out.log_file_) {
     out.log_.reset(::fdopen(::dup(out.log_file_->fd()), "w"));
     if (!out.log_) return Error{ErrorKind::Internal, "--allocation-log", std::strerror(errno)};

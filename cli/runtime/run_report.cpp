@@ -7,14 +7,18 @@
 #include <fmt/format.h>
 
 #include "planner/core/units.h"
+#include "planner/io/comparison.h"
 
 namespace longctx::cli {
 
 namespace {
 
+// The prediction's error as compare reports it (comparison.h, relative_error): predicted less
+// measured, of measured; + the plan predicted more than the run held. (It was measured less
+// predicted, of predicted: the same run read -52.8% here and +112% in compare.)
 std::string percent(std::int64_t measured, std::int64_t predicted) {
-  if (predicted == 0) return measured == 0 ? "0.0%" : "n/a";
-  return fmt::format("{:+.1f}%", 100.0 * double(measured - predicted) / double(predicted));
+  if (measured == 0) return predicted == 0 ? "0.0%" : "n/a";
+  return fmt::format("{:+.1f}%", 100.0 * relative_error(predicted, measured));
 }
 
 // The phase of the last step where the device peaked.

@@ -11,6 +11,7 @@
 #include <torch/csrc/distributed/c10d/Work.hpp>
 
 #include "longctx/runtime/memory_meter.h"
+#include "exception_text.h"
 
 namespace longctx::runtime {
 
@@ -78,7 +79,7 @@ void Communicator::wait(const c10::intrusive_ptr<c10d::Work>& work, const std::s
     wait_gloo_and_release(work, timeout_);
   } catch (const std::exception& e) {
     throw CommError(fmt::format("{} failed on rank {} of {} (a peer rank died or stalled; {} s timeout): {}", what,
-                                rank_, world_, timeout_.count() / 1000.0, e.what()));
+                                rank_, world_, timeout_.count() / 1000.0, exception_text(e)));
   }
 }
 

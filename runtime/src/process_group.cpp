@@ -1,4 +1,5 @@
 #include "longctx/runtime/process_group.h"
+#include "exception_text.h"
 
 #include <cstdlib>
 #include <stdexcept>
@@ -69,7 +70,7 @@ Result<c10::intrusive_ptr<c10d::Store>> connect_store(const RankEnv& env, std::c
   } catch (const std::exception& e) {
     return Error{ErrorKind::Internal, "process group",
                  fmt::format("rank {} of {} could not reach the store at {}:{}: {}", env.rank, env.world_size,
-                             env.master_addr, env.master_port, e.what())};
+                             env.master_addr, env.master_port, exception_text(e))};
   }
 }
 
@@ -103,7 +104,7 @@ Result<c10::intrusive_ptr<c10d::Backend>> make_group(const c10::intrusive_ptr<c1
   } catch (const std::exception& e) {
     return Error{ErrorKind::Internal, "process group",
                  fmt::format("rank {} of {} could not form group '{}' at {}:{}: {}", env.rank, env.world_size, prefix,
-                             env.master_addr, env.master_port, e.what())};
+                             env.master_addr, env.master_port, exception_text(e))};
   }
 }
 

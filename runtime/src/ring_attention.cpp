@@ -12,6 +12,7 @@
 
 #include "longctx/runtime/attention.h"
 #include "longctx/runtime/process_group.h"
+#include "exception_text.h"
 
 namespace longctx::runtime {
 
@@ -166,7 +167,7 @@ void finish(const c10::intrusive_ptr<c10d::Work>& w, bool nccl, const RingGroup&
   } catch (const std::exception& e) {
     throw std::runtime_error(fmt::format("ring attention's {} failed on ring rank {} of {} (a peer rank died or "
                                          "stalled): {}",
-                                         what, ring.rank, ring.size, e.what()));
+                                         what, ring.rank, ring.size, exception_text(e)));
   }
 }
 

@@ -53,6 +53,14 @@ Result<bool> world_matches(const Plan& plan, const RunOptions& o) {
 Result<bool> device_takes(const Plan& plan, const RunOptions& o) {
   if (o.device != "cpu" && o.device != "cuda")
     return Error::bad_input("--device", fmt::format("'{}' is unknown; use cpu or cuda", o.device));
+  // A GPU preset's plan predicts what a CUDA device holds (the caching allocator, cuBLAS's
+  // workspace, the flash kernels' buffers): on the CPU virtual device it ran, and its report
+  // read -95% on the embedding, which looked like the planner's error.
+  if (o.device == "cpu" && plan.cluster.hardware.backend == Backend::Cuda)
+    return Error::bad_input("--device", fmt::format("the plan is for {} (CUDA) and --device is cpu; run it with "
+                                                    "--device cuda on that GPU, or plan for the CPU virtual device "
+                                                    "(--gpu cpu) to run it here",
+                                                    plan.cluster.hardware.name));
   if (o.device == "cpu") return true;
   if (!torch::cuda::is_available())
     return Error::bad_input("--device", "cuda was asked for but no GPU is visible; use --device cpu");

@@ -16,8 +16,10 @@
 #include "longctx/runtime/communicator.h"
 #include "longctx/runtime/llama_step.h"
 #include "longctx/runtime/op_timer.h"
+#include "longctx/runtime/prediction.h"
 #include "longctx/runtime/sharded_params.h"
 #include "batch_source.h"
+#include "exception_text.h"
 
 namespace longctx::runtime {
 
@@ -43,7 +45,7 @@ Result<std::shared_ptr<MemoryMeter>> start_meter(const Plan& plan, torch::Device
                                          budget ? plan.cluster.host_budget_bytes_per_node : 0, device);
   } catch (const std::exception& e) {
     return Error{ErrorKind::Internal, "--device",
-                 fmt::format("{} could not be initialized on rank {}: {}", device.str(), rank, e.what())};
+                 fmt::format("{} could not be initialized on rank {}: {}", device.str(), rank, exception_text(e))};
   }
 }
 
@@ -62,15 +64,18 @@ void sum_gradients(const std::vector<torch::Tensor>& params, Communicator& comm)
 Error step_failure(const Plan& plan, const MemoryMeter& meter, const Communicator& comm, const std::exception& e) {
   if (auto oom = meter.oom()) {
     const bool dev = oom->pool == Pool::Device;
+    // This planner's figure, as the run's report shows it: a plan file's own may be stale or
+    // edited (86.72 MiB quoted where this planner says 2.71 GiB).
+    const Prediction now = predict_step(plan).totals;
     return Error{ErrorKind::Internal, dev ? "cluster.device_budget_bytes" : "cluster.host_budget_bytes_per_node",
                  fmt::format("out of memory on the CPU virtual device's {} pool in phase {}: {} requested with {} "
                              "in use, budget {} (the plan predicts a {} peak of {}); raise the budget or plan "
                              "with more memory techniques",
                              dev ? "device" : "host", oom->phase, format_bytes(oom->requested),
                              format_bytes(oom->in_use), format_bytes(oom->budget), dev ? "device" : "host",
-                             format_bytes(dev ? plan.prediction.peak_device_bytes : plan.prediction.peak_host_bytes))};
+                             format_bytes(dev ? now.peak_device_bytes : now.peak_host_bytes))};
   }
-  return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm.rank(), comm.world(), e.what())};
+  return Error{ErrorKind::Internal, "", fmt::format("the step failed on rank {} of {}: {}", comm.rank(), comm.world(), exception_text(e))};
 }
 
 // The rank joined: its device current, its meter started on it, and its communicator.

@@ -25,6 +25,7 @@
 #include "planner/core/units.h"
 #include "longctx/runtime/adamw.h"
 #include "longctx/runtime/memory_meter.h"
+#include "exception_text.h"
 
 // POSIX file calls rather than std::filesystem: libtorch.so exports its own copy of part of
 // it, built for another ABI.
@@ -406,7 +407,7 @@ Result<bool> TrainingCheckpoints::restore(const std::vector<at::Tensor>& params,
     at::Generator cpu_rng = at::detail::getDefaultCPUGenerator();  // a handle to the process's generator
     cpu_rng.set_state(rng);
   } catch (const std::exception& e) {
-    return damaged(fmt::format("cannot read it: {}", e.what()));
+    return damaged(fmt::format("cannot read it: {}", exception_text(e)));
   }
   if (o_.log)
     std::fprintf(o_.log, "checkpoint: resumed after step %d from %s (%.2f s)\n", start_step_, step_dir(start_step_).c_str(),
@@ -452,7 +453,7 @@ Result<bool> write_state_archive(const std::string& path, const std::vector<at::
       return n;
     });
   } catch (const std::exception& e) {
-    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot write {}: {}", path, e.what())};
+    return Error{ErrorKind::Internal, "--checkpoint-dir", fmt::format("cannot write {}: {}", path, exception_text(e))};
   }
   return file.commit();
 }

@@ -98,6 +98,15 @@ TEST_F(Calibrate, BadInputExitsTwoNamingTheField) {
   auto o = run_cli("plan --model tiny-gqa --gpus 1 --seq 1024 --gpu " + path("missing.json"));
   EXPECT_EQ(o.status, 2) << o.err;
   EXPECT_NE(o.err.find("--gpu"), std::string::npos) << o.err;
+  // Nor may -o replace the preset it starts from, before any probe runs.
+  const std::string base = path("base.json");
+  std::ofstream(base) << hardware_to_json(load_hardware("cpu").value()).dump();
+  const std::string before = testing::slurp(base);
+  o = run_cli("calibrate --device cpu --gpu " + base + " -o " + base);
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("longctx: error: -o"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("calibrate: "), std::string::npos) << "refused before measuring: " << o.err;
+  EXPECT_EQ(testing::slurp(base), before);
 }
 
 }  // namespace

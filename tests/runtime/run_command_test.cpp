@@ -110,6 +110,14 @@ TEST_F(RunCommand, OutOfMemoryOnTheVirtualDeviceExitsOne) {
                                                   size + " in use, budget 200.00 KiB \\(the plan predicts a device peak "
                                                   "of " + size + "\\)")))
       << o.err;
+  // The predicted peak quoted is this planner's, not a figure the plan file was edited to.
+  nlohmann::json edited = nlohmann::json::parse(testing::slurp(plan));
+  edited["prediction"]["peak_device_bytes"] = 1;
+  std::ofstream(path("edited.json")) << edited.dump();
+  const auto stale = run_cli("run --plan " + path("edited.json") + " --threads 1");
+  EXPECT_EQ(stale.status, 1) << stale.err;
+  EXPECT_NE(stale.err.find("the plan predicts a device peak of"), std::string::npos) << stale.err;
+  EXPECT_EQ(stale.err.find("the plan predicts a device peak of 1 B"), std::string::npos) << stale.err;
 }
 
 // The trace says which plan it measured, so that compare can refuse it for another.
@@ -253,6 +261,60 @@ TEST_F(RunCommand, TraceAndAllocationLogAreWrittenWholeOrNotAtAll) {
     EXPECT_GT(testing::slurp(path("out")).size(), 4096u) << "larger than the limit above";
     ::unlink(path("out").c_str());
   }
+}
+
+// An output never names a file the run reads, nor another output, on any rank: a trace over
+// the plan it runs, a log over the token file, two outputs on one file, a rank's trace over a
+// plan named like it (q.rank1.json), or a stream that cannot hold one file per rank. Refused
+// naming the option before any step, every file as it was.
+TEST_F(RunCommand, OutputsNeverReplaceAnInputOrEachOther) {
+  const std::string plan = write(testing::tiny_plan("tiny-gqa", 64, 1, {}), "plan.json");
+  const std::string before = testing::slurp(plan);
+  const std::string data = path("tokens.bin");
+  std::ofstream(data, std::ios::binary) << std::string(4096, '\0');
+  const std::pair<std::string, std::string> one_rank[] = {
+      {"--trace " + plan, "--trace"},
+      {"--op-times " + plan, "--op-times"},
+      {"--data " + data + " --allocation-log " + data, "--allocation-log"},
+      {"--trace " + path("same.json") + " --op-times " + path("same.json"), "--op-times"}};
+  for (const auto& [flags, field] : one_rank) {
+    const auto o = run_cli("run --plan " + plan + " --threads 1 " + flags);
+    EXPECT_EQ(o.status, 2) << flags << "\n" << o.err;
+    EXPECT_NE(o.err.find("longctx: error: " + field), std::string::npos) << o.err;
+    EXPECT_EQ(o.out.find("step 1/"), std::string::npos) << "refused before any step";
+  }
+  EXPECT_EQ(testing::slurp(plan), before);
+  EXPECT_EQ(testing::slurp(data), std::string(4096, '\0'));
+
+  ParallelConfig p;
+  p.ulysses = 2;
+  auto two = testing::tiny_plan("tiny-gqa", 64, 1, p);
+  two.cluster.shape = {1, 2};
+  const std::string named_like_a_rank = write(two, "q.rank1.json");
+  const std::string two_before = testing::slurp(named_like_a_rank);
+  auto o = run_cli("run --plan " + named_like_a_rank + " --nproc 2 --threads 1 --trace " + path("q.json"));
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("--trace (rank 1: " + named_like_a_rank + ")"), std::string::npos) << o.err;
+  EXPECT_EQ(testing::slurp(named_like_a_rank), two_before);
+  o = run_cli("run --plan " + named_like_a_rank + " --nproc 2 --threads 1 --trace /dev/stdout");
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("cannot hold one file per rank"), std::string::npos) << o.err;
+
+  // Each rank writes its own allocation log, as it does its trace.
+  o = run_cli("run --plan " + named_like_a_rank + " --nproc 2 --threads 1 --allocation-log " + path("a.log"));
+  EXPECT_EQ(o.status, 0) << o.err;
+  EXPECT_FALSE(testing::slurp(path("a.log")).empty());
+  EXPECT_FALSE(testing::slurp(path("a.rank1.log")).empty());
+}
+
+// A GPU preset's plan predicts a CUDA device: on the CPU virtual device it is refused, naming
+// --device, not run and reported as the planner's error.
+TEST_F(RunCommand, ACudaPlanIsNotRunOnTheCpuDevice) {
+  auto plan = testing::tiny_plan("tiny-gqa", 64, 1, {});
+  plan.cluster.hardware = load_hardware("h100-80gb").value();
+  const auto o = run_cli("run --plan " + write(plan, "h100.json"));
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("longctx: error: --device: the plan is for h100-80gb (CUDA)"), std::string::npos) << o.err;
 }
 
 // The pid of the child of `parent` whose environment has RANK=<rank>, or -1.
