@@ -34,7 +34,12 @@ import tempfile
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
-from transformers import TrainerCallback
+try:
+    from transformers import TrainerCallback
+except ModuleNotFoundError as missing:  # the planner needs none of it; this module does
+    raise ModuleNotFoundError(
+        "longctx.hf needs transformers (pip install 'longctx[hf]' or pip install transformers); "
+        f"the rest of longctx does not ({missing})", name=missing.name) from missing
 
 from ._api import BadInput, Plan
 
@@ -64,7 +69,8 @@ _DTYPE_WORDS = {"torch.bfloat16": "bf16", "torch.float32": "fp32", "torch.float1
 
 def trainer_differences(plan: Plan, args: Any, model: Any) -> List[str]:
     """What the Trainer runs that ``plan`` did not predict, one line each ("micro-batch: ..."):
-    the micro-batch, the dtype, gradient checkpointing and, for an hf-stack plan, the optimizer.
+    the micro-batch, the dtype, gradient checkpointing, the world size and, for an hf-stack plan,
+    the optimizer.
     The sequence length is checked at the first batch (:func:`sequence_difference`)."""
     train = plan.data["train"]
     out: List[str] = []
@@ -78,10 +84,20 @@ def trainer_differences(plan: Plan, args: Any, model: Any) -> List[str]:
         out.append(f"dtype: the Trainer runs {dtype}, the plan's train.dtype is {train.get('dtype')}")
     checkpointing = bool(getattr(args, "gradient_checkpointing", False)) or bool(
         (getattr(args, "fsdp_config", None) or {}).get("activation_checkpointing", False))
-    planned = str(plan.parallel.get("checkpoint", "none")) != "none"
-    if checkpointing != planned:
-        out.append(f"checkpointing: the Trainer's gradient_checkpointing is {checkpointing}, the plan's "
-                   f"parallel.checkpoint is {plan.parallel.get('checkpoint', 'none')}")
+    policy = str(plan.parallel.get("checkpoint", "none"))
+    # The Trainer checkpoints every decoder layer (transformers' gradient_checkpointing_enable):
+    # the plan's "full"; every:K or per-op checkpointing keeps other tensors.
+    if checkpointing != (policy != "none") or (checkpointing and policy != "full"):
+        out.append(f"checkpointing: the Trainer's gradient_checkpointing is {checkpointing} (every layer), the plan's "
+                   f"parallel.checkpoint is {policy}")
+    # A plan's figures are per rank at its world size: another count holds other shards and
+    # sequence slices (an 8-GPU zero3 plan against one process compared a whole step with an
+    # eighth of one).
+    world = int(getattr(args, "world_size", 1) or 1)
+    planned_world = int(plan.data["cluster"].get("gpus", 1))
+    if world != planned_world:
+        out.append(f"world size: the Trainer runs {world} process(es) (args.world_size), the plan's cluster.gpus is "
+                   f"{planned_world}")
     stack = train.get("stack", {})
     optim = str(getattr(getattr(args, "optim", None), "value", getattr(args, "optim", "")))
     if stack.get("name") == "hf" and stack.get("optimizer") and optim != stack["optimizer"]:
@@ -147,6 +163,13 @@ class MemoryReportCallback(TrainerCallback):
     the printed table; ``report_to`` receives the table (default: print)."""
 
     def __init__(self, plan: Plan, step: int = 1, report_to: Callable[[str], None] = print):
+        # Checked here, not at the first step: a wrong argument failed later as AttributeError.
+        if not isinstance(plan, Plan):
+            raise BadInput("plan", f"{type(plan).__name__} is not a longctx.Plan; pass longctx.plan(...) or Plan.load(path)")
+        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
+            raise BadInput("step", f"{step!r} is not a step: give the 0-based step to measure, 0 or more")
+        if not callable(report_to):
+            raise BadInput("report_to", f"{report_to!r} is not callable; give a function of one string, such as print")
         self.plan = plan
         self.step = step
         self.report_to = report_to

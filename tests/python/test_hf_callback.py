@@ -74,6 +74,16 @@ def test_the_callback_refuses_a_plan_of_another_step_naming_what_differs(tmp_pat
     assert "micro-batch" in message and "per_device_train_batch_size is 1" in message
     assert "checkpointing" in message
     assert "dtype" not in message  # fp32 both
+    assert "world size" not in message  # one process both
+    # Checkpointing every other layer is not the Trainer's every layer; two ranks' figures are
+    # not one process's.
+    for other, what in ((dict(gpus=1, checkpoint="every:2", micro_batch=1), "parallel.checkpoint is every:2"),
+                        (dict(gpus=2, checkpoint="full", micro_batch=1), "the plan's cluster.gpus is 2")):
+        plan = longctx.plan(config, gpu="cpu", seq=SEQ, no_search=True, techniques="checkpoint,zero3", **other)
+        args.gradient_checkpointing = True
+        with pytest.raises(longctx.BadInput, match=what):
+            transformers.Trainer(model=model, args=args, train_dataset=RandomTokens(config.vocab_size, 4),
+                                 callbacks=[MemoryReportCallback(plan)]).train()
 
 
 def test_the_callback_refuses_batches_of_another_length(tmp_path):
@@ -87,3 +97,12 @@ def test_the_callback_refuses_batches_of_another_length(tmp_path):
                                    callbacks=[MemoryReportCallback(plan)])
     with pytest.raises(longctx.BadInput, match=f"batches hold {SEQ} tokens, the plan's train.seq is {2 * SEQ}"):
         trainer.train()
+
+
+def test_the_callback_checks_its_arguments_when_made():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=SEQ, no_search=True)
+    for kwargs, field in (({"plan": "not a plan"}, "plan"), ({"plan": plan, "step": -1}, "step"),
+                          ({"plan": plan, "step": True}, "step"), ({"plan": plan, "report_to": 5}, "report_to")):
+        with pytest.raises(longctx.BadInput) as refused:
+            MemoryReportCallback(**kwargs)
+        assert refused.value.field == field
