@@ -60,7 +60,9 @@ std::vector<std::string> lines(const std::string& text) {
   return out;
 }
 
-std::string before_quote(const std::string& line) { return line.substr(0, line.find('"')); }
+// A line's text up to its first quote, double or single: where a name may stand (a YAML or
+// shell "value", launch.sh's MODEL_OF_PLAN='name'), what comes before it must not change.
+std::string before_quote(const std::string& line) { return line.substr(0, line.find_first_of("\"'")); }
 
 void same_keys(const nlohmann::json& a, const nlohmann::json& b, const std::string& file) {
   if (a.type() != b.type()) fail("a JSON value changed type:", file);
