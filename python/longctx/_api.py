@@ -282,11 +282,11 @@ class Plan:
             raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
         if not isinstance(data, dict):
             raise BadInput("plan", "must be a JSON object, as `longctx plan -o` writes it")
-        text = json.dumps(data)
-        _answer(_core.explain(text, 0))  # the planner's checks: BadInput on a bad file
-        # A recorded figure this planner no longer gives (a file edited, or written by another
-        # version) is said, as `longctx explain` says it: .prediction reads the file's.
-        notes = _answer(_core.drift(text)) if "prediction" in data else ""
+        # The planner's checks (BadInput on a bad file, as explain reads it) and, in the same
+        # evaluation, each recorded figure this planner no longer gives (a file edited, or
+        # written by another version), said as `longctx explain` says it: .prediction reads the
+        # file's. A file without a prediction records nothing to differ.
+        notes = _answer(_core.drift(json.dumps(data)))
         if notes:
             warnings.warn("the plan file's prediction differs from this planner's:\n" + notes, stacklevel=2)
         return Plan(data)
