@@ -105,7 +105,7 @@ Command add_calibrate_command(CLI::App& app) {
   sub->add_option("--seq", a->seq, "Tokens the probes use (default 4096)");
   sub->add_option("--threads", a->threads, "LibTorch intra-op threads, as `run --threads` (default 1)")
       ->check(CLI::Range(1, 4096));
-  sub->add_option("--seconds", a->seconds, "Time spent on each probe (default 0.5)")->check(CLI::Range(0.01, 60.0));
+  sub->add_option("--seconds", a->seconds, "Seconds spent on each probe past its fewest calls, one untimed and three timed (default 0.5)")->check(CLI::Range(0.01, 60.0));
   sub->add_option("--name", a->name, "The preset's name (default: the base's with -calibrated)");
   sub->add_option("-o", a->output, "Write the preset to FILE (default: print it)");
   return {sub, [a] { return run_calibrate(*a); }};
