@@ -22,6 +22,12 @@ BatchSource::BatchSource(const Plan& p, const RunOptions& o, const Communicator&
 Result<bool> BatchSource::load(const std::string& path) {
   if (path.empty()) return true;
   LONGCTX_TRY(auto bytes, read_regular_file(path, "--data", input_limits::kDataBytes));
+  // A size that is no whole number of ids is another format (uint16 ids, text), whose bytes
+  // read as uint32 would train on tokens nobody wrote.
+  if (bytes.size() % sizeof(std::uint32_t) != 0)
+    return Error::bad_input("--data", fmt::format("{} is {} bytes, not a whole number of uint32 token ids (4 bytes "
+                                                  "each): write the ids as little-endian uint32, nothing else",
+                                                  path, bytes.size()));
   file_.resize(bytes.size() / sizeof(std::uint32_t));
   std::memcpy(file_.data(), bytes.data(), file_.size() * sizeof(std::uint32_t));
   if (auto e = check(path); !e.empty()) return Error::bad_input("--data", e);

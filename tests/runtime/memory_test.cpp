@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <cstdio>
 #include <cstring>
+#include <fcntl.h>
 #include <sys/resource.h>
 #include <unistd.h>
 #include <c10/core/CPUAllocator.h>
@@ -321,10 +322,21 @@ TEST(Runner, ReadsTokensFromAFileAndRefusesOneTooShort) {
 
   auto long_plan = testing::tiny_plan("tiny-gqa", 256, 2, {});  // needs 513 tokens
   auto r = run_plan(long_plan, o);
-  ::unlink(path);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
   EXPECT_EQ(r.error().field, "--data");
+
+  // Two bytes more: no whole number of ids (uint16 ids or text), refused rather than cut.
+  const int more = ::open(path, O_WRONLY | O_APPEND);
+  ASSERT_GE(more, 0);
+  ASSERT_EQ(::write(more, "\n\n", 2), 2);
+  ::close(more);
+  auto ragged = run_plan(plan, o);
+  ::unlink(path);
+  ASSERT_FALSE(ragged.ok());
+  EXPECT_EQ(ragged.error().kind, ErrorKind::BadInput);
+  EXPECT_EQ(ragged.error().field, "--data");
+  EXPECT_NE(std::string(ragged.error().what()).find("1202 bytes"), std::string::npos) << ragged.error().what();
 }
 
 }  // namespace
