@@ -57,10 +57,5 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o, bool every_stack) {
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 
-int report(const Error& e) {
-  // Values and folder names echoed in the message reach the terminal escaped, never raw.
-  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
-  return exit_status(e.kind);
-}
 
 }  // namespace longctx::cli

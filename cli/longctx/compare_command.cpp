@@ -58,19 +58,19 @@ std::string overlay_svg(const std::vector<PhaseComparison>& rows, const std::str
 
 int run_compare(const CompareOptions& o) {
   if (auto apart = check_distinct_output(o.svg, "--svg", {{o.plan_file, "--plan"}, {o.trace_file, "--trace"}}); !apart)
-    return report(apart.error());
+    return report_error(apart.error());
   auto plan = read_plan_file(o.plan_file);
-  if (!plan) return report(plan.error());
+  if (!plan) return report_error(plan.error());
   auto trace = read_trace_file(o.trace_file);
-  if (!trace) return report(trace.error());
+  if (!trace) return report_error(trace.error());
   auto compared = compare_to_trace(*plan, *trace, o.trace_file);
-  if (!compared) return report(compared.error());
+  if (!compared) return report_error(compared.error());
   const Comparison& c = *compared;
   fmt::print(stderr, "{}", drift_note(c.drift));
   if (!o.svg.empty()) {
     const std::string svg = overlay_svg(c.phases, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", c.evaluation.plan.model.name,
                                                               format_bytes(c.predicted), format_bytes(c.measured), 100 * c.error));
-    if (auto r = write_text_atomically(o.svg, "--svg", svg); !r) return report(r.error());
+    if (auto r = write_text_atomically(o.svg, "--svg", svg); !r) return report_error(r.error());
   }
   if (o.json) {
     fmt::print("{}\n", comparison_json(c).dump(2));

@@ -51,10 +51,10 @@ Result<std::vector<Output>> open_outputs(const ExplainOptions& o, const Evaluati
 
 int run_explain(const ExplainOptions& o) {
   auto plan = read_plan_file(o.plan_file);
-  if (!plan) return report(as_plan_argument(plan.error()));
+  if (!plan) return report_error(as_plan_argument(plan.error()));
   const Evaluation e = evaluate(*plan);
   auto outputs = open_outputs(o, e);
-  if (!outputs) return report(as_plan_argument(outputs.error()));
+  if (!outputs) return report_error(as_plan_argument(outputs.error()));
   fmt::print("{}", render_plan(e, o.live_rows));
   fmt::print(stderr, "{}", drift_note(prediction_differences(plan->prediction, with_phase_predictions(e).prediction)));
   // Every output written before any is committed: a write that fails (a full disk) is
@@ -65,9 +65,9 @@ int run_explain(const ExplainOptions& o) {
     file.write(text.data(), text.size());  // a failure is kept for commit() to report
   }
   for (auto& output : *outputs)
-    if (output.file.failed()) return report(output.file.commit().error());
+    if (output.file.failed()) return report_error(output.file.commit().error());
   for (auto& output : *outputs) {
-    if (auto committed = output.file.commit(); !committed) return report(committed.error());
+    if (auto committed = output.file.commit(); !committed) return report_error(committed.error());
     fmt::print("\nwrote {}\n", output.file.path());
   }
   return 0;

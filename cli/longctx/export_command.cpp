@@ -64,17 +64,17 @@ Result<bool> check_plan_kept(const ExportedFiles& e, const std::string& output, 
 int write_files(const ExportedFiles& e, const std::string& output, const std::string& plan_file) {
   const auto configs = configs_of(e);
   const bool into_folder = configs.size() != 1 || names_a_folder(output);
-  if (auto kept = check_plan_kept(e, output, plan_file, into_folder); !kept) return report(kept.error());
+  if (auto kept = check_plan_kept(e, output, plan_file, into_folder); !kept) return report_error(kept.error());
   if (!into_folder) {
     const auto& [name, text] = *configs.begin();
-    if (auto w = write_text_atomically(output, "-o", text); !w) return report(w.error());
+    if (auto w = write_text_atomically(output, "-o", text); !w) return report_error(w.error());
     fmt::print("wrote {} ({})\n", output, name);
     note_launch_script_left_out();
     return 0;
   }
   // The set is one unit (common/atomic_folder.h): every file replaced, or none.
   auto w = write_files_atomically(output, "-o", e.files);
-  if (!w) return report(w.error());
+  if (!w) return report_error(w.error());
   const std::string folder = output.size() > 1 && output.back() == '/' ? output.substr(0, output.size() - 1) : output;
   for (const auto& name : w->added) fmt::print("wrote {}/{} (new)\n", folder, name);
   for (const auto& name : w->replaced) fmt::print("wrote {}/{} (replaced)\n", folder, name);
@@ -92,11 +92,11 @@ int write_files(const ExportedFiles& e, const std::string& output, const std::st
 
 int run_export(const ExportOptions& o) {
   auto stack = parse_stack(o.stack, "--stack");
-  if (!stack) return report(stack.error());
+  if (!stack) return report_error(stack.error());
   auto plan = read_plan_file(o.plan_file);
-  if (!plan) return report(as_plan_argument(plan.error()));
+  if (!plan) return report_error(as_plan_argument(plan.error()));
   auto exported = export_plan(*plan, *stack);
-  if (!exported) return report(exported.error());
+  if (!exported) return report_error(exported.error());
   for (const auto& line : exported->approximations) fmt::print(stderr, "approximation: {}\n", line);
   // A plan that does not fit (`plan --no-search` writes one) exports as asked: its run is the
   // one the plan predicts, out of memory. Said once, on stderr.

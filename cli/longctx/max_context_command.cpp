@@ -144,7 +144,7 @@ int run_max_context(MaxContextOptions o) {
                         (std::filesystem::exists(target) && !std::filesystem::is_regular_file(target));
     const bool link = !stream && std::filesystem::is_symlink(std::filesystem::symlink_status(o.output, ec));
     if (stream || link)
-      return report(Error::bad_input(
+      return report_error(Error::bad_input(
           "-o", fmt::format("'{}' {}: --stack {} writes one plan per stack as one set of regular files in -o's "
                             "folder (NAME.json and NAME.<stack>.json beside it); name a file{}",
                             o.output, link ? "is a symbolic link" : "cannot hold one plan per stack", kEveryStack,
@@ -161,15 +161,15 @@ int run_max_context(MaxContextOptions o) {
       });
     } else {
       auto r = answer_max_context(o.cluster, !o.no_ladder);
-      if (!r) return report(r.error());
+      if (!r) return report_error(r.error());
       all.push_back({o.cluster.stack, std::move(*r), std::nullopt});
     }
   }
-  if (!all.front().answer) return report(*all.front().refusal);
+  if (!all.front().answer) return report_error(*all.front().refusal);
   const MaxContextResult& headline = *all.front().answer;
   // The files first: a path that cannot be written fails the command before its answer prints.
   auto written = write_outputs(o, headline, all);
-  if (!written) return report(written.error());
+  if (!written) return report_error(written.error());
   if (names_standard_output(o.output)) {
     // -o naming standard output makes the plan file the one document printed there (as `plan`).
   } else if (o.cluster.json) {

@@ -66,19 +66,19 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
 
 int run_plan(const PlanOptions& o) {
   auto knobs = knobs_from(o.knobs);
-  if (!knobs) return report(knobs.error());
+  if (!knobs) return report_error(knobs.error());
   if (auto apart = check_distinct_output(o.output, "-o", {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}}); !apart)
-    return report(apart.error());
+    return report_error(apart.error());
   auto answer = [&] {
     ProgressLine progress(fmt::format("plan: {} at {} tokens on {} x {}", o.cluster.model, o.seq, o.cluster.gpus,
                                       o.cluster.gpu));
     return answer_plan({o.cluster, o.seq, *knobs, o.no_search});
   }();
-  if (!answer) return report(answer.error());
+  if (!answer) return report_error(answer.error());
   const auto& [found, e, recorded] = *answer;
   if (!o.output.empty()) {
     auto w = write_plan_file(recorded, o.output);
-    if (!w) return report(w.error());
+    if (!w) return report_error(w.error());
   }
   if (names_standard_output(o.output)) {
     // -o naming standard output makes the plan file the one document printed there: the answer

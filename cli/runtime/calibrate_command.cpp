@@ -9,6 +9,7 @@
 #include <torch/torch.h>
 
 #include "cli/common/commands.h"
+#include "cli/common/error_report.h"
 #include "common/atomic_file.h"
 #include "planner/search/request.h"
 #include "planner/core/units.h"
@@ -27,11 +28,6 @@ struct CalibrateArgs {
   double seconds = 0.5;
 };
 
-int fail(const Error& e) {
-  // As every longctx error reads (docs/cli.md), values echoed escaped for the terminal.
-  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
-  return exit_status(e.kind);
-}
 
 struct Measured {
   Calibration calibration;
@@ -76,19 +72,19 @@ int run_calibrate(const CalibrateArgs& a) {
   if (!a.output.empty()) {
     // Nor may it be the base preset the calibration starts from (a preset file given to --gpu),
     // which the write would replace: a second calibration then started from the first's.
-    if (auto apart = check_distinct_output(a.output, "-o", {{a.base, "--gpu"}}); !apart) return fail(apart.error());
+    if (auto apart = check_distinct_output(a.output, "-o", {{a.base, "--gpu"}}); !apart) return report_error(apart.error());
     auto probe = AtomicFile::open(a.output, "-o");
-    if (!probe) return fail(probe.error());
+    if (!probe) return report_error(probe.error());
   }
   auto m = measure(a);
-  if (!m) return fail(m.error());
+  if (!m) return report_error(m.error());
   if (m->rank != 0) return 0;  // one preset: rank 0's
   const std::string text = calibration_json(m->calibration).dump(2) + "\n";
   if (a.output.empty()) {
     fmt::print("{}", text);
     return 0;
   }
-  if (auto w = write_text_atomically(a.output, "-o", text); !w) return fail(w.error());
+  if (auto w = write_text_atomically(a.output, "-o", text); !w) return report_error(w.error());
   fmt::print(stderr, "calibrate: wrote {} ({}); plan with --gpu {}\n", a.output, m->calibration.hardware.name, a.output);
   return 0;
 }

@@ -13,6 +13,7 @@
 #include <fmt/format.h>
 
 #include "cli/common/commands.h"
+#include "cli/common/error_report.h"
 #include "cli/common/parse_values.h"
 #include "cli/runtime/run_outputs.h"
 #include "cli/runtime/run_report.h"
@@ -22,6 +23,7 @@
 #include "planner/io/prediction_drift.h"
 #include "planner/io/quoted_text.h"
 #include "longctx/runtime/prediction.h"
+#include "longctx/runtime/process_group.h"
 #include "longctx/runtime/runner.h"
 #include "longctx/runtime/trace.h"
 
@@ -48,11 +50,6 @@ struct RunArgs {
   bool force = false;
 };
 
-int fail(const Error& e) {
-  // As every longctx error reads (docs/cli.md), values echoed escaped for the terminal.
-  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
-  return exit_status(e.kind);
-}
 
 // --seed as written: a whole number from 0 to 2^64-1, nothing else (no sign, no wrap).
 Result<std::uint64_t> parse_seed(const std::string& text) {
@@ -124,15 +121,19 @@ Result<bool> report(RunOutputs& outputs, const RunComparison& c, const RunArgs& 
 
 int run(const RunArgs& a) {
   auto options = parse_options(a);
-  if (!options) return fail(options.error());
+  if (!options) return report_error(options.error());
   auto plan = read_plan_file(a.plan_path);
-  if (!plan) return fail(plan.error());
-  if (auto r = runtime::runnable(*plan, *options); !r) return fail(r.error());
+  if (!plan) return report_error(plan.error());
+  if (auto r = runtime::runnable(*plan, *options); !r) return report_error(r.error());
   options->refuse_beyond_host_memory = false;  // checked: run_plan's own check need not predict the step again
-  if (auto r = check_run_files({a.plan_path, a.data_path, a.trace_path, a.op_times, a.allocation_log}); !r)
-    return fail(r.error());
-  auto outputs = RunOutputs::open(a.trace_path, a.op_times, a.allocation_log);
-  if (!outputs) return fail(outputs.error());
+  // The ranks as the launcher set them (runnable() refused malformed ones): every rank holds
+  // every rank's outputs apart, and opens its own.
+  auto env = runtime::rank_env_from_environment();
+  if (!env) return report_error(env.error());
+  if (auto r = check_run_files({a.plan_path, a.data_path, a.trace_path, a.op_times, a.allocation_log}, env->world_size); !r)
+    return report_error(r.error());
+  auto outputs = RunOutputs::open(a.trace_path, a.op_times, a.allocation_log, env->rank);
+  if (!outputs) return report_error(outputs.error());
   options->time_ops = outputs->times_ops();
   options->allocation_log = outputs->allocation_log();
   const auto predicted = runtime::predict_step(*plan);
@@ -140,9 +141,9 @@ int run(const RunArgs& a) {
   fmt::print(stderr, "{}", drift_note(drift));
   std::vector<StepLine> lines;
   auto measured = execute(*plan, *options, a, lines);
-  if (auto r = outputs->finish_log(); !r) return fail(r.error());
-  if (!measured) return fail(measured.error());
-  if (auto r = report(*outputs, RunComparison{*plan, *measured, predicted, drift}, a, lines); !r) return fail(r.error());
+  if (auto r = outputs->finish_log(); !r) return report_error(r.error());
+  if (!measured) return report_error(measured.error());
+  if (auto r = report(*outputs, RunComparison{*plan, *measured, predicted, drift}, a, lines); !r) return report_error(r.error());
   return 0;
 }
 

@@ -22,22 +22,7 @@ std::string rank_path(const std::string& path, int rank) {
   return ext ? path.substr(0, dot) + ".rank" + r + path.substr(dot) : path + ".rank" + r;
 }
 
-namespace {
-// An environment variable's whole number, `fallback` where unset or not one (process_group.cpp
-// refuses the malformed ones when the ranks meet).
-int env_number(const char* name, int fallback) {
-  const char* v = std::getenv(name);
-  if (!v || !*v) return fallback;
-  char* end = nullptr;
-  const long n = std::strtol(v, &end, 10);
-  return *end == '\0' && n >= 0 && n < (1 << 20) ? static_cast<int>(n) : fallback;
-}
-}  // namespace
-
-std::string rank_trace_path(const std::string& path) { return rank_path(path, env_number("RANK", 0)); }
-
-Result<bool> check_run_files(const RunFiles& f) {
-  const int world = std::max(1, env_number("WORLD_SIZE", 1));
+Result<bool> check_run_files(const RunFiles& f, int world) {
   const std::pair<const std::string*, const char*> outputs[] = {
       {&f.trace, "--trace"}, {&f.op_times, "--op-times"}, {&f.allocation_log, "--allocation-log"}};
   std::vector<NamedPath> written;  // every rank's outputs so far
@@ -79,12 +64,12 @@ Result<bool> write_whole(AtomicFile& file, const std::string& text) {
 }  // namespace
 
 Result<RunOutputs> RunOutputs::open(const std::string& trace, const std::string& op_times,
-                                    const std::string& allocation_log) {
+                                    const std::string& allocation_log, int rank) {
   RunOutputs out;
-  out.trace_path_ = rank_trace_path(trace);
+  out.trace_path_ = rank_path(trace, rank);
   LONGCTX_TRY(out.trace_, open_output(out.trace_path_, "--trace"));
-  LONGCTX_TRY(out.op_times_, open_output(rank_trace_path(op_times), "--op-times"));
-  LONGCTX_TRY(out.log_file_, open_output(rank_trace_path(allocation_log), "--allocation-log"));
+  LONGCTX_TRY(out.op_times_, open_output(rank_path(op_times, rank), "--op-times"));
+  LONGCTX_TRY(out.log_file_, open_output(rank_path(allocation_log, rank), "--allocation-log"));
   if (out.log_file_) {
     out.log_.reset(::fdopen(::dup(out.log_file_->fd()), "w"));
     if (!out.log_) return Error{ErrorKind::Internal, "--allocation-log", std::strerror(errno)};

@@ -14,8 +14,6 @@ namespace longctx::cli {
 
 // Rank 0 writes FILE; rank R of several writes FILE with ".rankR" before its extension.
 std::string rank_path(const std::string& path, int rank);
-// This process's (RANK, 0 where unset).
-std::string rank_trace_path(const std::string& path);
 
 // The files a run reads and writes, as its flags give them (empty: not given).
 struct RunFiles {
@@ -23,19 +21,19 @@ struct RunFiles {
   std::string trace, op_times, allocation_log;  // written, one per rank (rank_path)
 };
 
-// BadInput naming the output's flag where any rank's output (WORLD_SIZE ranks) names a file
+// BadInput naming the output's flag where any rank's output (`world` ranks) names a file
 // the run reads or another output (a trace over the plan it runs, a rank's trace over a plan
 // named like it: q.rank1.json), or, with several ranks, a stream or device (/dev/stdout would
 // make rank 1 write /dev/stdout.rank1). Every rank checks every rank's paths, so all refuse
 // alike before any step.
-Result<bool> check_run_files(const RunFiles& f);
+Result<bool> check_run_files(const RunFiles& f, int world);
 
 class RunOutputs {
  public:
   // Each path as given to its flag (--trace, --op-times, --allocation-log), empty when not
-  // given; each per rank (rank_trace_path). Errors: AtomicFile's, naming the flag.
+  // given; each rank `rank`'s (rank_path). Errors: AtomicFile's, naming the flag.
   static Result<RunOutputs> open(const std::string& trace, const std::string& op_times,
-                                 const std::string& allocation_log);
+                                 const std::string& allocation_log, int rank);
 
   const std::string& trace_path() const { return trace_path_; }  // this rank's; empty without --trace
   bool writes_trace() const { return trace_.has_value(); }

@@ -12,6 +12,7 @@
 #include <cuda_runtime_api.h>
 #include <torch/torch.h>
 
+#include "exception_text.h"
 #include "planner/footprint/attention.h"
 #include "planner/footprint/step_shapes.h"
 #include "longctx/runtime/attention.h"
@@ -351,7 +352,7 @@ Result<Calibration> calibrate(const CalibrateOptions& o, Communicator& comm) {
   } catch (const CommError& e) {
     return Error{ErrorKind::Internal, "calibrate", e.what()};
   } catch (const c10::Error& e) {
-    return Error{ErrorKind::Internal, "calibrate", fmt::format("a probe failed: {}", e.what_without_backtrace())};
+    return Error{ErrorKind::Internal, "calibrate", fmt::format("a probe failed: {}", exception_text(e))};
   }
 
   Calibration c;

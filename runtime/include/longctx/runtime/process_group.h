@@ -9,6 +9,7 @@
 
 #include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
+#include <torch/types.h>
 
 #include "common/result.h"
 

@@ -1,0 +1,20 @@
+#pragma once
+// How longctx and longctx-runtime print an error a command returns (docs/cli.md): one line,
+// "longctx: error: FIELD: MESSAGE", the values it echoes escaped for the terminal (a model
+// name or a path may hold control bytes), then the exit status its kind has (units.h:
+// 2 bad input, 3 no plan fits, 1 anything else).
+#include <cstdio>
+
+#include <fmt/format.h>
+
+#include "common/result.h"
+#include "planner/io/quoted_text.h"
+
+namespace longctx::cli {
+
+inline int report_error(const Error& e) {
+  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
+  return exit_status(e.kind);
+}
+
+}  // namespace longctx::cli
