@@ -6,6 +6,7 @@ and reads back the JSON the CLI prints with ``--json``; nothing is computed twic
 from __future__ import annotations
 
 import json
+import operator
 import os
 import warnings
 from dataclasses import dataclass, field
@@ -78,6 +79,10 @@ def _text(name: str, value: Any) -> str:
         raise BadInput(name, f"{value!r} is not a string")
     if "\x00" in value:  # C++ would read it up to the NUL: "cfg/config.json\0junk" planned cfg/config.json
         raise BadInput(name, f"{value!r} holds a NUL character; give the text without it")
+    try:  # the binding passes UTF-8: a lone surrogate ("\udc80", from a path decoded with surrogateescape) has none
+        value.encode("utf-8")
+    except UnicodeEncodeError:
+        raise BadInput(name, f"{value!r} is not valid Unicode (a lone surrogate); give the text as UTF-8") from None
     return value
 
 
@@ -87,14 +92,28 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
+def _whole(value: Any) -> Optional[int]:
+    """`value` as an int where it is one by Python's own rule (``operator.index``: an int, a
+    numpy or torch integer), else None: a bool is no count, and a float or a numeric string
+    is never truncated or parsed."""
+    if isinstance(value, bool):
+        return None
+    try:
+        return operator.index(value)
+    except TypeError:
+        return None
+
+
 def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = False) -> Optional[int]:
     """An int (bool is not a count) of at most `high` in size; None where `optional`. Its range
     (1 or more) is the planner's rule, refused there naming the flag as the command line does;
     sizes the binding cannot carry are refused here."""
     if value is None and optional:
         return None
-    if isinstance(value, bool) or not isinstance(value, int):
+    whole = _whole(value)
+    if whole is None:
         raise BadInput(name, f"{value!r} is not a count; give an int of 1 or more")
+    value = whole
     if not -high <= value <= high:
         raise BadInput(name, f"{value} is outside 1..{high}")
     return value
@@ -102,28 +121,29 @@ def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = Fal
 
 def _techniques(value: Any) -> str:
     if isinstance(value, str):
-        return value
+        return _text("techniques", value)
     if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
         names = list(value)
         if all(isinstance(t, str) for t in names):
-            return ",".join(names)
+            return _text("techniques", ",".join(names))
     raise BadInput("techniques", f"{value!r} is not 'all', 'none', a comma list or a list of technique names")
 
 
 def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     if hasattr(model, "to_dict") and callable(model.to_dict):  # transformers.PretrainedConfig
         config = model.to_dict()
-        args.model = str(getattr(model, "name_or_path", "") or config.get("model_type", "model"))
+        args.model = _text("model", str(getattr(model, "name_or_path", "") or config.get("model_type", "model")))
         args.model_config_json = json.dumps(config, default=str)
         return
     if isinstance(model, Mapping):
-        args.model = str(model.get("_name_or_path") or model.get("model_type") or "model")
+        args.model = _text("model", str(model.get("_name_or_path") or model.get("model_type") or "model"))
         args.model_config_json = json.dumps(dict(model), default=str)
         return
     if not isinstance(model, (str, os.PathLike)):
         raise BadInput("model", f"cannot use a {type(model).__name__}; give a preset name, a config.json path or "
                                 "folder, a dict, or a transformers.PretrainedConfig")
     path = os.fspath(model)
+    path = _text("model", os.fsdecode(path) if isinstance(path, bytes) else path)
     if os.path.isdir(path):
         config_path = os.path.join(path, "config.json")
         if not os.path.isfile(config_path):
@@ -135,11 +155,14 @@ def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
 def _bytes_text(value: Union[int, str, None], name: str = "budget") -> str:
     if value is None:
         return ""
-    if isinstance(value, bool) or not isinstance(value, (int, str)):
+    if isinstance(value, str):
+        if not _text(name, value).strip():
+            raise BadInput(name, "is empty; give a size such as '80GiB', or leave it out for the preset's")
+        return value
+    whole = _whole(value)
+    if whole is None:
         raise BadInput(name, f"{value!r} is not a size; give bytes as an int or text such as '80GiB'")
-    if isinstance(value, str) and not value.strip():
-        raise BadInput(name, "is empty; give a size such as '80GiB', or leave it out for the preset's")
-    return f"{value}B" if isinstance(value, int) else value
+    return f"{whole}B"
 
 
 def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
@@ -401,8 +424,12 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
     the plan is returned as evaluated, fitting or not (``.prediction.feasible`` says; the CLI
     prints it too, and exits 3 where it does not fit)."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, options)
-    if isinstance(seq, bool) or not isinstance(seq, (int, str)):
-        raise BadInput("seq", f"{seq!r} is not a length; give tokens as an int or text such as '128K'")
+    if isinstance(seq, str):
+        _text("seq", seq)
+    else:
+        if _whole(seq) is None:
+            raise BadInput("seq", f"{seq!r} is not a length; give tokens as an int or text such as '128K'")
+        seq = _whole(seq)
     return Plan(json.loads(_answer(_core.plan(args, str(seq), _fixed_knobs(options), _flag("no_search", no_search)))))
 
 
@@ -416,8 +443,9 @@ def _fixed_knobs(options: Dict[str, Any]) -> Dict[str, str]:
         if kind == "switch":
             fixed[name] = "true" if _flag(name, value) else "false"
         elif kind == "int":
-            if isinstance(value, bool) or not isinstance(value, int):
+            if _whole(value) is None:
                 raise BadInput(name, f"{value!r} is not an int")
+            value = _whole(value)
             if not 0 <= value < 1 << 62:
                 raise BadInput(name, f"{value} is outside 0..2**62; see the knob's bounds in `longctx plan --help`")
             fixed[name] = str(value)

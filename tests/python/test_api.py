@@ -203,6 +203,50 @@ def test_a_plans_methods_check_their_arguments():
     assert longctx.max_context("tiny-gqa", gpus=1, gpu="cpu", techniques=("zero3", "checkpoint"), ladder=False).max_tokens > 0
 
 
+class _Index:
+    """An integer by Python's rule (operator.index), as numpy's and torch's are, not an int."""
+
+    def __init__(self, value):
+        self.value = value
+
+    def __index__(self):
+        return self.value
+
+
+def test_integers_by_pythons_rule_count_as_ints():
+    """numpy.int64(8) from a sweep, or any object with __index__, is a count, a size, a length
+    and an int knob; a bool, a float or a numeric string still is not."""
+    as_ints = longctx.plan("tiny-gqa", gpus=2, gpu="cpu", seq=1024, budget=1 << 30, ulysses=2, no_search=True)
+    indexed = longctx.plan("tiny-gqa", gpus=_Index(2), gpu="cpu", seq=_Index(1024), budget=_Index(1 << 30),
+                           ulysses=_Index(2), no_search=True)
+    assert indexed.to_json() == as_ints.to_json()
+    numpy = pytest.importorskip("numpy")
+    assert longctx.plan("tiny-gqa", gpus=numpy.int64(2), gpu="cpu", seq=numpy.int32(1024), ulysses=numpy.int8(2),
+                        budget=numpy.uint64(1 << 30), no_search=True).to_json() == as_ints.to_json()
+    for field, call in [("gpus", lambda: longctx.plan("tiny-gqa", gpus=numpy.bool_(True), gpu="cpu", seq="1K")),
+                        ("seq", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=numpy.float64(1024))),
+                        ("ulysses", lambda: longctx.plan("tiny-gqa", gpus=2, gpu="cpu", seq="1K", ulysses=2.0))]:
+        with pytest.raises(longctx.BadInput) as e:
+            call()
+        assert e.value.field == field
+
+
+def test_text_that_is_not_unicode_is_refused_naming_its_argument(tmp_path):
+    """A lone surrogate (a file name decoded with surrogateescape) has no UTF-8 for the binding:
+    BadInput naming the argument, not the binding's TypeError."""
+    for field, call in [("model", lambda: longctx.plan("tiny-gqa\udc80", gpus=1, gpu="cpu", seq="1K")),
+                        ("model", lambda: longctx.plan(os.fsencode(str(tmp_path)) + b"/\xff", gpus=1, gpu="cpu", seq="1K")),
+                        ("model", lambda: longctx.plan({"model_type": "llama\udc80"}, gpus=1, gpu="cpu", seq="1K")),
+                        ("gpu", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu\udc80", seq="1K")),
+                        ("seq", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K\udc80")),
+                        ("budget", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", budget="1GiB\udc80")),
+                        ("techniques", lambda: longctx.max_context("tiny-gqa", gpus=1, gpu="cpu", techniques=["zero3\udc80"])),
+                        ("attention", lambda: longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", attention="sdpa\udc80"))]:
+        with pytest.raises(longctx.BadInput) as e:
+            call()
+        assert e.value.field == field, (field, e.value)
+
+
 def test_a_deeply_nested_plan_is_refused_not_a_crash():
     """100,000 nested arrays once overflowed the planner's stack and killed the interpreter."""
     deep = '{"schema": ' + "[" * 100000 + "]" * 100000 + "}"
