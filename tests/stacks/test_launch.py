@@ -109,6 +109,43 @@ def test_hf_script_is_what_accelerates_parser_takes(tmp_path):
     assert training_args["deepspeed"] == json.loads((folder / "ds_config.json").read_text())
 
 
+@pytest.mark.parametrize("plan_args", [
+    ["--model", "llama-3.2-1b", "--gpus", "8", "--seq", "64K", "--no-search", "--sharding", "zero3", "--ulysses", "4",
+     "--checkpoint", "full", "--budget", "1TiB"],
+    ["--model", "llama-3.2-1b", "--gpus", "4", "--seq", "16K", "--no-search", "--stack", "hf", "--sharding", "zero3",
+     "--ulysses", "4", "--checkpoint", "full", "--attention", "flash_attention_2", "--budget", "1TiB"],
+    ["--model", "llama-3.2-1b", "--gpus", "2", "--seq", "8K", "--no-search", "--dtype", "fp32", "--sharding", "zero2",
+     "--budget", "1TiB"],
+], ids=["longctx-ulysses", "hf-deepspeed-ulysses", "fp32-zero2"])
+def test_hf_deepspeed_config_passes_accelerates_launch_checks(tmp_path, monkeypatch, plan_args):
+    """What `accelerate launch` does with the exported pair before any rank starts: its
+    validation reads the YAML's fields (commands/launch.py _validate_launch_command), the
+    DeepSpeed launcher passes the ones the config file set as ACCELERATE_CONFIG_DS_FIELDS
+    (deepspeed_launcher), and each rank's DeepSpeedPlugin, which TrainingArguments builds
+    too, refuses any of them beside a deepspeed_config_file (utils/dataclasses.py
+    _deepspeed_config_checks): a mixed_precision in the YAML stopped every rank."""
+    launch_mod = pytest.importorskip("accelerate.commands.launch")
+    launch_utils = pytest.importorskip("accelerate.utils.launch")
+    accelerate_utils = pytest.importorskip("accelerate.utils")
+    pytest.importorskip("deepspeed")
+    script = exported(tmp_path, plan_args, "hf", "hf")
+    _, argv, _, _ = launch(tmp_path, script, "train.py")
+    args = launch_mod.launch_command_parser().parse_args(argv[1:])
+    args, defaults, mixed_precision_from_config = launch_mod._validate_launch_command(args)
+    assert args.use_deepspeed
+    fields = list(defaults.deepspeed_config.keys()) + (["mixed_precision"] if mixed_precision_from_config else [])
+    args.deepspeed_fields_from_accelerate_config = ",".join(fields)
+    _, env = launch_utils.prepare_deepspeed_cmd_env(args)
+    for key in [k for k in os.environ if k.startswith("ACCELERATE_")]:
+        monkeypatch.delenv(key)
+    for key, value in env.items():
+        monkeypatch.setenv(key, value)
+    plugin = accelerate_utils.DeepSpeedPlugin()  # raised ValueError with the YAML's mixed_precision
+    ds_config = json.loads((script.parent / "ds_config.json").read_text())
+    assert plugin.deepspeed_config["zero_optimization"]["stage"] == ds_config["zero_optimization"]["stage"]
+    assert plugin.deepspeed_config.get("bf16", {}).get("enabled", False) == ("fp32" not in plan_args)
+
+
 def test_deepspeed_script_is_what_the_deepspeed_runner_takes(tmp_path):
     runner = pytest.importorskip("deepspeed.launcher.runner")
     script = exported(tmp_path, ["--model", "llama-3.1-8b", "--gpus", "16", "--seq", "128K", "--no-search",
