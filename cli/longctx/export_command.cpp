@@ -8,6 +8,7 @@
 #include <system_error>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "cli/longctx/cluster_options.h"
 #include "cli/common/commands.h"
@@ -61,6 +62,27 @@ Result<bool> check_plan_kept(const ExportedFiles& e, const std::string& output, 
   return true;
 }
 
+// A folder the set goes into holds no file of another export's names that this set does not
+// write (sft_config.json beside an FSDP2 set's training_args.json, a ds_config.json an earlier
+// DeepSpeed set left): a launch script or the user's own script beside them would read it as
+// this plan's. Refused, never removed: the file may be the user's.
+Result<bool> check_no_other_set(const ExportedFiles& e, const std::string& folder) {
+  std::vector<std::string> others;
+  for (const std::string& name : every_export_file_name()) {
+    std::error_code ec;
+    if (!e.files.count(name) && std::filesystem::exists(std::filesystem::symlink_status(std::filesystem::path(folder) / name, ec)))
+      others.push_back(name);
+  }
+  if (others.empty()) return true;
+  std::vector<std::string> set;
+  for (const auto& [name, text] : e.files) set.push_back(name);
+  return Error::bad_input(
+      "-o", fmt::format("'{}' holds {} from another export, which this set ({}) does not write: a script beside them "
+                        "would read {} as this plan's; remove {}, or export into an empty folder",
+                        folder, fmt::join(others, ", "), fmt::join(set, ", "), others.size() == 1 ? "it" : "them",
+                        others.size() == 1 ? "it" : "them"));
+}
+
 int write_files(const ExportedFiles& e, const std::string& output, const std::string& plan_file) {
   const auto configs = configs_of(e);
   const bool into_folder = configs.size() != 1 || names_a_folder(output);
@@ -72,6 +94,7 @@ int write_files(const ExportedFiles& e, const std::string& output, const std::st
     note_launch_script_left_out();
     return 0;
   }
+  if (auto apart = check_no_other_set(e, output); !apart) return report_error(apart.error());
   // The set is one unit (common/atomic_folder.h): every file replaced, or none.
   auto w = write_files_atomically(output, "-o", e.files);
   if (!w) return report_error(w.error());

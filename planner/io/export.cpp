@@ -2,6 +2,7 @@
 // stack's rule, and the files rendered as text.
 #include "planner/io/export.h"
 
+#include <algorithm>
 #include <cstring>
 
 #include <fmt/format.h>
@@ -100,6 +101,15 @@ Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to) {
     }
   }
   return out;
+}
+
+std::vector<std::string> every_export_file_name() {
+  std::vector<std::string> names;
+  for (const StackProfile* s : stack_profiles())
+    for (const char* name : s->exporter->file_names) names.emplace_back(name);
+  std::sort(names.begin(), names.end());
+  names.erase(std::unique(names.begin(), names.end()), names.end());
+  return names;
 }
 
 }  // namespace longctx

@@ -46,7 +46,11 @@ std::string describe_exports(const Plan& p);
 // "refusal": ...}]: the "exports" block of the JSON answers.
 nlohmann::json exports_json(const Plan& p);
 
-// check_expressible, then every file the stack needs, as text.
+// check_expressible, then every file the stack needs, as text. Its names are among the
+// exporter's file_names.
 Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to);
+
+// Every name any stack's export may write (each exporter's file_names), sorted, each once.
+std::vector<std::string> every_export_file_name();
 
 }  // namespace longctx

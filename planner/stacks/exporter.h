@@ -49,6 +49,9 @@ struct StackFiles {
 struct StackExporter {
   const char* word;  // "deepspeed", "hf", "arctic", "torchtitan"
   const char* files;  // what it writes, for `export --help`: "ds_config.json (a DeepSpeed config)"
+  // The name of every file it may write, whatever the plan (launch.sh among them): an export
+  // into a folder holding another of any exporter's names refuses (export_command.cpp).
+  std::span<const char* const> file_names;
   // What a plan made for this stack predicts ("transformers alone"): such a plan is exported
   // with this word only. Null: the stack's plans are exported with any word.
   const char* plans_predict;

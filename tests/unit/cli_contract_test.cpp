@@ -284,6 +284,30 @@ TEST_F(Outputs, ExportNeverReplacesItsPlan) {
   EXPECT_EQ(run_sh("@L@ export " + path("plan.json") + " --stack deepspeed -o " + path("other") + "/").status, 0);
 }
 
+// A folder holding another export's file that the new set does not write (an earlier hf set's
+// ds_config.json beside torchtitan's job file) is refused naming -o and the file, before any
+// file of the set is written; the same set exported again replaces its files.
+TEST_F(Outputs, ExportRefusesAFolderHoldingAnotherSetsFile) {
+  ASSERT_EQ(run("plan --model llama-3.2-1b --gpus 8 --seq 16K --no-search --sharding zero3 --ulysses 4 --budget 1TiB -o " +
+                path("ulysses.json")).status,
+            0);
+  ASSERT_EQ(run("plan --stack torchtitan --model llama-3.1-8b --gpus 8 --seq 8K --no-search --budget 1TiB -o " +
+                path("titan.json")).status,
+            0);
+  const std::string set = path("set") + "/";
+  ASSERT_EQ(run_sh("@L@ export " + path("ulysses.json") + " --stack hf -o " + set).status, 0);
+  ASSERT_TRUE(std::filesystem::exists(path("set/ds_config.json")));
+  const auto before = std::filesystem::last_write_time(path("set/launch.sh"));
+  const Output o = run_sh("@L@ export " + path("titan.json") + " --stack torchtitan -o " + set);
+  EXPECT_EQ(o.status, 2) << o.out;
+  EXPECT_NE(o.out.find("-o: "), std::string::npos) << o.out;
+  EXPECT_NE(o.out.find("accelerate_config.yaml, ds_config.json, training_args.json from another export"),
+            std::string::npos) << o.out;
+  EXPECT_FALSE(std::filesystem::exists(path("set/torchtitan_job.toml")));
+  EXPECT_EQ(std::filesystem::last_write_time(path("set/launch.sh")), before);
+  EXPECT_EQ(run_sh("@L@ export " + path("ulysses.json") + " --stack hf -o " + set).status, 0);
+}
+
 // What max-context --json prints, saved whole and given as a plan, is refused naming where its
 // plan is, not as a plan without a schema.
 TEST_F(Outputs, AMaxContextAnswerGivenAsAPlanSaysWhereItsPlanIs) {

@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "planner/io/export.h"
 #include "planner/stacks/arctic/export.h"
@@ -83,8 +84,17 @@ TEST(Export, BatchDtypeAndUlyssesReachEveryStack) {
   p.train.dtype = DType::FP32;
   EXPECT_EQ(deepspeed_config(p).value["bf16"]["enabled"], false);
   EXPECT_EQ(hf_training_arguments(p).value["bf16"], false);
-  EXPECT_EQ(accelerate_config(p).value["mixed_precision"], "no");
+  // Under DeepSpeed ds_config.json's bf16 block says it; accelerate refuses a mixed_precision
+  // from its YAML beside a deepspeed_config_file. Under FSDP2 the YAML says it.
+  EXPECT_FALSE(accelerate_config(p).value.contains("mixed_precision"));
   EXPECT_EQ(arctic_recipe(p).value["model"]["dtype"], "fp32");
+  p.parallel.ulysses = 1;
+  p.parallel.sharding = Sharding::Zero3;
+  p.train.grad_dtype = DType::FP32;
+  ASSERT_TRUE(hf_uses_fsdp2(p));
+  EXPECT_EQ(accelerate_config(p).value["mixed_precision"], "no");
+  p.train.dtype = DType::BF16;
+  EXPECT_EQ(accelerate_config(p).value["mixed_precision"], "bf16");
 }
 
 TEST(Export, CheckpointingAndItsOffload) {
@@ -271,6 +281,57 @@ TEST(Export, VerdictsSayWhichStacksExportAPlanAndWhyTheOthersRefuse) {
 
 // ArcticTraining runs DeepSpeed and flash attention on CUDA GPUs: a plan of the CPU virtual
 // device is not exported to it (`plan --stack arctic --gpu cpu` is refused alike); the others are.
+// export refuses a folder holding another set's file by these names (export_command.cpp): a
+// name an exporter writes without declaring it would let a stale file of it through.
+TEST(Export, EveryFileWrittenIsAmongItsExportersNames) {
+  std::vector<Plan> plans;
+  for (Sharding sharding : {Sharding::None, Sharding::Zero1, Sharding::Zero2, Sharding::Zero3}) {
+    Plan p = llama_plan();
+    p.parallel.sharding = sharding;
+    plans.push_back(p);
+    p.parallel.ulysses = 4;
+    p.parallel.offload_optimizer = sharding != Sharding::None;
+    plans.push_back(p);
+  }
+  for (HfLoss loss : {HfLoss::Transformers, HfLoss::TrlChunkedNll})
+    for (std::int64_t gpus : {1, 8}) {
+      Plan p = testing::gpu_plan("llama-3.2-1b", "h100-80gb", gpus, 16384);
+      p.train.dtype = DType::BF16;
+      p.train.stack = default_stack(StackKind::HF);
+      p.train.stack.loss = loss;
+      p.parallel.sharding = gpus > 1 ? Sharding::Zero3 : Sharding::None;
+      plans.push_back(p);
+      p.parallel.ulysses = gpus;  // under DeepSpeed
+      plans.push_back(p);
+    }
+  for (std::int64_t gpus : {1, 8}) {
+    Plan p = testing::gpu_plan("llama-3.1-8b", "h100-80gb", gpus, 8192);
+    p.train.dtype = DType::BF16;
+    p.train.stack = default_stack(StackKind::Torchtitan);
+    p.parallel.sharding = Sharding::Zero3;
+    plans.push_back(p);
+  }
+  int exported = 0;
+  std::set<std::string> written;
+  for (const Plan& p : plans)
+    for (const StackProfile* s : stack_profiles()) {
+      const auto e = export_plan(p, *s->exporter);
+      if (!e) continue;
+      ++exported;
+      for (const auto& [name, text] : e->files) {
+        written.insert(name);
+        EXPECT_TRUE(std::find(s->exporter->file_names.begin(), s->exporter->file_names.end(), name) !=
+                    s->exporter->file_names.end())
+            << s->exporter->word << " wrote " << name << " without naming it";
+      }
+    }
+  EXPECT_GT(exported, 20);
+  // Every name was written by some plan here, and the union lists each once.
+  const auto every = every_export_file_name();
+  EXPECT_EQ(std::set<std::string>(every.begin(), every.end()), written);
+  EXPECT_TRUE(std::is_sorted(every.begin(), every.end()) && std::adjacent_find(every.begin(), every.end()) == every.end());
+}
+
 TEST(Export, ACudaOnlyStackRefusesAPlanOfTheCpu) {
   Plan p = testing::cpu_plan("llama-3.2-1b", 8, 65536);
   const auto r = export_plan(p, kArcticExporter);

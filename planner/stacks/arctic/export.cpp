@@ -67,11 +67,14 @@ StackFiles write(const Plan& p) {
           .approximations = std::move(recipe.approximations)};
 }
 
+constexpr const char* kFileNames[] = {kArcticRecipeFile, kLaunchScriptFile};
+
 }  // namespace
 
 const StackExporter kArcticExporter = {
     .word = "arctic",
     .files = "arctic_recipe.yaml (an ArcticTraining recipe)",
+    .file_names = kFileNames,
     .plans_predict = "ArcticTraining",
     .check = check,
     .write = write,

@@ -154,11 +154,15 @@ StackFiles write(const Plan& p) {
   return out;
 }
 
+constexpr const char* kFileNames[] = {kTrainingArgumentsFile, kSftConfigFile, kAccelerateConfigFile, kDeepSpeedConfigFile,
+                                       kLaunchScriptFile};
+
 }  // namespace
 
 const StackExporter kHfExporter = {
     .word = "hf",
     .files = "training_args.json (TrainingArguments; sft_config.json for TRL's chunked loss), accelerate_config.yaml and, under DeepSpeed, ds_config.json",
+    .file_names = kFileNames,
     .plans_predict = "transformers alone",
     .check = check,
     .write = write,

@@ -45,11 +45,14 @@ StackFiles write(const Plan& p) {
           .approximations = std::move(ds.approximations)};
 }
 
+constexpr const char* kFileNames[] = {kDeepSpeedConfigFile, kLaunchScriptFile};
+
 }  // namespace
 
 const StackExporter kDeepSpeedExporter = {
     .word = "deepspeed",
     .files = "ds_config.json (a DeepSpeed config of longctx's own plans, for your DeepSpeed script)",
+    .file_names = kFileNames,
     .plans_predict = nullptr,  // longctx's plans run on longctx's runtime: any stack may run them
     .check = check,
     .write = write,

@@ -172,11 +172,14 @@ StackFiles write(const Plan& p) {
           .approximations = std::move(job.approximations)};
 }
 
+constexpr const char* kFileNames[] = {kTorchtitanJobFile, kLaunchScriptFile};
+
 }  // namespace
 
 const StackExporter kTorchtitanExporter = {
     .word = "torchtitan",
     .files = "torchtitan_job.toml (a torchtitan 0.2.2 job file)",
+    .file_names = kFileNames,
     .plans_predict = "torchtitan",
     .check = check,
     .write = write,
