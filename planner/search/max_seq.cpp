@@ -257,46 +257,71 @@ std::optional<Bound> first_bound(const Plan& base, const MaxSeqCandidate& m, con
 // search's floor (max_seq says why), so the probes that would settle it are not run.
 constexpr std::int64_t kUnderFloor = -1;
 
-// On CUDA, the longest length at most `seq`, in steps of `step` down from it (at most
-// `steps`), where the caching allocator finds every block within the budget; 0 if none.
-// `floor` > 0: kUnderFloor as soon as the answer is known to be shorter than `floor` (every
-// step a longer answer could be at is found not to fit), without the probes under it.
+// Whether the caching allocator finds every block of configuration m at `seq` within the
+// budget, with its finest tiles or, failing that, coarser MLP tiles. `built`: the step at
+// `seq` where the caller built it, else null.
+bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, const BuiltStep* built) {
+  const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
+  if (!valid(at)) return false;
+  const bool known = built != nullptr && built->seq == seq;
+  if ((known ? reserved_fit(at, built->graph, built->totals) : reserved_fit(at)) == Fit::Fits) return true;
+  // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
+  // segments a later large request cannot use): coarser MLP tiles, finest first, each
+  // with the finest loss tiles, until one fits (what the search's staircase then finds).
+  // The step as allocated only grows as the tiles coarsen (fits_as_allocated): once over
+  // the budget so, every coarser count is too.
+  const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
+  for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
+    if (*it == at.parallel.mlp_tiles) continue;
+    Plan coarser = at;
+    set_knob(coarser, KnobId::mlp_tiles, *it);
+    if (!valid(coarser)) continue;
+    const Fit fit = reserved_fit(coarser);
+    if (fit == Fit::Fits) return true;
+    if (fit == Fit::OverAsAllocated) return false;
+  }
+  return false;
+}
+
+// What down_to_reserved_fit found: the length (0: none; kUnderFloor), and the longest step
+// above it that it did not probe (0: every step above it was probed and does not fit).
+struct ReservedWalk {
+  std::int64_t tokens = 0;
+  std::int64_t unprobed_top = 0;
+};
+
+// On CUDA, a length at most `seq`, in steps of `step` down from it (at most `steps`), where
+// the caching allocator finds every block within the budget; 0 if none. `floor` > 0:
+// kUnderFloor as soon as the answer is known to be shorter than `floor` (every step a longer
+// answer could be at is found not to fit), without the probes under it.
 // Fragmentation is not monotone in the length (a block freed at one length fits the next
-// request; at another it is split by a small one), so the steps gallop down (1, 2, 4, ...)
-// to a length that fits and then bisect back up between it and the last that did not: a
-// fitting length within a few grid steps of the longest, in a logarithmic number of replays.
-// `built`: the step at `seq` where the caller built it (confirm()), else null.
-std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
+// request; at another it is split by a small one: Llama-3.1-8B under torchtitan on 8 H100s
+// fits at 245,760 tokens and not at 229,376), so the steps gallop down (1, 2, 4, ...) to a
+// length that fits and bisect back up between it and the last that did not: a fitting length
+// in a logarithmic number of replays, which may lie steps under the longest (`unprobed_top`
+// says where the steps not probed begin; max_seq_pass walks those of the configurations
+// reaching its answer one by one). `built`: the step at `seq` where the caller built it, else
+// null.
+ReservedWalk down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, std::int64_t step,
                                   std::int64_t steps, std::int64_t floor = 0, const BuiltStep* built = nullptr) {
+  std::vector<std::int64_t> probed;  // the steps k probed, none of which fit but the last
   auto fits_at = [&](std::int64_t k) {
-    const Plan at = saving_plan(m.coarse, a, seq - k * step, m.chunk);
-    if (!valid(at)) return false;
-    const bool known = k == 0 && built != nullptr && built->seq == seq;
-    if ((known ? reserved_fit(at, built->graph, built->totals) : reserved_fit(at)) == Fit::Fits) return true;
-    // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
-    // segments a later large request cannot use): coarser MLP tiles, finest first, each
-    // with the finest loss tiles, until one fits (what the search's staircase then finds).
-    // The step as allocated only grows as the tiles coarsen (fits_as_allocated): once over
-    // the budget so, every coarser count is too.
-    const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
-    for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
-      if (*it == at.parallel.mlp_tiles) continue;
-      Plan coarser = at;
-      set_knob(coarser, KnobId::mlp_tiles, *it);
-      if (!valid(coarser)) continue;
-      const Fit fit = reserved_fit(coarser);
-      if (fit == Fit::Fits) return true;
-      if (fit == Fit::OverAsAllocated) return false;
-    }
-    return false;
+    probed.push_back(k);
+    return reserved_fits_at(m, a, seq - k * step, k == 0 ? built : nullptr);
+  };
+  // The longest step above step `below` (exclusive) not probed, at most `steps`.
+  auto unprobed_above = [&](std::int64_t below) -> std::int64_t {
+    for (std::int64_t k = 1; k < below && k <= steps; ++k)
+      if (std::find(probed.begin(), probed.end(), k) == probed.end()) return seq - k * step;
+    return 0;
   };
   // The answer is seq - good * step with good > bad at every moment: once bad reaches the
   // last step at or over the floor, the answer is under it.
-  if (floor > 0 && seq < floor) return kUnderFloor;
+  if (floor > 0 && seq < floor) return {kUnderFloor, 0};
   const std::int64_t last_over_floor = floor > 0 ? (seq - floor) / step : steps + 1;
-  if (fits_at(0)) return seq;
+  if (fits_at(0)) return {seq, 0};
   // seq is the last step at or over the floor: every shorter answer is under it.
-  if (last_over_floor == 0) return kUnderFloor;
+  if (last_over_floor == 0) return {kUnderFloor, 0};
   std::int64_t bad = 0, good = -1;
   for (std::int64_t k = 1; k <= steps; k = std::min(2 * k, steps)) {
     if (fits_at(k)) {
@@ -304,17 +329,17 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
       break;
     }
     bad = k;
-    if (bad >= last_over_floor) return kUnderFloor;
+    if (bad >= last_over_floor) return {kUnderFloor, unprobed_above(last_over_floor + 1)};
     if (k == steps) break;
   }
-  if (good < 0) return 0;
+  if (good < 0) return {0, unprobed_above(steps + 1)};
   while (good - bad > 1) {
     const std::int64_t mid = bad + (good - bad) / 2;
     if (fits_at(mid)) good = mid;
     else bad = mid;
-    if (bad >= last_over_floor) return kUnderFloor;
+    if (bad >= last_over_floor) return {kUnderFloor, unprobed_above(last_over_floor + 1)};
   }
-  return seq - good * step;
+  return {seq - good * step, unprobed_above(good)};
 }
 
 // A bound that would raise the floor is confirmed with a full simulation first (allocator
@@ -324,7 +349,7 @@ std::int64_t down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
 // The length is found as allocated (monotone), then on CUDA walked down the grid to where
 // the reserved figure fits too. `floor` > 0: kUnderFloor as soon as the answer is known to be
 // shorter than it (the bisection's `hi` at or under it: the answer is below `hi`).
-std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine, std::int64_t floor) {
+ReservedWalk confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affine, std::int64_t floor) {
   const std::int64_t grid = m.grid;
   const bool walks_down = m.coarse.cluster.hardware.backend == Backend::Cuda;
   std::optional<BuiltStep> longest_fit;  // the step at the longest length found to fit, on CUDA
@@ -359,14 +384,15 @@ std::int64_t confirm(const MaxSeqCandidate& m, const TechniqueSet& a, bool affin
     while (hi <= cap && fits_at(hi * grid)) lo = hi, hi *= 2;
   }
   auto under_floor = [&] { return floor > 0 && hi * grid <= floor; };
-  if (under_floor()) return kUnderFloor;
+  // As allocated the length is under the floor: as reserved too, every step of it.
+  if (under_floor()) return {kUnderFloor, 0};
   while (hi - lo > 1) {
     const std::int64_t mid = lo + (hi - lo) / 2;
     if (fits_at(mid * grid)) lo = mid;
     else hi = mid;
-    if (under_floor()) return kUnderFloor;
+    if (under_floor()) return {kUnderFloor, 0};
   }
-  if (!walks_down || lo == 0) return lo * grid;
+  if (!walks_down || lo == 0) return {lo * grid, 0};
   return down_to_reserved_fit(m, a, lo * grid, grid, lo - 1, floor, longest_fit ? &*longest_fit : nullptr);
 }
 
@@ -381,6 +407,58 @@ Knobs coarse_knobs(const Plan& coarse) {
 
 namespace {
 
+// A configuration as a pass visits it: its place in the pass's order and its cache key.
+struct Visited {
+  int order = 0;
+  BoundKey key;
+  MaxSeqCandidate m;
+};
+
+// The most steps walk_unprobed_steps replays of one configuration: a walk's unprobed steps
+// run from its longest length as allocated (which a large budget puts millions of steps up)
+// down to the answer, and fragmentation's pockets lie near the answer more than near the
+// allocated limit (there every byte is allocated already). 16 found the pockets 2 and 3 steps
+// up of the recorded answers that moved, at 1.3 to 1.6 times max-context's time (32: 1.4 to 2;
+// performance.md); Qwen3-8B on 16 GPUs has one 20 steps up.
+constexpr std::int64_t kStepsWalkedAboveTheAnswer = 16;
+
+// The longest length of each configuration the galloping walk left unsure, where it could
+// beat `longest`, the pass's answer: its grid's steps above `longest` up to its unprobed top,
+// from the shortest, each replayed, at most kStepsWalkedAboveTheAnswer of them; the longest
+// that fits is its length. A length found raises `longest` for the walks after. Returns the
+// configurations found longer, each at its length (confirmed in the cache): the answer's
+// configuration then fits at no step of its grid in that window above the answer
+// (MaxContext.TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid).
+std::vector<Visited> walk_unprobed_steps(const Plan& base, const TechniqueSet& a, BoundCache& cache,
+                                         const std::vector<Visited>& unsure, std::int64_t longest) {
+  std::vector<Visited> longer;
+  for (const Visited& v : unsure) {
+    Bound& b = cache[v.key];
+    if (b.unprobed_top <= longest) continue;
+    const std::int64_t grid = v.m.grid;
+    std::int64_t fit = 0, seq = (longest / grid + 1) * grid;
+    for (std::int64_t walked = 0; seq <= b.unprobed_top && walked < kStepsWalkedAboveTheAnswer; seq += grid, ++walked)
+      if (reserved_fits_at(v.m, a, seq, nullptr)) fit = seq;
+    // Unsure still: the steps past the window, if any; where there are none and nothing fit,
+    // the ones under `longest` (down to the length found), for a search with a lower floor.
+    if (seq > b.unprobed_top) {
+      const std::int64_t below = longest / grid * grid;
+      b.unprobed_top = fit == 0 && below > (b.under > 0 ? 0 : b.tokens) ? below : 0;
+    }
+    if (fit == 0) continue;
+    if (b.binding.empty()) b.binding = device_binding(base);
+    b.tokens = fit;
+    b.confirmed = true;
+    b.under = 0;
+    Visited found = v;
+    found.m.tokens = fit;
+    found.m.binding = b.binding;
+    longer.push_back(std::move(found));
+    longest = fit;
+  }
+  return longer;
+}
+
 // One pass over the configurations. `cut`: a configuration's confirmation stops where its
 // length is found under the floor (`under_floor` is then set, and its cache entry remembers the
 // floor and its unconfirmed bound); otherwise every configuration confirmed is confirmed to
@@ -392,7 +470,11 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
   // Whether every op's live bytes are affine in the length, which makes two simulations a
   // configuration's answer: on CUDA, not on the CPU virtual device (see confirm()).
   const bool affine = base.cluster.hardware.backend != Backend::Cpu;
-  std::vector<MaxSeqCandidate> all;
+  std::vector<Visited> all;  // those with a length, in the pass's order
+  // Configurations whose reserved walk left steps unprobed above the length it found (or above
+  // the floor it was cut at): walked one by one after the pass, above its answer.
+  std::vector<Visited> unsure;
+  int order = 0;
   DeviceOut device_out;  // this search's configurations over the device's budget
   std::string last_binding;
   const bool untied = technique_allows(a, KnobId::head_chunk, 1);
@@ -400,6 +482,7 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
     for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
       MaxSeqCandidate m{0, sequence_multiple(c.parallel) * tile, "", c, chunk};
       const BoundKey key = bound_key(c, chunk, a);
+      ++order;
       // An entry out of reach of a higher floor says nothing below it: computed again there.
       auto it = cache.find(key);
       if (it == cache.end() || (it->second.out_of_reach_at > 0 && floor < it->second.out_of_reach_at)) {
@@ -413,29 +496,49 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
       m.binding = cached.binding;
       if (cut && cached.under > 0 && floor >= cached.under) {  // under this floor too
         under_floor = true;
+        if (cached.unprobed_top > 0) unsure.push_back({order, key, m});
         continue;
       }
       // >=: a bound at the floor (the cap) may be the answer
       if (!cached.confirmed && (cached.under > 0 || m.tokens >= floor || !affine)) {
-        m.tokens = confirm(m, a, affine, cut ? floor : 0);
+        const ReservedWalk walk = confirm(m, a, affine, cut ? floor : 0);
+        m.tokens = walk.tokens;
         if (m.tokens == kUnderFloor) {
           cached.under = floor;
+          cached.unprobed_top = walk.unprobed_top;
           under_floor = true;
+          if (walk.unprobed_top > 0) unsure.push_back({order, key, m});
           continue;
         }
         if (m.tokens > 0 && m.binding.empty()) m.binding = device_binding(base);
         cached = {m.tokens, m.binding, true};  // `under` cleared
+        cached.unprobed_top = walk.unprobed_top;
       }
+      if (cached.unprobed_top > 0) unsure.push_back({order, key, m});
       if (!m.binding.empty()) last_binding = m.binding;
       if (m.tokens <= 0) continue;
-      all.push_back(m);
+      all.push_back({order, key, m});
       if (!cached.confirmed) continue;  // an unconfirmed bound at or under the floor: it cannot win
       floor = std::max(floor, m.tokens);
       if (m.tokens > best.tokens) best = {m.tokens, m.grid, m.binding, {}};
     }
   }
-  for (const auto& m : all)
-    if (m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(m);
+  // Lengths the walks left unprobed above the answer, each configuration found longer in its
+  // place; the answer then the first configuration in order of the longest confirmed length.
+  // Only the configurations that reach the answer: walking every configuration's unprobed
+  // steps above it probed each step between its length as allocated and the answer (arctic's
+  // Llama-3.1-8B on 8 H100s: 247 replays, none of which fit; 4.4 times the query's time).
+  std::erase_if(unsure, [&](const Visited& v) { return v.m.tokens != best.tokens || !cache[v.key].confirmed; });
+  for (Visited& v : walk_unprobed_steps(base, a, cache, unsure, best.tokens)) {
+    auto at = std::find_if(all.begin(), all.end(), [&](const Visited& w) { return w.order >= v.order; });
+    if (at != all.end() && at->order == v.order) *at = std::move(v);
+    else all.insert(at, std::move(v));
+    best = {};
+    for (const Visited& w : all)
+      if (cache[w.key].confirmed && w.m.tokens > best.tokens) best = {w.m.tokens, w.m.grid, w.m.binding, {}};
+  }
+  for (const Visited& v : all)
+    if (v.m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(v.m);
   if (best.tokens == 0) best.binding = last_binding.empty() ? device_binding(base) : last_binding;
   return best;
 }
@@ -491,7 +594,9 @@ void refine_to_padding(MaxSeq& top, const TechniqueSet& a) {
     // a few steps of u down, else the grid's answer, which does.
     std::int64_t tokens = top.tokens + lo * u;
     if (m.coarse.cluster.hardware.backend == Backend::Cuda && lo > 0) {
-      const std::int64_t fit = down_to_reserved_fit(m, a, tokens, u, lo);
+      // Within one grid step, in steps of u, a fitting length, not always the longest: where
+      // it is not the bisection's, the answer says it is to the grid.
+      const std::int64_t fit = down_to_reserved_fit(m, a, tokens, u, lo).tokens;
       if (fit != tokens) granularity = std::max(granularity, m.grid);
       tokens = std::max(fit, top.tokens);
     }

@@ -44,6 +44,10 @@ struct Bound {
   // the search that confirmed it) and stopped there; `tokens` and `binding` are still its
   // unconfirmed bound's, from which a search that needs the length confirms it.
   std::int64_t under = 0;
+  // > 0: the reserved walk down the grid (on CUDA) did not probe this length nor some below it,
+  // down to `tokens` (or to `under`): a longer fit than `tokens` may lie there (max_seq.cpp,
+  // walk_unprobed_steps).
+  std::int64_t unprobed_top = 0;
 };
 using BoundCache = std::map<BoundKey, Bound>;
 

@@ -499,6 +499,32 @@ TEST(MaxContext, ConfigurationsCutUnderTheFloorAnswerAsConfirmed) {
   EXPECT_GE(saved, 3);
 }
 
+// The answer's configuration fits at no step of its grid between the answer and its longest
+// length as allocated: the reserved walk down the grid galloped from 294,912 tokens over
+// 229,376 (over) to 163,840 and bisected to 212,992, stepping over 245,760, which fits
+// (torchtitan has no tiles, so the answer's plan is the configuration's at every length).
+TEST(MaxContext, TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid) {
+  ClusterRequest r;
+  r.stack = "torchtitan";
+  r.model = "llama-3.1-8b";
+  r.gpu = "h100-80gb";
+  r.gpus = 8;
+  const auto a = answer_max_context(r, /*with_ladder=*/false);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  const std::int64_t grid = 16384;  // the ring's 2 x 8 ranks x its padding, times the smallest tile
+  EXPECT_GE(a->max_tokens, 245760);
+  int over_as_reserved = 0;
+  for (std::int64_t seq = (a->max_tokens / grid + 1) * grid;; seq += grid) {
+    Plan p = a->plan;
+    p.train.seq = seq;
+    const Plan at = evaluate(p).plan;
+    if (!fits_as_allocated(at)) break;
+    EXPECT_FALSE(at.prediction.feasible) << seq << " tokens fit beyond the answer " << a->max_tokens;
+    ++over_as_reserved;
+  }
+  EXPECT_GE(over_as_reserved, 1);  // a step the walk had to settle by the replay
+}
+
 // One search's answer, whole: its length, grid, binding and every configuration reaching it.
 std::string max_seq_answer(const Plan& base, std::int64_t floor, bool cut) {
   floor_cuts().allowed = cut;
