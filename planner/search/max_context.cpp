@@ -228,8 +228,10 @@ std::string layout_reason(const Plan& plan, const Plan& base, const TechniqueSet
     return fmt::format("{}: {} tokens, where the longest without a ring is {} (Ulysses may span all {} GPUs, but the "
                        "ring's layout holds less at this length)",
                        shape, format_count(tokens), format_count(alone.tokens), world);
+  // The answer has no ring: it is itself the longest without one, refined to the token where
+  // the ringless search's answer is to its grid (the hf stack's 8 GPUs: 40,216, not 39,936).
   return fmt::format("{}: a ring reaches no further ({} tokens without one; Ulysses up to degree {})", shape,
-                     format_count(alone.tokens), umax);
+                     format_count(std::max(alone.tokens, tokens)), umax);
 }
 
 }  // namespace

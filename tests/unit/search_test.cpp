@@ -7,6 +7,7 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/core/units.h"
 #include "planner/search/max_seq.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/request.h"
@@ -523,6 +524,22 @@ TEST(MaxContext, TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid) {
     ++over_as_reserved;
   }
   EXPECT_GE(over_as_reserved, 1);  // a step the walk had to settle by the replay
+}
+
+// An answer without a ring is itself the longest without one: the layout line said 39,936 (the
+// ringless search's grid answer) beside an answer of 40,216 without a ring.
+TEST(MaxContext, ALayoutWithoutARingNamesTheAnswerAsTheLongestWithoutOne) {
+  ClusterRequest r;
+  r.stack = "hf";
+  r.model = "llama-3.1-8b";
+  r.gpu = "h100-80gb";
+  r.gpus = 8;
+  const auto a = answer_max_context(r, /*with_ladder=*/false);
+  ASSERT_TRUE(a.ok()) << a.error().message;
+  ASSERT_EQ(a->plan.parallel.ring, 1);
+  EXPECT_NE(a->layout.find(fmt::format("a ring reaches no further ({} tokens without one", format_count(a->max_tokens))),
+            std::string::npos)
+      << a->layout << " beside " << a->max_tokens;
 }
 
 // One search's answer, whole: its length, grid, binding and every configuration reaching it.
