@@ -504,13 +504,17 @@ TEST(MaxContext, ConfigurationsCutUnderTheFloorAnswerAsConfirmed) {
 // length as allocated: the reserved walk down the grid galloped from 294,912 tokens over
 // 229,376 (over) to 163,840 and bisected to 212,992, stepping over 245,760, which fits
 // (torchtitan has no tiles, so the answer's plan is the configuration's at every length).
-TEST(MaxContext, TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid) {
+ClusterRequest on_8_h100s(const char* stack, const char* model) {
   ClusterRequest r;
-  r.stack = "torchtitan";
-  r.model = "llama-3.1-8b";
+  r.stack = stack;
+  r.model = model;
   r.gpu = "h100-80gb";
   r.gpus = 8;
-  const auto a = answer_max_context(r, /*with_ladder=*/false);
+  return r;
+}
+
+TEST(MaxContext, TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid) {
+  const auto a = answer_max_context(on_8_h100s("torchtitan", "llama-3.1-8b"), /*with_ladder=*/false);
   ASSERT_TRUE(a.ok()) << a.error().message;
   const std::int64_t grid = 16384;  // the ring's 2 x 8 ranks x its padding, times the smallest tile
   EXPECT_GE(a->max_tokens, 245760);
@@ -529,12 +533,7 @@ TEST(MaxContext, TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid) {
 // An answer without a ring is itself the longest without one: the layout line said 39,936 (the
 // ringless search's grid answer) beside an answer of 40,216 without a ring.
 TEST(MaxContext, ALayoutWithoutARingNamesTheAnswerAsTheLongestWithoutOne) {
-  ClusterRequest r;
-  r.stack = "hf";
-  r.model = "llama-3.1-8b";
-  r.gpu = "h100-80gb";
-  r.gpus = 8;
-  const auto a = answer_max_context(r, /*with_ladder=*/false);
+  const auto a = answer_max_context(on_8_h100s("hf", "llama-3.1-8b"), /*with_ladder=*/false);
   ASSERT_TRUE(a.ok()) << a.error().message;
   ASSERT_EQ(a->plan.parallel.ring, 1);
   EXPECT_NE(a->layout.find(fmt::format("a ring reaches no further ({} tokens without one", format_count(a->max_tokens))),
