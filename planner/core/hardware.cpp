@@ -206,7 +206,8 @@ Result<Hardware> hardware_from_json(const nlohmann::json& j, const std::string& 
     LONGCTX_TRY(h.nccl_bytes_per_peer, get_int(j, p, "nccl_bytes_per_peer", 0, limits::kMaxBytes));
   }
   if (j.contains("multiprocessors")) {
-    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", 0, 100000));  // 0: unknown
+    // A CUDA device has one at least: 0 would size every per-SM partial buffer at nothing.
+    LONGCTX_TRY(h.multiprocessors, get_int(j, p, "multiprocessors", h.backend == Backend::Cuda ? 1 : 0, 100000));
   }
   if (j.contains("cublas_workspace_bytes")) {
     LONGCTX_TRY(h.cublas_workspace_bytes, get_int(j, p, "cublas_workspace_bytes", 0, limits::kMaxBytes));
