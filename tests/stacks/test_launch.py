@@ -73,9 +73,14 @@ def test_torchtitan_script_is_what_torchruns_parser_takes(tmp_path):
     config = args.training_script_args[args.training_script_args.index("--job.config_file") + 1]
     assert pathlib.Path(config) == script.parent.resolve() / "torchtitan_job.toml"
     assert args.training_script_args[-2:] == ["--training.steps", "10"]
-    # The model as a preset's Hub id, for its assets folder.
-    assert args.training_script_args[args.training_script_args.index("--model.hf_assets_path") + 1] == \
-        "meta-llama/Llama-3.1-8B"
+    # The preset's Hub id is no assets folder torchtitan reads: not passed, so the job file's
+    # model.hf_assets_path (the command line would override it) holds; a folder given is passed.
+    assert "--model.hf_assets_path" not in args.training_script_args
+    assets = tmp_path / "tokenizer"
+    assets.mkdir()
+    _, argv, _, model = launch(tmp_path, script, MODEL=str(assets))
+    args = run.get_args_parser().parse_args(argv)
+    assert args.training_script_args[args.training_script_args.index("--model.hf_assets_path") + 1] == str(assets)
     # Two nodes of four: the same world, the rendezvous from the environment.
     _, argv, _, _ = launch(tmp_path, script, NNODES="2", GPUS_PER_NODE="4", NODE_RANK="1", MASTER_ADDR="10.0.0.1")
     args = run.get_args_parser().parse_args(argv)

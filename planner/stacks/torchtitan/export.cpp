@@ -133,7 +133,8 @@ std::vector<std::string> job_comment(const Plan& p) {
   std::vector<std::string> comment = {
       export_header(p, "torchtitan"),
       "torchtitan 0.2.2: run with --job.config_file torchtitan_job.toml; set model.hf_assets_path to the model's "
-      "tokenizer folder and training.dataset (and dataset_path) to the data"};
+      "tokenizer folder (or MODEL=that folder for launch.sh, whose flag then wins over this file) and "
+      "training.dataset (and dataset_path) to the data"};
   if (!torchtitan_flavor(m).empty()) return comment;
   if (!m.qk_norm)
     comment.push_back(fmt::format("model.flavor: torchtitan has no llama3 flavor of this shape; register "
@@ -157,12 +158,17 @@ LaunchSpec launch() {
   return {.launcher = "torchrun",
           .usage = "[TORCHTITAN_ARGS...]",
           .about = {"MODEL: the folder of the model's tokenizer files (model.hf_assets_path; torchtitan reads no "
-                    "Hub id: fetch them with its scripts/download_hf_assets.py --repo_id ID --assets tokenizer)"},
-          .setup = {},
+                    "Hub id: fetch them with its scripts/download_hf_assets.py --repo_id ID --assets tokenizer); "
+                    "passed only where it is a folder, so the job file's model.hf_assets_path holds otherwise"},
+          // torchtitan's command line overrides its job file (config/manager.py): a Hub id passed
+          // as the assets folder hid the one the user set in the job file, and torchtitan then
+          // found no tokenizer there.
+          .setup = {"assets=()",
+                    "if [ -d \"$MODEL\" ]; then assets=(--model.hf_assets_path \"$MODEL\"); fi"},
           .command = {"torchrun", "--nnodes \"$NNODES\"", "--nproc-per-node \"$GPUS_PER_NODE\"",
                       "--node-rank \"$NODE_RANK\"", "--master-addr \"$MASTER_ADDR\"", "--master-port \"$MASTER_PORT\"",
                       "-m torchtitan.train", fmt::format("--job.config_file \"$here/{}\"", kTorchtitanJobFile),
-                      "--model.hf_assets_path \"$MODEL\"", "\"$@\""}};
+                      "${assets[@]+\"${assets[@]}\"}", "\"$@\""}};
 }
 
 StackFiles write(const Plan& p) {
