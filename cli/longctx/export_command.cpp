@@ -122,8 +122,11 @@ int run_export(const ExportOptions& o) {
   if (!exported) return report_error(exported.error());
   for (const auto& line : exported->approximations) fmt::print(stderr, "approximation: {}\n", line);
   // A plan that does not fit (`plan --no-search` writes one) exports as asked: its run is the
-  // one the plan predicts, out of memory. Said once, on stderr.
-  if (const Prediction pr = evaluate(*plan).plan.prediction; !pr.feasible) {
+  // one the plan predicts, out of memory. Said once, on stderr, and, as `plan --no-search`
+  // does, by exit status 3 once the files are written: a script checking $? learns it too.
+  const Prediction pr = evaluate(*plan).plan.prediction;
+  const int status = pr.feasible ? 0 : exit_status(ErrorKind::NoFit);
+  if (!pr.feasible) {
     const bool host = pr.binding == "host memory";
     fmt::print(stderr, "note: the plan does not fit: {} binds ({} at the peak, budget {} per {}); its run would run out "
                        "of memory, so plan again for one that fits\n",
@@ -131,12 +134,15 @@ int run_export(const ExportOptions& o) {
                format_bytes(host ? plan->cluster.host_budget_bytes_per_node : plan->cluster.device_budget_bytes),
                host ? "node" : "GPU");
   }
-  if (!o.output.empty()) return write_files(*exported, o.output, o.plan_file);
+  if (!o.output.empty()) {
+    const int written = write_files(*exported, o.output, o.plan_file);
+    return written != 0 ? written : status;
+  }
   const auto configs = configs_of(*exported);
   const bool one = configs.size() == 1;
   for (const auto& [name, text] : configs) fmt::print("{}{}", one ? "" : fmt::format("==> {} <==\n", name), text);
   note_launch_script_left_out();
-  return 0;
+  return status;
 }
 
 // --stack's help from the registry: every stack's word and what it writes.

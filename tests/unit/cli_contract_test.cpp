@@ -454,7 +454,8 @@ TEST_F(Outputs, AnOutputNeverReplacesAnInputOrAnotherOutput) {
 }
 
 // export refuses a stack that cannot run the plan's hardware (ArcticTraining on the CPU virtual
-// device, as `plan --stack arctic --gpu cpu` does), and says so when the plan does not fit.
+// device, as `plan --stack arctic --gpu cpu` does), and says so when the plan does not fit:
+// the files written whole, and exit 3 as `plan --no-search` gives for the same plan.
 TEST_F(Outputs, ExportSaysWhatTheStackCannotRun) {
   const std::string plan = plan_file();  // the CPU virtual device
   Output o = run_sh("@L@ export " + plan + " --stack arctic -o " + path("arctic.yaml"));
@@ -464,8 +465,11 @@ TEST_F(Outputs, ExportSaysWhatTheStackCannotRun) {
   o = run_sh("@L@ plan --model tiny-gqa --gpus 2 --seq 4K --budget 900MiB --no-search -o " + path("over.json"));
   ASSERT_EQ(o.status, 3) << o.out;
   o = run_sh("@L@ export " + path("over.json") + " --stack hf >/dev/null");
-  EXPECT_EQ(o.status, 0) << o.out;
+  EXPECT_EQ(o.status, 3) << o.out;
   EXPECT_NE(o.out.find("note: the plan does not fit"), std::string::npos) << o.out;
+  o = run_sh("@L@ export " + path("over.json") + " --stack hf -o " + path("over") + "/");
+  EXPECT_EQ(o.status, 3) << o.out;
+  EXPECT_TRUE(std::filesystem::exists(path("over/launch.sh")) && std::filesystem::exists(path("over/training_args.json")));
 }
 
 // A hardware file whose CUDA context takes the whole device is bad input, not "no plan fits".
