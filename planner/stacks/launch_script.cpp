@@ -42,7 +42,7 @@ std::vector<std::string> parameters(const Plan& p, const LaunchSpec& s) {
   std::vector<std::string> out = {fmt::format("NNODES=\"${{NNODES:-{}}}\"", c.nodes),
           fmt::format("GPUS_PER_NODE=\"${{GPUS_PER_NODE:-{}}}\"", c.gpus_per_node),
           "NODE_RANK=\"${NODE_RANK:-0}\"",
-          "MASTER_ADDR=\"${MASTER_ADDR:-127.0.0.1}\"",
+          "MASTER_ADDR=\"${MASTER_ADDR:-}\"",
           "MASTER_PORT=\"${MASTER_PORT:-29500}\""};
   if (s.takes_model) {
     out.push_back("MODEL_OF_PLAN=" + shell_single_quoted(comment_text(model_to_load(p))));
@@ -51,14 +51,24 @@ std::vector<std::string> parameters(const Plan& p, const LaunchSpec& s) {
   return out;
 }
 
-// The plan's memory is per rank at its world size: another size would hold other shards.
+// The plan's memory is per rank at its world size: another size would hold other shards. Each
+// node has its own number below NNODES, and across nodes every node names node 0's address:
+// the default 127.0.0.1 had each node claim rank 0 and wait for itself.
 std::vector<std::string> world_guard(const Plan& p) {
   const std::int64_t world = p.cluster.shape.world();
   return {fmt::format("if [ \"$((NNODES * GPUS_PER_NODE))\" -ne {} ]; then", world),
           fmt::format("  echo \"launch.sh: the plan is for {} ranks, not NNODES x GPUS_PER_NODE = "
                       "$((NNODES * GPUS_PER_NODE)); re-plan with longctx for that count\" >&2",
                       world),
-          "  exit 2", "fi"};
+          "  exit 2", "fi",
+          "if ! [ \"$NODE_RANK\" -ge 0 ] 2>/dev/null || ! [ \"$NODE_RANK\" -lt \"$NNODES\" ]; then",
+          "  echo \"launch.sh: NODE_RANK=$NODE_RANK: give each node its number, 0 to $((NNODES - 1))\" >&2",
+          "  exit 2", "fi",
+          "if [ -z \"$MASTER_ADDR\" ]; then",
+          "  if [ \"$NNODES\" -gt 1 ]; then",
+          "    echo \"launch.sh: MASTER_ADDR: give node 0's address on every node (127.0.0.1 has each node meet "
+          "itself)\" >&2",
+          "    exit 2", "  fi", "  MASTER_ADDR=127.0.0.1", "fi"};
 }
 
 }  // namespace

@@ -87,6 +87,17 @@ def test_torchtitan_script_is_what_torchruns_parser_takes(tmp_path):
     assert (args.nnodes, args.nproc_per_node, args.node_rank, args.master_addr) == ("2", "4", 1, "10.0.0.1")
 
 
+def test_a_node_number_or_a_rendezvous_the_nodes_cannot_meet_at_is_refused(tmp_path):
+    """Across nodes each node gives its number below NNODES and node 0's address: without it
+    every node took 127.0.0.1, claimed rank 0 and waited for itself."""
+    script = exported(tmp_path, ["--model", "llama-3.1-8b", "--gpus", "16", "--seq", "128K", "--no-search",
+                                 "--sharding", "zero3", "--budget", "1TiB"], "deepspeed", "ds")
+    for env, says in (({}, "MASTER_ADDR"), ({"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "2"}, "NODE_RANK=2"),
+                      ({"MASTER_ADDR": "10.0.0.1", "NODE_RANK": "x"}, "NODE_RANK=x")):
+        run = subprocess.run([BASH, str(script), "train.py"], env={**os.environ, **env}, capture_output=True, text=True)
+        assert run.returncode == 2 and says in run.stderr, (env, run.stderr)
+
+
 def test_a_world_the_plan_was_not_made_for_is_refused(tmp_path):
     script = exported(tmp_path, ["--stack", "torchtitan", "--model", "llama-3.1-8b", "--gpus", "8", "--seq", "32K"],
                       "torchtitan", "tt")
@@ -156,7 +167,8 @@ def test_deepspeed_script_is_what_the_deepspeed_runner_takes(tmp_path):
     script = exported(tmp_path, ["--model", "llama-3.1-8b", "--gpus", "16", "--seq", "128K", "--no-search",
                                  "--sharding", "zero3", "--ulysses", "8", "--checkpoint", "full", "--budget", "1TiB"],
                       "deepspeed", "ds")
-    for env, nodes in (({}, 2), ({"NNODES": "4", "GPUS_PER_NODE": "4", "NODE_RANK": "3"}, 4)):
+    for env, nodes in (({"MASTER_ADDR": "10.0.0.1"}, 2),
+                       ({"NNODES": "4", "GPUS_PER_NODE": "4", "NODE_RANK": "3", "MASTER_ADDR": "10.0.0.1"}, 4)):
         name, argv, _, _ = launch(tmp_path, script, "train.py", "--steps", "1", **env)
         assert name == "deepspeed"
         args = runner.parse_args(argv)
@@ -170,7 +182,8 @@ def test_deepspeed_script_is_what_the_deepspeed_runner_takes(tmp_path):
         config = args.user_args[args.user_args.index("--deepspeed_config") + 1]
         assert pathlib.Path(config) == script.parent.resolve() / "ds_config.json"
         assert args.user_args[-2:] == ["--steps", "1"]
-    usage = subprocess.run([BASH, str(script)], capture_output=True, text=True)
+    usage = subprocess.run([BASH, str(script)], env={**os.environ, "MASTER_ADDR": "10.0.0.1"}, capture_output=True,
+                           text=True)
     assert usage.returncode == 2 and "TRAIN.py" in usage.stderr
 
 
