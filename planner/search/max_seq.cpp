@@ -283,8 +283,9 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   return false;
 }
 
-// What down_to_reserved_fit found: the length (0: none; kUnderFloor), and the longest step
-// above it that it did not probe (0: every step above it was probed and does not fit).
+// What down_to_reserved_fit found: the length (0: none; kUnderFloor), and, of a length found,
+// the longest step above it that it did not probe (0: every step above it was probed and does
+// not fit).
 struct ReservedWalk {
   std::int64_t tokens = 0;
   std::int64_t unprobed_top = 0;
@@ -309,9 +310,9 @@ ReservedWalk down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
     probed.push_back(k);
     return reserved_fits_at(m, a, seq - k * step, k == 0 ? built : nullptr);
   };
-  // The longest step above step `below` (exclusive) not probed, at most `steps`.
+  // The longest step above step `below` (exclusive) not probed.
   auto unprobed_above = [&](std::int64_t below) -> std::int64_t {
-    for (std::int64_t k = 1; k < below && k <= steps; ++k)
+    for (std::int64_t k = 1; k < below; ++k)
       if (std::find(probed.begin(), probed.end(), k) == probed.end()) return seq - k * step;
     return 0;
   };
@@ -329,15 +330,15 @@ ReservedWalk down_to_reserved_fit(const MaxSeqCandidate& m, const TechniqueSet& 
       break;
     }
     bad = k;
-    if (bad >= last_over_floor) return {kUnderFloor, unprobed_above(last_over_floor + 1)};
+    if (bad >= last_over_floor) return {kUnderFloor, 0};
     if (k == steps) break;
   }
-  if (good < 0) return {0, unprobed_above(steps + 1)};
+  if (good < 0) return {0, 0};
   while (good - bad > 1) {
     const std::int64_t mid = bad + (good - bad) / 2;
     if (fits_at(mid)) good = mid;
     else bad = mid;
-    if (bad >= last_over_floor) return {kUnderFloor, unprobed_above(last_over_floor + 1)};
+    if (bad >= last_over_floor) return {kUnderFloor, 0};
   }
   return {seq - good * step, unprobed_above(good)};
 }
@@ -407,9 +408,8 @@ Knobs coarse_knobs(const Plan& coarse) {
 
 namespace {
 
-// A configuration as a pass visits it: its place in the pass's order and its cache key.
+// A configuration as a pass visits it, with its cache key.
 struct Visited {
-  int order = 0;
   BoundKey key;
   MaxSeqCandidate m;
 };
@@ -422,19 +422,21 @@ struct Visited {
 // performance.md); Qwen3-8B on 16 GPUs has one 20 steps up.
 constexpr std::int64_t kStepsWalkedAboveTheAnswer = 16;
 
-// The longest length of each configuration the galloping walk left unsure, where it could
-// beat `longest`, the pass's answer: its grid's steps above `longest` up to its unprobed top,
-// from the shortest, each replayed, at most kStepsWalkedAboveTheAnswer of them; the longest
-// that fits is its length. A length found raises `longest` for the walks after. Returns the
-// configurations found longer, each at its length (confirmed in the cache): the answer's
+// Each configuration of `all` that reaches the pass's `answer`, confirmed, whose galloping walk
+// left steps unprobed above it: its grid's steps above the longest length found so far, up to
+// its unprobed top, from the shortest, each replayed, at most kStepsWalkedAboveTheAnswer of
+// them; the longest that fits is its length (in `all` and the cache), and the walks after
+// start above it. Only those reaching the answer: walking every configuration's unprobed steps
+// probed each step between its length as allocated and the answer (arctic's Llama-3.1-8B on 8
+// H100s: 247 replays, none of which fit; 4.4 times the query's time). The answer's
 // configuration then fits at no step of its grid in that window above the answer
-// (MaxContext.TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid).
-std::vector<Visited> walk_unprobed_steps(const Plan& base, const TechniqueSet& a, BoundCache& cache,
-                                         const std::vector<Visited>& unsure, std::int64_t longest) {
-  std::vector<Visited> longer;
-  for (const Visited& v : unsure) {
+// (MaxContext.TheAnswersConfigurationFitsAtNoLongerStepOfItsGrid). Returns whether any was
+// found longer.
+bool walk_unprobed_steps(const TechniqueSet& a, BoundCache& cache, std::vector<Visited>& all, std::int64_t answer) {
+  std::int64_t longest = answer;
+  for (Visited& v : all) {
     Bound& b = cache[v.key];
-    if (b.unprobed_top <= longest) continue;
+    if (v.m.tokens != answer || !b.confirmed || b.unprobed_top <= longest) continue;
     const std::int64_t grid = v.m.grid;
     std::int64_t fit = 0, seq = (longest / grid + 1) * grid;
     for (std::int64_t walked = 0; seq <= b.unprobed_top && walked < kStepsWalkedAboveTheAnswer; seq += grid, ++walked)
@@ -443,20 +445,12 @@ std::vector<Visited> walk_unprobed_steps(const Plan& base, const TechniqueSet& a
     // the ones under `longest` (down to the length found), for a search with a lower floor.
     if (seq > b.unprobed_top) {
       const std::int64_t below = longest / grid * grid;
-      b.unprobed_top = fit == 0 && below > (b.under > 0 ? 0 : b.tokens) ? below : 0;
+      b.unprobed_top = fit == 0 && below > b.tokens ? below : 0;
     }
     if (fit == 0) continue;
-    if (b.binding.empty()) b.binding = device_binding(base);
-    b.tokens = fit;
-    b.confirmed = true;
-    b.under = 0;
-    Visited found = v;
-    found.m.tokens = fit;
-    found.m.binding = b.binding;
-    longer.push_back(std::move(found));
-    longest = fit;
+    b.tokens = v.m.tokens = longest = fit;
   }
-  return longer;
+  return longest > answer;
 }
 
 // One pass over the configurations. `cut`: a configuration's confirmation stops where its
@@ -471,10 +465,6 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
   // configuration's answer: on CUDA, not on the CPU virtual device (see confirm()).
   const bool affine = base.cluster.hardware.backend != Backend::Cpu;
   std::vector<Visited> all;  // those with a length, in the pass's order
-  // Configurations whose reserved walk left steps unprobed above the length it found (or above
-  // the floor it was cut at): walked one by one after the pass, above its answer.
-  std::vector<Visited> unsure;
-  int order = 0;
   DeviceOut device_out;  // this search's configurations over the device's budget
   std::string last_binding;
   const bool untied = technique_allows(a, KnobId::head_chunk, 1);
@@ -482,7 +472,6 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
     for (KnobValue chunk : untied ? std::vector<KnobValue>{-1, 0} : std::vector<KnobValue>{0}) {
       MaxSeqCandidate m{0, sequence_multiple(c.parallel) * tile, "", c, chunk};
       const BoundKey key = bound_key(c, chunk, a);
-      ++order;
       // An entry out of reach of a higher floor says nothing below it: computed again there.
       auto it = cache.find(key);
       if (it == cache.end() || (it->second.out_of_reach_at > 0 && floor < it->second.out_of_reach_at)) {
@@ -496,7 +485,6 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
       m.binding = cached.binding;
       if (cut && cached.under > 0 && floor >= cached.under) {  // under this floor too
         under_floor = true;
-        if (cached.unprobed_top > 0) unsure.push_back({order, key, m});
         continue;
       }
       // >=: a bound at the floor (the cap) may be the answer
@@ -505,37 +493,27 @@ MaxSeq max_seq_pass(const Plan& base, const TechniqueSet& a, BoundCache& cache, 
         m.tokens = walk.tokens;
         if (m.tokens == kUnderFloor) {
           cached.under = floor;
-          cached.unprobed_top = walk.unprobed_top;
           under_floor = true;
-          if (walk.unprobed_top > 0) unsure.push_back({order, key, m});
           continue;
         }
         if (m.tokens > 0 && m.binding.empty()) m.binding = device_binding(base);
         cached = {m.tokens, m.binding, true};  // `under` cleared
         cached.unprobed_top = walk.unprobed_top;
       }
-      if (cached.unprobed_top > 0) unsure.push_back({order, key, m});
       if (!m.binding.empty()) last_binding = m.binding;
       if (m.tokens <= 0) continue;
-      all.push_back({order, key, m});
+      all.push_back({key, m});
       if (!cached.confirmed) continue;  // an unconfirmed bound at or under the floor: it cannot win
       floor = std::max(floor, m.tokens);
       if (m.tokens > best.tokens) best = {m.tokens, m.grid, m.binding, {}};
     }
   }
-  // Lengths the walks left unprobed above the answer, each configuration found longer in its
-  // place; the answer then the first configuration in order of the longest confirmed length.
-  // Only the configurations that reach the answer: walking every configuration's unprobed
-  // steps above it probed each step between its length as allocated and the answer (arctic's
-  // Llama-3.1-8B on 8 H100s: 247 replays, none of which fit; 4.4 times the query's time).
-  std::erase_if(unsure, [&](const Visited& v) { return v.m.tokens != best.tokens || !cache[v.key].confirmed; });
-  for (Visited& v : walk_unprobed_steps(base, a, cache, unsure, best.tokens)) {
-    auto at = std::find_if(all.begin(), all.end(), [&](const Visited& w) { return w.order >= v.order; });
-    if (at != all.end() && at->order == v.order) *at = std::move(v);
-    else all.insert(at, std::move(v));
+  // Where a configuration reaching the answer fits longer, the answer is the first in the
+  // pass's order of the longest confirmed length, as the loop picks it.
+  if (best.tokens > 0 && walk_unprobed_steps(a, cache, all, best.tokens)) {
     best = {};
-    for (const Visited& w : all)
-      if (cache[w.key].confirmed && w.m.tokens > best.tokens) best = {w.m.tokens, w.m.grid, w.m.binding, {}};
+    for (const Visited& v : all)
+      if (cache[v.key].confirmed && v.m.tokens > best.tokens) best = {v.m.tokens, v.m.grid, v.m.binding, {}};
   }
   for (const Visited& v : all)
     if (v.m.tokens >= best.tokens && best.tokens > 0) best.reaching.push_back(v.m);

@@ -45,7 +45,7 @@ struct Bound {
   // unconfirmed bound's, from which a search that needs the length confirms it.
   std::int64_t under = 0;
   // > 0: the reserved walk down the grid (on CUDA) did not probe this length nor some below it,
-  // down to `tokens` (or to `under`): a longer fit than `tokens` may lie there (max_seq.cpp,
+  // down to `tokens`: a longer fit than `tokens` may lie there (max_seq.cpp,
   // walk_unprobed_steps).
   std::int64_t unprobed_top = 0;
 };
