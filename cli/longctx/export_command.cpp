@@ -76,11 +76,11 @@ Result<bool> check_no_other_set(const ExportedFiles& e, const std::string& folde
   if (others.empty()) return true;
   std::vector<std::string> set;
   for (const auto& [name, text] : e.files) set.push_back(name);
+  const char* them = others.size() == 1 ? "it" : "them";
   return Error::bad_input(
       "-o", fmt::format("'{}' holds {} from another export, which this set ({}) does not write: a script beside them "
                         "would read {} as this plan's; remove {}, or export into an empty folder",
-                        folder, fmt::join(others, ", "), fmt::join(set, ", "), others.size() == 1 ? "it" : "them",
-                        others.size() == 1 ? "it" : "them"));
+                        folder, fmt::join(others, ", "), fmt::join(set, ", "), them, them));
 }
 
 int write_files(const ExportedFiles& e, const std::string& output, const std::string& plan_file) {

@@ -92,16 +92,16 @@ def _flag(name: str, value: Any) -> bool:
     return value
 
 
-def _whole(value: Any) -> Optional[int]:
+def _whole(name: str, value: Any, refusal: str) -> int:
     """`value` as an int where it is one by Python's own rule (``operator.index``: an int, a
-    numpy or torch integer), else None: a bool is no count, and a float or a numeric string
-    is never truncated or parsed."""
-    if isinstance(value, bool):
-        return None
-    try:
-        return operator.index(value)
-    except TypeError:
-        return None
+    numpy or torch integer); BadInput naming `name`, "VALUE {refusal}", otherwise: a bool is no
+    count, and a float or a numeric string is never truncated or parsed."""
+    if not isinstance(value, bool):
+        try:
+            return operator.index(value)
+        except TypeError:
+            pass
+    raise BadInput(name, f"{value!r} {refusal}")
 
 
 def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = False) -> Optional[int]:
@@ -110,10 +110,7 @@ def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = Fal
     sizes the binding cannot carry are refused here."""
     if value is None and optional:
         return None
-    whole = _whole(value)
-    if whole is None:
-        raise BadInput(name, f"{value!r} is not a count; give an int of 1 or more")
-    value = whole
+    value = _whole(name, value, "is not a count; give an int of 1 or more")
     if not -high <= value <= high:
         raise BadInput(name, f"{value} is outside 1..{high}")
     return value
@@ -159,10 +156,8 @@ def _bytes_text(value: Union[int, str, None], name: str = "budget") -> str:
         if not _text(name, value).strip():
             raise BadInput(name, "is empty; give a size such as '80GiB', or leave it out for the preset's")
         return value
-    whole = _whole(value)
-    if whole is None:
-        raise BadInput(name, f"{value!r} is not a size; give bytes as an int or text such as '80GiB'")
-    return f"{whole}B"
+    size = _whole(name, value, "is not a size; give bytes as an int or text such as '80GiB'")
+    return f"{size}B"
 
 
 def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
@@ -427,9 +422,7 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
     if isinstance(seq, str):
         _text("seq", seq)
     else:
-        if _whole(seq) is None:
-            raise BadInput("seq", f"{seq!r} is not a length; give tokens as an int or text such as '128K'")
-        seq = _whole(seq)
+        seq = _whole("seq", seq, "is not a length; give tokens as an int or text such as '128K'")
     return Plan(json.loads(_answer(_core.plan(args, str(seq), _fixed_knobs(options), _flag("no_search", no_search)))))
 
 
@@ -443,9 +436,7 @@ def _fixed_knobs(options: Dict[str, Any]) -> Dict[str, str]:
         if kind == "switch":
             fixed[name] = "true" if _flag(name, value) else "false"
         elif kind == "int":
-            if _whole(value) is None:
-                raise BadInput(name, f"{value!r} is not an int")
-            value = _whole(value)
+            value = _whole(name, value, "is not an int")
             if not 0 <= value < 1 << 62:
                 raise BadInput(name, f"{value} is outside 0..2**62; see the knob's bounds in `longctx plan --help`")
             fixed[name] = str(value)

@@ -214,16 +214,16 @@ StackConfig accelerate_config(const Plan& p) {
   j["rdzv_backend"] = "static";
   j["same_network"] = true;
   j["use_cpu"] = false;
-  // Under DeepSpeed the precision is ds_config.json's (its "bf16" block) and the YAML names
-  // none: accelerate launch marks a mixed_precision read from the config file, whatever its
-  // value, as a DeepSpeed field (commands/launch.py _validate_launch_command's
-  // mp_from_config_flag, deepspeed_launcher's ACCELERATE_CONFIG_DS_FIELDS), and with a
-  // deepspeed_config_file DeepSpeedPlugin refuses it on every rank before the model loads
-  // (utils/dataclasses.py _deepspeed_config_checks).
-  const bool deepspeed = !hf_uses_fsdp2(p) && !(hf_plan(p) && !hf::runs_deepspeed(p) && p.cluster.shape.world() == 1);
-  if (!deepspeed) j["mixed_precision"] = p.train.dtype == DType::BF16 ? "bf16" : "no";
-  if (hf_plan(p) && !hf::runs_deepspeed(p) && p.cluster.shape.world() == 1) {
-    j["distributed_type"] = "NO";  // one process
+  // One process, FSDP2, or else DeepSpeed. Under DeepSpeed the precision is ds_config.json's
+  // (its "bf16" block) and the YAML names none: accelerate launch marks a mixed_precision read
+  // from the config file, whatever its value, as a DeepSpeed field (commands/launch.py
+  // _validate_launch_command's mp_from_config_flag, deepspeed_launcher's
+  // ACCELERATE_CONFIG_DS_FIELDS), and with a deepspeed_config_file DeepSpeedPlugin refuses it on
+  // every rank before the model loads (utils/dataclasses.py _deepspeed_config_checks).
+  const bool one_process = hf_plan(p) && !hf::runs_deepspeed(p) && p.cluster.shape.world() == 1;
+  if (one_process || hf_uses_fsdp2(p)) j["mixed_precision"] = p.train.dtype == DType::BF16 ? "bf16" : "no";
+  if (one_process) {
+    j["distributed_type"] = "NO";
     return c;
   }
   if (hf_uses_fsdp2(p)) {
