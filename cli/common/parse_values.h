@@ -41,7 +41,7 @@ inline std::string required_value(const std::string& text) {
 inline std::string whole_number(const std::string& text) {
   if (std::string why = any_value(text); !why.empty()) return why;
   if (text.size() > 1 && text[0] == '-' && text.find_first_not_of("0123456789", 1) == std::string::npos)
-    return "'" + text + "' is negative; give a whole number of 0 or more in decimal digits, like 8";
+    return "'" + text + "' is negative; give a whole number in decimal digits, like 8";
   if (text.find_first_not_of("0123456789") != std::string::npos)
     return "'" + text + "' is not a whole number; write it in decimal digits, like 8";
   const std::string digits = text.substr(std::min(text.find_first_not_of('0'), text.size() - 1));

@@ -9,8 +9,10 @@
 #include <fmt/ranges.h>
 #include <nlohmann/json.hpp>
 
+#include "planner/core/units.h"
 #include "planner/io/toml_text.h"
 #include "planner/io/yaml_text.h"
+#include "planner/search/memory_model.h"
 #include "planner/stacks/profile.h"
 
 namespace longctx {
@@ -25,6 +27,34 @@ Result<StackExporter> parse_stack(const std::string& text, const std::string& fi
   }
   return Error::bad_input(field, fmt::format("'{}' is not a stack; give {}", text, words));
 }
+
+namespace {
+
+// The step `to`'s files run for p, where longctx models it, held to p's budget: over it while
+// p fits, the exported run would run out of memory where the plan says it fits, and the export
+// is refused as a knob that holds more is (stacks/exporter.h). A plan that does not fit itself
+// is exported as asked (export_command.cpp says so and exits 3).
+Result<bool> check_own_step_fits(const Plan& p, const StackExporter& to) {
+  if (!to.as_run) return true;
+  const std::optional<Plan> run = to.as_run(p);
+  if (!run || !validate(*run)) return true;
+  const Prediction own = predict(*run);
+  if (own.feasible || !predict(p).feasible) return true;
+  const bool host = own.binding == "host memory";
+  const std::string over =
+      host ? fmt::format("{} of host memory per node, over its {}", format_bytes(own.peak_host_bytes),
+                         format_bytes(p.cluster.host_budget_bytes_per_node))
+           : fmt::format("{} per GPU as nvidia-smi shows it, over the budget of {}", format_bytes(own.peak_nvidia_smi_bytes),
+                         format_bytes(p.cluster.device_budget_bytes));
+  return Error::bad_input("train.stack",
+                          fmt::format("--stack {} runs this plan as its own step, {} with MLP tiles {} and loss tiles "
+                                      "{}, which longctx predicts at {}, where this plan fits: the run would run out of "
+                                      "memory; re-plan with --stack {} for a plan it runs within the budget",
+                                      to.word, describe(run->train.stack), run->parallel.mlp_tiles,
+                                      run->parallel.loss_tiles, over, to.word));
+}
+
+}  // namespace
 
 Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
   // A stack that runs on CUDA GPUs only (ArcticTraining: DeepSpeed and flash attention) is not
@@ -42,7 +72,9 @@ Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
     return Error::bad_input("--stack", fmt::format("the plan predicts {} (train.stack {}); export it with --stack {}, or "
                                                    "re-plan with --stack longctx for --stack {}",
                                                    own.plans_predict, made_for.name, own.word, to.word));
-  return to.check(p);
+  LONGCTX_TRY(auto runs, to.check(p));
+  (void)runs;
+  return check_own_step_fits(p, to);
 }
 
 std::vector<ExportVerdict> export_verdicts(const Plan& p) {

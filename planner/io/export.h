@@ -30,6 +30,10 @@ Result<StackExporter> parse_stack(const std::string& text, const std::string& fi
 
 // BadInput naming the knob and the stack (or "--stack", for a plan made for another stack)
 // when `to` cannot run the plan without more memory than the plan predicts; ok otherwise.
+// Also BadInput naming "train.stack" where the plan fits and the step `to`'s files run for it
+// (StackExporter::as_run, as longctx models that stack) does not: a plan of longctx's runtime
+// whose MLP tiles ArcticTraining runs in its own shards, beside its own ZeRO-3 buffers and
+// communicators, can be over the budget there. Costs two predictions of the step.
 Result<bool> check_expressible(const Plan& p, const StackExporter& to);
 
 // Whether one `export --stack` word runs a plan: its refusal (check_expressible's) if not.

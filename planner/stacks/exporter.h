@@ -12,6 +12,7 @@
 //   - refused (BadInput naming the knob and the stack) where the stack would hold more than
 //     the plan does (head-chunked attention anywhere, MLP tiles outside ArcticTraining, loss
 //     tiles in a bare DeepSpeed config, checkpoint offload under Hugging Face).
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -59,6 +60,12 @@ struct StackExporter {
   Result<bool> (*check)(const Plan& p);
   // The files. REQUIRES: check(p) holds.
   StackFiles (*write)(const Plan& p);
+  // For a plan `p` made for another stack: the plan of this stack's own step that its files
+  // run (the same knobs, with the ones the stack decides itself set as it runs them), where
+  // longctx models that step; check_expressible (io/export.h) holds it to p's budget. Nothing
+  // where p is this stack's own plan, or where the files run a step the stack's model does not
+  // cover (it then judges by the knob rules alone). Null: the files run p's own step.
+  std::optional<Plan> (*as_run)(const Plan& p) = nullptr;
 };
 
 // One knob a stack cannot run within the plan's memory, and why.

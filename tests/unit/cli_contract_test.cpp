@@ -646,7 +646,7 @@ TEST(CliContract, ParseErrorsNameTheOptionAndTheFix) {
       {"max-context --model tiny-gqa --seq 4K", "error: --seq 4K: this command takes no such arguments"},
       {"plan --model tiny-gqa --seq 4K extra", "error: extra: this command takes no such argument\n"},
       {"explain plan.json --live 2147483648", "--live: '2147483648' is not a whole number in the option's range"},
-      {"explain plan.json --live -1", "--live: '-1' is negative; give a whole number of 0 or more"}};
+      {"explain plan.json --live -1", "--live: '-1' is negative; give a whole number in decimal digits"}};
   for (const auto& [cmd, message] : cases) {
     const Output o = run_sh("@L@ " + cmd);
     EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;

@@ -13,7 +13,9 @@
 #include "planner/stacks/hf/export.h"
 #include "planner/stacks/launch_script.h"
 #include "planner/stacks/longctx/export.h"
+#include "planner/search/memory_model.h"
 #include "planner/stacks/profile.h"
+#include "planner/stacks/torchtitan/export.h"
 #include "planner/io/toml_text.h"
 #include "planner/io/yaml_text.h"
 #include "test_plans.h"
@@ -277,6 +279,83 @@ TEST(Export, VerdictsSayWhichStacksExportAPlanAndWhyTheOthersRefuse) {
       << describe_exports(p);
   p.parallel.head_chunk = 1;  // no stack runs head-chunked attention
   EXPECT_EQ(describe_exports(p).rfind("none: not ", 0), 0u) << describe_exports(p);
+}
+
+// A longctx plan exported to a stack longctx models runs that stack's own step: ArcticTraining's
+// recipe runs its TiledMLP shards, Liger's loss chunks and DeepSpeed's ZeRO-3 buffers and
+// communicators, which can be over the budget where the plan fits (Llama-3.1-8B on 8 H100s at
+// 5,373,952 tokens: the plan 79.5 GiB, arctic's step 84 GiB as nvidia-smi shows it).
+Plan long_llama_8b(std::int64_t seq) {
+  Plan p = testing::gpu_plan("llama-3.1-8b", "h100-80gb", 8, seq);
+  p.train.grad_dtype = DType::BF16;
+  ParallelConfig& par = p.parallel;
+  par.sharding = Sharding::Zero3;
+  par.ulysses = 8;
+  par.checkpoint = CheckpointPolicy::full();
+  par.offload_checkpoints = par.offload_optimizer = par.offload_params = true;
+  par.mlp_tiles = 16;
+  par.loss_tiles = 64;
+  return p;
+}
+
+TEST(Export, AnotherStacksOwnStepOverTheBudgetIsRefusedWhereThePlanFits) {
+  const Plan p = long_llama_8b(5373952);
+  ASSERT_TRUE(validate(p));
+  ASSERT_TRUE(predict(p).feasible);
+  const std::optional<Plan> run = kArcticExporter.as_run(p);
+  ASSERT_TRUE(run.has_value());
+  EXPECT_EQ(run->train.stack.kind, StackKind::Arctic);
+  EXPECT_EQ(run->train.stack.arctic_model, ArcticModel::Liger);  // the recipe's model.type for loss tiles
+  EXPECT_EQ(run->parallel.mlp_tiles, 164);  // ceil(5,373,952 / 8 / 4,096)
+  EXPECT_FALSE(predict(*run).feasible);
+  const auto refused = check_expressible(p, kArcticExporter);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "train.stack");
+  EXPECT_NE(refused.error().message.find("re-plan with --stack arctic"), std::string::npos) << refused.error().message;
+  EXPECT_NE(describe_exports(p).find("arctic (train.stack)"), std::string::npos) << describe_exports(p);
+  // Shorter, ArcticTraining's step fits too: exported.
+  const Plan shorter = long_llama_8b(4194304);
+  ASSERT_TRUE(predict(*kArcticExporter.as_run(shorter)).feasible);
+  EXPECT_TRUE(check_expressible(shorter, kArcticExporter).ok());
+  // A plan that does not fit itself is exported as asked (export exits 3 after writing it).
+  const Plan over = long_llama_8b(8388608);
+  ASSERT_FALSE(predict(over).feasible);
+  EXPECT_TRUE(check_expressible(over, kArcticExporter).ok());
+  // The stack's own plans run their own step: nothing to hold them to.
+  EXPECT_FALSE(kArcticExporter.as_run(*run).has_value());
+}
+
+// What each modelled stack's files run for a longctx plan, in its own terms.
+TEST(Export, TheStepsOtherStacksRunForALongctxPlan) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::Zero3;
+  p.parallel.checkpoint = CheckpointPolicy::full();
+  // hf under FSDP2 (zero3, no Ulysses, no offload, fp32 gradients): accelerate's checkpointing
+  // and torch's AdamW, as training_args.json and the accelerate config say.
+  ASSERT_TRUE(hf_uses_fsdp2(p));
+  const std::optional<Plan> hf = kHfExporter.as_run(p);
+  ASSERT_TRUE(hf.has_value());
+  EXPECT_EQ(hf->train.stack.kind, StackKind::HF);
+  EXPECT_EQ(hf->train.stack.checkpointing, HfCheckpointing::Accelerate);
+  EXPECT_EQ(hf->train.stack.optimizer, HfOptimizer::AdamWTorch);
+  EXPECT_EQ(hf_training_arguments(p).value["optim"], "adamw_torch");
+  // Liger's loss is not the hf stack's to model: no step to hold the plan to.
+  Plan liger = p;
+  liger.parallel.loss_tiles = 4;
+  EXPECT_FALSE(kHfExporter.as_run(liger).has_value());
+  // DeepSpeed where the files run FSDP2 (offloading both under FSDP2, which the hf stack runs
+  // under DeepSpeed): not the files' step, nothing.
+  Plan offloading = p;
+  offloading.parallel.offload_optimizer = offloading.parallel.offload_params = true;
+  ASSERT_TRUE(hf_uses_fsdp2(offloading));
+  EXPECT_FALSE(kHfExporter.as_run(offloading).has_value());
+  const std::optional<Plan> titan = kTorchtitanExporter.as_run(p);
+  ASSERT_TRUE(titan.has_value());
+  EXPECT_EQ(titan->train.stack.kind, StackKind::Torchtitan);
+  EXPECT_FALSE(kDeepSpeedExporter.as_run);  // longctx's own plans: its files run the plan's step
+  // ArcticTraining's recipe names the attention its step models, flash-attn's.
+  EXPECT_EQ(arctic_recipe(p).value["model"]["attn_implementation"], "flash_attention_2");
+  EXPECT_EQ(kArcticExporter.as_run(p)->train.stack.attention, HfAttention::FlashAttention2);
 }
 
 // ArcticTraining runs DeepSpeed and flash attention on CUDA GPUs: a plan of the CPU virtual

@@ -5,6 +5,7 @@
 
 #include "planner/stacks/blocks/deepspeed_config.h"
 #include "planner/stacks/launch_script.h"
+#include "planner/stacks/stack_tiles.h"
 
 namespace longctx {
 
@@ -69,6 +70,27 @@ StackFiles write(const Plan& p) {
 
 constexpr const char* kFileNames[] = {kArcticRecipeFile, kLaunchScriptFile};
 
+// The recipe's model type for a plan: an arctic-stack plan's own; Liger's where a longctx plan
+// tiles its loss (its fused linear cross-entropy never holds the logits), else huggingface.
+ArcticModel recipe_model(const Plan& p) {
+  if (p.train.stack.kind == StackKind::Arctic) return p.train.stack.arctic_model;
+  return p.parallel.loss_tiles > 1 ? ArcticModel::Liger : ArcticModel::HuggingFace;
+}
+
+// What the recipe runs for another stack's plan: the arctic stack's step with the recipe's
+// model type and attention, ZeRO-3, and the tile counts ArcticTraining picks itself (TiledMLP's
+// shards where the MLP is tiled at all, Liger's loss chunks).
+std::optional<Plan> as_run(const Plan& p) {
+  if (p.train.stack.kind == StackKind::Arctic) return std::nullopt;
+  Plan run = p;
+  run.train.stack = default_stack(StackKind::Arctic);
+  run.train.stack.arctic_model = recipe_model(p);
+  conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
+  if (run.parallel.mlp_tiles > 1 && stack_tiles_defined(run.model, run.train, run.parallel.ulysses))
+    run.parallel.mlp_tiles = static_cast<int>(*stack_tile_count(run.model, run.train, run.parallel.ulysses, false));
+  return run;
+}
+
 }  // namespace
 
 const StackExporter kArcticExporter = {
@@ -78,6 +100,7 @@ const StackExporter kArcticExporter = {
     .plans_predict = "ArcticTraining",
     .check = check,
     .write = write,
+    .as_run = as_run,
 };
 
 StackConfig arctic_recipe(const Plan& p) {
@@ -98,10 +121,12 @@ StackConfig arctic_recipe(const Plan& p) {
       {"tiled_mlp_compute", par.mlp_tiles > 1},
       {"deepspeed", deepspeed},
       {"model",
-       {{"type", arctic_plan ? to_string(p.train.stack.arctic_model) : par.loss_tiles > 1 ? "liger" : "huggingface"},
+       {{"type", to_string(recipe_model(p))},
         {"name_or_path", model_to_load(p)},
         {"dtype", dtype_name(p.train.dtype)},
-        {"attn_implementation", arctic_plan ? to_string(p.train.stack.attention) : "sdpa"},
+        // A longctx plan runs on flash-attn's kernels too: ArcticTraining's default, the step
+        // the arctic stack models (as_run).
+        {"attn_implementation", to_string(arctic_plan ? p.train.stack.attention : default_stack(StackKind::Arctic).attention)},
         {"disable_activation_checkpoint", !par.checkpoint.any()}}},
       {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
       {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},

@@ -37,8 +37,10 @@ Result<bool> validate(const Plan& p) {
   (void)transformers_layers;
   const HfAttention a = p.train.stack.attention;
   if (a != HfAttention::FlashAttention2 && a != HfAttention::FlashAttention3)
-    return refuse(p, flag(SettingId::attention), "runs flash attention (its Ulysses needs it): give flash_attention_2 or "
-                                                 "flash_attention_3");
+    // DeepSpeed's Ulysses takes sdpa too (ulysses_sp.py UlyssesSPAttentionHF.register_with_transformers
+    // lists flash_attention_2, flash_attention_3 and sdpa); ArcticTraining's recipes run flash-attn.
+    return refuse(p, flag(SettingId::attention), "is modelled with flash-attn's kernels, ArcticTraining's default (sdpa "
+                                                 "is not modelled): give flash_attention_2 or flash_attention_3");
   if (p.parallel.sharding != Sharding::Zero3) return refuse(p, flag(KnobId::sharding), "runs DeepSpeed ZeRO-3: give zero3");
   if (p.train.dtype != DType::BF16) return refuse(p, flag(SettingId::dtype), "trains in bf16 (flash attention): give bf16");
   return check_tiles(p);

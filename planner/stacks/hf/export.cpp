@@ -8,6 +8,7 @@
 #include "planner/stacks/blocks/deepspeed_config.h"
 #include "planner/stacks/hf/validate.h"
 #include "planner/stacks/launch_script.h"
+#include "planner/stacks/stack_tiles.h"
 
 namespace longctx {
 
@@ -159,6 +160,27 @@ constexpr const char* kFileNames[] = {kTrainingArgumentsFile, kSftConfigFile, kA
 
 }  // namespace
 
+namespace {
+
+// What the Trainer runs for a longctx plan, where the hf stack models it: transformers' model
+// with sdpa attention and its own loss, torch's AdamW (`adamw_torch`), non-reentrant
+// checkpointing or accelerate's under FSDP2, under FSDP2 or DeepSpeed ZeRO-3 as the files say.
+// Not modelled, so nothing: Liger's loss (loss tiles), and a sharding the hf stack would run
+// otherwise than the files (its FSDP2 / DeepSpeed rule, hf/validate.h, against
+// hf_uses_fsdp2's).
+std::optional<Plan> as_run(const Plan& p) {
+  if (hf_plan(p) || p.parallel.loss_tiles > 1) return std::nullopt;
+  Plan run = p;
+  run.train.stack = default_stack(StackKind::HF);
+  run.train.stack.optimizer = HfOptimizer::AdamWTorch;
+  run.train.stack.checkpointing = checkpoints_by_accelerate(p) ? HfCheckpointing::Accelerate : HfCheckpointing::NonReentrant;
+  conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
+  if (hf::runs_deepspeed(run) != writes_deepspeed_config(p)) return std::nullopt;
+  return run;
+}
+
+}  // namespace
+
 const StackExporter kHfExporter = {
     .word = "hf",
     .files = "training_args.json (TrainingArguments; sft_config.json for TRL's chunked loss), accelerate_config.yaml and, under DeepSpeed, ds_config.json",
@@ -166,6 +188,7 @@ const StackExporter kHfExporter = {
     .plans_predict = "transformers alone",
     .check = check,
     .write = write,
+    .as_run = as_run,
 };
 
 bool hf_uses_fsdp2(const Plan& p) {

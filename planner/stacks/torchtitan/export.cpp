@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "planner/stacks/launch_script.h"
+#include "planner/stacks/stack_tiles.h"
 #include "planner/stacks/torchtitan/models.h"
 
 namespace longctx {
@@ -182,6 +183,20 @@ constexpr const char* kFileNames[] = {kTorchtitanJobFile, kLaunchScriptFile};
 
 }  // namespace
 
+namespace {
+
+// What the job file runs for a longctx plan: torchtitan's own step (its model code, FSDP2, its
+// checkpointing) with the plan's knobs, as the torchtitan stack models it.
+std::optional<Plan> as_run(const Plan& p) {
+  if (p.train.stack.kind == StackKind::Torchtitan) return std::nullopt;
+  Plan run = p;
+  run.train.stack = default_stack(StackKind::Torchtitan);
+  conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
+  return run;
+}
+
+}  // namespace
+
 const StackExporter kTorchtitanExporter = {
     .word = "torchtitan",
     .files = "torchtitan_job.toml (a torchtitan 0.2.2 job file)",
@@ -189,6 +204,7 @@ const StackExporter kTorchtitanExporter = {
     .plans_predict = "torchtitan",
     .check = check,
     .write = write,
+    .as_run = as_run,
 };
 
 const char* torchtitan_model_name(const ModelConfig& m) { return m.qk_norm ? "qwen3" : "llama3"; }
