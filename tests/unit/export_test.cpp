@@ -349,6 +349,17 @@ TEST(Export, TheStepsOtherStacksRunForALongctxPlan) {
   offloading.parallel.offload_optimizer = offloading.parallel.offload_params = true;
   ASSERT_TRUE(hf_uses_fsdp2(offloading));
   EXPECT_FALSE(kHfExporter.as_run(offloading).has_value());
+  // Under DeepSpeed's Ulysses the accelerate config names flash_attention_2, the core attention
+  // the hf stack models there: the step it predicts is the one the files run.
+  Plan ulysses = p;
+  ulysses.parallel.ulysses = 2;
+  ulysses.train.grad_dtype = DType::BF16;  // ZeRO-3 reduces in the parameters' dtype
+  const std::optional<Plan> hf_ulysses = kHfExporter.as_run(ulysses);
+  ASSERT_TRUE(hf_ulysses.has_value());
+  EXPECT_EQ(hf_ulysses->train.stack.attention, HfAttention::FlashAttention2);
+  EXPECT_TRUE(validate(*hf_ulysses)) << validate(*hf_ulysses).error().message;
+  EXPECT_EQ(accelerate_config(ulysses).value["parallelism_config"]["parallelism_config_sp_attn_implementation"],
+            "flash_attention_2");
   const std::optional<Plan> titan = kTorchtitanExporter.as_run(p);
   ASSERT_TRUE(titan.has_value());
   EXPECT_EQ(titan->train.stack.kind, StackKind::Torchtitan);

@@ -56,6 +56,15 @@ bool checkpoints_by_accelerate(const Plan& p) {
 // trl.SFTConfig's.
 bool exports_sft_config(const Plan& p) { return hf_plan(p) && p.train.stack.loss == HfLoss::TrlChunkedNll; }
 
+// The attention the files run: an hf-stack plan's own; for longctx's plans sdpa, and under
+// DeepSpeed's Ulysses on GPUs flash_attention_2, the core attention the hf stack models there
+// (hf/validate.cpp: its Ulysses over sdpa holds other tensors than it models).
+HfAttention attention_run(const Plan& p) {
+  if (hf_plan(p)) return p.train.stack.attention;
+  const bool gpu_ulysses = p.parallel.ulysses > 1 && p.cluster.hardware.backend == Backend::Cuda;
+  return gpu_ulysses ? HfAttention::FlashAttention2 : HfAttention::Sdpa;
+}
+
 // What an hf-stack plan predicted beyond longctx's knobs: the checkpoint offload (transformers
 // 5.17 on: the Trainer pops "offload" and runs each checkpoint under save_on_cpu(pin_memory=True),
 // trainer.py, modeling_utils.py _activation_checkpointing_enable), the attention implementation
@@ -163,7 +172,7 @@ constexpr const char* kFileNames[] = {kTrainingArgumentsFile, kSftConfigFile, kA
 namespace {
 
 // What the Trainer runs for a longctx plan, where the hf stack models it: transformers' model
-// with sdpa attention and its own loss, torch's AdamW (`adamw_torch`), non-reentrant
+// with the files' attention (attention_run) and its own loss, torch's AdamW (`adamw_torch`), non-reentrant
 // checkpointing or accelerate's under FSDP2, under FSDP2 or DeepSpeed ZeRO-3 as the files say.
 // Not modelled, so nothing: Liger's loss (loss tiles), and a sharding the hf stack would run
 // otherwise than the files (its FSDP2 / DeepSpeed rule, hf/validate.h, against
@@ -172,6 +181,7 @@ std::optional<Plan> as_run(const Plan& p) {
   if (hf_plan(p) || p.parallel.loss_tiles > 1) return std::nullopt;
   Plan run = p;
   run.train.stack = default_stack(StackKind::HF);
+  run.train.stack.attention = attention_run(p);
   run.train.stack.optimizer = HfOptimizer::AdamWTorch;
   run.train.stack.checkpointing = checkpoints_by_accelerate(p) ? HfCheckpointing::Accelerate : HfCheckpointing::NonReentrant;
   conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
@@ -283,9 +293,8 @@ StackConfig accelerate_config(const Plan& p) {
     // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
     // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
     // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
-    // The core attention UlyssesSPAttentionHF wraps: an hf-stack plan's own (flash_attention_2,
-    // hf/validate.cpp), sdpa for longctx's.
-    const std::string core = hf_plan(p) ? to_string(p.train.stack.attention) : "sdpa";
+    // The core attention UlyssesSPAttentionHF wraps: the plan's (attention_run).
+    const std::string core = to_string(attention_run(p));
     j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
                                {"parallelism_config_sp_backend", "deepspeed"},
                                {"parallelism_config_sp_seq_length", p.train.seq},
