@@ -86,8 +86,11 @@ std::int64_t min_tile_tokens(const ModelConfig& m) {
 
 Plan with_knobs(Plan base, const Knobs& fixed) {
   for (const Knob& k : knob_table()) set_knob(base, k.id, fixed_value(fixed, k.id).value_or(k.plain));
+  // A knob a given one needs at one value (--offload-params: zero3) is set to it; one it needs
+  // only above plain (--ring-exchange: some ring; --offload-checkpoints: some checkpointing)
+  // is a choice the request did not make, left plain for validate() to name.
   for (const Knob& k : knob_table())
-    if (k.rule.needs && knob_value(base, k.id) > k.plain && !fixed_value(fixed, k.rule.needs->knob))
+    if (k.rule.needs && k.rule.needs->exactly && knob_value(base, k.id) > k.plain && !fixed_value(fixed, k.rule.needs->knob))
       set_knob(base, k.rule.needs->knob, k.rule.needs->value);
   // The knobs the stack decides (stack_tiles.h), unless fixed otherwise (validate() says why not).
   ParallelConfig conformed = base.parallel;

@@ -36,7 +36,7 @@ namespace longctx {
 enum class Candidates { Listed, Ulysses, Ring, HeadChunk, Tiles };
 
 // A row's dependency: values above the plain one need `knob` above its plain value (any) or
-// at `value`; unfixed, `knob` is set to `value` by with_knobs().
+// at `value`; unfixed, `knob` is set to `value` by with_knobs() where `exactly`.
 enum class KnobId;
 struct Requirement {
   KnobId knob;

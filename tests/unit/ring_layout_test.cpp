@@ -101,11 +101,21 @@ TEST(RingLayout, ExchangeIsARingKnobWrittenOnlyWhenGathered) {
   EXPECT_EQ(knob_candidates(KnobId::ring_exchange, p, *parse_techniques("ulysses"), {}), (std::vector<KnobValue>{0}));
   p.parallel.ring = 1;
   EXPECT_EQ(knob_candidates(KnobId::ring_exchange, p, all_techniques(), {}), (std::vector<KnobValue>{0}));
-  // Fixed alone, it brings a ring of 2 with it, as checkpoint offload brings checkpointing.
+  // Fixed alone, it brings no ring with it (the degree is a choice the request did not make):
+  // validate() names it, as it names checkpoint offload without checkpointing; parameter
+  // offload, which runs under one sharding only, brings zero3.
   Knobs fixed;
   fixed.ring_exchange = RingExchange::AllGather;
   const Plan with = with_knobs(p, fixed);
-  EXPECT_EQ(with.parallel.ring, 2);
+  EXPECT_EQ(with.parallel.ring, 1);
+  EXPECT_EQ(validate(with).error().field, "--ring-exchange");
+  Knobs offloads;
+  offloads.offload_checkpoints = true;
+  offloads.offload_params = true;
+  const Plan offloading = with_knobs(p, offloads);
+  EXPECT_EQ(offloading.parallel.sharding, Sharding::Zero3);
+  EXPECT_EQ(offloading.parallel.checkpoint, CheckpointPolicy::none());
+  EXPECT_EQ(validate(offloading).error().field, "--offload-checkpoints");
 }
 
 // What the gathered exchange costs in memory: r pairs beside every block where hops keep one
