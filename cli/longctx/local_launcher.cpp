@@ -14,6 +14,7 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <iterator>
 #include <thread>
 
 namespace longctx::cli {
@@ -193,6 +194,36 @@ class Ranks {
   LaunchResult& r_;
 };
 
+// The first of SIGINT, SIGTERM and SIGHUP the launcher got while its ranks run, or 0.
+volatile sig_atomic_t g_interrupt = 0;
+
+void note_interrupt(int sig) {
+  if (g_interrupt == 0) g_interrupt = sig;
+}
+
+// While the ranks run, the launcher's SIGINT, SIGTERM and SIGHUP are noted for the loop to pass
+// on (without SA_RESTART, so the loop's poll returns at once); the handlers before are restored
+// after.
+class InterruptsNoted {
+ public:
+  InterruptsNoted() {
+    g_interrupt = 0;
+    struct sigaction a {};
+    a.sa_handler = note_interrupt;
+    sigemptyset(&a.sa_mask);
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &a, &before_[i]);
+  }
+  ~InterruptsNoted() {
+    for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &before_[i], nullptr);
+  }
+  InterruptsNoted(const InterruptsNoted&) = delete;
+  InterruptsNoted& operator=(const InterruptsNoted&) = delete;
+
+ private:
+  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
+  struct sigaction before_[std::size(kSignals)] {};
+};
+
 }  // namespace
 
 std::chrono::milliseconds stall_timeout_from_environment() {
@@ -208,6 +239,7 @@ std::chrono::milliseconds stall_timeout_from_environment() {
 LaunchResult launch_local_ranks(const std::string& program, const std::vector<std::string>& args, const LaunchOptions& o) {
   LaunchResult r;
   const int port = o.master_port > 0 ? o.master_port : free_loopback_port();
+  const InterruptsNoted interrupts;
   Ranks ranks(o.ranks, r);
   for (int i = 0; i < o.ranks; ++i)
     if (!ranks.start(program, args, i, port)) break;
@@ -220,6 +252,13 @@ LaunchResult launch_local_ranks(const std::string& program, const std::vector<st
   int stalled = -1;
   while (running > 0) {
     ranks.wait_for_output();
+    // Interrupted: every rank gets the same signal and the grace period to clean up in.
+    if (g_interrupt != 0 && r.interrupted == 0) {
+      r.interrupted = g_interrupt;
+      ranks.stop_all(r.interrupted);
+      if (!stopping) kill_at = std::chrono::steady_clock::now() + o.grace;
+      stopping = true;
+    }
     // A stopped rank never fails by itself: its peers would wait for it in a collective
     // until their own timeout and be reported instead. SIGKILL: a stopped process only
     // acts on SIGTERM once continued.

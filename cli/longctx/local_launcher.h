@@ -5,7 +5,10 @@
 // SIGKILL after a grace period) and the failing rank is reported. A rank stopped (SIGSTOP,
 // or stopped by a debugger) for longer than the stall timeout counts as failed: it is
 // named as the stalled rank and every rank is killed, instead of the survivors timing out
-// in a collective and being blamed for it.
+// in a collective and being blamed for it. SIGINT, SIGTERM or SIGHUP to the launcher (a
+// terminal's Ctrl-C reaches only it: each rank runs in a process group of its own) is passed
+// to every rank, which cleans up as it does on its own (runtime: no temporary left behind),
+// and SIGKILL follows after the grace period.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -24,6 +27,7 @@ struct LaunchResult {
   std::vector<RankOutcome> ranks;
   int first_failed = -1;    // the first rank to fail, or -1
   std::string error;        // why the launch itself failed (fork, pipes), empty otherwise
+  int interrupted = 0;      // the signal the launcher got and passed to every rank, or 0
 };
 
 // LONGCTX_STALL_TIMEOUT_S when it is a whole number of seconds from 1 to 3600, else 10 s.

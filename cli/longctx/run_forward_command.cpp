@@ -23,6 +23,11 @@ std::optional<int> launch_ranks(int n, const std::vector<std::string>& args, Lau
     fmt::print(stderr, "longctx: error: could not start the ranks: {}\n", r.error);
     return 1;
   }
+  if (r.interrupted != 0) {
+    // As one rank ends on it: the shell's 128 + the signal, once every rank has cleaned up.
+    fmt::print(stderr, "longctx: interrupted by signal {}: every rank got it and was stopped\n", r.interrupted);
+    return 128 + r.interrupted;
+  }
   if (r.first_failed >= 0) {
     const auto& f = r.ranks[static_cast<std::size_t>(r.first_failed)];
     if (f.stalled)

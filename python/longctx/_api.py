@@ -86,6 +86,18 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
+def _path(name: str, value: Any) -> str:
+    """A path argument: a str or an os.PathLike (bytes decoded as the OS names files), held to
+    _text's rules; BadInput naming the argument otherwise (None, a number, a file object)."""
+    if not isinstance(value, (str, bytes, os.PathLike)):
+        raise BadInput(name, f"{value!r} is not a path; give a str or a pathlib.Path")
+    try:
+        path = os.fspath(value)
+    except TypeError as e:  # a PathLike whose __fspath__ returns neither str nor bytes
+        raise BadInput(name, f"{value!r} is not a path ({e})") from None
+    return _text(name, os.fsdecode(path) if isinstance(path, bytes) else path)
+
+
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise BadInput(name, f"{value!r} is not True or False")
@@ -237,7 +249,12 @@ class Plan:
 
     @property
     def prediction(self) -> Prediction:
-        return Prediction._from(self.data["prediction"])
+        """The file's prediction; where it records none, this planner's (as ``explain`` works
+        it out)."""
+        recorded = self.data.get("prediction")
+        if not isinstance(recorded, Mapping):
+            recorded = json.loads(_answer(_core.prediction(self.to_json(None))))
+        return Prediction._from(recorded)
 
     @property
     def seq(self) -> int:
@@ -277,16 +294,20 @@ class Plan:
     def save(self, path: Union[str, "os.PathLike[str]"]) -> None:
         """Writes the plan file as ``longctx plan -o`` does: whole or not at all, through a
         symbolic link to the file it names; a folder, a device or a FIFO raises BadInput."""
-        _answer(_core.write_text(_text("path", os.fspath(path)), "path", self.to_json() + "\n"))
+        _answer(_core.write_text(_path("path", path), "path", self.to_json() + "\n"))
 
     @staticmethod
     def load(path: Union[str, "os.PathLike[str]"]) -> "Plan":
         """The plan file at ``path`` (``longctx plan -o``, ``max-context -o``), checked by the planner."""
+        # Read as the CLI reads it (common/input_file.h): a FIFO is refused, not waited on, and
+        # /dev/zero or a runaway file is never read past the bound.
+        ok, payload = _core.read_file(_path("path", path), "plan")
+        if not ok:
+            _answer((False, payload.decode("utf-8")))
         try:
-            with open(os.fspath(path), encoding="utf-8") as f:
-                text = f.read()
-        except OSError as e:
-            raise BadInput("plan", f"cannot read '{os.fspath(path)}' ({e.strerror}); give a plan file") from None
+            text = payload.decode("utf-8")
+        except UnicodeDecodeError as e:
+            raise BadInput("plan", f"'{path}' is not UTF-8 text ({e.reason} at byte {e.start}); give a plan file") from None
         return Plan.from_json(text)
 
     @staticmethod
@@ -304,7 +325,11 @@ class Plan:
         # evaluation, each recorded figure this planner no longer gives (a file edited, or
         # written by another version), said as `longctx explain` says it: .prediction reads the
         # file's. A file without a prediction records nothing to differ.
-        notes = _answer(_core.drift(json.dumps(data)))
+        try:
+            text = json.dumps(data)
+        except (TypeError, ValueError) as e:  # a dict holding what JSON has no word for
+            raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
+        notes = _answer(_core.drift(text))
         if notes:
             warnings.warn("the plan file's prediction differs from this planner's:\n" + notes, stacklevel=2)
         return Plan(data)
@@ -324,10 +349,10 @@ class Plan:
         return dict(j["files"])
 
     def __repr__(self) -> str:
-        # Never raises (a logger or a debugger calls it): a plan file may leave out its
-        # prediction, which explain() works out again.
+        # Never raises and never plans (a logger or a debugger calls it): a plan file may leave
+        # out its prediction, which .prediction and explain() work out again.
         try:
-            p = self.prediction
+            p = Prediction._from(self.data["prediction"])
             figures = f"peak_device_bytes={p.peak_device_bytes}, feasible={p.feasible}"
         except (KeyError, TypeError, ValueError):
             figures = "no prediction recorded"
@@ -450,9 +475,7 @@ def compare(plan: Plan, trace: Union[str, "os.PathLike[str]"]) -> Dict[str, Any]
     PyTorch profiler trace exported with ``profile_memory=True``)."""
     if not isinstance(plan, Plan):
         raise BadInput("plan", f"{plan!r} is not a Plan; give one from plan() or Plan.from_json()")
-    if not isinstance(trace, (str, os.PathLike)):
-        raise BadInput("trace", f"{trace!r} is not a path")
-    return json.loads(_answer(_core.compare(plan.to_json(None), os.fspath(trace))))
+    return json.loads(_answer(_core.compare(plan.to_json(None), _path("trace", trace))))
 
 
 def models() -> List[str]:

@@ -31,6 +31,7 @@ from __future__ import annotations
 import json
 import os
 import tempfile
+import warnings
 from dataclasses import dataclass
 from typing import Any, Callable, Dict, List, Optional
 
@@ -41,7 +42,7 @@ except ModuleNotFoundError as missing:  # the planner needs none of it; this mod
         "longctx.hf needs transformers (pip install 'longctx[hf]' or pip install transformers); "
         f"the rest of longctx does not ({missing})", name=missing.name) from missing
 
-from ._api import BadInput, Plan
+from ._api import BadInput, Plan, _whole
 
 PHASES = ("forward", "backward", "optimizer")
 
@@ -166,8 +167,10 @@ class MemoryReportCallback(TrainerCallback):
         # Checked here, not at the first step: a wrong argument failed later as AttributeError.
         if not isinstance(plan, Plan):
             raise BadInput("plan", f"{type(plan).__name__} is not a longctx.Plan; pass longctx.plan(...) or Plan.load(path)")
-        if isinstance(step, bool) or not isinstance(step, int) or step < 0:
-            raise BadInput("step", f"{step!r} is not a step: give the 0-based step to measure, 0 or more")
+        refusal = "is not a step: give the 0-based step to measure, 0 or more"
+        step = _whole("step", step, refusal)  # an int by Python's rule: numpy's and torch's too
+        if step < 0:
+            raise BadInput("step", f"{step!r} {refusal}")
         if not callable(report_to):
             raise BadInput("report_to", f"{report_to!r} is not callable; give a function of one string, such as print")
         self.plan = plan
@@ -270,6 +273,17 @@ class MemoryReportCallback(TrainerCallback):
         self.rows = [PhaseRow(p, predicted[p], self._measured.get(p, 0)) for p in PHASES]
         self.report = self._table()
         self.report_to(self.report)
+        for h in self._hooks:
+            h.remove()
+        self._hooks = []
+
+    def on_train_end(self, args, state, control, **kwargs):
+        # Training that ends before the step measured (max_steps=1 against the default step 1)
+        # would otherwise report nothing and say nothing.
+        if not self.rows:
+            warnings.warn(f"longctx: training ended after {state.global_step} step(s), before step {self.step} "
+                          "(0-based) that MemoryReportCallback measures: nothing was measured; pass step=0 or "
+                          "train longer", stacklevel=2)
         for h in self._hooks:
             h.remove()
         self._hooks = []

@@ -22,6 +22,7 @@
 
 #include "cli/longctx/plan_output.h"
 #include "common/atomic_file.h"
+#include "common/input_file.h"
 #include "planner/io/comparison.h"
 #include "planner/io/export.h"
 #include "planner/io/plan_text.h"
@@ -208,6 +209,30 @@ NB_MODULE(_core, m) {
   m.def("explain", &explain_answer, nb::arg("plan_json"), nb::arg("live_rows"));
   m.def("export", &export_answer, nb::arg("plan_json"), nb::arg("stack"));
   m.def("drift", &drift_answer, nb::arg("plan_json"));
+  // The plan's prediction as this planner records it (`plan -o`'s "prediction" block), for a
+  // plan file that leaves it out.
+  m.def(
+      "prediction",
+      [](const std::string& plan_json) -> Answer {
+        auto p = plan_of(plan_json);
+        if (!p) return failure(p.error());
+        return success(plan_to_json(with_phase_predictions(evaluate(*p)))["prediction"]);
+      },
+      nb::arg("plan_json"));
+  // A file the user names, read as every longctx input is (common/input_file.h): a regular
+  // file within the JSON bound, never a FIFO waited on or a device read. Its bytes, or the
+  // error's JSON as an Answer's.
+  m.def(
+      "read_file",
+      [](const std::string& path, const std::string& field) -> std::pair<bool, nb::bytes> {
+        auto text = longctx::read_regular_file(path, field);
+        if (!text) {
+          const std::string e = failure(text.error()).second;
+          return {false, nb::bytes(e.data(), e.size())};
+        }
+        return {true, nb::bytes(text->data(), text->size())};
+      },
+      nb::arg("path"), nb::arg("field"));
   m.def("exports", &exports_answer, nb::arg("plan_json"));
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("request"));

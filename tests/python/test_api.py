@@ -389,3 +389,47 @@ def warnings_caught():
             return context.__exit__(*exc)
 
     return Caught()
+
+
+def test_paths_are_read_as_the_cli_reads_them(tmp_path):
+    """A plan's path and a trace's take a str or a PathLike; anything else, a NUL (C++ would
+    read up to it: another file), a FIFO (never waited on), a device (never read) or bytes that
+    are not UTF-8 raise BadInput naming the argument."""
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB")
+    saved = tmp_path / "p.json"
+    plan.save(saved)
+    assert longctx.Plan.load(saved).data == longctx.Plan.load(str(saved)).data
+    for bad in (None, 3, b"\xff/p.json".decode("utf-8", "surrogateescape"), f"{saved}\x00junk"):
+        with pytest.raises(longctx.BadInput):
+            longctx.Plan.load(bad)
+        with pytest.raises(longctx.BadInput):
+            plan.save(bad)
+        with pytest.raises(longctx.BadInput):
+            longctx.compare(plan, bad)
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    with pytest.raises(longctx.BadInput, match="FIFO"):
+        longctx.Plan.load(fifo)
+    with pytest.raises(longctx.BadInput):
+        longctx.Plan.load("/dev/zero")
+    latin = tmp_path / "latin.json"
+    latin.write_bytes(b'{"model": "\xe9"}')
+    with pytest.raises(longctx.BadInput, match="UTF-8"):
+        longctx.Plan.load(latin)
+    with pytest.raises(longctx.BadInput):
+        longctx.Plan.from_json({"model": object()})
+
+
+def test_a_plan_without_its_prediction_predicts_as_the_planner_does():
+    """A plan file may leave out its prediction (or hold null): .prediction is then the
+    planner's, the one `plan` recorded."""
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB")
+    for missing in ("absent", None):
+        data = json.loads(plan.to_json())
+        if missing == "absent":
+            del data["prediction"]
+        else:
+            data["prediction"] = None
+        read = longctx.Plan.from_json(data)
+        assert read.prediction.peak_device_bytes == plan.prediction.peak_device_bytes
+        assert read.prediction.phases == plan.prediction.phases

@@ -106,3 +106,26 @@ def test_the_callback_checks_its_arguments_when_made():
         with pytest.raises(longctx.BadInput) as refused:
             MemoryReportCallback(**kwargs)
         assert refused.value.field == field
+
+
+def test_the_step_is_any_integer_and_a_run_ending_before_it_says_so(tmp_path):
+    """step takes an int by Python's rule (numpy's too); training that ends before the measured
+    step warns instead of reporting nothing without a word."""
+    np = pytest.importorskip("numpy")
+    torch.manual_seed(0)
+    config = transformers.LlamaConfig(hidden_size=64, intermediate_size=160, num_hidden_layers=2, num_attention_heads=4,
+                                      num_key_value_heads=2, vocab_size=256, max_position_embeddings=SEQ)
+    plan = longctx.plan(config, gpus=1, gpu="cpu", seq=SEQ, no_search=True, techniques="none")
+    assert MemoryReportCallback(plan, step=np.int64(2)).step == 2
+    with pytest.raises(longctx.BadInput):
+        MemoryReportCallback(plan, step=-1)
+    reports = []
+    callback = MemoryReportCallback(plan, report_to=reports.append)  # step 1
+    args = transformers.TrainingArguments(output_dir=str(tmp_path), per_device_train_batch_size=1, max_steps=1,
+                                          report_to=[], use_cpu=True, save_strategy="no", logging_strategy="no",
+                                          dataloader_num_workers=0)
+    trainer = transformers.Trainer(model=transformers.LlamaForCausalLM(config), args=args,
+                                   train_dataset=RandomTokens(config.vocab_size, 2), callbacks=[callback])
+    with pytest.warns(UserWarning, match="before step 1"):
+        trainer.train()
+    assert reports == [] and callback.rows == []

@@ -3,7 +3,13 @@
 #include <gtest/gtest.h>
 
 #include <chrono>
+#include <csignal>
+#include <cstdio>
 #include <cstdlib>
+#include <string>
+#include <thread>
+
+#include <unistd.h>
 
 #include "cli/longctx/local_launcher.h"
 
@@ -68,6 +74,35 @@ TEST(LocalLauncher, ARankStoppedBrieflyIsNotAStall) {
   EXPECT_EQ(r.first_failed, -1);
   EXPECT_EQ(r.ranks[0].exit_status, 0);
   EXPECT_FALSE(r.ranks[0].stalled);
+}
+
+// Ctrl-C reaches the launcher only (each rank has a process group of its own): the ranks must
+// get the signal too and run their own cleanup, not be killed when the launcher dies.
+TEST(LocalLauncher, AnInterruptIsPassedToEveryRankWhichCleansUp) {
+  LaunchOptions o;
+  o.ranks = 2;
+  o.grace = std::chrono::seconds(5);
+  const std::string mark = ::testing::TempDir() + "interrupted." + std::to_string(::getpid());
+  std::thread interrupter([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::kill(::getpid(), SIGINT);
+  });
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = launch_local_ranks(
+      "/bin/sh", {"-c", "trap 'echo cleaned > " + mark + ".$RANK; exit 130' INT; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}, o);
+  interrupter.join();
+  EXPECT_LT(std::chrono::steady_clock::now() - start, std::chrono::seconds(5)) << "waited for SIGKILL, not the ranks";
+  EXPECT_EQ(r.interrupted, SIGINT);
+  for (int i = 0; i < 2; ++i) {
+    EXPECT_EQ(r.ranks[static_cast<std::size_t>(i)].exit_status, 130) << i;
+    const std::string file = mark + "." + std::to_string(i);
+    EXPECT_EQ(::access(file.c_str(), F_OK), 0) << "rank " << i << " did not run its handler";
+    std::remove(file.c_str());
+  }
+  // The launcher's own handling is undone: SIGINT is the default again.
+  struct sigaction now {};
+  ::sigaction(SIGINT, nullptr, &now);
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 TEST(LocalLauncher, TheStallTimeoutComesFromTheEnvironmentWithinBounds) {
