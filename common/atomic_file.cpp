@@ -102,6 +102,12 @@ bool sync_dir(const std::string& dir) {
   return ok;
 }
 
+std::string hidden_temporary_name(const std::string& name, std::string_view suffix) {
+  constexpr std::size_t kNameMax = 255;  // NAME_MAX of Linux's file systems
+  const std::size_t room = kNameMax - 1 - std::min(suffix.size(), kNameMax - 1);
+  return "." + name.substr(0, room) + std::string(suffix);
+}
+
 Result<AtomicFile> AtomicFile::open(const std::string& path, const std::string& field) {
   AtomicFile f;
   f.path_ = path;
@@ -116,7 +122,7 @@ Result<AtomicFile> AtomicFile::open(const std::string& path, const std::string& 
   f.target_ = t.path;
   // A unique, hidden temporary: two writers of one name never share it, and no listing of
   // the folder mistakes it for the file.
-  std::string tmpl = folder_of(t.path) + "/." + base_of(t.path) + ".tmp-XXXXXX";
+  std::string tmpl = folder_of(t.path) + "/" + hidden_temporary_name(base_of(t.path), ".tmp-XXXXXX");
   f.fd_ = ::mkostemp(tmpl.data(), O_CLOEXEC);
   if (f.fd_ < 0)
     return Error::bad_input(field, fmt::format("cannot write '{}': {}; check the folder exists and is writable", path,

@@ -84,6 +84,11 @@ struct NamedPath {
 Result<bool> check_distinct_output(const std::string& path, const std::string& field,
                                    const std::vector<NamedPath>& others);
 
+// The hidden name of a temporary beside `name` (a file or folder name, no slash): "." + name +
+// `suffix` (".tmp-XXXXXX", mkstemp's template), with `name` cut short where the whole would pass
+// the 255 bytes a file name may hold, so that any name the file system takes can be written.
+std::string hidden_temporary_name(const std::string& name, std::string_view suffix);
+
 // Whether `path` names standard output (/dev/stdout, /dev/fd/1, /proc/self/fd/1), which a
 // command's -o then shares with its answer.
 bool names_standard_output(const std::string& path);

@@ -81,7 +81,7 @@ Result<bool> stage_all(Staging& s, const std::map<std::string, std::string>& fil
 // A folder that does not exist yet: staged beside it and renamed into place whole.
 Result<FolderWrite> write_new_folder(const std::string& folder, const std::string& field,
                                      const std::map<std::string, std::string>& files) {
-  std::string tmpl = parent_of(folder) + "/." + name_of(folder) + ".staging-XXXXXX";
+  std::string tmpl = parent_of(folder) + "/" + hidden_temporary_name(name_of(folder), ".staging-XXXXXX");
   if (::mkdtemp(tmpl.data()) == nullptr)
     return Error::bad_input(field, fmt::format("cannot make the folder '{}': {}; give a folder whose parent exists and "
                                                "is writable",

@@ -18,6 +18,7 @@
 #include <sstream>
 #include <string>
 
+#include "common/atomic_file.h"
 #include "common/atomic_folder.h"
 #include "common/input_file.h"
 #include "common/json_depth.h"
@@ -285,6 +286,26 @@ TEST_F(Inputs, AFileSetGoesInWholeIntoANewFolder) {
   ::umask(was);
   ASSERT_TRUE(shared.ok()) << shared.error().what();
   EXPECT_EQ(fs::status(path("shared")).permissions(), fs::perms(0755));
+}
+
+// Any name the file system takes (up to 255 bytes) can be written: the hidden temporary beside
+// it cuts the name short instead of passing the limit ("File name too long" for names of 244
+// bytes and more, where ".NAME.tmp-XXXXXX" went past 255).
+TEST_F(Inputs, TheLongestFileAndFolderNamesAreWritten) {
+  for (const std::size_t length : {std::size_t{200}, std::size_t{244}, std::size_t{255}}) {
+    const std::string name(length, 'n');
+    const auto file = write_text_atomically(path(name), "-o", "whole\n");
+    ASSERT_TRUE(file.ok()) << length << ": " << file.error().what();
+    EXPECT_EQ(read(name), "whole\n");
+    fs::remove(path(name));
+    const auto folder = write_files_atomically(path(name), "-o", kNewSet);
+    ASSERT_TRUE(folder.ok()) << length << ": " << folder.error().what();
+    EXPECT_EQ(read(name + "/a.yaml"), "new a\n");
+    fs::remove_all(path(name));
+  }
+  EXPECT_TRUE(fs::is_empty(dir_)) << "a temporary was left";
+  EXPECT_EQ(hidden_temporary_name(std::string(300, 'x'), ".tmp-XXXXXX").size(), 255u);
+  EXPECT_EQ(hidden_temporary_name("plan.json", ".tmp-XXXXXX"), ".plan.json.tmp-XXXXXX");
 }
 
 // A write that fails part way (a size limit here, a full disk in use) leaves the old set.
