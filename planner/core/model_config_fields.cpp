@@ -148,13 +148,26 @@ Result<bool> read_biases(const json& j, ModelConfig& m) {
   return true;
 }
 
+// Whether some layer of the model attends within its sliding window (transformers 4.57):
+// Mistral's every layer whenever sliding_window is not null; Qwen2's and Qwen3's a layer whose
+// layer_types entry is sliding_attention, and only under use_sliding_window (else their config
+// sets sliding_window to None, configuration_qwen2.py / configuration_qwen3.py), the layers
+// from max_window_layers (default 28) on where layer_types is not given.
 Result<bool> read_sliding_window(const json& j, ModelConfig& m) {
   const std::string& t = m.model_type;
   if (t == "llama") return true;  // transformers' Llama has no sliding window
-  bool in_effect = t == "mistral";  // Mistral slides whenever sliding_window is not null
+  const bool mistral = t == "mistral";
+  bool use = false;
   if (value_of(j, "use_sliding_window")) {
-    LONGCTX_TRY(bool use, json_fields::get_bool(j, kP, "use_sliding_window"));
-    in_effect = in_effect || use;
+    LONGCTX_TRY(use, json_fields::get_bool(j, kP, "use_sliding_window"));
+  }
+  bool some_layer_slides = mistral;
+  if (!mistral && !value_of(j, "layer_types")) {
+    std::int64_t first_sliding = 28;
+    if (value_of(j, "max_window_layers")) {
+      LONGCTX_TRY(first_sliding, json_fields::get_int(j, kP, "max_window_layers", 0, std::int64_t{1} << 30));
+    }
+    some_layer_slides = first_sliding < m.layers;
   }
   if (const json* types = value_of(j, "layer_types")) {  // transformers 5: one entry per layer
     if (!types->is_array()) return Error::bad_input("model.layer_types", "must be an array of strings");
@@ -164,11 +177,12 @@ Result<bool> read_sliding_window(const json& j, ModelConfig& m) {
                                                                "per layer",
                                                                types->size(), m.layers));
     for (const json& l : *types) {
-      if (l == "sliding_attention") in_effect = true;
+      if (l == "sliding_attention") some_layer_slides = true;
       else if (l != "full_attention")
         return Error::bad_input("model.layer_types", fmt::format("{} is neither full_attention nor sliding_attention", l.dump()));
     }
   }
+  const bool in_effect = mistral || (use && some_layer_slides);
   if (!value_of(j, "sliding_window") || !in_effect) return true;
   LONGCTX_TRY(m.sliding_window, json_fields::get_int(j, kP, "sliding_window", 1, limits::kMaxSeq));
   return true;
@@ -207,7 +221,12 @@ void write(const ModelConfig& m, json& j) {
   j["mlp_bias"] = m.mlp_bias;
   if (m.sliding_window > 0) {
     j["sliding_window"] = m.sliding_window;
-    if (m.model_type != "mistral") j["use_sliding_window"] = true;
+    // Written as sliding from the first layer: the planner reads only that some layer slides
+    // (lengths past the window are refused), and reads this back so.
+    if (m.model_type != "mistral") {
+      j["use_sliding_window"] = true;
+      j["max_window_layers"] = 0;
+    }
   }
   if (m.max_positions > 0) j["max_position_embeddings"] = m.max_positions;
   if (!m.weights_dtype.empty()) j["torch_dtype"] = m.weights_dtype;

@@ -30,7 +30,7 @@ const Keys kModelKeys = {"name", "_name_or_path", "model_type", "hidden_size", "
                          "num_attention_heads", "num_key_value_heads", "head_dim", "vocab_size",
                          "tie_word_embeddings", "rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling",
                          "rope_parameters", "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window",
-                         "layer_types", "torch_dtype", "dtype", "num_experts", "num_local_experts", "n_routed_experts",
+                         "max_window_layers", "layer_types", "torch_dtype", "dtype", "num_experts", "num_local_experts", "n_routed_experts",
                          "quantization_config", "attention_dropout", "max_position_embeddings"};
 // cluster.hardware's keys are refused by its reader (hardware_from_json), before these.
 const Keys kClusterKeys = {"nodes", "gpus_per_node", "gpus", "hardware", "device_budget_bytes",

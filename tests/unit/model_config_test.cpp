@@ -199,11 +199,39 @@ TEST(PublishedConfigs, FieldsThatChangeTheModelAreReadOrRefusedByName) {
   auto qwen2 = config_json("qwen2.5-7b");
   qwen2["mlp_bias"] = true;  // transformers' Qwen2MLP has none
   EXPECT_EQ(refused_field(qwen2), "model.mlp_bias");
+  // Which layers slide, as transformers 4.57's Qwen2Config and Qwen3Config say: under
+  // use_sliding_window, those from max_window_layers (default 28) on, or the sliding_attention
+  // entries of layer_types; without it none (their config sets sliding_window to None).
+  const auto window_of = [](nlohmann::json j) {
+    auto m = model_from_json(j, "t");
+    EXPECT_TRUE(m.ok()) << m.error().what();
+    return m.ok() ? m->sliding_window : -1;
+  };
+  qwen2 = config_json("qwen2.5-7b");  // 28 layers
+  qwen2["use_sliding_window"] = true;
+  EXPECT_EQ(window_of(qwen2), 0) << "layers from the 28th slide: none of 28";
+  qwen2["max_window_layers"] = 20;
+  EXPECT_EQ(window_of(qwen2), 131072);
+  qwen2.erase("max_window_layers");
+  qwen2["layer_types"] = std::vector<std::string>(28, "full_attention");
+  EXPECT_EQ(window_of(qwen2), 0);
+  qwen2["layer_types"][27] = "sliding_attention";
+  EXPECT_EQ(window_of(qwen2), 131072);
+  qwen2["use_sliding_window"] = false;
+  EXPECT_EQ(window_of(qwen2), 0) << "sliding entries without use_sliding_window slide nothing";
+  auto qwen3 = config_json("qwen3-8b");  // 36 layers, max_window_layers 36: none slides
+  qwen3["use_sliding_window"] = true;
+  qwen3["sliding_window"] = 4096;
+  EXPECT_EQ(window_of(qwen3), 0);
+  qwen3.erase("max_window_layers");  // the default, 28: the last 8 slide
+  qwen3["sliding_window"] = 4096;
+  EXPECT_EQ(window_of(qwen3), 4096);
+  // A plan file keeps it: written as sliding from the first layer, read back the same.
   qwen2 = config_json("qwen2.5-7b");
   qwen2["use_sliding_window"] = true;
-  auto windowed = model_from_json(qwen2, "t");
-  ASSERT_TRUE(windowed.ok());
-  EXPECT_EQ(windowed->sliding_window, 131072);
+  qwen2["max_window_layers"] = 20;
+  const ModelConfig windowed = model_from_json(qwen2, "t").value();
+  EXPECT_EQ(model_from_json(model_to_json(windowed), "t").value().sliding_window, 131072);
   auto mistral = config_json("mistral-7b-v0.1");
   mistral["attention_bias"] = true;
   EXPECT_EQ(refused_field(mistral), "model.attention_bias");
