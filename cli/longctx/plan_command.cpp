@@ -69,6 +69,15 @@ int run_plan(const PlanOptions& o) {
   if (!knobs) return report_error(knobs.error());
   if (auto apart = check_distinct_output(o.output, "-o", {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}}); !apart)
     return report_error(apart.error());
+  // -o is opened (its temporary made beside it) before the search: a path that cannot take the
+  // plan file is refused at once, not after a search of seconds or minutes. Left uncommitted
+  // (an error, a plan refused), the temporary is removed.
+  std::optional<AtomicFile> plan_file;
+  if (!o.output.empty()) {
+    auto opened = AtomicFile::open(o.output, "-o");
+    if (!opened) return report_error(opened.error());
+    plan_file.emplace(std::move(*opened));
+  }
   auto answer = [&] {
     ProgressLine progress(fmt::format("plan: {} at {} tokens on {} x {}", o.cluster.model, o.seq, o.cluster.gpus,
                                       o.cluster.gpu));
@@ -76,9 +85,10 @@ int run_plan(const PlanOptions& o) {
   }();
   if (!answer) return report_error(answer.error());
   const auto& [found, e, recorded] = *answer;
-  if (!o.output.empty()) {
-    auto w = write_plan_file(recorded, o.output);
-    if (!w) return report_error(w.error());
+  if (plan_file) {
+    const std::string text = plan_file_text(recorded);
+    plan_file->write(text.data(), text.size());
+    if (auto w = plan_file->commit(); !w) return report_error(w.error());
   }
   if (names_standard_output(o.output)) {
     // -o naming standard output makes the plan file the one document printed there: the answer

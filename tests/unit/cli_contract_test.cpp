@@ -131,6 +131,10 @@ TEST(CliContract, ExitStatuses) {
   EXPECT_EQ(run("plan --model llama-3.1-8b --gpus 8 --seq 1M --ulysses 3").status, 2);
   EXPECT_EQ(run("explain /nonexistent/plan.json").status, 2);
   EXPECT_EQ(run("--no-such-flag").status, 2);
+  // -o is opened before the search: a path that cannot take the plan file is refused first,
+  // not after a search (this one finds no plan, which would exit 3).
+  const Output unwritable = run("plan --model llama-3.1-8b --gpus 1 --seq 1M --budget 1GiB -o /nonexistent/plan.json");
+  EXPECT_EQ(unwritable.status, 2) << unwritable.out;
 }
 
 // `sh -c SCRIPT`, where @L@ stands for the longctx binary; stdout and stderr together.
