@@ -80,11 +80,20 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("export    {}\n", describe_exports(p));
+  // On CUDA a step within the budget as allocated can still fail: the replay could not place a
+  // request, and its reserved figure stops at the budget, which is then no peak to name.
+  const bool unplaced = !pr.feasible && pr.binding == device_binding(p) && p.cluster.hardware.backend == Backend::Cuda &&
+                        !over_device_budget(p, pr.peak_device_bytes);
+  const std::string why = unplaced ? fmt::format(" (the caching allocator cannot place every block within the "
+                                                 "budget: its cached segments are split too finely for a later "
+                                                 "request, {} allocated at the peak)",
+                                                 format_bytes(pr.peak_device_bytes))
+                          : pr.binding.empty() ? ""
+                                               : fmt::format(" ({} exceeded)", pr.binding);
   out += fmt::format("verdict   {}: device peak {} of {}, host peak {} of {} per node{}\n",
                      pr.feasible ? "FITS" : "DOES NOT FIT", format_bytes(pr.peak_nvidia_smi_bytes),
                      format_bytes(p.cluster.device_budget_bytes), format_bytes(pr.peak_host_bytes),
-                     format_bytes(p.cluster.host_budget_bytes_per_node),
-                     pr.binding.empty() ? "" : fmt::format(" ({} exceeded)", pr.binding));
+                     format_bytes(p.cluster.host_budget_bytes_per_node), why);
   if (p.cluster.hardware.backend == Backend::Cpu)  // no caching allocator, no CUDA context, no nvidia-smi
     out += fmt::format("device    allocated {} (peak at {}): the CPU virtual device counts every byte and caches none\n",
                        format_bytes(pr.peak_device_bytes), pr.peak_at);
