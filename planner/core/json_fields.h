@@ -89,8 +89,13 @@ inline Result<bool> refuse_unknown_keys(const nlohmann::json& object, const std:
 }
 
 // Parses text as JSON: nesting past kMaxJsonDepth (common/json_depth.h) is refused before
-// parsing, naming the field; a syntax error names the file.
+// parsing, naming the field; a syntax error names the file. A NUL byte is none of JSON's, and
+// nlohmann's parser ends its input there (a plan file with one after it was read as whole).
 inline Result<nlohmann::json> parse(const std::string& text, const std::string& what) {
+  if (const auto nul = text.find('\0'); nul != std::string::npos)
+    return Error::bad_input(what, fmt::format("holds a NUL byte at byte {}, which JSON text never does; give the file "
+                                              "as written",
+                                              nul));
   LONGCTX_TRY(auto shallow, check_json_depth(text, what));
   (void)shallow;
   nlohmann::json j = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);

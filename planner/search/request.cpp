@@ -89,7 +89,12 @@ Result<Plan> resolve_cluster(const ClusterRequest& o) {
     return Error::bad_input("--gpus-per-node",
                             fmt::format("{} is above longctx's bound of {} GPUs per node", per_node, limits::kMaxGpusPerNode));
   if (o.gpus % per_node != 0)
-    return Error::bad_input("--gpus", fmt::format("{} GPUs do not fill whole nodes of {}; give a multiple, or set --gpus-per-node", o.gpus, per_node));
+    return Error::bad_input(
+        "--gpus", fmt::format("{} GPUs do not fill whole nodes of {}; give a multiple of {}, or {}", o.gpus, per_node,
+                              per_node,
+                              o.gpus_per_node ? "a --gpus-per-node that divides them"
+                                              : fmt::format("set --gpus-per-node (the {} preset has {} a node)",
+                                                            p.cluster.hardware.name, p.cluster.hardware.gpus_per_node)));
   p.cluster.shape = {o.gpus / per_node, per_node};
   p.cluster.device_budget_bytes = p.cluster.hardware.device_memory_bytes;
   if (!o.budget.empty()) {

@@ -93,6 +93,15 @@ TEST(PlanReader, DeepNestingIsRefusedNamingTheField) {
   EXPECT_TRUE(check_json_depth("{\"a\": \"" + std::string(1000, '[') + "\"}", "x").ok());
 }
 
+// nlohmann's parser ends its input at a NUL: a plan file with one after its object (or inside
+// a string) was read as though whole.
+TEST(PlanReader, ANulByteAnywhereIsRefusedNamingTheFile) {
+  const std::string text = plan_json().dump();
+  ASSERT_TRUE(plan_from_text(text, "plan.json").ok());
+  expect_refused(plan_from_text(text + std::string(1, '\0'), "plan.json"), "plan.json", "NUL byte");
+  expect_refused(plan_from_text(text + std::string(1, '\0') + "junk", "plan.json"), "plan.json", "NUL byte");
+}
+
 TEST(PlanReader, UnknownKeysAreRefusedNamingThem) {
   expect_refused(plan_from_text(with("parallel", "rnig", "2"), "p"), "parallel.rnig", "not a key longctx reads");
   expect_refused(plan_from_text(with("train", "micro_bach", "2"), "p"), "train.micro_bach", "check its spelling");
