@@ -7,6 +7,8 @@
 #include <nlohmann/json.hpp>
 
 #include "cli/common/commands.h"
+#include "cli/common/error_report.h"
+#include "cli/common/parse_values.h"
 #include "cli/longctx/local_launcher.h"
 #include "cli/longctx/runtime_exec.h"
 
@@ -75,6 +77,35 @@ int run_local_ranks(int n, const std::vector<std::string>& args) {
   return 0;
 }
 
+constexpr int kMaxLocalRanks = 1024;
+
+// --nproc N (or --nproc=N) out of the arguments, once, held to the rule every whole-number
+// flag follows (cli/common/parse_values.h); the other arguments are appended to `rest`.
+Result<int> take_nproc(const std::vector<std::string>& args, std::vector<std::string>& rest) {
+  std::optional<std::string> given;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::optional<std::string> value;
+    if (args[i] == "--nproc") {
+      if (i + 1 == args.size())
+        return Error::bad_input("--nproc", fmt::format("needs a value: a rank count from 1 to {}", kMaxLocalRanks));
+      value = args[++i];
+    } else if (args[i].starts_with("--nproc=")) {
+      value = args[i].substr(8);
+    } else {
+      rest.push_back(args[i]);
+      continue;
+    }
+    if (given) return Error::bad_input("--nproc", "given more than once; give it once");
+    given = value;
+  }
+  if (!given) return 1;
+  if (std::string why = value_rules::whole_number(*given); !why.empty()) return Error::bad_input("--nproc", why);
+  const long long n = std::stoll(*given);
+  if (n < 1 || n > kMaxLocalRanks)
+    return Error::bad_input("--nproc", fmt::format("{} is not a rank count from 1 to {}", n, kMaxLocalRanks));
+  return static_cast<int>(n);
+}
+
 // `longctx NAME ...` handed to `longctx-runtime NAME ...`; `--nproc N` starts N local
 // ranks of it, whose outputs `gather` turns into one.
 Command add_forwarded_command(CLI::App& app, const std::string& name, const std::string& help,
@@ -85,25 +116,21 @@ Command add_forwarded_command(CLI::App& app, const std::string& name, const std:
   sub->prefix_command();
   return {sub, [sub, name, gather] {
             std::vector<std::string> rest = {name};
-            int nproc = 1;
             const auto extras = sub->remaining();
-            for (std::size_t i = 0; i < extras.size(); ++i) {
-              if (extras[i] == "--nproc" && i + 1 < extras.size()) {
-                char* end = nullptr;
-                const long v = std::strtol(extras[i + 1].c_str(), &end, 10);
-                if (*end != '\0' || v < 1 || v > 1024) {
-                  fmt::print(stderr, "longctx: error: --nproc: '{}' is not a rank count from 1 to 1024\n", extras[i + 1]);
-                  return 2;
-                }
-                nproc = static_cast<int>(v);
-                ++i;
-                continue;
-              }
-              rest.push_back(extras[i]);
+            const auto nproc = take_nproc(extras, rest);
+            if (!nproc) return report_error(nproc.error());
+            // The runtime's own --help, and the launcher's one option beside it.
+            if (std::find(rest.begin(), rest.end(), "--help") != rest.end() ||
+                std::find(rest.begin(), rest.end(), "-h") != rest.end()) {
+              fmt::print("longctx {} --nproc N: start N local ranks of it (1 to {}) with torchrun's environment, "
+                         "their reports gathered into one\n\n",
+                         name, kMaxLocalRanks);
+              std::fflush(stdout);
+              return exec_runtime(rest);
             }
-            if (nproc > 1) {
+            if (*nproc > 1) {
               if (!runtime_available()) return exec_runtime(rest);  // reports the missing runtime
-              return gather(nproc, rest);
+              return gather(*nproc, rest);
             }
             return exec_runtime(rest);
           }};

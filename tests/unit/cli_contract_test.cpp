@@ -124,6 +124,22 @@ TEST(CliContract, JsonOutputsReadBackAsPlanFiles) {
   std::filesystem::remove_all(dir);
 }
 
+// run's and calibrate's --nproc is the launcher's own option, parsed before the runtime is
+// asked for anything: held to the rule of every whole-number flag, once, in either spelling.
+TEST(CliContract, NprocIsParsedAsEveryWholeNumberFlag) {
+  const std::pair<const char*, const char*> refused[] = {
+      {"--nproc 2 --nproc 1", "given more than once"}, {"--nproc +2", "not a whole number"},
+      {"--nproc=0", "not a rank count from 1 to 1024"},  {"--nproc 1025", "not a rank count"},
+      {"--nproc", "needs a value"},                    {"--nproc=abc", "not a whole number"}};
+  for (const auto& [args, why] : refused)
+    for (const char* command : {"run --plan plan.json", "calibrate"}) {
+      const Output o = capture(longctx::testing::longctx_cli() + " " + command + " " + args + " 2>&1");
+      EXPECT_EQ(o.status, 2) << command << " " << args << ": " << o.out;
+      EXPECT_NE(o.out.find("--nproc: "), std::string::npos) << o.out;
+      EXPECT_NE(o.out.find(why), std::string::npos) << args << ": " << o.out;
+    }
+}
+
 TEST(CliContract, ExitStatuses) {
   EXPECT_EQ(run("plan --model no-such-model --seq 1M").status, 2);
   EXPECT_EQ(run("plan --seq 12Q").status, 2);
