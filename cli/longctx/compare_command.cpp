@@ -59,6 +59,11 @@ std::string overlay_svg(const std::vector<PhaseComparison>& rows, const std::str
 int run_compare(const CompareOptions& o) {
   if (auto apart = check_distinct_output(o.svg, "--svg", {{o.plan_file, "--plan"}, {o.trace_file, "--trace"}}); !apart)
     return report_error(apart.error());
+  if (o.json && names_standard_output(o.svg))
+    return report_error(Error::bad_input("--svg", fmt::format("'{}' is standard output, where --json prints the "
+                                                              "comparison: two documents there read as neither; name a "
+                                                              "file, or leave out --json",
+                                                              o.svg)));
   auto plan = read_plan_file(o.plan_file);
   if (!plan) return report_error(plan.error());
   auto trace = read_trace_file(o.trace_file);

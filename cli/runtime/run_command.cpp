@@ -130,7 +130,7 @@ int run(const RunArgs& a) {
   // every rank's outputs apart, and opens its own.
   auto env = runtime::rank_env_from_environment();
   if (!env) return report_error(env.error());
-  if (auto r = check_run_files({a.plan_path, a.data_path, a.trace_path, a.op_times, a.allocation_log}, env->world_size); !r)
+  if (auto r = check_run_files({a.plan_path, a.data_path, a.trace_path, a.op_times, a.allocation_log, a.json}, env->world_size); !r)
     return report_error(r.error());
   auto outputs = RunOutputs::open(a.trace_path, a.op_times, a.allocation_log, env->rank);
   if (!outputs) return report_error(outputs.error());

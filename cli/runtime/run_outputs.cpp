@@ -29,6 +29,10 @@ Result<bool> check_run_files(const RunFiles& f, int world) {
   for (int r = 0; r < world; ++r)
     for (const auto& [path, flag] : outputs) {
       if (path->empty()) continue;
+      if (f.json_report && names_standard_output(*path))
+        return Error::bad_input(flag, fmt::format("'{}' is standard output, where --json prints the run's report: two "
+                                                  "documents there read as no JSON; name a file, or leave out --json",
+                                                  *path));
       const std::string mine = rank_path(*path, r);
       if (world > 1 && (path->starts_with("/dev/") || path->starts_with("/proc/")))
         return Error::bad_input(flag, fmt::format("'{}' cannot hold one file per rank ({} ranks: rank 1 would write "

@@ -19,13 +19,15 @@ std::string rank_path(const std::string& path, int rank);
 struct RunFiles {
   std::string plan, data;                    // read
   std::string trace, op_times, allocation_log;  // written, one per rank (rank_path)
+  bool json_report = false;                  // --json: the report is standard output's document
 };
 
 // BadInput naming the output's flag where any rank's output (`world` ranks) names a file
 // the run reads or another output (a trace over the plan it runs, a rank's trace over a plan
 // named like it: q.rank1.json), or, with several ranks, a stream or device (/dev/stdout would
-// make rank 1 write /dev/stdout.rank1). Every rank checks every rank's paths, so all refuse
-// alike before any step.
+// make rank 1 write /dev/stdout.rank1), or standard output beside the --json report (two
+// documents there, which no JSON reader takes). Every rank checks every rank's paths, so all
+// refuse alike before any step.
 Result<bool> check_run_files(const RunFiles& f, int world);
 
 class RunOutputs {

@@ -276,7 +276,9 @@ TEST_F(RunCommand, OutputsNeverReplaceAnInputOrEachOther) {
       {"--trace " + plan, "--trace"},
       {"--op-times " + plan, "--op-times"},
       {"--data " + data + " --allocation-log " + data, "--allocation-log"},
-      {"--trace " + path("same.json") + " --op-times " + path("same.json"), "--op-times"}};
+      {"--trace " + path("same.json") + " --op-times " + path("same.json"), "--op-times"},
+      // Standard output is --json's report: a trace there too read as no JSON.
+      {"--json --trace /dev/stdout", "--trace"}};
   for (const auto& [flags, field] : one_rank) {
     const auto o = run_cli("run --plan " + plan + " --threads 1 " + flags);
     EXPECT_EQ(o.status, 2) << flags << "\n" << o.err;

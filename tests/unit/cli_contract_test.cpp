@@ -467,6 +467,10 @@ TEST_F(Outputs, AnOutputNeverReplacesAnInputOrAnotherOutput) {
     EXPECT_NE(o.out.find(field), std::string::npos) << o.out;
     EXPECT_NE(o.out.find("names the same file as"), std::string::npos) << o.out;
   }
+  // Standard output holds --json's document: an SVG there too would leave neither readable.
+  const Output both = run_sh("@L@ compare --plan " + plan + " --trace " + trace + " --json --svg /dev/stdout");
+  EXPECT_EQ(both.status, 2) << both.out;
+  EXPECT_NE(both.out.find("--svg: "), std::string::npos) << both.out;
   EXPECT_EQ(names(), (std::vector<std::string>{"gpu.json", "plan.json", "trace.json"}));
   EXPECT_TRUE(read_plan_file(plan).ok());
   // The same name for two streams is no loss: /dev/stdout may take both.
