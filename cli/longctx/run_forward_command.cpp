@@ -11,6 +11,7 @@
 #include "cli/common/parse_values.h"
 #include "cli/longctx/local_launcher.h"
 #include "cli/longctx/runtime_exec.h"
+#include "planner/core/plan.h"
 
 namespace longctx::cli {
 namespace {
@@ -45,7 +46,29 @@ std::optional<int> launch_ranks(int n, const std::vector<std::string>& args, Lau
 }
 
 // `run --nproc N`: the ranks' reports gathered into one.
+// The plan's rank count against --nproc, checked once here where it can be: each rank would
+// refuse the mismatch alike, naming the plan's cluster, and print it once per rank. A plan
+// that cannot be read is left to the ranks, which name it as `run` alone does.
+std::optional<Error> nproc_mismatch(int n, const std::vector<std::string>& args) {
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string path;
+    if (args[i] == "--plan" && i + 1 < args.size()) path = args[i + 1];
+    else if (args[i].starts_with("--plan=")) path = args[i].substr(7);
+    else continue;
+    const auto plan = read_plan_file(path);
+    if (!plan) return std::nullopt;
+    const std::int64_t world = plan->cluster.shape.world();
+    if (world == n) return std::nullopt;
+    return Error::bad_input("--nproc", fmt::format("{} ranks for a plan of {} ({} node(s) of {} GPUs): give --nproc "
+                                                   "{}, or plan for --gpus {}",
+                                                   n, world, plan->cluster.shape.nodes, plan->cluster.shape.gpus_per_node,
+                                                   world, n));
+  }
+  return std::nullopt;
+}
+
 int run_local_ranks(int n, const std::vector<std::string>& args) {
+  if (const auto mismatch = nproc_mismatch(n, args)) return report_error(*mismatch);
   const bool json = std::find(args.begin(), args.end(), "--json") != args.end();
   LaunchResult r;
   if (auto failed = launch_ranks(n, args, r)) return *failed;

@@ -43,7 +43,7 @@ Result<bool> world_matches(const Plan& plan, const RunOptions& o) {
   }
   const auto world = plan.cluster.shape.world();
   if (world == started) return true;
-  return Error::bad_input("cluster", fmt::format("the plan has {} ranks but {} {} started: run it with `longctx run "
+  return Error::bad_input("cluster", fmt::format("the plan has {} rank(s) but {} {} started: run it with `longctx run "
                                                  "--nproc {}` (or torchrun --nproc-per-node {}), or plan for {}",
                                                  world, started, started == 1 ? "was" : "were", world, world,
                                                  started == 1 ? "--gpus 1" : fmt::format("{} ranks", started)));

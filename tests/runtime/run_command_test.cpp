@@ -302,6 +302,13 @@ TEST_F(RunCommand, OutputsNeverReplaceAnInputOrEachOther) {
   EXPECT_EQ(o.status, 2) << o.err;
   EXPECT_NE(o.err.find("cannot hold one file per rank"), std::string::npos) << o.err;
 
+  // A rank count the plan was not made for: refused once, naming --nproc, before any rank
+  // starts (each rank refused it alike and printed it once per rank).
+  o = run_cli("run --plan " + plan + " --nproc 2 --threads 1");
+  EXPECT_EQ(o.status, 2) << o.err;
+  EXPECT_NE(o.err.find("longctx: error: --nproc: 2 ranks for a plan of 1"), std::string::npos) << o.err;
+  EXPECT_EQ(o.err.find("rank 0 of 2"), std::string::npos) << "no rank was started: " << o.err;
+
   // Each rank writes its own allocation log, as it does its trace.
   o = run_cli("run --plan " + named_like_a_rank + " --nproc 2 --threads 1 --allocation-log " + path("a.log"));
   EXPECT_EQ(o.status, 0) << o.err;
