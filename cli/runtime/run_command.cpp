@@ -43,6 +43,7 @@ struct RunArgs {
   std::string checkpoint_dir;
   int checkpoint_every = 0;
   bool checkpoint_every_given = false;
+  bool keep_given = false;
   int keep = 2;
   bool resume = false;
   std::string allocation_log;
@@ -76,6 +77,7 @@ Result<runtime::RunOptions> parse_options(const RunArgs& a) {
   o.checkpoint.dir = a.checkpoint_dir;
   if (a.checkpoint_every_given) o.checkpoint.every = a.checkpoint_every;
   o.checkpoint.keep = a.keep;
+  o.checkpoint.keep_given = a.keep_given;
   o.checkpoint.resume = a.resume;
   o.checkpoint.log = stderr;
   o.refuse_beyond_host_memory = !a.force;
@@ -96,7 +98,7 @@ std::string describe_or_plain(const Plan& p) {
 Result<runtime::RunReport> execute(const Plan& plan, const runtime::RunOptions& o, const RunArgs& a,
                                    std::vector<StepLine>& lines) {
   std::FILE* progress = a.json ? stderr : stdout;
-  fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", plan.model.name, plan.train.seq,
+  fmt::print(progress, "longctx run: {} at seq {} x micro-batch {}, {} on {}; {}\n", terminal_line(plan.model.name), plan.train.seq,
              plan.train.micro_batch, to_string(plan.train.dtype), a.device, describe_or_plain(plan));
   return runtime::run_plan(plan, o, [&](int i, const runtime::StepResult& s) {
     fmt::print(progress, "step {}/{}  loss {:.4f}  {:.3f} s  peak device {}  host {}\n", i + 1, a.steps, s.loss, s.time_s,
@@ -192,12 +194,13 @@ Command add_run_command(CLI::App& app) {
   sub->add_option("--checkpoint-dir", args->checkpoint_dir,
                   "Save the training state into DIR (DIR/step-N/); with --resume, go on from its newest checkpoint");
   auto* every = sub->add_option("--checkpoint-every", args->checkpoint_every, "Save the training state after every N-th step");
-  sub->add_option("--keep", args->keep, "Checkpoints to keep in --checkpoint-dir (default 2); older ones are deleted");
+  auto* keep = sub->add_option("--keep", args->keep, "Checkpoints to keep in --checkpoint-dir (default 2); older ones are deleted");
   sub->add_flag("--resume", args->resume,
                 "Go on from the newest checkpoint in --checkpoint-dir (from scratch if it has none); --steps counts "
                 "the whole run");
-  return {sub, [args, every] {
+  return {sub, [args, every, keep] {
             args->checkpoint_every_given = every->count() > 0;
+            args->keep_given = keep->count() > 0;
             return run(*args);
           }};
 }

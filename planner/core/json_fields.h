@@ -2,6 +2,7 @@
 // Reading typed fields out of user JSON with errors that name the field.
 #include <algorithm>
 #include <cstdint>
+#include <cmath>
 #include <limits>
 #include <string>
 #include <vector>
@@ -23,6 +24,12 @@ inline Result<std::int64_t> get_int(const nlohmann::json& j, const std::string& 
   const std::string field = prefix.empty() ? key : prefix + "." + key;
   auto it = j.find(key);
   if (it == j.end()) return Error::bad_input(field, "missing; add it as an integer");
+  // An integer past 64 bits is read as a float (1180591620717411303424 as 1.18e+21): past the bound.
+  if (it->is_number_float() && std::fabs(it->get<double>()) >= 9.2e18)
+    return Error::bad_input(field, fmt::format("{} is {} longctx's bound of {} (real models and clusters stay far "
+                                               "within it)",
+                                               it->dump(), it->get<double>() > 0 ? "above" : "below",
+                                               it->get<double>() > 0 ? max : min));
   if (!it->is_number_integer())
     return Error::bad_input(field, fmt::format("must be an integer, found {}", it->dump()));
   // Unsigned values past INT64_MAX would wrap to negative numbers in get<std::int64_t>().

@@ -337,7 +337,10 @@ class Plan:
     def explain(self, live_rows: int = 12) -> str:
         """Where the memory goes: the summary, the breakdown at the peak and the live set
         there, as ``longctx explain`` prints it."""
-        return _answer(_core.explain(self.to_json(None), _count("live_rows", live_rows, 1 << 20)))
+        rows = _count("live_rows", live_rows, 1 << 20)
+        if rows < 0:  # as `explain --live -1` is refused
+            raise BadInput("live_rows", f"{rows} is negative; give 0 or more rows")
+        return _answer(_core.explain(self.to_json(None), rows))
 
     def export(self, stack: str) -> Dict[str, str]:
         """The files the training stack ``"arctic"``, ``"hf"``, ``"deepspeed"`` or ``"torchtitan"`` runs this plan

@@ -36,7 +36,9 @@ Result<bool> BatchSource::load(const std::string& path) {
 
 std::string BatchSource::check(const std::string& path) const {
   if (static_cast<std::int64_t>(file_.size()) < b_ * S_ + 1)
-    return fmt::format("{} holds {} tokens; a step needs {} (micro_batch x seq + 1)", path, file_.size(), b_ * S_ + 1);
+    return fmt::format("{} holds {} tokens; a step needs {} ({} sample(s) of seq {}, one per data-parallel rank's "
+                       "micro-batch row, + 1)",
+                       path, file_.size(), b_ * S_ + 1, b_, S_);
   for (auto id : file_)
     if (static_cast<std::int64_t>(id) >= V_) return fmt::format("{} holds token id {} >= the vocabulary {}", path, id, V_);
   return "";

@@ -231,6 +231,9 @@ Result<bool> check_checkpoint_options(const CheckpointOptions& o) {
     return Error::bad_input("--resume", "needs --checkpoint-dir DIR, the folder the interrupted run saved into");
   if (o.dir.empty() && o.every)
     return Error::bad_input("--checkpoint-every", "needs --checkpoint-dir DIR, the folder to save into");
+  if (o.keep_given && !o.every)
+    return Error::bad_input("--keep", "counts the checkpoints --checkpoint-every N saves, and none is saved; add "
+                                      "--checkpoint-every N and --checkpoint-dir DIR, or drop --keep");
   if (!o.dir.empty() && !o.every && !o.resume)
     return Error::bad_input("--checkpoint-dir",
                             "given without --checkpoint-every N or --resume; add one, or drop --checkpoint-dir");

@@ -194,6 +194,7 @@ def test_arguments_of_other_types_raise_bad_input_naming_them(field, call):
 def test_a_plans_methods_check_their_arguments():
     plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", no_search=True, stack=None)
     for field, call in [("stack", lambda: plan.export(None)), ("live_rows", lambda: plan.explain("x")),
+                        ("live_rows", lambda: plan.explain(-1)),
                         ("trace", lambda: longctx.compare(plan, None)), ("plan", lambda: longctx.compare("x", "y"))]:
         with pytest.raises(longctx.BadInput) as e:
             call()

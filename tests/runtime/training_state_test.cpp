@@ -319,6 +319,8 @@ TEST_F(TrainingState, BadCheckpointOptionsExitTwoNamingTheFlag) {
       {"--checkpoint-dir " + path("ck") + " --checkpoint-every 0", "--checkpoint-every: 0 is not a step count"},
       {"--checkpoint-dir " + path("ck") + " --checkpoint-every 1 --keep 0", "--keep: 0 keeps no checkpoint"},
       {"--checkpoint-dir " + path("ck"), "--checkpoint-dir: given without --checkpoint-every"},
+      {"--keep 3", "--keep: counts the checkpoints"},
+      {"--checkpoint-dir " + path("ck") + " --resume --keep 3", "--keep: counts the checkpoints"},
       {"--checkpoint-dir " + path("file") + "/ck --checkpoint-every 1", "--checkpoint-dir: cannot write into"},
   };
   for (const auto& [flags, message] : cases) {

@@ -102,6 +102,17 @@ TEST(PlanReader, ANulByteAnywhereIsRefusedNamingTheFile) {
   expect_refused(plan_from_text(text + std::string(1, '\0') + "junk", "plan.json"), "plan.json", "NUL byte");
 }
 
+// JSON holds integers of any size; past 64 bits nlohmann reads one as a float, which was
+// refused as "must be an integer, found 1.18e+21": it is past the bound.
+TEST(PlanReader, AnIntegerPast64BitsIsPastTheBound) {
+  std::string text = plan_json().dump();
+  const std::string key = "\"seq\":";
+  const auto at = text.find(key);
+  ASSERT_NE(at, std::string::npos);
+  text.replace(at + key.size(), text.find_first_of(",}", at) - at - key.size(), "1180591620717411303424");
+  expect_refused(plan_from_text(text, "plan.json"), "train.seq", "above longctx's bound");
+}
+
 TEST(PlanReader, UnknownKeysAreRefusedNamingThem) {
   expect_refused(plan_from_text(with("parallel", "rnig", "2"), "p"), "parallel.rnig", "not a key longctx reads");
   expect_refused(plan_from_text(with("train", "micro_bach", "2"), "p"), "train.micro_bach", "check its spelling");

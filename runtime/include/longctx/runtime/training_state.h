@@ -65,12 +65,14 @@ struct CheckpointOptions {
   std::string dir;            // empty: no checkpoints
   std::optional<int> every;   // save after every `every`-th step; none: never (resume only)
   int keep = 2;               // checkpoints left after a save; older ones are deleted
+  bool keep_given = false;    // whether --keep was given: it needs saves to count
   bool resume = false;        // go on from the newest checkpoint in dir (from scratch if none)
   std::FILE* log = nullptr;   // a line per checkpoint saved or resumed from
 };
 
 // The options' own errors (BadInput naming the flag and the fix): every < 1, keep < 1,
-// --resume or --checkpoint-every without --checkpoint-dir, a dir with neither.
+// --resume or --checkpoint-every without --checkpoint-dir, a dir with neither, --keep without
+// --checkpoint-every.
 Result<bool> check_checkpoint_options(const CheckpointOptions& o);
 
 // This process's place among the ranks. count_failures: every rank passes whether its own
