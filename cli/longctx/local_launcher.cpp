@@ -55,11 +55,59 @@ bool is_stopped(pid_t pid) {
   return state == 'T' || state == 't';
 }
 
+// The first of SIGINT, SIGTERM and SIGHUP the launcher got while its ranks run, or 0.
+volatile sig_atomic_t g_interrupt = 0;
+
+void note_interrupt(int sig) {
+  if (g_interrupt == 0) g_interrupt = sig;
+}
+
+constexpr int kInterrupts[] = {SIGINT, SIGTERM, SIGHUP};
+// Each interrupt's disposition before the launch: what a rank starts with (a caught one is the
+// default after exec anyway), and what the launcher restores.
+struct sigaction g_before[std::size(kInterrupts)];
+
+// While the ranks run, the launcher's SIGINT, SIGTERM and SIGHUP are noted for the loop to pass
+// on (without SA_RESTART, so the loop's poll returns at once), except one the launcher was
+// started ignoring (nohup's SIGHUP, a background job's SIGINT), which its ranks ignore too; the
+// dispositions before are restored after.
+class InterruptsNoted {
+ public:
+  InterruptsNoted() {
+    g_interrupt = 0;
+    struct sigaction a {};
+    a.sa_handler = note_interrupt;
+    sigemptyset(&a.sa_mask);
+    for (std::size_t i = 0; i < std::size(kInterrupts); ++i) {
+      ::sigaction(kInterrupts[i], nullptr, &g_before[i]);
+      if (g_before[i].sa_handler != SIG_IGN) ::sigaction(kInterrupts[i], &a, nullptr);
+    }
+  }
+  ~InterruptsNoted() {
+    for (std::size_t i = 0; i < std::size(kInterrupts); ++i) ::sigaction(kInterrupts[i], &g_before[i], nullptr);
+  }
+  InterruptsNoted(const InterruptsNoted&) = delete;
+  InterruptsNoted& operator=(const InterruptsNoted&) = delete;
+};
+
+// The interrupts held back, for a fork: a signal meant for a rank that arrives before it
+// execs would otherwise reach only the launcher's handler, copied into it, and be lost.
+sigset_t interrupt_set() {
+  sigset_t set;
+  sigemptyset(&set);
+  for (int sig : kInterrupts) sigaddset(&set, sig);
+  return set;
+}
+
 // In the child, after fork: the torchrun environment, stdout into the pipe, then exec.
 // Never returns.
 [[noreturn]] void exec_rank(const std::string& program, const std::vector<std::string>& args, int rank, int world, int port,
                             pid_t launcher, int fds[2]) {
   ::setpgid(0, 0);  // its own process group: stopping a rank stops what it started too
+  // The interrupts as before the launch, then let through (one held back since the fork acts now).
+  for (std::size_t i = 0; i < std::size(kInterrupts); ++i) ::sigaction(kInterrupts[i], &g_before[i], nullptr);
+  const sigset_t held = interrupt_set();
+  ::sigprocmask(SIG_UNBLOCK, &held, nullptr);
   // A launcher killed outright (SIGKILL) cannot stop its ranks: the kernel does.
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
   if (::getppid() != launcher) ::_exit(1);
@@ -97,8 +145,12 @@ class Ranks {
       return false;
     }
     const pid_t launcher = ::getpid();
+    const sigset_t held = interrupt_set();
+    sigset_t was;
+    ::sigprocmask(SIG_BLOCK, &held, &was);
     const pid_t pid = ::fork();
     if (pid < 0) {
+      ::sigprocmask(SIG_SETMASK, &was, nullptr);
       r_.error = std::string("fork: ") + std::strerror(errno);
       ::close(fds[0]);
       ::close(fds[1]);
@@ -106,6 +158,7 @@ class Ranks {
     }
     if (pid == 0) exec_rank(program, args, i, size(), port, launcher, fds);
     ::setpgid(pid, pid);  // also here, so a signal sent before the child ran setpgid finds the group
+    ::sigprocmask(SIG_SETMASK, &was, nullptr);
     ::close(fds[1]);
     ::fcntl(fds[0], F_SETFL, ::fcntl(fds[0], F_GETFL) | O_NONBLOCK);
     children_[idx(i)] = {pid, fds[0], false};
@@ -192,36 +245,6 @@ class Ranks {
   static std::size_t idx(int i) { return static_cast<std::size_t>(i); }
   std::vector<Child> children_;
   LaunchResult& r_;
-};
-
-// The first of SIGINT, SIGTERM and SIGHUP the launcher got while its ranks run, or 0.
-volatile sig_atomic_t g_interrupt = 0;
-
-void note_interrupt(int sig) {
-  if (g_interrupt == 0) g_interrupt = sig;
-}
-
-// While the ranks run, the launcher's SIGINT, SIGTERM and SIGHUP are noted for the loop to pass
-// on (without SA_RESTART, so the loop's poll returns at once); the handlers before are restored
-// after.
-class InterruptsNoted {
- public:
-  InterruptsNoted() {
-    g_interrupt = 0;
-    struct sigaction a {};
-    a.sa_handler = note_interrupt;
-    sigemptyset(&a.sa_mask);
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &a, &before_[i]);
-  }
-  ~InterruptsNoted() {
-    for (std::size_t i = 0; i < std::size(kSignals); ++i) ::sigaction(kSignals[i], &before_[i], nullptr);
-  }
-  InterruptsNoted(const InterruptsNoted&) = delete;
-  InterruptsNoted& operator=(const InterruptsNoted&) = delete;
-
- private:
-  static constexpr int kSignals[] = {SIGINT, SIGTERM, SIGHUP};
-  struct sigaction before_[std::size(kSignals)] {};
 };
 
 }  // namespace

@@ -8,7 +8,8 @@
 // in a collective and being blamed for it. SIGINT, SIGTERM or SIGHUP to the launcher (a
 // terminal's Ctrl-C reaches only it: each rank runs in a process group of its own) is passed
 // to every rank, which cleans up as it does on its own (runtime: no temporary left behind),
-// and SIGKILL follows after the grace period.
+// and SIGKILL follows after the grace period; one the launcher was started ignoring is left
+// ignored, by it and its ranks.
 #include <chrono>
 #include <string>
 #include <vector>
@@ -18,7 +19,7 @@ namespace longctx::cli {
 struct RankOutcome {
   int rank = 0;
   int exit_status = -1;     // the rank's exit status; 128 + signal when a signal ended it
-  bool stopped = false;     // ended by the launcher after another rank failed
+  bool stopped = false;     // ended by the launcher after another rank failed, or after an interrupt
   bool stalled = false;     // it was stopped for longer than the stall timeout, and killed
   std::string output;       // its standard output
 };

@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <csignal>
 #include <cstdio>
 #include <functional>
 #include <optional>
@@ -12,6 +13,7 @@
 #include "cli/longctx/local_launcher.h"
 #include "cli/longctx/runtime_exec.h"
 #include "planner/core/plan.h"
+#include "planner/stacks/profile.h"
 
 namespace longctx::cli {
 namespace {
@@ -27,9 +29,12 @@ std::optional<int> launch_ranks(int n, const std::vector<std::string>& args, Lau
     return 1;
   }
   if (r.interrupted != 0) {
-    // As one rank ends on it: the shell's 128 + the signal, once every rank has cleaned up.
+    // Ended by the signal itself, once every rank has cleaned up, as `run` alone is: a shell
+    // sees a job stopped by Ctrl-C (and a script stops), not one that exited by itself.
     fmt::print(stderr, "longctx: interrupted by signal {}: every rank got it and was stopped\n", r.interrupted);
-    return 128 + r.interrupted;
+    std::signal(r.interrupted, SIG_DFL);
+    std::raise(r.interrupted);
+    return 128 + r.interrupted;  // not reached
   }
   if (r.first_failed >= 0) {
     const auto& f = r.ranks[static_cast<std::size_t>(r.first_failed)];
@@ -56,10 +61,11 @@ std::optional<Error> nproc_mismatch(int n, const std::vector<std::string>& args)
     else if (args[i].starts_with("--plan=")) path = args[i].substr(7);
     else continue;
     const auto plan = read_plan_file(path);
-    if (!plan) return std::nullopt;
+    // A plan the runtime does not run (another stack's) is refused by the ranks for that first.
+    if (!plan || !stack_profile(plan->train.stack.kind).runtime_runs_it) return std::nullopt;
     const std::int64_t world = plan->cluster.shape.world();
     if (world == n) return std::nullopt;
-    return Error::bad_input("--nproc", fmt::format("{} ranks for a plan of {} ({} node(s) of {} GPUs): give --nproc "
+    return Error::bad_input("--nproc", fmt::format("{} ranks for a plan of {} ({} node(s) of {} ranks): give --nproc "
                                                    "{}, or plan for --gpus {}",
                                                    n, world, plan->cluster.shape.nodes, plan->cluster.shape.gpus_per_node,
                                                    world, n));

@@ -38,14 +38,22 @@ Result<bool> check_own_step_fits(const Plan& p, const StackExporter& to) {
   if (!to.as_run) return true;
   const std::optional<Plan> run = to.as_run(p);
   if (!run || !validate(*run)) return true;
+  if (!predict(p).feasible) return true;
   const Prediction own = predict(*run);
-  if (own.feasible || !predict(p).feasible) return true;
+  if (own.feasible) return true;
   const bool host = own.binding == "host memory";
+  // On CUDA a step within the budget as allocated can still fail: the caching allocator could
+  // not place a request, and its reserved figure stops at the budget (plan_output.cpp says so too).
+  const bool unplaced = !host && !over_device_budget(*run, own.peak_device_bytes);
   const std::string over =
       host ? fmt::format("{} of host memory per node, over its {}", format_bytes(own.peak_host_bytes),
                          format_bytes(p.cluster.host_budget_bytes_per_node))
-           : fmt::format("{} per GPU as nvidia-smi shows it, over the budget of {}", format_bytes(own.peak_nvidia_smi_bytes),
-                         format_bytes(p.cluster.device_budget_bytes));
+      : unplaced
+          ? fmt::format("{} allocated at its peak, whose blocks the caching allocator cannot place within the budget "
+                        "of {}",
+                        format_bytes(own.peak_device_bytes), format_bytes(p.cluster.device_budget_bytes))
+          : fmt::format("{} per GPU as nvidia-smi shows it, over the budget of {}", format_bytes(own.peak_nvidia_smi_bytes),
+                        format_bytes(p.cluster.device_budget_bytes));
   return Error::bad_input("train.stack",
                           fmt::format("--stack {} runs this plan as its own step, {} with MLP tiles {} and loss tiles "
                                       "{}, which longctx predicts at {}, where this plan fits: the run would run out of "

@@ -12,6 +12,9 @@
 //   - refused (BadInput naming the knob and the stack) where the stack would hold more than
 //     the plan does (head-chunked attention anywhere, MLP tiles outside ArcticTraining, loss
 //     tiles in a bare DeepSpeed config, checkpoint offload under Hugging Face).
+// Then, for a plan made for another stack, the whole step: where this stack's own step as its
+// files run it (as_run) does not fit the budget and the plan does, refused naming train.stack
+// (io/export.h, check_expressible).
 #include <optional>
 #include <span>
 #include <string>

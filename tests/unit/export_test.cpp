@@ -364,6 +364,33 @@ TEST(Export, TheStepsOtherStacksRunForALongctxPlan) {
   ASSERT_TRUE(titan.has_value());
   EXPECT_EQ(titan->train.stack.kind, StackKind::Torchtitan);
   EXPECT_FALSE(kDeepSpeedExporter.as_run);  // longctx's own plans: its files run the plan's step
+  // torchtitan keeps fp32 gradients across GPUs (its job's mixed_precision_reduce): a plan of
+  // the CLI's default bf16 gradients is held to that step, not skipped as one torchtitan
+  // refuses. Llama-3.1-8B on 8 H100s at 34K, zero3, every layer checkpointed: the plan fits,
+  // torchtitan's step does not.
+  Plan titan_8b = testing::gpu_plan("llama-3.1-8b", "h100-80gb", 8, 34816);
+  titan_8b.train.grad_dtype = DType::BF16;
+  titan_8b.parallel.sharding = Sharding::Zero3;
+  titan_8b.parallel.checkpoint = CheckpointPolicy::full();
+  const std::optional<Plan> titan_run = kTorchtitanExporter.as_run(titan_8b);
+  ASSERT_TRUE(titan_run.has_value());
+  EXPECT_EQ(titan_run->train.grad_dtype, DType::FP32);
+  EXPECT_TRUE(validate(*titan_run)) << validate(*titan_run).error().message;
+  ASSERT_TRUE(predict(titan_8b).feasible);
+  const auto titan_refused = check_expressible(titan_8b, kTorchtitanExporter);
+  ASSERT_FALSE(titan_refused.ok());
+  EXPECT_EQ(titan_refused.error().field, "train.stack");
+  // ZeRO-1 or -2: the recipe and ds_config.json write the plan's stage, which the arctic and hf
+  // stacks do not model: no step to hold the plan to.
+  Plan zero2 = p;
+  zero2.parallel.sharding = Sharding::Zero2;
+  EXPECT_FALSE(kArcticExporter.as_run(zero2).has_value());
+  EXPECT_FALSE(kHfExporter.as_run(zero2).has_value());
+  // flash-attn runs half precision only: an fp32 plan's files name sdpa.
+  Plan fp32 = ulysses;
+  fp32.train.dtype = DType::FP32;
+  EXPECT_EQ(arctic_recipe(fp32).value["model"]["attn_implementation"], "sdpa");
+  EXPECT_EQ(accelerate_config(fp32).value["parallelism_config"]["parallelism_config_sp_attn_implementation"], "sdpa");
   // ArcticTraining's recipe names the attention its step models, flash-attn's.
   EXPECT_EQ(arctic_recipe(p).value["model"]["attn_implementation"], "flash_attention_2");
   EXPECT_EQ(kArcticExporter.as_run(p)->train.stack.attention, HfAttention::FlashAttention2);

@@ -105,6 +105,42 @@ TEST(LocalLauncher, AnInterruptIsPassedToEveryRankWhichCleansUp) {
   EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
+// SIGTERM is passed on as SIGINT is; a signal the launcher was started ignoring (nohup's
+// SIGHUP) stays ignored, by it and by its ranks, which inherit it.
+TEST(LocalLauncher, TermIsPassedOnAndAnIgnoredSignalStaysIgnored) {
+  LaunchOptions o;
+  o.ranks = 2;
+  o.grace = std::chrono::seconds(5);
+  std::thread terminator([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(500));
+    ::kill(::getpid(), SIGTERM);
+  });
+  auto r = launch_local_ranks("/bin/sh", {"-c", "trap 'exit 143' TERM; i=0; while [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done"}, o);
+  terminator.join();
+  EXPECT_EQ(r.interrupted, SIGTERM);
+  for (const auto& rank : r.ranks) EXPECT_EQ(rank.exit_status, 143) << rank.rank;
+
+  struct sigaction ignore {}, before {};
+  ignore.sa_handler = SIG_IGN;
+  ::sigaction(SIGHUP, &ignore, &before);
+  std::thread hangup([] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ::kill(::getpid(), SIGHUP);
+  });
+  // Each rank sends itself SIGHUP too: ignored, it goes on and says so.
+  r = launch_local_ranks("/bin/sh", {"-c", "sleep 1; kill -HUP $$; echo alive"}, o);
+  hangup.join();
+  struct sigaction after {};
+  ::sigaction(SIGHUP, &before, &after);
+  EXPECT_EQ(after.sa_handler, SIG_IGN) << "the launcher restores the ignored disposition";
+  EXPECT_EQ(r.interrupted, 0);
+  EXPECT_EQ(r.first_failed, -1);
+  for (const auto& rank : r.ranks) {
+    EXPECT_EQ(rank.exit_status, 0) << rank.rank;
+    EXPECT_EQ(rank.output, "alive\n") << rank.rank;
+  }
+}
+
 TEST(LocalLauncher, TheStallTimeoutComesFromTheEnvironmentWithinBounds) {
   ::setenv("LONGCTX_STALL_TIMEOUT_S", "4", 1);
   EXPECT_EQ(stall_timeout_from_environment(), std::chrono::seconds(4));

@@ -70,6 +70,14 @@ StackFiles write(const Plan& p) {
 
 constexpr const char* kFileNames[] = {kArcticRecipeFile, kLaunchScriptFile};
 
+// The recipe's attention for a plan: an arctic-stack plan's own; for another stack's,
+// flash-attn's kernels (ArcticTraining's default, what the arctic stack models) where the plan
+// trains in bf16, sdpa in fp32 (flash-attn runs half precision only).
+HfAttention recipe_attention(const Plan& p) {
+  if (p.train.stack.kind == StackKind::Arctic) return p.train.stack.attention;
+  return p.train.dtype == DType::BF16 ? default_stack(StackKind::Arctic).attention : HfAttention::Sdpa;
+}
+
 // The recipe's model type for a plan: an arctic-stack plan's own; Liger's where a longctx plan
 // tiles its loss (its fused linear cross-entropy never holds the logits), else huggingface.
 ArcticModel recipe_model(const Plan& p) {
@@ -78,13 +86,18 @@ ArcticModel recipe_model(const Plan& p) {
 }
 
 // What the recipe runs for another stack's plan: the arctic stack's step with the recipe's
-// model type and attention, ZeRO-3, and the tile counts ArcticTraining picks itself (TiledMLP's
-// shards where the MLP is tiled at all, Liger's loss chunks).
+// model type and attention, every layer checkpointed where any is, and the tile counts
+// ArcticTraining picks itself (TiledMLP's shards where the MLP is tiled at all, Liger's loss
+// chunks). Nothing where the recipe runs a step the arctic stack does not model: a ZeRO stage
+// other than 3 (the recipe writes the plan's), or sdpa (an fp32 plan: flash-attn runs
+// half precision only).
 std::optional<Plan> as_run(const Plan& p) {
-  if (p.train.stack.kind == StackKind::Arctic) return std::nullopt;
+  if (p.train.stack.kind == StackKind::Arctic || p.parallel.sharding != Sharding::Zero3) return std::nullopt;
   Plan run = p;
   run.train.stack = default_stack(StackKind::Arctic);
   run.train.stack.arctic_model = recipe_model(p);
+  run.train.stack.attention = recipe_attention(p);
+  if (run.parallel.checkpoint.any()) run.parallel.checkpoint = CheckpointPolicy::full();
   conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
   if (run.parallel.mlp_tiles > 1 && stack_tiles_defined(run.model, run.train, run.parallel.ulysses))
     run.parallel.mlp_tiles = static_cast<int>(*stack_tile_count(run.model, run.train, run.parallel.ulysses, false));
@@ -124,9 +137,7 @@ StackConfig arctic_recipe(const Plan& p) {
        {{"type", to_string(recipe_model(p))},
         {"name_or_path", model_to_load(p)},
         {"dtype", dtype_name(p.train.dtype)},
-        // A longctx plan runs on flash-attn's kernels too: ArcticTraining's default, the step
-        // the arctic stack models (as_run).
-        {"attn_implementation", to_string(arctic_plan ? p.train.stack.attention : default_stack(StackKind::Arctic).attention)},
+        {"attn_implementation", to_string(recipe_attention(p))},
         {"disable_activation_checkpoint", !par.checkpoint.any()}}},
       {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
       {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},

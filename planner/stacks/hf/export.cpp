@@ -61,8 +61,9 @@ bool exports_sft_config(const Plan& p) { return hf_plan(p) && p.train.stack.loss
 // (hf/validate.cpp: its Ulysses over sdpa holds other tensors than it models).
 HfAttention attention_run(const Plan& p) {
   if (hf_plan(p)) return p.train.stack.attention;
-  const bool gpu_ulysses = p.parallel.ulysses > 1 && p.cluster.hardware.backend == Backend::Cuda;
-  return gpu_ulysses ? HfAttention::FlashAttention2 : HfAttention::Sdpa;
+  // flash-attn runs half precision only: an fp32 plan keeps sdpa.
+  const bool flash = p.parallel.ulysses > 1 && p.cluster.hardware.backend == Backend::Cuda && p.train.dtype == DType::BF16;
+  return flash ? HfAttention::FlashAttention2 : HfAttention::Sdpa;
 }
 
 // What an hf-stack plan predicted beyond longctx's knobs: the checkpoint offload (transformers
@@ -173,17 +174,19 @@ namespace {
 
 // What the Trainer runs for a longctx plan, where the hf stack models it: transformers' model
 // with the files' attention (attention_run) and its own loss, torch's AdamW (`adamw_torch`), non-reentrant
-// checkpointing or accelerate's under FSDP2, under FSDP2 or DeepSpeed ZeRO-3 as the files say.
-// Not modelled, so nothing: Liger's loss (loss tiles), and a sharding the hf stack would run
+// checkpointing of every layer or accelerate's under FSDP2, under FSDP2 or DeepSpeed ZeRO-3 as the
+// files say. Not modelled, so nothing: Liger's loss (loss tiles), ZeRO-1 or -2, and a sharding the hf stack would run
 // otherwise than the files (its FSDP2 / DeepSpeed rule, hf/validate.h, against
 // hf_uses_fsdp2's).
 std::optional<Plan> as_run(const Plan& p) {
-  if (hf_plan(p) || p.parallel.loss_tiles > 1) return std::nullopt;
+  // The hf stack models ZeRO-3 alone under DeepSpeed, and ds_config.json writes the plan's stage.
+  if (hf_plan(p) || p.parallel.loss_tiles > 1 || p.parallel.sharding != Sharding::Zero3) return std::nullopt;
   Plan run = p;
   run.train.stack = default_stack(StackKind::HF);
   run.train.stack.attention = attention_run(p);
   run.train.stack.optimizer = HfOptimizer::AdamWTorch;
   run.train.stack.checkpointing = checkpoints_by_accelerate(p) ? HfCheckpointing::Accelerate : HfCheckpointing::NonReentrant;
+  if (run.parallel.checkpoint.any()) run.parallel.checkpoint = CheckpointPolicy::full();  // every layer, as the files
   conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
   if (hf::runs_deepspeed(run) != writes_deepspeed_config(p)) return std::nullopt;
   return run;

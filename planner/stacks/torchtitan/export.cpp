@@ -5,6 +5,7 @@
 #include <fmt/format.h>
 
 #include "planner/stacks/launch_script.h"
+#include "planner/stacks/profile.h"
 #include "planner/stacks/stack_tiles.h"
 #include "planner/stacks/torchtitan/models.h"
 
@@ -186,12 +187,19 @@ constexpr const char* kFileNames[] = {kTorchtitanJobFile, kLaunchScriptFile};
 namespace {
 
 // What the job file runs for a longctx plan: torchtitan's own step (its model code, FSDP2, its
-// checkpointing) with the plan's knobs, as the torchtitan stack models it.
+// checkpointing) with the plan's knobs, as the torchtitan stack models it: the gradients it
+// keeps (the job's mixed_precision_reduce float32 across GPUs), and both offloads where either
+// is on (enable_cpu_offload moves parameters and optimizer states together).
 std::optional<Plan> as_run(const Plan& p) {
   if (p.train.stack.kind == StackKind::Torchtitan) return std::nullopt;
   Plan run = p;
   run.train.stack = default_stack(StackKind::Torchtitan);
   conform_to_stack(run.model, run.cluster.shape, run.train, run.parallel);
+  if (const auto kept = stack_profile(StackKind::Torchtitan).kept_grads) {
+    if (const auto grads = kept(run)) run.train.grad_dtype = grads->dtype;
+  }
+  if (run.parallel.offload_params || run.parallel.offload_optimizer)
+    run.parallel.offload_params = run.parallel.offload_optimizer = true;
   return run;
 }
 
