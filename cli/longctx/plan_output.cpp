@@ -80,11 +80,7 @@ std::string render_plan(const Evaluation& e, int live_rows) {
   out += render_padding(p);
   out += fmt::format("parallel  {}\n", describe_knobs(p));
   out += fmt::format("export    {}\n", describe_exports(p));
-  // On CUDA a step within the budget as allocated can still fail: the replay could not place a
-  // request, and its reserved figure stops at the budget, which is then no peak to name.
-  const bool unplaced = !pr.feasible && pr.binding == device_binding(p) && p.cluster.hardware.backend == Backend::Cuda &&
-                        !over_device_budget(p, pr.peak_device_bytes);
-  const std::string why = unplaced ? fmt::format(" (the caching allocator cannot place every block within the "
+  const std::string why = allocator_binds(p, pr) ? fmt::format(" (the caching allocator cannot place every block within the "
                                                  "budget: its cached segments are split too finely for a later "
                                                  "request, {} allocated at the peak)",
                                                  format_bytes(pr.peak_device_bytes))

@@ -30,25 +30,36 @@ Result<StackExporter> parse_stack(const std::string& text, const std::string& fi
 
 namespace {
 
+// Whether the plan itself fits, predicted once however many stacks' checks ask
+// (export_verdicts asks each stack).
+class PlanFits {
+ public:
+  explicit PlanFits(const Plan& p) : p_(p) {}
+  bool operator()() {
+    if (!fits_) fits_ = predict(p_).feasible;
+    return *fits_;
+  }
+
+ private:
+  const Plan& p_;
+  std::optional<bool> fits_;
+};
+
 // The step `to`'s files run for p, where longctx models it, held to p's budget: over it while
 // p fits, the exported run would run out of memory where the plan says it fits, and the export
 // is refused as a knob that holds more is (stacks/exporter.h). A plan that does not fit itself
 // is exported as asked (export_command.cpp says so and exits 3).
-Result<bool> check_own_step_fits(const Plan& p, const StackExporter& to) {
+Result<bool> check_own_step_fits(const Plan& p, const StackExporter& to, PlanFits& plan_fits) {
   if (!to.as_run) return true;
   const std::optional<Plan> run = to.as_run(p);
-  if (!run || !validate(*run)) return true;
-  if (!predict(p).feasible) return true;
+  if (!run || !validate(*run) || !plan_fits()) return true;
   const Prediction own = predict(*run);
   if (own.feasible) return true;
-  const bool host = own.binding == "host memory";
-  // On CUDA a step within the budget as allocated can still fail: the caching allocator could
-  // not place a request, and its reserved figure stops at the budget (plan_output.cpp says so too).
-  const bool unplaced = !host && !over_device_budget(*run, own.peak_device_bytes);
   const std::string over =
-      host ? fmt::format("{} of host memory per node, over its {}", format_bytes(own.peak_host_bytes),
-                         format_bytes(p.cluster.host_budget_bytes_per_node))
-      : unplaced
+      own.binding == "host memory"
+          ? fmt::format("{} of host memory per node, over its {}", format_bytes(own.peak_host_bytes),
+                        format_bytes(p.cluster.host_budget_bytes_per_node))
+      : allocator_binds(*run, own)
           ? fmt::format("{} allocated at its peak, whose blocks the caching allocator cannot place within the budget "
                         "of {}",
                         format_bytes(own.peak_device_bytes), format_bytes(p.cluster.device_budget_bytes))
@@ -62,9 +73,8 @@ Result<bool> check_own_step_fits(const Plan& p, const StackExporter& to) {
                                       run->parallel.loss_tiles, over, to.word));
 }
 
-}  // namespace
-
-Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
+// check_expressible, with the plan's own fit shared among the stacks asked.
+Result<bool> check_expressible(const Plan& p, const StackExporter& to, PlanFits& plan_fits) {
   // A stack that runs on CUDA GPUs only (ArcticTraining: DeepSpeed and flash attention) is not
   // exported for a plan of the CPU virtual device, as `plan --stack` refuses one.
   for (const StackProfile* s : stack_profiles())
@@ -82,13 +92,21 @@ Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
                                                    own.plans_predict, made_for.name, own.word, to.word));
   LONGCTX_TRY(auto runs, to.check(p));
   (void)runs;
-  return check_own_step_fits(p, to);
+  return check_own_step_fits(p, to, plan_fits);
+}
+
+}  // namespace
+
+Result<bool> check_expressible(const Plan& p, const StackExporter& to) {
+  PlanFits plan_fits(p);
+  return check_expressible(p, to, plan_fits);
 }
 
 std::vector<ExportVerdict> export_verdicts(const Plan& p) {
   std::vector<ExportVerdict> out;
+  PlanFits plan_fits(p);
   for (const StackProfile* s : stack_profiles()) {
-    auto ok = check_expressible(p, *s->exporter);
+    auto ok = check_expressible(p, *s->exporter, plan_fits);
     out.push_back({s->exporter->word, ok ? std::nullopt : std::optional<Error>(ok.error())});
   }
   return out;

@@ -142,6 +142,11 @@ bool over_device_budget(const Plan& p, std::int64_t device_bytes) {
   return device_bytes + plan_context_bytes(p) > p.cluster.device_budget_bytes;
 }
 
+bool allocator_binds(const Plan& p, const Prediction& pr) {
+  return !pr.feasible && pr.binding == device_binding(p) && p.cluster.hardware.backend == Backend::Cuda &&
+         !over_device_budget(p, pr.peak_device_bytes);
+}
+
 bool fits_as_allocated(const Plan& p, std::int64_t device_bytes, std::int64_t host_bytes_per_node) {
   return !over_device_budget(p, device_bytes) && host_bytes_per_node <= p.cluster.host_budget_bytes_per_node;
 }

@@ -91,6 +91,10 @@ bool fits_as_allocated(const Plan& p, const OpTotals& t);
 bool fits_as_allocated(const Plan& p);
 // Whether `device_bytes` as allocated and the context exceed the device's budget (the host's aside).
 bool over_device_budget(const Plan& p, std::int64_t device_bytes);
+// Whether a prediction that does not fit is held back by the caching allocator alone: on CUDA,
+// within the device's budget as allocated, its replay could not place a request (its reserved
+// figure then stops at the budget, which is no peak to name).
+bool allocator_binds(const Plan& p, const Prediction& pr);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
 // on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
 // `allocated_peak_op`: the op where it is reached (-1: not known), where the replay looks first.

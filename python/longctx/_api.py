@@ -151,8 +151,7 @@ def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     if not isinstance(model, (str, os.PathLike)):
         raise BadInput("model", f"cannot use a {type(model).__name__}; give a preset name, a config.json path or "
                                 "folder, a dict, or a transformers.PretrainedConfig")
-    path = os.fspath(model)
-    path = _text("model", os.fsdecode(path) if isinstance(path, bytes) else path)
+    path = _path("model", model)
     if os.path.isdir(path):
         config_path = os.path.join(path, "config.json")
         if not os.path.isfile(config_path):

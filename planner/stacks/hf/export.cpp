@@ -168,9 +168,6 @@ StackFiles write(const Plan& p) {
 constexpr const char* kFileNames[] = {kTrainingArgumentsFile, kSftConfigFile, kAccelerateConfigFile, kDeepSpeedConfigFile,
                                        kLaunchScriptFile};
 
-}  // namespace
-
-namespace {
 
 // What the Trainer runs for a longctx plan, where the hf stack models it: transformers' model
 // with the files' attention (attention_run) and its own loss, torch's AdamW (`adamw_torch`), non-reentrant

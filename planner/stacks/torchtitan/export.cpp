@@ -182,9 +182,6 @@ StackFiles write(const Plan& p) {
 
 constexpr const char* kFileNames[] = {kTorchtitanJobFile, kLaunchScriptFile};
 
-}  // namespace
-
-namespace {
 
 // What the job file runs for a longctx plan: torchtitan's own step (its model code, FSDP2, its
 // checkpointing) with the plan's knobs, as the torchtitan stack models it: the gradients it
