@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <filesystem>
 #include <map>
+#include <optional>
 
 #include <fmt/format.h>
 #include <fmt/ranges.h>
@@ -98,15 +99,19 @@ std::string stack_plan_path(const std::string& output, const std::string& stack)
   return p.replace_extension().string() + "." + stack + ext;
 }
 
-// The plan files -o asks for: -o's, and with --stack all each other stack's answer beside it.
-// Written as one set (common/atomic_folder.h): a name that cannot be written leaves every
-// file as it was. Checked before anything is printed.
+// The paths max-context reads, which -o and the plan files beside it must not name.
+std::vector<NamedPath> read_paths(const MaxContextOptions& o) {
+  return {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}};
+}
+
+// The plan files -o asks for: -o's (`plan_file`, opened before the search), and with --stack all
+// each other stack's answer beside it, written as one set (common/atomic_folder.h): a name
+// that cannot be written leaves every file as it was. Checked before anything is printed.
 Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const MaxContextResult& headline,
-                                               const std::vector<StackAnswer>& others) {
+                                               const std::vector<StackAnswer>& others,
+                                               std::optional<AtomicFile>& plan_file) {
   if (o.output.empty()) return std::vector<std::string>{};
-  std::vector<NamedPath> inputs = {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}};
-  LONGCTX_TRY(auto apart, check_distinct_output(o.output, "-o", inputs));
-  (void)apart;
+  const std::vector<NamedPath> inputs = read_paths(o);
   std::vector<std::string> paths = {o.output};
   std::vector<const MaxContextResult*> answers = {&headline};
   for (std::size_t i = 1; i < others.size(); ++i) {
@@ -117,10 +122,14 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
     (void)beside;
   }
   if (paths.size() == 1) {
-    LONGCTX_TRY(auto w, write_text_atomically(o.output, "-o", answer_plan_text(headline)));
+    const std::string text = answer_plan_text(headline);
+    plan_file->write(text.data(), text.size());
+    LONGCTX_TRY(auto w, plan_file->commit());
     (void)w;
     return paths;
   }
+  plan_file.reset();  // its temporary removed: the set below writes -o's name with the others'
+
   // Every name is -o's with the stack's word before the extension: one folder holds them all.
   const std::filesystem::path first(o.output);
   const std::string folder = first.has_parent_path() ? first.parent_path().string() : ".";
@@ -136,7 +145,7 @@ int run_max_context(MaxContextOptions o) {
   const bool every_stack = o.cluster.stack == kEveryStack;
   // --stack all's plans are written as one set in -o's folder (write_files_atomically), which
   // replaces regular files only: a stream, a device or a link is refused before the search,
-  // not after it (a single plan follows a link: write_text_atomically).
+  // not after it (a single plan follows a link: AtomicFile).
   if (every_stack && !o.output.empty()) {
     std::error_code ec;
     const auto target = std::filesystem::status(o.output, ec);  // what the path names, a link followed
@@ -149,6 +158,17 @@ int run_max_context(MaxContextOptions o) {
                             "folder (NAME.json and NAME.<stack>.json beside it); name a file{}",
                             o.output, link ? "is a symbolic link" : "cannot hold one plan per stack", kEveryStack,
                             link ? " there, or the file the link names" : "")));
+  }
+  // -o is opened (its temporary made beside it) before the search, as `plan` opens it: a path
+  // that cannot take the plan file (a missing or read-only folder, a folder, a device) is
+  // refused at once, not after a search of seconds or minutes. Left uncommitted (an error, or
+  // --stack all writing the set of files instead), the temporary is removed.
+  std::optional<AtomicFile> plan_file;
+  if (!o.output.empty()) {
+    if (auto apart = check_distinct_output(o.output, "-o", read_paths(o)); !apart) return report_error(apart.error());
+    auto opened = AtomicFile::open(o.output, "-o");
+    if (!opened) return report_error(opened.error());
+    plan_file.emplace(std::move(*opened));
   }
   // What is searched shows on the progress line below, on a terminal only (docs/cli.md).
   std::vector<StackAnswer> all;
@@ -168,7 +188,7 @@ int run_max_context(MaxContextOptions o) {
   if (!all.front().answer) return report_error(*all.front().refusal);
   const MaxContextResult& headline = *all.front().answer;
   // The files first: a path that cannot be written fails the command before its answer prints.
-  auto written = write_outputs(o, headline, all);
+  auto written = write_outputs(o, headline, all, plan_file);
   if (!written) return report_error(written.error());
   if (names_standard_output(o.output)) {
     // -o naming standard output makes the plan file the one document printed there (as `plan`).

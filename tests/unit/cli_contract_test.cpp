@@ -151,6 +151,12 @@ TEST(CliContract, ExitStatuses) {
   // not after a search (this one finds no plan, which would exit 3).
   const Output unwritable = run("plan --model llama-3.1-8b --gpus 1 --seq 1M --budget 1GiB -o /nonexistent/plan.json");
   EXPECT_EQ(unwritable.status, 2) << unwritable.out;
+  // So does max-context, for one stack's plan file and for --stack all's set of them.
+  for (const char* stacks : {"", " --stack all"}) {
+    const Output longest =
+        run(std::string("max-context --model llama-3.1-8b --gpus 1 --budget 1GiB --no-ladder") + stacks + " -o /nonexistent/x.json");
+    EXPECT_EQ(longest.status, 2) << stacks << longest.out;
+  }
 }
 
 // `sh -c SCRIPT`, where @L@ stands for the longctx binary; stdout and stderr together.
