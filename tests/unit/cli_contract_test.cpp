@@ -138,6 +138,13 @@ TEST(CliContract, NprocIsParsedAsEveryWholeNumberFlag) {
       EXPECT_NE(o.out.find("--nproc: "), std::string::npos) << o.out;
       EXPECT_NE(o.out.find(why), std::string::npos) << args << ": " << o.out;
     }
+  // Both spellings of a valid count are taken: what fails after them is the missing plan file
+  // (or, without a runtime, the build), never --nproc.
+  for (const char* args : {"--nproc 2", "--nproc=2"}) {
+    const Output o = capture(longctx::testing::longctx_cli() + " run --plan /nonexistent/plan.json " + args + " 2>&1");
+    EXPECT_NE(o.status, 0) << args;
+    EXPECT_EQ(o.out.find("--nproc"), std::string::npos) << args << ": " << o.out;
+  }
 }
 
 TEST(CliContract, ExitStatuses) {

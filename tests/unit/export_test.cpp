@@ -325,6 +325,23 @@ TEST(Export, AnotherStacksOwnStepOverTheBudgetIsRefusedWhereThePlanFits) {
   EXPECT_FALSE(kArcticExporter.as_run(*run).has_value());
 }
 
+// Where the other stack's step needs more host memory than the node has and the plan does not,
+// the refusal names the host memory, not a device figure.
+TEST(Export, AnotherStacksStepOverTheHostMemoryIsRefusedNamingIt) {
+  Plan p = long_llama_8b(4194304);
+  const std::optional<Plan> run = kArcticExporter.as_run(p);
+  ASSERT_TRUE(run.has_value());
+  const std::int64_t own_host = predict(p).peak_host_bytes, arctic_host = predict(*run).peak_host_bytes;
+  ASSERT_LT(own_host, arctic_host);  // DeepSpeed's host Adam keeps more than longctx's offload
+  p.cluster.host_budget_bytes_per_node = own_host + (arctic_host - own_host) / 2;
+  ASSERT_TRUE(predict(p).feasible);
+  const auto refused = check_expressible(p, kArcticExporter);
+  ASSERT_FALSE(refused.ok());
+  EXPECT_EQ(refused.error().field, "train.stack");
+  EXPECT_NE(refused.error().message.find("of host memory per node, over its"), std::string::npos)
+      << refused.error().message;
+}
+
 // What each modelled stack's files run for a longctx plan, in its own terms.
 TEST(Export, TheStepsOtherStacksRunForALongctxPlan) {
   Plan p = llama_plan();
