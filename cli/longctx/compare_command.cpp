@@ -76,6 +76,9 @@ int run_compare(const CompareOptions& o) {
     const std::string svg = overlay_svg(c.phases, fmt::format("{}: predicted {} vs measured {} ({:+.2f}%)", c.evaluation.plan.model.name,
                                                               format_bytes(c.predicted), format_bytes(c.measured), 100 * c.error));
     if (auto r = write_text_atomically(o.svg, "--svg", svg); !r) return report_error(r.error());
+    // --svg naming standard output makes the drawing the one document printed there (as `plan
+    // -o /dev/stdout` makes the plan file): the table after it would leave it no SVG.
+    if (names_standard_output(o.svg)) return 0;
   }
   if (o.json) {
     fmt::print("{}\n", comparison_json(c).dump(2));

@@ -486,6 +486,11 @@ TEST_F(Outputs, AnOutputNeverReplacesAnInputOrAnotherOutput) {
   EXPECT_NE(both.out.find("--svg: "), std::string::npos) << both.out;
   EXPECT_EQ(names(), (std::vector<std::string>{"gpu.json", "plan.json", "trace.json"}));
   EXPECT_TRUE(read_plan_file(plan).ok());
+  // Without --json the SVG is the one document there: no table after it.
+  const Output drawing = run_sh("@L@ compare --plan " + plan + " --trace " + trace + " --svg /dev/stdout 2>/dev/null");
+  EXPECT_EQ(drawing.status, 0) << drawing.out;
+  EXPECT_EQ(drawing.out.rfind("<svg", 0), 0u) << drawing.out;
+  EXPECT_EQ(drawing.out.find("</svg>\n"), drawing.out.size() - 7) << drawing.out;
   // The same name for two streams is no loss: /dev/stdout may take both.
   EXPECT_EQ(run_sh("@L@ explain " + plan + " --svg /dev/stdout --html /dev/stdout >/dev/null").status, 0);
 }
