@@ -71,6 +71,40 @@ def test_ulysses_plan_exports_the_guides_accelerate_deepspeed_config(tmp_path, m
     assert pc.sp_handler.sp_attn_implementation == "flash_attention_2"
 
 
+def test_ulysses_over_part_of_the_world_names_the_replicas_deepspeed_counts(tmp_path, monkeypatch,
+                                                                            accelerate_launch_env):
+    """Ulysses 4 on 8 GPUs: accelerate sets DeepSpeed's train_batch_size from its
+    ParallelismConfig's data-parallel size (accelerator.py _prepare_deepspeed), which DeepSpeed
+    holds to micro-batch x accumulation x world / sequence-parallel size (runtime/config.py
+    _batch_assertion): the config must name the two replicas."""
+    parallelism = pytest.importorskip("accelerate.parallelism_config")
+    ds_config = pytest.importorskip("deepspeed.runtime.config")
+    ds_comm = pytest.importorskip("deepspeed.comm")
+    args = ULYSSES.copy()
+    args[args.index("--gpus") + 1] = "8"
+    plan, out = exported(tmp_path, args, "replicas")
+    _, env = accelerate_launch_env(out)
+    for key, value in env.items():
+        if key.startswith("PARALLELISM_CONFIG_"):
+            monkeypatch.setenv(key, value)
+    monkeypatch.setenv("ACCELERATE_USE_PARALLELISM_CONFIG", "true")
+    pc = parallelism.ParallelismConfig()
+    assert (pc.sp_size, pc.data_parallel_size) == (4, 2)
+    run = subprocess.run([sys.executable, "-c", FILL_AUTO], cwd=out, check=True, capture_output=True, text=True)
+    filled = json.loads(run.stdout.splitlines()[-1])
+    micro, accumulation = filled["train_micro_batch_size_per_gpu"], filled["gradient_accumulation_steps"]
+    filled["train_batch_size"] = micro * accumulation * pc.data_parallel_size  # as accelerate sets it
+
+    class UlyssesGroups:  # deepspeed/runtime/sequence_parallel/parallel_state_sp.py: the sp size only
+        def get_sequence_parallel_world_size(self):
+            return pc.sp_size
+
+    monkeypatch.setattr(ds_comm, "get_world_size", lambda *a, **k: plan["cluster"]["gpus"])
+    monkeypatch.setattr(ds_comm, "get_rank", lambda *a, **k: 0)
+    config = ds_config.DeepSpeedConfig(filled, mpu=UlyssesGroups())  # asserts the batch arithmetic
+    assert config.world_size == 2
+
+
 def test_ulysses_plans_ds_config_is_read_by_deepspeed_with_the_booked_buckets(tmp_path):
     pytest.importorskip("transformers")
     ds_config = pytest.importorskip("deepspeed.runtime.config")

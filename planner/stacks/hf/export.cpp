@@ -291,8 +291,12 @@ StackConfig accelerate_config(const Plan& p) {
                            {"zero3_init_flag", p.parallel.sharding == Sharding::Zero3}};
   if (p.parallel.ulysses > 1) {
     // accelerate/parallelism_config.py ParallelismConfig sp_size / sp_backend (ALST), as the
-    // launcher's --parallelism_config_* options (accelerate/utils/launch.py). No dp sizes:
-    // under the DeepSpeed backend DeepSpeed forms the data-parallel groups itself (world/u).
+    // launcher's --parallelism_config_* options (accelerate/utils/launch.py). DeepSpeed forms
+    // the data-parallel groups itself (world/u), but accelerate sets DeepSpeed's
+    // train_batch_size to micro-batch x accumulation x ParallelismConfig.data_parallel_size
+    // (accelerator.py _prepare_deepspeed, its sp_backend "deepspeed" branch), where DeepSpeed
+    // asserts micro-batch x accumulation x world/u: with more ranks than the Ulysses group and
+    // no dp size the run stops at DeepSpeedConfig. The replicas are named as such.
     // The core attention UlyssesSPAttentionHF wraps: the plan's (attention_run).
     const std::string core = to_string(attention_run(p));
     j["parallelism_config"] = {{"parallelism_config_sp_size", p.parallel.ulysses},
@@ -300,6 +304,8 @@ StackConfig accelerate_config(const Plan& p) {
                                {"parallelism_config_sp_seq_length", p.train.seq},
                                {"parallelism_config_sp_seq_length_is_variable", true},
                                {"parallelism_config_sp_attn_implementation", core}};
+    if (const std::int64_t replicas = p.cluster.shape.world() / p.parallel.ulysses; replicas > 1)
+      j["parallelism_config"]["parallelism_config_dp_replicate_size"] = replicas;
   }
   return c;
 }
