@@ -35,6 +35,31 @@ bool mentions(const std::vector<std::string>& lines, const std::string& knob) {
   return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) { return l.rfind(knob, 0) == 0; });
 }
 
+// DeepSpeed's engine without ZeRO accumulates in the model's dtype only
+// (DeepSpeedEngine._do_optimizer_sanity_check): a stage-0 plan keeping gradients in another
+// dtype is refused by every stack whose files run DeepSpeed, naming the gradients' dtype.
+TEST(Export, StageZeroWithAnotherGradientDtypeIsRefusedWhereDeepSpeedRunsIt) {
+  Plan p = llama_plan();
+  p.parallel.sharding = Sharding::None;
+  ASSERT_EQ(p.train.dtype, DType::BF16);
+  for (const DType grads : {DType::FP32, DType::BF16}) {
+    p.train.grad_dtype = grads;
+    for (const StackExporter* to : {&kDeepSpeedExporter, &kArcticExporter, &kHfExporter}) {
+      const auto verdict = to->check(p);
+      if (grads == p.train.dtype) {
+        EXPECT_TRUE(verdict.ok()) << to->word << ": " << verdict.error().message;
+        continue;
+      }
+      ASSERT_FALSE(verdict.ok()) << to->word;
+      EXPECT_EQ(verdict.error().field, "train.grad_dtype") << to->word;
+    }
+  }
+  // With ZeRO the engine takes the mix (bf16 weights, fp32 accumulation).
+  p.parallel.sharding = Sharding::Zero1;
+  p.train.grad_dtype = DType::FP32;
+  EXPECT_TRUE(kDeepSpeedExporter.check(p).ok());
+}
+
 TEST(Export, ShardingMapsToZeroStageInDeepSpeedAndArctic) {
   Plan p = llama_plan();
   const std::pair<Sharding, int> stages[] = {{Sharding::None, 0}, {Sharding::Zero1, 1}, {Sharding::Zero2, 2}, {Sharding::Zero3, 3}};
@@ -127,8 +152,11 @@ TEST(Export, EveryKCheckpointingIsApproximatedByEveryLayer) {
   EXPECT_EQ(hf_training_arguments(p).value["gradient_checkpointing"], true);
 }
 
+// Gradients in bf16 in the two below: without ZeRO DeepSpeed accumulates in the weights' dtype
+// only (Export.StageZeroWithAnotherGradientDtypeIsRefusedWhereDeepSpeedRunsIt).
 TEST(Export, LossTilesUseLigerWhereTheStackHasIt) {
   Plan p = llama_plan();
+  p.train.grad_dtype = DType::BF16;
   EXPECT_EQ(arctic_recipe(p).value["model"]["type"], "huggingface");
   EXPECT_FALSE(hf_training_arguments(p).value.contains("use_liger_kernel"));
   p.parallel.loss_tiles = 8;
@@ -159,6 +187,7 @@ TEST(Export, MlpTilesOnlyArcticAndItsShardCountIsReported) {
 
 TEST(Export, HeadChunkIsRefusedEverywhereAndCheckpointOffloadByHf) {
   Plan p = llama_plan();
+  p.train.grad_dtype = DType::BF16;
   p.parallel.ulysses = 2;
   p.parallel.head_chunk = 2;
   for (const StackExporter* s : {&kArcticExporter, &kHfExporter, &kDeepSpeedExporter}) {

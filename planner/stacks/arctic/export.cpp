@@ -13,7 +13,8 @@ using nlohmann::json;
 
 namespace {
 
-constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal, kStageZeroOffloadRefusal};
+constexpr ExportRefusal kRefusals[] = {kUlyssesRingRefusal, kHeadChunkRefusal, kStageZeroOffloadRefusal,
+                                       kStageZeroGradDtypeRefusal};
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "arctic", kRefusals); }
 

@@ -38,4 +38,17 @@ inline constexpr ExportRefusal kStageZeroOffloadRefusal = {
     "GPU and fails at the first step",
     "re-plan with --sharding zero1 (or zero2, zero3) and --offload-optimizer, or without --offload-optimizer"};
 
+// Without ZeRO DeepSpeed accumulates gradients in the model's dtype only: at stage 0 its engine
+// refuses any other grad_accum_dtype before the first step (deepspeed/runtime/engine.py,
+// DeepSpeedEngine._do_optimizer_sanity_check: "unsupported mix of model_dtype and
+// grad_accum_dtype"). A stage-0 config whose data_types differ from the model's does not run.
+inline bool plan_mixes_dtypes_unsharded(const Plan& p) {
+  return p.parallel.sharding == Sharding::None && p.train.grad_dtype != p.train.dtype;
+}
+inline constexpr ExportRefusal kStageZeroGradDtypeRefusal = {
+    "train.grad_dtype", plan_mixes_dtypes_unsharded,
+    "keep gradients in another dtype than the model's at ZeRO stage 0 (sharding none): DeepSpeed's engine refuses "
+    "that mix before the first step",
+    "re-plan with --grad-dtype equal to --dtype, or with --sharding zero1 (or zero2, zero3)"};
+
 }  // namespace longctx

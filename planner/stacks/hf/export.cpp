@@ -16,6 +16,8 @@ using nlohmann::json;
 
 namespace {
 
+bool writes_deepspeed_config(const Plan& p);
+
 constexpr ExportRefusal kRefusals[] = {
     // An hf-stack plan's ring is torch's context parallel, which accelerate runs (exported).
     {kUlyssesRingRefusal.knob, [](const Plan& p) { return plan_has_ring(p) && p.train.stack.kind != StackKind::HF; },
@@ -23,6 +25,10 @@ constexpr ExportRefusal kRefusals[] = {
     kHeadChunkRefusal,
     kMlpTilesRefusal,
     kStageZeroOffloadRefusal,
+    // Where the files run DeepSpeed (an FSDP2 run keeps fp32 gradients of bf16 weights itself).
+    {kStageZeroGradDtypeRefusal.knob,
+     [](const Plan& p) { return writes_deepspeed_config(p) && plan_mixes_dtypes_unsharded(p); },
+     kStageZeroGradDtypeRefusal.why, kStageZeroGradDtypeRefusal.fix},
     // An hf-stack plan predicted transformers' own offload (5.17 on): it is exported.
     {"parallel.offload_checkpoints",
      [](const Plan& p) { return p.parallel.offload_checkpoints && p.train.stack.kind != StackKind::HF; },

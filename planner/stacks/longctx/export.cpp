@@ -14,6 +14,7 @@ constexpr ExportRefusal kRefusals[] = {
     kHeadChunkRefusal,
     kMlpTilesRefusal,
     kStageZeroOffloadRefusal,
+    kStageZeroGradDtypeRefusal,
     {"parallel.loss_tiles", [](const Plan& p) { return p.parallel.loss_tiles > 1; },
      "tile the loss (a DeepSpeed config has no loss setting): full logits hold more than the plan predicts",
      "use --stack arctic or --stack hf (Liger's fused cross-entropy) or re-plan with --loss-tiles 1"},
