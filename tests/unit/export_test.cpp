@@ -403,6 +403,12 @@ TEST(Export, TheStepsOtherStacksRunForALongctxPlan) {
   const std::optional<Plan> hf_ulysses = kHfExporter.as_run(ulysses);
   ASSERT_TRUE(hf_ulysses.has_value());
   EXPECT_EQ(hf_ulysses->train.stack.attention, HfAttention::FlashAttention2);
+  // The model is loaded with it, which only the user's script can do: the files say so
+  // (DeepSpeed's register_with_transformers refuses a model loaded with sdpa).
+  const std::vector<std::string> notes = hf_training_arguments(ulysses).approximations;
+  EXPECT_TRUE(std::any_of(notes.begin(), notes.end(), [](const std::string& n) {
+    return n.find("attn_implementation=\"flash_attention_2\"") != std::string::npos;
+  })) << notes.size() << " notes";
   EXPECT_TRUE(validate(*hf_ulysses)) << validate(*hf_ulysses).error().message;
   EXPECT_EQ(accelerate_config(ulysses).value["parallelism_config"]["parallelism_config_sp_attn_implementation"],
             "flash_attention_2");

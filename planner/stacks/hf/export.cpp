@@ -72,6 +72,15 @@ HfAttention attention_run(const Plan& p) {
   return flash ? HfAttention::FlashAttention2 : HfAttention::Sdpa;
 }
 
+// accelerate 1.15.0 accelerator.py _prepare_deepspeed: sp_backend "deepspeed" needs DeepSpeed
+// 0.18.2 (ver_min_required), and the batch needs position_ids (ulysses_sp.py
+// UlyssesSPDataLoaderAdapter.refill refuses a batch without them).
+void add_ulysses_note(const Plan& p, StackConfig& c) {
+  if (p.parallel.ulysses > 1)
+    c.approximations.push_back("parallel.ulysses: DeepSpeed's Ulysses under accelerate needs DeepSpeed 0.18.2 or later, "
+                               "and a collator that returns position_ids (UlyssesSPDataLoaderAdapter requires them)");
+}
+
 // What an hf-stack plan predicted beyond longctx's knobs: the checkpoint offload (transformers
 // 5.17 on: the Trainer pops "offload" and runs each checkpoint under save_on_cpu(pin_memory=True),
 // trainer.py, modeling_utils.py _activation_checkpointing_enable), the attention implementation
@@ -86,12 +95,7 @@ void hf_plan_arguments(const Plan& p, StackConfig& c) {
                                "5.17 or later (earlier versions pass it to torch.utils.checkpoint, which refuses it)");
   }
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
-  if (p.parallel.ulysses > 1)
-    // accelerate 1.15.0 accelerator.py _prepare_deepspeed: sp_backend "deepspeed" needs
-    // DeepSpeed 0.18.2 (ver_min_required), and the batch needs position_ids
-    // (ulysses_sp.py UlyssesSPDataLoaderAdapter.refill refuses a batch without them).
-    c.approximations.push_back("parallel.ulysses: DeepSpeed's Ulysses under accelerate needs DeepSpeed 0.18.2 or later, "
-                               "and a collator that returns position_ids (UlyssesSPDataLoaderAdapter requires them)");
+  add_ulysses_note(p, c);
   // use_cache is the model config's (from_pretrained takes it as a config attribute; the
   // Trainer's arguments have no key for it): where the plan has it off, the load sets it.
   c.approximations.push_back(fmt::format("train.stack.attention: load the model with attn_implementation=\"{}\"{}{}",
@@ -113,6 +117,14 @@ void runtime_plan_arguments(const Plan& p, StackConfig& c) {
   const ParallelConfig& par = p.parallel;
   json& j = c.value;
   add_checkpoint_notes(p, "Hugging Face gradient checkpointing", c.approximations);
+  add_ulysses_note(p, c);
+  // The core attention UlyssesSPAttentionHF wraps is the one the model was loaded with:
+  // register_with_transformers (ulysses_sp.py) refuses a model loaded with another than the
+  // config's sp_attn_implementation, and from_pretrained loads sdpa unless told.
+  if (par.ulysses > 1)
+    c.approximations.push_back(fmt::format("parallel.ulysses: load the model with attn_implementation=\"{}\", the "
+                                           "attention accelerate_config.yaml names for Ulysses",
+                                           to_string(attention_run(p))));
   if (par.loss_tiles > 1) {
     j["use_liger_kernel"] = true;
     c.approximations.push_back(fmt::format("parallel.loss_tiles: Liger's fused linear cross-entropy "
