@@ -87,12 +87,15 @@ def test_arctic_recipe_keys_exist_in_arctic_training(tmp_path):
     recipe = yaml.safe_load(out.read_text())
     assert set(recipe) <= set(ARCTIC_KEYS["TrainerConfig"]), set(recipe) - set(ARCTIC_KEYS["TrainerConfig"])
     assert set(recipe["model"]) <= set(ARCTIC_KEYS["ModelConfig"])
-    assert set(recipe["data"]) <= set(ARCTIC_KEYS["DataConfig"])
+    assert set(recipe["data"]) <= set(ARCTIC_KEYS["DataConfig"]) | set(ARCTIC_KEYS["SFTDataConfig"])
     assert set(recipe["optimizer"]) <= set(ARCTIC_KEYS["OptimizerConfig"])
     assert recipe["type"] in ARCTIC_KEYS["trainers"]
     assert recipe["model"]["type"] == "liger" and "liger" in ARCTIC_KEYS["model_factories"]
     assert recipe["optimizer"]["type"] == "cpu_adam" and "cpu_adam" in ARCTIC_KEYS["optimizer_factories"]
     assert recipe["sequence_parallel_size"] == 4 and recipe["data"]["max_length"] == SEQ
+    # The collator pads each batch to a multiple of div_length (256 unless set): the plan's
+    # padding multiple, Ulysses' degree, so no batch is longer than the plan's padded length.
+    assert recipe["data"]["div_length"] == 4
     assert recipe["tiled_mlp_compute"] is True and recipe["activation_checkpoint_cpu_offload"] is True
     check_deepspeed_keys(recipe["deepspeed"])
     # Liger's own loss chunks and ArcticTraining's own MLP shard count are approximations.

@@ -100,6 +100,7 @@ TEST(Export, BatchDtypeAndUlyssesReachEveryStack) {
   EXPECT_EQ(arctic["micro_batch_size"], 2);
   EXPECT_EQ(arctic["sequence_parallel_size"], 4);
   EXPECT_EQ(arctic["data"]["max_length"], 65536);
+  EXPECT_EQ(arctic["data"]["div_length"], 4);  // the plan's padding multiple, not SFTDataConfig's 256
   EXPECT_EQ(arctic["model"]["dtype"], "bf16");
   const auto args = hf_training_arguments(p).value;
   EXPECT_EQ(args["per_device_train_batch_size"], 2);

@@ -140,7 +140,11 @@ StackConfig arctic_recipe(const Plan& p) {
         {"dtype", dtype_name(p.train.dtype)},
         {"attn_implementation", to_string(recipe_attention(p))},
         {"disable_activation_checkpoint", !par.checkpoint.any()}}},
-      {"data", {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}}},
+      // SFTDataConfig pads each batch to a multiple of div_length (data/sft_factory.py,
+      // DataCollatorForCausalLM and pad(): 256 by default), up to 255 tokens past the plan's
+      // length; the plan pads to its layout's multiple (the Ulysses degree), so that is the one.
+      {"data",
+       {{"sources", json::array({"DATASET"})}, {"max_length", p.train.seq}, {"div_length", sequence_multiple(par)}}},
       {"optimizer", {{"type", par.offload_optimizer ? "cpu_adam" : "fused_adam"}}},
   };
   // What the arctic stack predicted, nothing approximated.

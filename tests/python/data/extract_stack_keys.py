@@ -92,6 +92,8 @@ def arctic_keys(repo):
         "TrainerConfig": class_fields(show(repo, cfg + "trainer.py"), "TrainerConfig"),
         "ModelConfig": class_fields(show(repo, cfg + "model.py"), "ModelConfig"),
         "DataConfig": class_fields(show(repo, cfg + "data.py"), "DataConfig"),
+        # The sft trainer's data config adds its own fields (padding, packing) to DataConfig's.
+        "SFTDataConfig": class_fields(show(repo, "arctic_training/data/sft_factory.py"), "SFTDataConfig"),
         "OptimizerConfig": class_fields(show(repo, cfg + "optimizer.py"), "OptimizerConfig"),
         "model_factories": registered_names(repo, ["arctic_training/model/hf_factory.py",
                                                    "arctic_training/model/liger_factory.py"]),
