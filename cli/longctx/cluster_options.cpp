@@ -4,6 +4,7 @@
 #include <fmt/ranges.h>
 
 #include "planner/core/knobs.h"
+#include "planner/core/model_config.h"
 #include "planner/core/settings.h"
 #include "planner/io/quoted_text.h"
 #include "planner/search/stack_answers.h"
@@ -57,5 +58,13 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o, bool every_stack) {
   app.add_flag("--json", o.json, "Print JSON for scripts instead of tables");
 }
 
+
+std::vector<NamedPath> cluster_input_paths(const ClusterOptions& o) {
+  std::vector<NamedPath> paths = {{o.model, "--model"}, {o.gpu, "--gpu"}};
+  // A folder or a Hub id reads a config.json the option does not spell out.
+  if (const std::string file = model_config_file(o.model); !file.empty() && file != o.model)
+    paths.push_back({file, "--model's config.json"});
+  return paths;
+}
 
 }  // namespace longctx::cli

@@ -100,9 +100,7 @@ std::string stack_plan_path(const std::string& output, const std::string& stack)
 }
 
 // The paths max-context reads, which -o and the plan files beside it must not name.
-std::vector<NamedPath> read_paths(const MaxContextOptions& o) {
-  return {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}};
-}
+std::vector<NamedPath> read_paths(const MaxContextOptions& o) { return cluster_input_paths(o.cluster); }
 
 // The plan files -o asks for: -o's (`plan_file`, opened before the search), and with --stack all
 // each other stack's answer beside it, written as one set (common/atomic_folder.h): a name

@@ -67,7 +67,7 @@ Result<Knobs> knobs_from(const KnobFlags& f) {
 int run_plan(const PlanOptions& o) {
   auto knobs = knobs_from(o.knobs);
   if (!knobs) return report_error(knobs.error());
-  if (auto apart = check_distinct_output(o.output, "-o", {{o.cluster.model, "--model"}, {o.cluster.gpu, "--gpu"}}); !apart)
+  if (auto apart = check_distinct_output(o.output, "-o", cluster_input_paths(o.cluster)); !apart)
     return report_error(apart.error());
   // -o is opened (its temporary made beside it) before the search: a path that cannot take the
   // plan file is refused at once, not after a search of seconds or minutes. Left uncommitted

@@ -109,6 +109,10 @@ nlohmann::json model_to_json(const ModelConfig& m);
 // preset name from models/ ("llama-3.1-8b", any case) or a preset's Hub id, or a Hub id in the
 // local Hugging Face cache (hub_cache.h; never the network). planner/core/model_lookup.cpp.
 Result<ModelConfig> load_model(const std::string& name_or_path);
+// The file load_model reads for `name_or_path`: the path itself, a folder's config.json, or a
+// Hub id's config.json in the local cache; empty for a preset or a name it cannot resolve.
+// What an output must not replace (a plan written over the model's config.json).
+std::string model_config_file(const std::string& name_or_path);
 std::vector<std::string> model_preset_names();
 
 }  // namespace longctx

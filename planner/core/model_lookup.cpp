@@ -73,6 +73,15 @@ Result<ModelConfig> model_from_path(const std::string& given, fs::path path) {
 
 }  // namespace
 
+std::string model_config_file(const std::string& name_or_path) {
+  std::error_code ec;
+  if (!name_or_path.empty() && fs::exists(fs::symlink_status(name_or_path, ec)))
+    return fs::is_directory(name_or_path, ec) ? (fs::path(name_or_path) / "config.json").string() : name_or_path;
+  if (presets::model(name_or_path) || !looks_like_hub_id(name_or_path)) return "";
+  auto config = find_hub_config(name_or_path);
+  return config ? *config : "";
+}
+
 Result<ModelConfig> load_model(const std::string& name_or_path) {
   std::error_code ec;
   if (!name_or_path.empty() && fs::exists(fs::symlink_status(name_or_path, ec)))

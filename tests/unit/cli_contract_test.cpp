@@ -495,6 +495,24 @@ TEST_F(Outputs, AnOutputNeverReplacesAnInputOrAnotherOutput) {
   EXPECT_EQ(run_sh("@L@ explain " + plan + " --svg /dev/stdout --html /dev/stdout >/dev/null").status, 0);
 }
 
+// A model given as a folder reads its config.json: -o naming that file is refused as -o naming
+// --model's file is, by plan and by max-context (one stack or --stack all), the file intact.
+TEST_F(Outputs, AnOutputNeverReplacesTheConfigOfAModelFolder) {
+  std::filesystem::create_directory(path("model"));
+  std::filesystem::copy_file(longctx::testing::source_path("tests/data/configs/qwen3-8b/config.json"),
+                             path("model/config.json"));
+  const std::string config = *read_regular_file(path("model/config.json"), "config");
+  for (const std::string& cmd :
+       {"plan --model " + path("model") + " --gpus 8 --seq 4K -o " + path("model/config.json"),
+        "max-context --model " + path("model/") + " --gpus 8 --no-ladder -o " + path("model") + "/./config.json",
+        "max-context --model " + path("model") + " --gpus 8 --no-ladder --stack all -o " + path("model/config.json")}) {
+    const Output o = run_sh("@L@ " + cmd);
+    EXPECT_EQ(o.status, 2) << cmd << "\n" << o.out;
+    EXPECT_NE(o.out.find("names the same file as --model's config.json"), std::string::npos) << o.out;
+    EXPECT_EQ(*read_regular_file(path("model/config.json"), "config"), config);
+  }
+}
+
 // export refuses a stack that cannot run the plan's hardware (ArcticTraining on the CPU virtual
 // device, as `plan --stack arctic --gpu cpu` does), and says so when the plan does not fit:
 // the files written whole, and exit 3 as `plan --no-search` gives for the same plan.
