@@ -33,7 +33,16 @@ std::vector<std::pair<const char*, RateByHeadDim*>> attention_rate_tables(Measur
   return {{"attention_forward_flops", &r.attention_forward}, {"attention_backward_flops", &r.attention_backward}};
 }
 
-// {"16": rate, "64": rate, ...}: head dimensions from 1 to 4096, positive finite rates.
+// Whether a measured rate a second lies within the bounds every rate of a hardware file keeps
+// (1e6 to 1e18, hardware_from_json): a rate of 1e-300 makes a step take "nan s".
+bool plausible_rate(double per_s) { return per_s >= 1e6 && per_s <= 1e18; }
+std::string implausible_rate(double per_s) {
+  return fmt::format("{:g} per second is outside longctx's bounds of 1e6 to 1e18, which no machine measures; "
+                     "calibrate again",
+                     per_s);
+}
+
+// {"16": rate, "64": rate, ...}: head dimensions from 1 to 4096, rates within the bounds.
 Result<RateByHeadDim> rate_table_from_json(const nlohmann::json& m, const std::string& path, const char* key) {
   const std::string field = path + "." + key;
   if (!m.contains(key) || !m[key].is_object() || m[key].empty())
@@ -46,6 +55,7 @@ Result<RateByHeadDim> rate_table_from_json(const nlohmann::json& m, const std::s
       return Error::bad_input(field, fmt::format("'{}' is not a head dimension (1 to 4096)", dim));
     if (!rate.is_number() || !(rate.get<double>() > 0) || !std::isfinite(rate.get<double>()))
       return Error::bad_input(field + "." + dim, "must be a positive rate; calibrate again");
+    if (!plausible_rate(rate.get<double>())) return Error::bad_input(field + "." + dim, implausible_rate(rate.get<double>()));
     t.points.emplace_back(d, rate.get<double>());
   }
   std::sort(t.points.begin(), t.points.end());
@@ -93,19 +103,25 @@ Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const st
   if (!m.is_object()) return Error::bad_input(mp, "is not an object; write it with `longctx calibrate -o FILE`");
   MeasuredRates r;
   r.present = true;
+  // The keys calibrate writes (hardware_to_json): a misspelt one ("rank_lagg") would leave its
+  // rate unmeasured, silently.
+  std::vector<std::string> known = {"ranks"};
+  for (const auto& [key, field] : measured_rate_fields()) known.emplace_back(key);
+  for (const auto& f : optional_measured_rate_fields()) known.emplace_back(f.key);
+  for (const auto& [key, table] : attention_rate_tables(r)) known.emplace_back(key);
+  LONGCTX_TRY(auto keys_known, refuse_unknown_keys(m, mp, known, "under " + mp));
+  (void)keys_known;
   for (const auto& [key, field] : measured_rate_fields()) {
     LONGCTX_TRY(r.*field, get_number(m, mp, key));
     if (!(r.*field > 0)) return Error::bad_input(mp + "." + key, "must be a positive rate; calibrate again");
     // A cost in seconds (a launch, a collective's latency) of a second or more, or a rate
-    // past 1e18 a second, is no machine's: 1e300 s a launch planned 1e300 s a step.
+    // outside the bounds, is no machine's: 1e300 s a launch planned 1e300 s a step.
     const std::string_view name = key;
     const bool seconds = name.ends_with("_s") && !name.ends_with("_per_s");  // op_overhead_s, not memory_bytes_per_s
-    if (seconds ? !(r.*field < 1) : !(r.*field <= 1e18))
+    if (seconds && !(r.*field < 1))
       return Error::bad_input(mp + "." + key,
-                              seconds ? fmt::format("{:g} s: a second or more, which no machine measures; calibrate again",
-                                                    r.*field)
-                                      : fmt::format("{:g} per second: past 1e18, which no machine measures; calibrate again",
-                                                    r.*field));
+                              fmt::format("{:g} s: a second or more, which no machine measures; calibrate again", r.*field));
+    if (!seconds && !plausible_rate(r.*field)) return Error::bad_input(mp + "." + key, implausible_rate(r.*field));
   }
   for (const auto& [key, table] : attention_rate_tables(r)) {
     LONGCTX_TRY(*table, rate_table_from_json(m, mp, key));
@@ -114,6 +130,8 @@ Result<MeasuredRates> measured_rates_from_json(const nlohmann::json& m, const st
     if (!m.contains(f.key)) continue;
     LONGCTX_TRY(r.*f.field, get_number(m, mp, f.key));
     if (!(r.*f.field > 0)) return Error::bad_input(mp + "." + f.key, "must be positive; calibrate again");
+    if (std::isinf(f.below) && !plausible_rate(r.*f.field))  // a rate a second (rank_lag is a fraction)
+      return Error::bad_input(mp + "." + f.key, implausible_rate(r.*f.field));
     if (!(r.*f.field < f.below))
       return Error::bad_input(mp + "." + f.key, fmt::format("must be below {} ({}); calibrate again", f.below, f.limit));
   }

@@ -291,6 +291,29 @@ TEST(MeasuredCostModel, APresetWithMeasuredRatesSurvivesItsJson) {
     EXPECT_NE(r.error().message.find(std::string(key).ends_with("per_s") ? "per second" : " s: "), std::string::npos)
         << r.error().message;
   }
+  // Nor a rate under 1e6 a second, the bound every rate of a hardware file keeps (1e-300 made a
+  // step take "nan s" and wrote step_time_s: null), in the rates, the optional rates and the
+  // attention tables alike.
+  for (const auto& [key, value] : {std::pair{"matmul_fp32_flops", 1e-300}, std::pair{"copy_bytes_per_s", 5e5},
+                                   std::pair{"transcendental_elems_per_s", 1e-300}, std::pair{"all_reduce_bytes_per_s", 1e19}}) {
+    auto slow = j;
+    slow["measured"][key] = value;
+    r = hardware_from_json(slow);
+    ASSERT_FALSE(r.ok()) << key;
+    EXPECT_EQ(r.error().field, std::string("cluster.hardware.measured.") + key);
+    EXPECT_NE(r.error().message.find("outside longctx's bounds of 1e6 to 1e18"), std::string::npos) << r.error().message;
+  }
+  auto slow_attention = j;
+  slow_attention["measured"]["attention_forward_flops"]["16"] = 1e-300;
+  r = hardware_from_json(slow_attention);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "cluster.hardware.measured.attention_forward_flops.16");
+  // A key calibrate never writes (a misspelt rank_lag) is refused, naming it.
+  auto misspelt = j;
+  misspelt["measured"]["rank_lagg"] = 0.1;
+  r = hardware_from_json(misspelt);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.error().field, "cluster.hardware.measured.rank_lagg");
 }
 
 }  // namespace
