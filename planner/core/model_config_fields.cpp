@@ -148,6 +148,21 @@ Result<bool> read_biases(const json& j, ModelConfig& m) {
   return true;
 }
 
+std::int64_t default_kv_heads(const std::string& model_type, std::int64_t heads) {
+  if (model_type == "mistral") return 8;                           // MistralConfig(num_key_value_heads=8)
+  if (model_type == "qwen2" || model_type == "qwen3") return 32;  // Qwen2Config / Qwen3Config(num_key_value_heads=32)
+  return heads;                                                    // LlamaConfig: None -> num_attention_heads
+}
+
+std::int64_t default_head_dim(const std::string& model_type) {
+  return model_type == "qwen3" ? 128 : 0;  // Qwen3Config(head_dim=128); the others derive it
+}
+
+std::int64_t default_sliding_window(const std::string& model_type) {
+  // MistralConfig, Qwen2Config and Qwen3Config(sliding_window=4096); Llama has none.
+  return model_type == "llama" ? 0 : 4096;
+}
+
 // Whether some layer of the model attends within its sliding window (transformers 4.57):
 // Mistral's every layer whenever sliding_window is not null; Qwen2's and Qwen3's a layer whose
 // layer_types entry is sliding_attention, and only under use_sliding_window (else their config
@@ -183,7 +198,13 @@ Result<bool> read_sliding_window(const json& j, ModelConfig& m) {
     }
   }
   const bool in_effect = mistral || (use && some_layer_slides);
-  if (!value_of(j, "sliding_window") || !in_effect) return true;
+  if (!in_effect) return true;
+  // Left out, the family's default window; null, none.
+  if (!j.contains("sliding_window")) {
+    m.sliding_window = default_sliding_window(t);
+    return true;
+  }
+  if (!value_of(j, "sliding_window")) return true;
   LONGCTX_TRY(m.sliding_window, json_fields::get_int(j, kP, "sliding_window", 1, limits::kMaxSeq));
   return true;
 }
@@ -219,6 +240,8 @@ void write(const ModelConfig& m, json& j) {
   // Qwen2's q/k/v biases follow from its model_type; the others' from attention_bias.
   j["attention_bias"] = m.o_bias;
   j["mlp_bias"] = m.mlp_bias;
+  // Mistral slides unless its window is null: a Mistral without one says so.
+  if (m.sliding_window == 0 && m.model_type == "mistral") j["sliding_window"] = nullptr;
   if (m.sliding_window > 0) {
     j["sliding_window"] = m.sliding_window;
     // Written as sliding from the first layer: the planner reads only that some layer slides

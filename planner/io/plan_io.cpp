@@ -260,6 +260,10 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   }
   if (model.contains("_name_or_path") && !model["_name_or_path"].is_string())
     return Error::bad_input("model._name_or_path", fmt::format("is {}, not a Hub id or folder", model["_name_or_path"].dump()));
+  // Plan files written before a Mistral without a window wrote its null left the key out, which
+  // a config.json reads as Mistral's default window: in a plan's model section it meant none.
+  if (model.contains("model_type") && model["model_type"] == "mistral" && !model.contains("sliding_window"))
+    model["sliding_window"] = nullptr;
   LONGCTX_TRY(p.model, model_from_json(model, name));
 
   LONGCTX_TRY(auto cluster, get_object(j, "", "cluster"));

@@ -96,6 +96,22 @@ def test_a_transformers_config_is_a_model():
     assert longctx.model_config(config)["num_attention_heads"] == 4
 
 
+@pytest.mark.parametrize("model_type, extra", [("llama", {}), ("mistral", {}), ("qwen2", {}), ("qwen3", {}),
+                                               ("qwen3", {"use_sliding_window": True, "max_window_layers": 0}),
+                                               ("qwen2", {"use_sliding_window": True, "max_window_layers": 0})])
+def test_keys_a_config_leaves_out_take_the_defaults_transformers_gives_them(model_type, extra):
+    """num_key_value_heads, head_dim and sliding_window left out of a config.json: longctx reads
+    the model transformers' own config class builds from the same keys."""
+    transformers = pytest.importorskip("transformers")
+    shape = {"model_type": model_type, "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
+             "num_attention_heads": 32, "vocab_size": 1000, **extra}
+    theirs = transformers.AutoConfig.for_model(**shape)
+    ours = longctx.model_config(shape)
+    assert ours["num_key_value_heads"] == theirs.num_key_value_heads
+    assert ours["head_dim"] == (getattr(theirs, "head_dim", None) or theirs.hidden_size // theirs.num_attention_heads)
+    assert ours.get("sliding_window") == getattr(theirs, "sliding_window", None)
+
+
 def test_errors_are_typed_and_name_the_field():
     with pytest.raises(longctx.BadInput) as bad:
         longctx.plan("tiny-gqa", gpus=0, seq=1024)

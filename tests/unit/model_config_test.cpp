@@ -9,6 +9,7 @@
 #include "planner/core/model_config.h"
 #include "planner/core/param_layout.h"
 #include "tests/test_paths.h"
+#include "test_plans.h"
 
 namespace longctx {
 namespace {
@@ -165,6 +166,58 @@ TEST(PublishedConfigs, MistralWindowIsInEffectOnlyBelowTheSequence) {
   EXPECT_EQ(v03->vocab, 32768);
 }
 
+// A key a config.json leaves out takes its family's default, as transformers 4.57's config
+// classes give it (configuration_<family>.py), not another family's: num_key_value_heads
+// Mistral's 8, Qwen's 32, Llama's num_attention_heads; head_dim Qwen3's 128; sliding_window
+// 4096 where the family slides. A null takes the derived value, or no window.
+TEST(PublishedConfigs, AKeyLeftOutTakesItsFamilysDefault) {
+  auto without = [](const char* dir, std::initializer_list<const char*> keys) {
+    nlohmann::json j = config_json(dir);
+    for (const char* k : keys) j.erase(k);
+    return j;
+  };
+  auto mistral = model_from_json(without("mistral-7b-v0.1", {"num_key_value_heads", "sliding_window"}), "m");
+  ASSERT_TRUE(mistral.ok()) << mistral.error().what();
+  EXPECT_EQ(mistral->kv_heads, 8);
+  EXPECT_EQ(mistral->sliding_window, 4096);
+  EXPECT_EQ(mistral->head_dim, 128);  // 4096 / 32: Mistral derives it
+  nlohmann::json unwindowed = without("mistral-7b-v0.1", {});
+  unwindowed["sliding_window"] = nullptr;
+  EXPECT_EQ(model_from_json(unwindowed, "m")->sliding_window, 0);
+  auto llama = model_from_json(without("llama-3.1-8b", {"num_key_value_heads", "head_dim"}), "l");
+  ASSERT_TRUE(llama.ok()) << llama.error().what();
+  EXPECT_EQ(llama->kv_heads, llama->heads);
+  EXPECT_EQ(llama->head_dim, 128);
+  auto qwen3 = without("qwen3-8b", {"num_key_value_heads", "head_dim", "sliding_window"});
+  qwen3["use_sliding_window"] = true;
+  qwen3["max_window_layers"] = 0;
+  auto q = model_from_json(qwen3, "q");
+  ASSERT_TRUE(q.ok()) << q.error().what();
+  EXPECT_EQ(q->kv_heads, 32);
+  EXPECT_EQ(q->head_dim, 128);
+  EXPECT_EQ(q->sliding_window, 4096);
+  qwen3["head_dim"] = nullptr;  // null: derived, as the others do
+  EXPECT_EQ(model_from_json(qwen3, "q")->head_dim, q->hidden / q->heads);
+  // Qwen2.5-7B's 28 heads under Qwen2's default of 32 kv heads: refused naming the key, as
+  // transformers cannot build it either.
+  auto qwen2 = model_from_json(without("qwen2.5-7b", {"num_key_value_heads"}), "q2");
+  ASSERT_FALSE(qwen2.ok());
+  EXPECT_EQ(qwen2.error().field, "model.num_key_value_heads");
+}
+
+// A plan file written before a Mistral without a window wrote "sliding_window": null left the
+// key out of its model section, meaning none: it reads so still.
+TEST(PublishedConfigs, AnOlderPlanFilesMistralWithoutAWindowReadsWithout) {
+  Plan p = testing::gpu_plan("mistral-7b", "h100-80gb", 8, 65536);
+  ASSERT_EQ(p.model.sliding_window, 0);
+  nlohmann::json j = plan_to_json(p);
+  ASSERT_TRUE(j["model"].contains("sliding_window") && j["model"]["sliding_window"].is_null());  // written now
+  j["model"].erase("sliding_window");  // as written before
+  auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().what();
+  EXPECT_EQ(back->model.sliding_window, 0);
+}
+
 TEST(PublishedConfigs, MixturesOfExpertsAreRefusedByTheirExpertField) {
   EXPECT_EQ(refused_field(config_json("qwen3-30b-a3b")), "model.num_experts");
   EXPECT_EQ(refused_field(config_json("mixtral-8x7b")), "model.num_local_experts");
@@ -238,7 +291,7 @@ TEST(PublishedConfigs, FieldsThatChangeTheModelAreReadOrRefusedByName) {
 }
 
 TEST(PublishedConfigs, BiasesAndScalingSurviveAPlanFile) {
-  for (const char* dir : {"llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "qwen3-8b"}) {
+  for (const char* dir : {"llama-3.1-8b", "qwen2.5-7b", "mistral-7b-v0.1", "mistral-7b-v0.3", "qwen3-8b"}) {
     auto m = load_model(config_dir(dir));
     ASSERT_TRUE(m.ok()) << dir;
     auto back = model_from_json(model_to_json(*m), m->name);
