@@ -112,12 +112,26 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
   LONGCTX_TRY(m.vocab, get_int(j, p, "vocab_size", 1, limits::kMaxVocab));
   // A key left out takes its family's default, as transformers 4.57's config classes give it
   // (configuration_<family>.py): num_key_value_heads Mistral's 8, Qwen2's and Qwen3's 32, Llama's
-  // num_attention_heads (its None); head_dim Qwen3's 128, the others' hidden_size /
-  // num_attention_heads. A null takes the latter in every family (their `is None` branches).
-  m.kv_heads = !j.contains("num_key_value_heads") ? model_fields::default_kv_heads(m.model_type, m.heads) : m.heads;
+  // num_attention_heads; head_dim Qwen3's 128, the others' hidden_size / num_attention_heads. A
+  // null num_key_value_heads is num_attention_heads in every family (their `is None` branch); a
+  // null head_dim is derived by Llama's config and Mistral's attention, and fails Qwen2's and
+  // Qwen3's attention (getattr(config, "head_dim", ...) returns the None): refused there.
+  m.kv_heads = m.heads;
+  if (!j.contains("num_key_value_heads")) {
+    m.kv_heads = model_fields::default_kv_heads(m.model_type, m.heads);
+    if (m.heads % m.kv_heads != 0)
+      return Error::bad_input("model.num_key_value_heads",
+                              fmt::format("left out, and {}'s default (transformers' config class) is {}, which does "
+                                          "not divide num_attention_heads = {}; add num_key_value_heads",
+                                          m.model_type, m.kv_heads, m.heads));
+  }
   if (j.contains("num_key_value_heads") && !j["num_key_value_heads"].is_null()) {
     LONGCTX_TRY(m.kv_heads, get_int(j, p, "num_key_value_heads", 1, limits::kMaxHeads));
   }
+  if (j.contains("head_dim") && j["head_dim"].is_null() && (m.model_type == "qwen2" || m.model_type == "qwen3"))
+    return Error::bad_input("model.head_dim", fmt::format("is null, which {}'s attention takes as its head size and "
+                                                          "fails on; give head_dim, or leave the key out",
+                                                          m.model_type));
   if (j.contains("head_dim") && !j["head_dim"].is_null()) {
     LONGCTX_TRY(m.head_dim, get_int(j, p, "head_dim", 1, limits::kMaxHeadDim));
   } else if (!j.contains("head_dim") && model_fields::default_head_dim(m.model_type) > 0) {

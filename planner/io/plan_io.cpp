@@ -209,9 +209,16 @@ nlohmann::json plan_to_json(const Plan& p) {
   train["padding_tokens"] = padding_tokens(p.train.seq, p.parallel);
   nlohmann::json parallel = nlohmann::json::object();
   knobs_to_json(p, "parallel", parallel);
+  // A Mistral without a window is written as plan files always wrote it, without the key (read
+  // back as no window, plan_from_json): its model section, and the fingerprints of traces and
+  // training checkpoints made from it, stay as they were. A config.json says null
+  // (model_to_json), since there a Mistral left without the key slides.
+  nlohmann::json model = model_to_json(p.model);
+  if (p.model.model_type == "mistral" && model.contains("sliding_window") && model["sliding_window"].is_null())
+    model.erase("sliding_window");
   return {
       {"schema", kPlanSchema},
-      {"model", model_to_json(p.model)},
+      {"model", model},
       {"cluster",
        {{"nodes", p.cluster.shape.nodes},
         {"gpus_per_node", p.cluster.shape.gpus_per_node},
@@ -260,8 +267,8 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   }
   if (model.contains("_name_or_path") && !model["_name_or_path"].is_string())
     return Error::bad_input("model._name_or_path", fmt::format("is {}, not a Hub id or folder", model["_name_or_path"].dump()));
-  // Plan files written before a Mistral without a window wrote its null left the key out, which
-  // a config.json reads as Mistral's default window: in a plan's model section it meant none.
+  // A plan file's Mistral without a window leaves the key out (plan_to_json), which a config.json
+  // reads as Mistral's default window: in a plan's model section it means none.
   if (model.contains("model_type") && model["model_type"] == "mistral" && !model.contains("sliding_window"))
     model["sliding_window"] = nullptr;
   LONGCTX_TRY(p.model, model_from_json(model, name));

@@ -103,8 +103,9 @@ def test_keys_a_config_leaves_out_take_the_defaults_transformers_gives_them(mode
     """num_key_value_heads, head_dim and sliding_window left out of a config.json: longctx reads
     the model transformers' own config class builds from the same keys."""
     transformers = pytest.importorskip("transformers")
+    # 64 heads: none of the families' kv-head defaults (8, 32, the head count) equals another's.
     shape = {"model_type": model_type, "hidden_size": 512, "intermediate_size": 1024, "num_hidden_layers": 2,
-             "num_attention_heads": 32, "vocab_size": 1000, **extra}
+             "num_attention_heads": 64, "vocab_size": 1000, **extra}
     theirs = transformers.AutoConfig.for_model(**shape)
     ours = longctx.model_config(shape)
     assert ours["num_key_value_heads"] == theirs.num_key_value_heads

@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 #include <nlohmann/json.hpp>
 
+#include "common/input_file.h"
 #include "planner/core/hardware.h"
 #include "planner/core/model_config.h"
 #include "planner/core/param_layout.h"
@@ -188,34 +189,43 @@ TEST(PublishedConfigs, AKeyLeftOutTakesItsFamilysDefault) {
   ASSERT_TRUE(llama.ok()) << llama.error().what();
   EXPECT_EQ(llama->kv_heads, llama->heads);
   EXPECT_EQ(llama->head_dim, 128);
-  auto qwen3 = without("qwen3-8b", {"num_key_value_heads", "head_dim", "sliding_window"});
+  // Qwen3-32B's 64 heads and 8 kv heads: left out, 32 kv heads (not 64, nor 8).
+  nlohmann::json qwen3 = nlohmann::json::parse(*read_regular_file(testing::source_path("models/qwen3-32b.json"), "preset"));
+  for (const char* k : {"num_key_value_heads", "head_dim", "sliding_window"}) qwen3.erase(k);
   qwen3["use_sliding_window"] = true;
   qwen3["max_window_layers"] = 0;
   auto q = model_from_json(qwen3, "q");
   ASSERT_TRUE(q.ok()) << q.error().what();
+  EXPECT_EQ(q->heads, 64);
   EXPECT_EQ(q->kv_heads, 32);
-  EXPECT_EQ(q->head_dim, 128);
+  EXPECT_EQ(q->head_dim, 128);  // not 5120 / 64 = 80
   EXPECT_EQ(q->sliding_window, 4096);
-  qwen3["head_dim"] = nullptr;  // null: derived, as the others do
-  EXPECT_EQ(model_from_json(qwen3, "q")->head_dim, q->hidden / q->heads);
-  // Qwen2.5-7B's 28 heads under Qwen2's default of 32 kv heads: refused naming the key, as
-  // transformers cannot build it either.
+  // A null head_dim: Qwen's attention takes the None and fails; refused naming it.
+  qwen3["head_dim"] = nullptr;
+  EXPECT_EQ(refused_field(qwen3), "model.head_dim");
+  // Qwen2.5-7B's 28 heads under Qwen2's default of 32 kv heads: refused naming the key and
+  // saying it was left out, as transformers cannot build it either.
   auto qwen2 = model_from_json(without("qwen2.5-7b", {"num_key_value_heads"}), "q2");
   ASSERT_FALSE(qwen2.ok());
   EXPECT_EQ(qwen2.error().field, "model.num_key_value_heads");
+  EXPECT_NE(qwen2.error().message.find("left out, and qwen2's default"), std::string::npos) << qwen2.error().message;
 }
 
-// A plan file written before a Mistral without a window wrote "sliding_window": null left the
-// key out of its model section, meaning none: it reads so still.
-TEST(PublishedConfigs, AnOlderPlanFilesMistralWithoutAWindowReadsWithout) {
+// A Mistral without a window: its config.json says null (left out, Mistral slides), while a plan
+// file leaves the key out as plan files always did, meaning none, so the model section and the
+// fingerprints made from it (traces, training checkpoints) are those of files written before.
+TEST(PublishedConfigs, AMistralWithoutAWindowIsNullInItsConfigAndAbsentFromItsPlanFile) {
   Plan p = testing::gpu_plan("mistral-7b", "h100-80gb", 8, 65536);
   ASSERT_EQ(p.model.sliding_window, 0);
-  nlohmann::json j = plan_to_json(p);
-  ASSERT_TRUE(j["model"].contains("sliding_window") && j["model"]["sliding_window"].is_null());  // written now
-  j["model"].erase("sliding_window");  // as written before
+  const nlohmann::json config = model_to_json(p.model);
+  EXPECT_TRUE(config.contains("sliding_window") && config["sliding_window"].is_null());
+  EXPECT_EQ(model_from_json(config, "m")->sliding_window, 0);
+  const nlohmann::json j = plan_to_json(p);
+  EXPECT_FALSE(j["model"].contains("sliding_window"));
   auto back = plan_from_json(j);
   ASSERT_TRUE(back.ok()) << back.error().what();
   EXPECT_EQ(back->model.sliding_window, 0);
+  EXPECT_EQ(plan_to_json(*back)["model"], j["model"]);
 }
 
 TEST(PublishedConfigs, MixturesOfExpertsAreRefusedByTheirExpertField) {
