@@ -21,6 +21,7 @@
 #include "planner/search/phase_peaks.h"
 #include "planner/search/search.h"
 #include "planner/search/stack_answers.h"
+#include "planner/stacks/profile.h"
 #include "planner/io/quoted_text.h"
 
 namespace longctx::cli {
@@ -167,6 +168,12 @@ int run_max_context(MaxContextOptions o) {
     auto opened = AtomicFile::open(o.output, "-o");
     if (!opened) return report_error(opened.error());
     plan_file.emplace(std::move(*opened));
+    // --stack all's files beside it, whichever stacks answer (the first, longctx's, is -o's).
+    if (every_stack)
+      for (std::size_t i = 1; i < stack_profiles().size(); ++i)
+        if (auto apart = check_distinct_output(stack_plan_path(o.output, stack_profiles()[i]->name), "-o", read_paths(o));
+            !apart)
+          return report_error(apart.error());
   }
   // What is searched shows on the progress line below, on a terminal only (docs/cli.md).
   std::vector<StackAnswer> all;

@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include <fmt/format.h>
 #include <nlohmann/json.hpp>
@@ -11,6 +12,7 @@
 #include "cli/common/commands.h"
 #include "cli/common/error_report.h"
 #include "common/atomic_file.h"
+#include "planner/core/model_config.h"
 #include "planner/search/request.h"
 #include "planner/core/units.h"
 #include "planner/io/quoted_text.h"
@@ -71,8 +73,11 @@ int run_calibrate(const CalibrateArgs& a) {
   // unwritable folder is refused now, not after the work. The probe's temporary is removed.
   if (!a.output.empty()) {
     // Nor may it be the base preset the calibration starts from (a preset file given to --gpu),
-    // which the write would replace: a second calibration then started from the first's.
-    if (auto apart = check_distinct_output(a.output, "-o", {{a.base, "--gpu"}}); !apart) return report_error(apart.error());
+    // which the write would replace: a second calibration then started from the first's; nor
+    // the model's config.json (--model's file, or the one its folder or cached Hub id reads).
+    std::vector<NamedPath> inputs = {{a.base, "--gpu"}, {a.model, "--model"}};
+    if (const std::string config = model_config_file(a.model); !config.empty()) inputs.push_back({config, "--model's config.json"});
+    if (auto apart = check_distinct_output(a.output, "-o", inputs); !apart) return report_error(apart.error());
     auto probe = AtomicFile::open(a.output, "-o");
     if (!probe) return report_error(probe.error());
   }
