@@ -113,10 +113,13 @@ try:
     import deepspeed  # noqa: F401
 except ImportError:
     args.pop("deepspeed", None)
+import os
+os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"  # as `accelerate launch` sets it from its config
 built = transformers.TrainingArguments(**args, use_cpu=True, report_to=[])
 ds = built.hf_deepspeed_config.config if built.deepspeed else None
 print(json.dumps({k: getattr(built, k) for k in ("gradient_checkpointing", "gradient_checkpointing_kwargs",
-                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config")} | {"ds": ds}))
+                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config")} | {"ds": ds}
+                 | {"cpu_ram_efficient_loading": os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"]}))
 """
 
 
@@ -186,6 +189,9 @@ def test_hf_uses_fsdp2_for_plain_zero3(tmp_path):
     assert not built["gradient_checkpointing"]
     accel = config_args.ClusterConfig.from_yaml_file(str(out / "accelerate_config.yaml"))
     assert accel.distributed_type == "FSDP" and accel.fsdp_config["fsdp_version"] == 2
+    # The Trainer's arguments write FSDP_CPU_RAM_EFFICIENT_LOADING over the launcher's: they agree.
+    assert accel.fsdp_config["fsdp_cpu_ram_efficient_loading"] is True
+    assert built["cpu_ram_efficient_loading"] == "true"
 
 
 def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):

@@ -133,10 +133,14 @@ void runtime_plan_arguments(const Plan& p, StackConfig& c) {
   }
   if (hf_uses_fsdp2(p)) {
     j["fsdp"] = "full_shard";
+    // cpu_ram_efficient_loading as accelerate_config.yaml says it: TrainingArguments writes
+    // FSDP_CPU_RAM_EFFICIENT_LOADING from its own fsdp_config (training_args.py __post_init__,
+    // default "false") over what `accelerate launch` set from the YAML.
     j["fsdp_config"] = {{"fsdp_version", 2},
                         {"offload_params", par.offload_params},
                         {"reshard_after_forward", true},
-                        {"activation_checkpointing", par.checkpoint.any()}};
+                        {"activation_checkpointing", par.checkpoint.any()},
+                        {"cpu_ram_efficient_loading", true}};
   } else {
     // The config itself, not its file name, which the Trainer would open from the folder it
     // runs in (TrainingArguments.deepspeed takes "a path or an already loaded json file as a
