@@ -110,15 +110,13 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
                                                const std::vector<StackAnswer>& others,
                                                std::optional<AtomicFile>& plan_file) {
   if (o.output.empty()) return std::vector<std::string>{};
-  const std::vector<NamedPath> inputs = read_paths(o);
+  // Each name was held apart from the inputs before the search (run_max_context).
   std::vector<std::string> paths = {o.output};
   std::vector<const MaxContextResult*> answers = {&headline};
   for (std::size_t i = 1; i < others.size(); ++i) {
     if (!others[i].answer) continue;
     paths.push_back(stack_plan_path(o.output, others[i].stack));
     answers.push_back(&*others[i].answer);
-    LONGCTX_TRY(auto beside, check_distinct_output(paths.back(), "-o", inputs));
-    (void)beside;
   }
   if (paths.size() == 1) {
     const std::string text = answer_plan_text(headline);
@@ -164,15 +162,15 @@ int run_max_context(MaxContextOptions o) {
   // --stack all writing the set of files instead), the temporary is removed.
   std::optional<AtomicFile> plan_file;
   if (!o.output.empty()) {
-    if (auto apart = check_distinct_output(o.output, "-o", read_paths(o)); !apart) return report_error(apart.error());
+    const std::vector<NamedPath> inputs = read_paths(o);
+    if (auto apart = check_distinct_output(o.output, "-o", inputs); !apart) return report_error(apart.error());
     auto opened = AtomicFile::open(o.output, "-o");
     if (!opened) return report_error(opened.error());
     plan_file.emplace(std::move(*opened));
     // --stack all's files beside it, whichever stacks answer (the first, longctx's, is -o's).
     if (every_stack)
       for (std::size_t i = 1; i < stack_profiles().size(); ++i)
-        if (auto apart = check_distinct_output(stack_plan_path(o.output, stack_profiles()[i]->name), "-o", read_paths(o));
-            !apart)
+        if (auto apart = check_distinct_output(stack_plan_path(o.output, stack_profiles()[i]->name), "-o", inputs); !apart)
           return report_error(apart.error());
   }
   // What is searched shows on the progress line below, on a terminal only (docs/cli.md).
