@@ -31,6 +31,10 @@ Result<bool> refuse_unmodelled(const json& j) {
       return refuse(fmt::format("model.{}", key),
                     fmt::format("{} experts: a mixture-of-experts model; longctx models dense decoders only", v->dump()));
   }
+  // null is not absence here: transformers keeps None and ACT2FN has no such activation, so
+  // the model is never built (the key left out takes the family's default, "silu").
+  if (auto a = j.find("hidden_act"); a != j.end() && a->is_null())
+    return refuse("model.hidden_act", "null names no activation (transformers cannot build the MLP); give \"silu\" or leave the key out");
   if (const json* a = value_of(j, "hidden_act")) {
     // transformers' ACT2FN: "swish" is SiLU too.
     if (!a->is_string() || (a->get<std::string>() != "silu" && a->get<std::string>() != "swish"))

@@ -247,6 +247,10 @@ TEST(PublishedConfigs, FieldsThatChangeTheModelAreReadOrRefusedByName) {
   };
   EXPECT_EQ(with("hidden_act", "gelu"), "model.hidden_act");
   EXPECT_EQ(with("hidden_act", "swish"), "");  // SiLU under another name
+  EXPECT_EQ(with("hidden_act", nullptr), "model.hidden_act");  // transformers builds no activation from None
+  auto without = llama;
+  without.erase("hidden_act");
+  EXPECT_EQ(refused_field(without), "");  // left out: the family's silu
   EXPECT_EQ(with("model_type", 7), "model.model_type");
   EXPECT_EQ(with("model_type", "gemma2"), "model.model_type");
   EXPECT_EQ(with("torch_dtype", "float8_e4m3fn"), "model.torch_dtype");
