@@ -115,10 +115,11 @@ except ImportError:
     args.pop("deepspeed", None)
 import os
 os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"] = "true"  # as `accelerate launch` sets it from its config
-built = transformers.TrainingArguments(**args, use_cpu=True, report_to=[])
+# On this machine's CPU unless the file says otherwise (a CPU plan's says so itself).
+built = transformers.TrainingArguments(**({"use_cpu": True} | args), report_to=[])
 ds = built.hf_deepspeed_config.config if built.deepspeed else None
 print(json.dumps({k: getattr(built, k) for k in ("gradient_checkpointing", "gradient_checkpointing_kwargs",
-                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config")} | {"ds": ds}
+                  "per_device_train_batch_size", "bf16", "deepspeed", "fsdp_config", "use_cpu")} | {"ds": ds}
                  | {"cpu_ram_efficient_loading": os.environ["FSDP_CPU_RAM_EFFICIENT_LOADING"]}))
 """
 
@@ -215,6 +216,37 @@ def test_an_hf_stack_plan_exports_transformers_alone(tmp_path):
     for other in ("deepspeed", "arctic"):
         refused = cli("export", str(plan), "--stack", other, check=False)
         assert refused.returncode == 2 and "--stack" in refused.stderr and "train.stack hf" in refused.stderr
+
+
+def test_a_cpu_plan_exports_to_hf_as_the_one_cpu_process_accelerate_runs(tmp_path, monkeypatch):
+    """A plan of the CPU virtual device runs on the CPU even where a GPU is visible: both files
+    say use_cpu, which accelerate's launcher hands the rank as ACCELERATE_USE_CPU and the
+    Trainer's arguments keep. More ranks, or DeepSpeed, accelerate does not launch on the CPU."""
+    pytest.importorskip("transformers")
+    launch = pytest.importorskip("accelerate.commands.launch")
+    launch_utils = pytest.importorskip("accelerate.utils.launch")
+    plan = tmp_path / "cpu.json"
+    cli("plan", "--model", "tiny-gqa", "--gpu", "cpu", "--gpus", "1", "--seq", "1K", "--stack", "hf", "-o", str(plan))
+    out = tmp_path / "hf"
+    export(plan, "hf", out)
+    assert json.loads((out / "training_args.json").read_text())["use_cpu"] is True
+    assert yaml.safe_load((out / "accelerate_config.yaml").read_text())["use_cpu"] is True
+    assert construct_training_arguments(out)["use_cpu"] is True
+    monkeypatch.chdir(out)
+    args = launch.launch_command_parser().parse_args(["--config_file", "accelerate_config.yaml", "train.py"])
+    args, _, _ = launch._validate_launch_command(args)
+    assert not (args.use_deepspeed or args.use_fsdp or args.multi_gpu)  # launch_command's simple launcher
+    _, env = launch_utils.prepare_simple_launcher_cmd_env(args)
+    assert env["ACCELERATE_USE_CPU"] == "True"
+    two = tmp_path / "cpu2.json"
+    cli("plan", "--model", "tiny-gqa", "--gpu", "cpu", "--gpus", "2", "--seq", "1K", "--stack", "hf", "-o", str(two))
+    refused = cli("export", str(two), "--stack", "hf", "-o", str(tmp_path / "hf2"), check=False)
+    assert refused.returncode == 2 and "cluster.gpu" in refused.stderr and "--gpus 1" in refused.stderr
+    assert not (tmp_path / "hf2").exists()
+    # A GPU plan's files leave the device to the machine.
+    gpu = json.loads((export(make_plan(tmp_path, name="gpu.json"), "hf", tmp_path / "hfg") and
+                      tmp_path / "hfg" / "training_args.json").read_text())
+    assert "use_cpu" not in gpu
 
 
 def test_an_hf_stack_plan_with_trls_loss_exports_an_sft_config_trl_reads(tmp_path):

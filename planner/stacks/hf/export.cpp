@@ -36,6 +36,17 @@ constexpr ExportRefusal kRefusals[] = {
      "which this plan predicts",
      "re-plan with --stack hf, use --stack arctic (activation_checkpoint_cpu_offload), or re-plan without "
      "--offload-checkpoints"},
+    // accelerate launches a CPU run (use_cpu) as one process of its own (commands/launch.py
+    // launch_command: DeepSpeed, FSDP and several processes are launched only where the run is
+    // not on the CPU; several CPU processes need an MPI launcher these files do not set up), and
+    // starts no DeepSpeed engine on the CPU (state.py AcceleratorState's distributed type).
+    {"cluster.gpu",
+     [](const Plan& p) {
+       return p.cluster.hardware.backend == Backend::Cpu && (p.cluster.shape.world() > 1 || writes_deepspeed_config(p));
+     },
+     "run a plan of the CPU virtual device as more than one process or under DeepSpeed: accelerate runs a CPU plan as "
+     "one process on its own",
+     "plan for one CPU rank (--gpus 1) with --stack hf, or plan with a GPU preset (--gpu h100-80gb)"},
 };
 
 Result<bool> check(const Plan& p) { return first_refusal(p, "hf", kRefusals); }
@@ -241,6 +252,9 @@ StackConfig hf_training_arguments(const Plan& p) {
   j["max_grad_norm"] = 1.0;
   j["bf16"] = p.train.dtype == DType::BF16;
   j["optim"] = hf_plan(p) ? to_string(p.train.stack.optimizer) : "adamw_torch";
+  // TrainingArguments' own device choice (_setup_devices): the CPU virtual device's plans on the
+  // CPU, whatever GPU the machine has.
+  if (p.cluster.hardware.backend == Backend::Cpu) j["use_cpu"] = true;
   // Under FSDP longctx's plans checkpoint through fsdp_config.activation_checkpointing (the
   // Trainer refuses both at once: gradient_checkpointing would add an all-gather in
   // backward); an hf-stack plan predicted the checkpointing it names, the Trainer's (as TRL
@@ -268,7 +282,8 @@ StackConfig accelerate_config(const Plan& p) {
   j["num_processes"] = p.cluster.shape.world();
   j["rdzv_backend"] = "static";
   j["same_network"] = true;
-  j["use_cpu"] = false;
+  // A plan of the CPU virtual device runs on the CPU even where a GPU is visible.
+  j["use_cpu"] = p.cluster.hardware.backend == Backend::Cpu;
   // One process, FSDP2, or else DeepSpeed. Under DeepSpeed the precision is ds_config.json's
   // (its "bf16" block) and the YAML names none: accelerate launch marks a mixed_precision read
   // from the config file, whatever its value, as a DeepSpeed field (commands/launch.py
