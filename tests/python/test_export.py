@@ -241,7 +241,7 @@ def test_a_cpu_plan_exports_to_hf_as_the_one_cpu_process_accelerate_runs(tmp_pat
     two = tmp_path / "cpu2.json"
     cli("plan", "--model", "tiny-gqa", "--gpu", "cpu", "--gpus", "2", "--seq", "1K", "--stack", "hf", "-o", str(two))
     refused = cli("export", str(two), "--stack", "hf", "-o", str(tmp_path / "hf2"), check=False)
-    assert refused.returncode == 2 and "cluster.gpu" in refused.stderr and "--gpus 1" in refused.stderr
+    assert refused.returncode == 2 and "cluster.hardware" in refused.stderr and "--gpus 1" in refused.stderr
     assert not (tmp_path / "hf2").exists()
     # A GPU plan's files leave the device to the machine.
     gpu = json.loads((export(make_plan(tmp_path, name="gpu.json"), "hf", tmp_path / "hfg") and

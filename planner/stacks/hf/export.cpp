@@ -40,7 +40,7 @@ constexpr ExportRefusal kRefusals[] = {
     // launch_command: DeepSpeed, FSDP and several processes are launched only where the run is
     // not on the CPU; several CPU processes need an MPI launcher these files do not set up), and
     // starts no DeepSpeed engine on the CPU (state.py AcceleratorState's distributed type).
-    {"cluster.gpu",
+    {"cluster.hardware",
      [](const Plan& p) {
        return p.cluster.hardware.backend == Backend::Cpu && (p.cluster.shape.world() > 1 || writes_deepspeed_config(p));
      },
