@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 #include <fmt/ranges.h>
 
+#include "cli/common/model_paths.h"
 #include "planner/core/knobs.h"
 #include "planner/core/model_config.h"
 #include "planner/core/settings.h"
@@ -60,10 +61,8 @@ void add_cluster_options(CLI::App& app, ClusterOptions& o, bool every_stack) {
 
 
 std::vector<NamedPath> cluster_input_paths(const ClusterOptions& o) {
-  std::vector<NamedPath> paths = {{o.model, "--model"}, {o.gpu, "--gpu"}};
-  // A folder or a Hub id reads a config.json the option does not spell out.
-  if (const std::string file = model_config_file(o.model); !file.empty() && file != o.model)
-    paths.push_back({file, "--model's config.json"});
+  std::vector<NamedPath> paths = model_input_paths(o.model);
+  paths.push_back({o.gpu, "--gpu"});
   return paths;
 }
 

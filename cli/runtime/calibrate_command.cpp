@@ -11,6 +11,7 @@
 
 #include "cli/common/commands.h"
 #include "cli/common/error_report.h"
+#include "cli/common/model_paths.h"
 #include "common/atomic_file.h"
 #include "planner/core/model_config.h"
 #include "planner/search/request.h"
@@ -75,8 +76,8 @@ int run_calibrate(const CalibrateArgs& a) {
     // Nor may it be the base preset the calibration starts from (a preset file given to --gpu),
     // which the write would replace: a second calibration then started from the first's; nor
     // the model's config.json (--model's file, or the one its folder or cached Hub id reads).
-    std::vector<NamedPath> inputs = {{a.base, "--gpu"}, {a.model, "--model"}};
-    if (const std::string config = model_config_file(a.model); !config.empty()) inputs.push_back({config, "--model's config.json"});
+    std::vector<NamedPath> inputs = model_input_paths(a.model);
+    inputs.push_back({a.base, "--gpu"});
     if (auto apart = check_distinct_output(a.output, "-o", inputs); !apart) return report_error(apart.error());
     auto probe = AtomicFile::open(a.output, "-o");
     if (!probe) return report_error(probe.error());
