@@ -154,7 +154,7 @@ Result<ModelConfig> model_from_json(const nlohmann::json& j, std::string name) {
     LONGCTX_TRY(m.max_positions, get_int(j, p, "max_position_embeddings", 1, limits::kMaxSeq));
   }
   for (auto read : {model_fields::read_rope, model_fields::read_biases, model_fields::read_sliding_window,
-                    model_fields::read_weights_dtype}) {
+                    model_fields::read_weights_dtype, model_fields::read_use_cache}) {
     LONGCTX_TRY(auto ok, read(j, m));
     (void)ok;
   }

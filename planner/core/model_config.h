@@ -58,6 +58,9 @@ struct ModelConfig {
   // when the config gives none. Long-context training extends RoPE past it (MaxPositions).
   std::int64_t max_positions = 0;
   std::string weights_dtype;  // torch_dtype / dtype: "bfloat16", "float16" or "float32"; "" if unset
+  // config.json's use_cache (true when left out, as every family's config class gives it): the
+  // model keeps a k/v cache in a forward unless told otherwise, which `--stack hf` plans.
+  bool use_cache = true;
 
   std::int64_t q_dim() const { return heads * head_dim; }
   std::int64_t kv_dim() const { return kv_heads * head_dim; }

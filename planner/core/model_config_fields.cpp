@@ -231,6 +231,21 @@ Result<bool> read_weights_dtype(const json& j, ModelConfig& m) {
   return true;
 }
 
+Result<bool> read_use_cache(const json& j, ModelConfig& m) {
+  const auto it = j.find("use_cache");
+  if (it == j.end()) return true;
+  // null is kept as None, which the model's forward reads as no cache (LlamaModel.forward:
+  // `if use_cache and past_key_values is None`).
+  if (it->is_null()) {
+    m.use_cache = false;
+    return true;
+  }
+  if (!it->is_boolean())
+    return Error::bad_input("model.use_cache", fmt::format("must be true or false, found {}", it->dump()));
+  m.use_cache = it->get<bool>();
+  return true;
+}
+
 void write(const ModelConfig& m, json& j) {
   j["rope_theta"] = m.rope_theta;
   const RopeScaling& r = m.rope_scaling;
@@ -257,6 +272,9 @@ void write(const ModelConfig& m, json& j) {
   }
   if (m.max_positions > 0) j["max_position_embeddings"] = m.max_positions;
   if (!m.weights_dtype.empty()) j["torch_dtype"] = m.weights_dtype;
+  // Only where it is off: a model section without it reads as on, as every plan file before
+  // the key was read holds it.
+  if (!m.use_cache) j["use_cache"] = false;
 }
 
 }  // namespace longctx::model_fields

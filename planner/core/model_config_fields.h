@@ -29,6 +29,8 @@ std::int64_t default_kv_heads(const std::string& model_type, std::int64_t heads)
 std::int64_t default_head_dim(const std::string& model_type);
 std::int64_t default_sliding_window(const std::string& model_type);
 Result<bool> read_weights_dtype(const nlohmann::json& j, ModelConfig& m);
+// Fills m.use_cache.
+Result<bool> read_use_cache(const nlohmann::json& j, ModelConfig& m);
 
 // The transformers-4 config.json keys for what the four readers above filled.
 void write(const ModelConfig& m, nlohmann::json& j);

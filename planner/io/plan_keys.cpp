@@ -31,7 +31,7 @@ const Keys kModelKeys = {"name", "_name_or_path", "model_type", "hidden_size", "
                          "tie_word_embeddings", "rms_norm_eps", "hidden_act", "rope_theta", "rope_scaling",
                          "rope_parameters", "attention_bias", "mlp_bias", "sliding_window", "use_sliding_window",
                          "max_window_layers", "layer_types", "torch_dtype", "dtype", "num_experts", "num_local_experts", "n_routed_experts",
-                         "quantization_config", "attention_dropout", "max_position_embeddings"};
+                         "quantization_config", "attention_dropout", "max_position_embeddings", "use_cache"};
 // cluster.hardware's keys are refused by its reader (hardware_from_json), before these.
 const Keys kClusterKeys = {"nodes", "gpus_per_node", "gpus", "hardware", "device_budget_bytes",
                            "host_budget_bytes_per_node", "expandable_segments"};

@@ -51,6 +51,8 @@ Result<bool> resolve_settings(const ClusterRequest& o, Plan& p) {
   }
   const StackProfile& stack = stack_profile(kind);
   p.train.stack = stack.defaults;
+  // The model runs with its config's use_cache unless the option turns it off.
+  if (!p.model.use_cache && takes_option(stack, SettingId::hf_no_use_cache)) p.train.stack.use_cache = false;
   if (p.cluster.hardware.backend == Backend::Cpu) p.train.dtype = DType::FP32;
   for (const auto& [id, text] : given_settings(o)) {
     const Setting& s = setting(id);

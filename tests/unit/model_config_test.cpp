@@ -248,6 +248,16 @@ TEST(PublishedConfigs, FieldsThatChangeTheModelAreReadOrRefusedByName) {
   EXPECT_EQ(with("hidden_act", "gelu"), "model.hidden_act");
   EXPECT_EQ(with("hidden_act", "swish"), "");  // SiLU under another name
   EXPECT_EQ(with("hidden_act", nullptr), "model.hidden_act");  // transformers builds no activation from None
+  EXPECT_EQ(with("use_cache", "no"), "model.use_cache");
+  for (const auto& [value, cache] : {std::pair{nlohmann::json(false), false}, {nlohmann::json(nullptr), false},
+                                     {nlohmann::json(true), true}}) {
+    auto j = llama;
+    j["use_cache"] = value;
+    const auto m = model_from_json(j, "t");
+    ASSERT_TRUE(m.ok()) << m.error().what();
+    EXPECT_EQ(m->use_cache, cache) << value;
+    EXPECT_EQ(model_from_json(model_to_json(*m), "t").value().use_cache, cache);
+  }
   auto without = llama;
   without.erase("hidden_act");
   EXPECT_EQ(refused_field(without), "");  // left out: the family's silu

@@ -5,12 +5,16 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdio>
+#include <fstream>
+#include <unistd.h>
 #include <nlohmann/json.hpp>
 
 #include "planner/search/memory_model.h"
 #include "planner/core/plan.h"
 #include "planner/search/request.h"
 #include "planner/stacks/step_builder.h"
+#include "planner/core/model_config.h"
 
 namespace longctx {
 namespace {
@@ -200,6 +204,53 @@ TEST(HfStack, UseCacheDecidesTheCacheCopiesAndTheSdpaMask) {
   nlohmann::json j = plan_to_json(answer_plan(r).value().recorded);
   j["train"]["stack"].erase("use_cache");
   EXPECT_TRUE(plan_from_json(j).value().train.stack.use_cache);
+}
+
+// A config.json with "use_cache": false is what transformers runs without --hf-no-use-cache:
+// the plan says so, builds the step the option builds, and keeps it from a plan file that says
+// the option's default beside that model.
+TEST(HfStack, TheConfigsUseCacheIsTheDefault) {
+  PlanRequest r = hf_request("1K");
+  r.no_search = true;
+  const Plan cached = answer_plan(r).value().recorded;
+  nlohmann::json config = model_to_json(cached.model);
+  config["use_cache"] = false;
+  const std::string path = ::testing::TempDir() + "no_cache_" + std::to_string(::getpid()) + ".json";
+  {
+    std::ofstream out(path);
+    out << config.dump();
+  }
+  r.cluster.model = path;
+  const auto answered = answer_plan(r);
+  std::remove(path.c_str());
+  ASSERT_TRUE(answered.ok()) << answered.error().what();
+  const Plan& from_config = answered->recorded;
+  EXPECT_FALSE(from_config.model.use_cache);
+  EXPECT_FALSE(from_config.train.stack.use_cache);
+  r.cluster.model = "tiny-gqa";
+  r.cluster.hf_no_use_cache = true;
+  const Plan by_option = answer_plan(r).value().recorded;
+  // The cache's copies of every layer's k and v: the config's false drops them as the option does.
+  auto cache_bytes = [](const Plan& p) {
+    std::int64_t sum = 0;
+    for (const auto& t : build_step(step_inputs(p)).tensors())
+      if (format(t.name).find("attn.cache.") != std::string::npos) sum += t.bytes;
+    return sum;
+  };
+  EXPECT_GT(cache_bytes(cached), 0);
+  EXPECT_EQ(cache_bytes(by_option), 0);
+  EXPECT_EQ(cache_bytes(from_config), 0);
+  nlohmann::json j = plan_to_json(from_config);
+  EXPECT_EQ(j["model"]["use_cache"], false);
+  // A plan file saying the option's default beside that model still runs the config's.
+  j["train"]["stack"]["use_cache"] = true;
+  j.erase("prediction");
+  const auto edited = plan_from_json(j);
+  ASSERT_TRUE(edited.ok()) << edited.error().what();
+  EXPECT_FALSE(edited->model.use_cache);
+  EXPECT_EQ(cache_bytes(*edited), 0);
+  // Every other model's section is as before: no key where the cache is on.
+  EXPECT_FALSE(plan_to_json(cached)["model"].contains("use_cache"));
 }
 
 // transformers' checkpoint offload pins host memory: refused on the CPU virtual device; on a

@@ -26,7 +26,9 @@ using namespace footprint::hf;
 bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
 bool keeps_kv_cache(const HfStep& sb) {
-  return sb.in.train.stack.use_cache && !trl_chunked_loss(sb) && !sb.parallel.checkpoint.any();
+  // The model's own use_cache too: a plan file may say the option's default beside a model whose
+  // config turns the cache off, and transformers runs the config's.
+  return sb.in.train.stack.use_cache && sb.in.model.use_cache && !trl_chunked_loss(sb) && !sb.parallel.checkpoint.any();
 }
 
 // create_causal_mask (masking_utils.py): eager attention always gets an additive mask
