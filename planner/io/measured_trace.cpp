@@ -12,6 +12,7 @@
 #include "common/input_file.h"
 #include "common/json_depth.h"
 #include "planner/core/fingerprint.h"
+#include "planner/io/quoted_text.h"
 #include "planner/io/trace_schema.h"
 #include "planner/io/profiler_phases.h"
 
@@ -137,7 +138,8 @@ struct Reader {
                   byte_count(o[kTraceBaselineKey], what, fmt::format("otherData.{}", kTraceBaselineKey)));
     }
     for (const auto& [key, field] : {std::pair{kTraceModelKey, &TraceIdentity::model},
-                                     std::pair{kTracePlanKey, &TraceIdentity::plan_fingerprint}}) {
+                                     std::pair{kTracePlanKey, &TraceIdentity::plan_fingerprint},
+                                     std::pair{kTraceClusterKey, &TraceIdentity::cluster}}) {
       if (!o.contains(key)) continue;
       if (!o[key].is_string())
         return Error::bad_input(what, fmt::format("otherData.{} is {}, not a string", key, o[key].dump()));
@@ -151,7 +153,12 @@ struct Reader {
 
 TraceIdentity trace_identity(const Plan& plan) {
   const auto j = plan_to_json(plan);
-  return {plan.model.name, fnv1a_64_hex(j.at("model").dump() + j.at("parallel").dump() + j.at("train").dump())};
+  // The fingerprint keeps its sections (traces and training checkpoints already written name
+  // it); the cluster is said beside it.
+  const ClusterSpec& c = plan.cluster;
+  return {plan.model.name, fnv1a_64_hex(j.at("model").dump() + j.at("parallel").dump() + j.at("train").dump()),
+          fmt::format("{} x {} {}{}", c.shape.nodes, c.shape.gpus_per_node, c.hardware.name,
+                      c.expandable_segments ? ", expandable segments" : "")};
 }
 
 Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what) {
@@ -246,6 +253,11 @@ Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, c
                                                    "run of this plan",
                                                    trace_path, mine.model, trace.identity.plan_fingerprint,
                                                    mine.plan_fingerprint));
+  if (!trace.identity.cluster.empty() && trace.identity.cluster != mine.cluster)
+    return Error::bad_input("--trace", fmt::format("{} is a trace of a run on {} (nodes x GPUs a node, device), the plan is "
+                                                   "for {}: its per-rank figures are another cluster's; pass the trace of a "
+                                                   "run of this plan on its cluster",
+                                                   trace_path, terminal_line(trace.identity.cluster), mine.cluster));
   // A profiler's trace names no plan, but it says which device it measured: a CUDA
   // allocator's events held to a plan of the CPU virtual device (or the CPU allocator's alone
   // to a GPU plan) are another run's, whatever the error would read.

@@ -12,15 +12,19 @@
 
 namespace longctx {
 
-// Which plan a longctx trace measured, in its otherData: the model's name, and a
-// fingerprint of the plan's model, parallel and train sections (what decides the step's
-// memory). `compare` refuses a trace of another plan.
+// Which plan a longctx trace measured, in its otherData: the model's name, a fingerprint of
+// the plan's model, parallel and train sections (what decides the step's memory), and the
+// cluster it ran on (nodes x GPUs a node, the device preset, expandable segments: what the same
+// step's per-rank figures depend on beside them). `compare` refuses a trace of another plan,
+// or of a run on another cluster (traces written before the cluster was recorded name none).
 struct TraceIdentity {
   std::string model;
   std::string plan_fingerprint;
+  std::string cluster;
 };
 inline constexpr const char* kTraceModelKey = "model";
 inline constexpr const char* kTracePlanKey = "plan_fingerprint";
+inline constexpr const char* kTraceClusterKey = "cluster";
 TraceIdentity trace_identity(const Plan& plan);
 
 struct MeasuredTrace {

@@ -40,6 +40,7 @@ std::string chrome_trace_json(const RunReport& r, const TraceIdentity& identity)
   json other = {{k::kPeakDevice, r.peak_device}, {k::kPeakHost, r.peak_host}};
   if (!identity.model.empty()) other[kTraceModelKey] = identity.model;
   if (!identity.plan_fingerprint.empty()) other[kTracePlanKey] = identity.plan_fingerprint;
+  if (!identity.cluster.empty()) other[kTraceClusterKey] = identity.cluster;
   json doc = {{k::kEvents, events}, {k::kDisplayTimeUnit, "ms"}, {k::kOtherData, other}};
   return doc.dump();
 }

@@ -118,6 +118,21 @@ TEST(MeasuredTrace, ATraceOfAnotherPlanIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("model llama-3.1-8b"), std::string::npos) << r.error().message;
 
+  // The same plan's step on another cluster (another device, or more ranks) measured other
+  // per-rank figures; a trace from before the cluster was recorded names none.
+  EXPECT_FALSE(id.cluster.empty());
+  Plan on_a_gpu = plan, wider = plan;
+  on_a_gpu.cluster.hardware.name = "h100-80gb";
+  wider.cluster.shape.gpus_per_node *= 2;
+  for (const Plan* elsewhere : {&on_a_gpu, &wider}) {
+    MeasuredTrace there;
+    there.identity = trace_identity(*elsewhere);
+    EXPECT_EQ(there.identity.plan_fingerprint, id.plan_fingerprint);
+    r = check_trace_matches(there, plan, "t.json");
+    ASSERT_FALSE(r.ok()) << there.identity.cluster;
+    EXPECT_NE(r.error().message.find("another cluster's"), std::string::npos) << r.error().message;
+  }
+
   // A profiler's trace names no plan but says which device it measured: another device's
   // profile is another run's.
   const Plan gpu = testing::gpu_plan("tiny-gqa", "h100-80gb", 1, 512);
