@@ -13,7 +13,10 @@
 namespace longctx::cli {
 
 inline int report_error(const Error& e) {
-  fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.what()));
+  // The field on the line's own terms: a key read from a file may hold a newline, which would
+  // end the line inside the field's name.
+  if (e.field.empty()) fmt::print(stderr, "longctx: error: {}\n", terminal_text(e.message));
+  else fmt::print(stderr, "longctx: error: {}: {}\n", terminal_line(e.field), terminal_text(e.message));
   return exit_status(e.kind);
 }
 

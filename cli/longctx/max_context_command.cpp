@@ -113,11 +113,25 @@ Result<std::vector<std::string>> write_outputs(const MaxContextOptions& o, const
   // Each name was held apart from the inputs before the search (run_max_context).
   std::vector<std::string> paths = {o.output};
   std::vector<const MaxContextResult*> answers = {&headline};
+  std::vector<std::string> stale;  // an earlier set's plans of stacks that give none now
   for (std::size_t i = 1; i < others.size(); ++i) {
-    if (!others[i].answer) continue;
+    if (!others[i].answer) {
+      std::error_code ec;
+      if (const std::string path = stack_plan_path(o.output, others[i].stack); std::filesystem::exists(path, ec))
+        stale.push_back(path);
+      continue;
+    }
     paths.push_back(stack_plan_path(o.output, others[i].stack));
     answers.push_back(&*others[i].answer);
   }
+  // Left beside the new set, such a plan would be read as this search's answer for its stack
+  // (as export refuses an earlier set's files, docs/robustness.md); it is not removed, since it
+  // may be the user's.
+  if (!stale.empty())
+    return Error::bad_input("-o", fmt::format("{} beside '{}' {} a plan of a stack that gives no answer here, which "
+                                              "would be read as this search's; remove {} or name another -o",
+                                              fmt::join(stale, ", "), o.output, stale.size() == 1 ? "is" : "are",
+                                              stale.size() == 1 ? "it" : "them"));
   if (paths.size() == 1) {
     const std::string text = answer_plan_text(headline);
     plan_file->write(text.data(), text.size());

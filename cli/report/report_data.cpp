@@ -1,10 +1,15 @@
 #include "cli/report/report_data.h"
 
+#include <algorithm>
 #include <map>
+#include <string>
+#include <vector>
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include "planner/core/json_fields.h"
+#include "planner/core/knobs.h"
 #include "planner/graph/allocator_model.h"
 
 namespace longctx::cli {
@@ -124,8 +129,16 @@ Result<nlohmann::json> plan_file_ladder(const std::string& path) {
     const auto techniques = rung.find("techniques");
     if (techniques == rung.end() || !techniques->is_array())
       return Error::bad_input(field + ".techniques", "must be an array of technique names");
-    for (const auto& name : *techniques)
+    // The names max-context writes (technique_names): another would be drawn as a rung of
+    // techniques no search ran.
+    static const std::vector<std::string> known = technique_names(all_techniques());
+    for (const auto& name : *techniques) {
       if (!name.is_string()) return Error::bad_input(field + ".techniques", fmt::format("must hold names, found {}", name.dump()));
+      if (std::find(known.begin(), known.end(), name.get<std::string>()) == known.end())
+        return Error::bad_input(field + ".techniques", fmt::format("{} is not a technique longctx names (the techniques: "
+                                                                   "{}); write the ladder again with max-context --json",
+                                                                   name.dump(), fmt::join(known, ", ")));
+    }
   }
   return *it;
 }

@@ -61,6 +61,10 @@ struct Prediction {
   // Per phase, in schedule order (phase_peaks.h fills it); empty when not recorded (plan
   // files written before it was).
   std::vector<PredictedPhase> phases;
+  // Of a prediction read from a plan file, the figures it left out (files written before they
+  // were recorded: "peak_reserved_bytes", "breakdown", ...), which are left at 0 or "" here and
+  // are not the file's to compare (prediction_drift.h). Empty for a fresh prediction.
+  std::vector<std::string> not_recorded;
 };
 
 struct Plan {

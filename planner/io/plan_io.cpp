@@ -42,6 +42,12 @@ Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& predi
     const auto& j = (*it)[i];
     const std::string field = fmt::format("prediction.phases[{}]", i);
     if (!j.is_object()) return Error::bad_input(field, "must be an object");
+    // phases_to_json's keys only: a misspelt one was read as absent and said nothing.
+    for (const auto& [key, value] : j.items())
+      if (key != "phase" && key != "peak_device_bytes" && key != "peak_host_bytes" && key != "peak_device_reserved_bytes")
+        return Error::bad_input(field + "." + key, "is not a key of a predicted phase (phase, peak_device_bytes, "
+                                                   "peak_host_bytes, peak_device_reserved_bytes); check its spelling or "
+                                                   "remove it");
     PredictedPhase ph;
     LONGCTX_TRY(ph.phase, get_string(j, field, "phase"));
     LONGCTX_TRY(ph.peak_device_bytes, get_int(j, field, "peak_device_bytes", 0));
@@ -143,6 +149,10 @@ Result<Prediction> prediction_from_json(const nlohmann::json& pr) {
   LONGCTX_TRY(out.feasible, get_bool(pr, "prediction", "feasible"));
   LONGCTX_TRY(out.peak_device_bytes, get_int(pr, "prediction", "peak_device_bytes", 0));
   LONGCTX_TRY(out.peak_host_bytes, get_int(pr, "prediction", "peak_host_bytes", 0));
+  // Each figure a file leaves out is noted, so that nothing compares the 0 or "" it reads as.
+  for (const char* key : {"peak_reserved_bytes", "peak_nvidia_smi_bytes", "reserved_peak_at", "peak_at", "binding",
+                          "step_time_s", "tokens_per_s", "mfu", "breakdown"})
+    if (!pr.contains(key)) out.not_recorded.emplace_back(key);
   // Absent from plan files written before the reserved figure was predicted.
   if (pr.contains("peak_reserved_bytes")) {
     LONGCTX_TRY(out.peak_reserved_bytes, get_int(pr, "prediction", "peak_reserved_bytes", 0));
@@ -296,7 +306,11 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(auto padding, check_derived_padding(train, p));
   (void)padding;
 
-  if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
+  if (auto it = j.find("prediction"); it != j.end() && !it->is_object())
+    return Error::bad_input("prediction", fmt::format("must be an object (what plan -o writes), found a {}; remove it to "
+                                                      "have the plan predicted afresh",
+                                                      it->type_name()));
+  if (auto it = j.find("prediction"); it != j.end()) {
     LONGCTX_TRY(p.prediction, prediction_from_json(*it));
   }
   return p;

@@ -1,5 +1,6 @@
 #include "planner/io/prediction_drift.h"
 
+#include <algorithm>
 #include <map>
 #include <type_traits>
 
@@ -60,17 +61,25 @@ nlohmann::json as_json(const DriftValue& v) {
 std::vector<PredictionDifference> prediction_differences(const Prediction& recorded, const Prediction& now) {
   std::vector<PredictionDifference> out;
   if (recorded.peak_device_bytes == 0 && recorded.phases.empty()) return out;
+  // What the file recorded: an older file's missing figures read as 0 or "", not as its say.
+  const auto recorded_has = [&](const std::string& key) {
+    return std::find(recorded.not_recorded.begin(), recorded.not_recorded.end(), key) == recorded.not_recorded.end();
+  };
+  const auto compare_recorded = [&](const std::string& what, DriftValue plan, DriftValue planner) {
+    if (recorded_has(what)) compare(out, what, std::move(plan), std::move(planner));
+  };
   compare(out, "feasible", recorded.feasible, now.feasible);
   compare(out, "peak_device_bytes", recorded.peak_device_bytes, now.peak_device_bytes);
-  compare(out, "peak_reserved_bytes", recorded.peak_reserved_bytes, now.peak_reserved_bytes);
-  compare(out, "peak_nvidia_smi_bytes", recorded.peak_nvidia_smi_bytes, now.peak_nvidia_smi_bytes);
+  compare_recorded("peak_reserved_bytes", recorded.peak_reserved_bytes, now.peak_reserved_bytes);
+  compare_recorded("peak_nvidia_smi_bytes", recorded.peak_nvidia_smi_bytes, now.peak_nvidia_smi_bytes);
   compare(out, "peak_host_bytes", recorded.peak_host_bytes, now.peak_host_bytes);
-  compare(out, "peak_at", recorded.peak_at, now.peak_at);
-  compare(out, "reserved_peak_at", recorded.reserved_peak_at, now.reserved_peak_at);
-  compare(out, "binding", recorded.binding, now.binding);
+  compare_recorded("peak_at", recorded.peak_at, now.peak_at);
+  compare_recorded("reserved_peak_at", recorded.reserved_peak_at, now.reserved_peak_at);
+  compare_recorded("binding", recorded.binding, now.binding);
   // The categories either side has, in their order (a category one lacks counts as 0 there).
   std::map<std::string, std::int64_t> categories = recorded.breakdown;
-  for (const auto& [category, bytes] : now.breakdown) categories.try_emplace(category, 0);
+  if (recorded_has("breakdown"))
+    for (const auto& [category, bytes] : now.breakdown) categories.try_emplace(category, 0);
   for (const auto& entry : categories) {
     const std::string& category = entry.first;  // a plain name: a lambda may not capture a binding in C++20
     const auto in = [&category](const std::map<std::string, std::int64_t>& b) {
@@ -79,9 +88,9 @@ std::vector<PredictionDifference> prediction_differences(const Prediction& recor
     };
     compare(out, "breakdown." + category, in(recorded.breakdown), in(now.breakdown));
   }
-  compare(out, "step_time_s", recorded.step_time_s, now.step_time_s);
-  compare(out, "tokens_per_s", recorded.tokens_per_s, now.tokens_per_s);
-  compare(out, "mfu", recorded.mfu, now.mfu);
+  compare_recorded("step_time_s", recorded.step_time_s, now.step_time_s);
+  compare_recorded("tokens_per_s", recorded.tokens_per_s, now.tokens_per_s);
+  compare_recorded("mfu", recorded.mfu, now.mfu);
   if (recorded.phases.empty()) return out;
   for (const auto& p : recorded.phases) compare_phase(out, p.phase, &p, find_phase(now.phases, p.phase));
   for (const auto& p : now.phases)

@@ -127,6 +127,21 @@ TEST(PlanReader, UnknownKeysAreRefusedNamingThem) {
   EXPECT_TRUE(plan_from_text(plan_json().dump(), "p").ok());
 }
 
+// A prediction is what plan -o writes or nothing: another value, or a misspelt figure of a
+// phase, was read as no prediction, or as a figure left out, without a word.
+TEST(PlanReader, APredictionOtherThanPlanWritesItIsRefused) {
+  expect_refused(plan_from_text(with("", "prediction", "5"), "p"), "prediction", "must be an object");
+  expect_refused(plan_from_text(with("", "prediction", "[1]"), "p"), "prediction", "found a array");
+  nlohmann::json j = plan_json();
+  j["prediction"]["phases"] = {{{"phase", "forward.embed"}, {"peak_device_bytes", 1}, {"peak_host_bytes", 0}}};
+  EXPECT_TRUE(plan_from_text(j.dump(), "p").ok());
+  j["prediction"]["phases"][0]["peak_device_reserved_byte"] = 5;
+  expect_refused(plan_from_text(j.dump(), "p"), "prediction.phases[0].peak_device_reserved_byte", "check its spelling");
+  j = plan_json();
+  j.erase("prediction");
+  EXPECT_TRUE(plan_from_text(j.dump(), "p").ok()) << "a plan without a prediction is predicted afresh";
+}
+
 TEST(PlanReader, DerivedFieldsMustBeTheDerivedOnes) {
   expect_refused(plan_from_text(with("train", "padding_tokens", "-1"), "p"), "train.padding_tokens", "at least 0");
   expect_refused(plan_from_text(with("train", "padding_tokens", "7"), "p"), "train.padding_tokens", "is not the padding");

@@ -95,4 +95,26 @@ TEST(PlanDrift, ExplainAndCompareReportAnEditedPredictionAndAreSilentOtherwise) 
   std::filesystem::remove_all(dir);
 }
 
+// A plan file from before the reserved figure, the breakdown, the time or the phases were
+// recorded holds the verdict and the peaks alone: it agrees with this planner on those, and the
+// figures it never held are not read as its 0 or ''. Edit one it holds and that one is named.
+TEST(PlanDrift, AnOlderFileIsHeldToTheFiguresItRecords) {
+  const auto dir = std::filesystem::temp_directory_path() / ("longctx_drift_old_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string plan = (dir / "plan.json").string();
+  run("plan --model tiny-gqa --gpu cpu --gpus 1 --seq 2K --budget 64MiB -o " + plan);
+  nlohmann::json j = nlohmann::json::parse(std::ifstream(plan));
+  nlohmann::json& pr = j["prediction"];
+  pr = {{"feasible", pr["feasible"]}, {"peak_device_bytes", pr["peak_device_bytes"]}, {"peak_host_bytes", pr["peak_host_bytes"]}};
+  std::ofstream(plan) << j.dump();
+  const Output silent = run("explain " + plan);
+  EXPECT_EQ(silent.err.find("the plan says"), std::string::npos) << silent.err;
+  pr["peak_host_bytes"] = pr["peak_host_bytes"].get<std::int64_t>() + 1;
+  std::ofstream(plan) << j.dump();
+  const Output named = run("explain " + plan);
+  EXPECT_NE(named.err.find("peak_host_bytes: the plan says"), std::string::npos) << named.err;
+  EXPECT_EQ(named.err.find("peak_reserved_bytes"), std::string::npos) << named.err;
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace

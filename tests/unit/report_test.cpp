@@ -173,7 +173,9 @@ TEST_F(PlanFileLadder, AbsentIsNullMalformedNamesTheField) {
            {R"({"ladder": {}})", "ladder"},
            {R"({"ladder": [{"techniques": [], "max_tokens": "many", "binding": ""}]})", "ladder[0].max_tokens"},
            {R"({"ladder": [{"techniques": [], "max_tokens": 1, "binding": ""}, {"techniques": [3], "max_tokens": 1, "binding": ""}]})",
-            "ladder[1].techniques"}}) {
+            "ladder[1].techniques"},
+           // A name no search runs would be drawn as a rung of it.
+           {R"({"ladder": [{"techniques": ["zero9"], "max_tokens": 1, "binding": ""}]})", "ladder[0].techniques"}}) {
     const auto r = plan_file_ladder(write(text));
     ASSERT_FALSE(r.ok()) << text;
     EXPECT_EQ(r.error().kind, ErrorKind::BadInput);
