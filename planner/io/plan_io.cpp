@@ -306,11 +306,12 @@ Result<Plan> plan_from_json(const nlohmann::json& j) {
   LONGCTX_TRY(auto padding, check_derived_padding(train, p));
   (void)padding;
 
-  if (auto it = j.find("prediction"); it != j.end() && !it->is_object())
+  // null, as absent: no prediction recorded (Python's Plan.from_json documents it).
+  if (auto it = j.find("prediction"); it != j.end() && !it->is_object() && !it->is_null())
     return Error::bad_input("prediction", fmt::format("must be an object (what plan -o writes), found a {}; remove it to "
                                                       "have the plan predicted afresh",
                                                       it->type_name()));
-  if (auto it = j.find("prediction"); it != j.end()) {
+  if (auto it = j.find("prediction"); it != j.end() && it->is_object()) {
     LONGCTX_TRY(p.prediction, prediction_from_json(*it));
   }
   return p;

@@ -140,6 +140,7 @@ TEST(PlanReader, APredictionOtherThanPlanWritesItIsRefused) {
   j = plan_json();
   j.erase("prediction");
   EXPECT_TRUE(plan_from_text(j.dump(), "p").ok()) << "a plan without a prediction is predicted afresh";
+  EXPECT_TRUE(plan_from_text(with("", "prediction", "null"), "p").ok()) << "null: none recorded";
 }
 
 TEST(PlanReader, DerivedFieldsMustBeTheDerivedOnes) {
