@@ -126,14 +126,7 @@ int run_export(const ExportOptions& o) {
   // does, by exit status 3 once the files are written: a script checking $? learns it too.
   const Prediction pr = evaluate(*plan).plan.prediction;
   const int status = pr.feasible ? 0 : exit_status(ErrorKind::NoFit);
-  if (!pr.feasible) {
-    const bool host = pr.binding == "host memory";
-    fmt::print(stderr, "note: the plan does not fit: {} binds ({} at the peak, budget {} per {}); its run would run out "
-                       "of memory, so plan again for one that fits\n",
-               pr.binding, format_bytes(host ? pr.peak_host_bytes : pr.peak_nvidia_smi_bytes),
-               format_bytes(host ? plan->cluster.host_budget_bytes_per_node : plan->cluster.device_budget_bytes),
-               host ? "node" : "GPU");
-  }
+  if (!pr.feasible) fmt::print(stderr, "note: {}\n", does_not_fit_note(*plan, pr));
   if (!o.output.empty()) {
     const int written = write_files(*exported, o.output, o.plan_file);
     return written != 0 ? written : status;

@@ -170,4 +170,14 @@ std::vector<std::string> every_export_file_name() {
   return names;
 }
 
+std::string does_not_fit_note(const Plan& p, const Prediction& pr) {
+  if (pr.feasible) return "";
+  const bool host = pr.binding == "host memory";
+  return fmt::format("the plan does not fit: {} binds ({} at the peak, budget {} per {}); its run would run out of "
+                     "memory, so plan again for one that fits",
+                     pr.binding, format_bytes(host ? pr.peak_host_bytes : pr.peak_nvidia_smi_bytes),
+                     format_bytes(host ? p.cluster.host_budget_bytes_per_node : p.cluster.device_budget_bytes),
+                     host ? "node" : "GPU");
+}
+
 }  // namespace longctx

@@ -53,6 +53,10 @@ nlohmann::json exports_json(const Plan& p);
 // check_expressible, then every file the stack needs, as text. Its names are among the
 // exporter's file_names.
 Result<ExportedFiles> export_plan(const Plan& p, const StackExporter& to);
+// Where the plan does not fit (`plan --no-search` writes such plans, and they export as asked),
+// what `export` says beside its files: what binds, the peak and the budget; "" where it fits.
+// `prediction`: the plan's, evaluated afresh.
+std::string does_not_fit_note(const Plan& p, const Prediction& prediction);
 
 // Every name any stack's export may write (each exporter's file_names), sorted, each once.
 std::vector<std::string> every_export_file_name();

@@ -60,6 +60,11 @@ _ERRORS = {"bad_input": BadInput, "no_fit": NoFit, "internal": LongctxError}
 #: whose files run the plan, and what positions past max_position_embeddings need.
 _ANSWER_ONLY_KEYS = ("search", "exports", "positions")
 
+#: The answer's keys derived from the plan itself: read back from a file or a dict, they are
+#: ignored (planner/io/plan_keys.cpp kTopKeys; docs/robustness.md) and worked out afresh, as
+#: a file edited after they were written would otherwise report another plan's.
+_DERIVED_KEYS = ("exports", "positions")
+
 
 def _answer(result: "tuple[bool, str]") -> str:
     ok, payload = result
@@ -71,6 +76,9 @@ def _answer(result: "tuple[bool, str]") -> str:
 
 #: The largest GPU count the planner takes (planner/core/limits.h, kMaxGpus).
 _MAX_GPUS = 1 << 20
+
+#: The most rows `explain --live` takes: the option is a C++ int.
+_MAX_LIVE_ROWS = (1 << 31) - 1
 
 
 def _text(name: str, value: Any) -> str:
@@ -86,6 +94,31 @@ def _text(name: str, value: Any) -> str:
     return value
 
 
+def _value(name: str, value: Any, *, required: bool = False) -> str:
+    """A value the CLI takes as a flag's text (``seq``, ``gpu``, a budget, a setting, a text
+    knob), held to _text's rules and to the rule the CLI holds every flag's value to
+    (cli/common/parse_values.h, ``value_rules::any_value``): not blank, no control character
+    (an escape sequence would reach the terminal in the message echoing it), no spaces around
+    it (``'1024 '``, which the CLI refuses where a quoted shell argument carries it).
+    `required`: an argument without a default (``required_value``)."""
+    text = _text(name, value)
+    if not text.strip(" \t"):
+        raise BadInput(name, "is empty; give a value (the argument has no default)" if required
+                       else "is empty; give a value, or leave it out for its default")
+    if any(ord(c) < 0x20 or ord(c) == 0x7F for c in text):
+        raise BadInput(name, "holds a control character; write the value in plain text")
+    if text[0] in " \t" or text[-1] in " \t":
+        raise BadInput(name, f"{text!r} has spaces around it; write the value without them")
+    return text
+
+
+def _keyword(name: str) -> str:
+    """A keyword argument's name as an error's field: a lone surrogate (``**{"\\udc80": 1}``)
+    or a control character written as its escape, as repr() writes it, so that the field crosses
+    the binding as UTF-8 and prints as the text it was."""
+    return "".join(c if c.isprintable() else repr(c)[1:-1] for c in name)
+
+
 def _path(name: str, value: Any) -> str:
     """A path argument: a str or an os.PathLike (bytes decoded as the OS names files), held to
     _text's rules; BadInput naming the argument otherwise (None, a number, a file object)."""
@@ -98,6 +131,15 @@ def _path(name: str, value: Any) -> str:
     return _text(name, os.fsdecode(path) if isinstance(path, bytes) else path)
 
 
+def _boolean(value: Any) -> bool:
+    """A bool, numpy's bool_ or a torch bool tensor: the last two have ``__index__`` (a torch
+    bool tensor's is 1 or 0), but a bool is no count (docs/python.md)."""
+    if isinstance(value, bool):
+        return True
+    dtype = getattr(value, "dtype", None)
+    return getattr(dtype, "kind", None) == "b" or str(dtype) == "torch.bool"
+
+
 def _flag(name: str, value: Any) -> bool:
     if not isinstance(value, bool):
         raise BadInput(name, f"{value!r} is not True or False")
@@ -108,7 +150,7 @@ def _whole(name: str, value: Any, refusal: str) -> int:
     """`value` as an int where it is one by Python's own rule (``operator.index``: an int, a
     numpy or torch integer); BadInput naming `name`, "VALUE {refusal}", otherwise: a bool is no
     count, and a float or a numeric string is never truncated or parsed."""
-    if not isinstance(value, bool):
+    if not _boolean(value):
         try:
             return operator.index(value)
         except TypeError:
@@ -130,34 +172,85 @@ def _count(name: str, value: Any, high: int = _MAX_GPUS, *, optional: bool = Fal
 
 def _techniques(value: Any) -> str:
     if isinstance(value, str):
-        return _text("techniques", value)
+        return _value("techniques", value)
     if isinstance(value, Iterable) and not isinstance(value, (bytes, Mapping)):
         names = list(value)
         if all(isinstance(t, str) for t in names):
+            for t in names:
+                _value("techniques", t)
             return _text("techniques", ",".join(names))
     raise BadInput("techniques", f"{value!r} is not 'all', 'none', a comma list or a list of technique names")
 
 
+def _plain(value: Any) -> Any:
+    """A numpy or torch scalar or array as the Python value it holds (``np.int64(64)`` -> 64,
+    not the text "64" a config's integer field refuses); TypeError for anything else."""
+    if callable(getattr(value, "tolist", None)):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+def _json_text(name: str, value: Any, *, others_as_text: bool = False) -> str:
+    """`value` (a config or a plan as a dict) as JSON text, numpy and torch numbers as numbers;
+    with `others_as_text` any other object as its str (what a PretrainedConfig's to_dict may
+    hold). What JSON cannot write raises BadInput naming `name`, not a RecursionError,
+    ValueError or TypeError from json."""
+    def default(o: Any) -> Any:
+        try:
+            return _plain(o)
+        except TypeError:
+            if others_as_text:
+                return str(o)
+            raise
+    try:
+        return json.dumps(value, default=default)
+    except RecursionError:
+        raise BadInput(name, "nests deeper than JSON is read (the planner reads 64 levels); give the config's "
+                             "own keys, as its config.json holds them") from None
+    except (TypeError, ValueError) as e:  # a key that is not text, a value that refers to itself
+        raise BadInput(name, f"cannot be written as JSON ({e}); give text keys and values JSON holds") from None
+
+
+def _model_source(name_or_path: Any) -> Optional[str]:
+    """The absolute folder a config was read from (its ``_name_or_path``) where that names a
+    folder that exists, as the CLI records a model folder (model_lookup.cpp model_from_path:
+    the source absolute, launch.sh loads it from anywhere); None for a Hub id or a name."""
+    if isinstance(name_or_path, (str, os.PathLike)) and name_or_path:
+        try:
+            if os.path.isdir(name_or_path):
+                return os.path.abspath(name_or_path)
+        except (ValueError, TypeError, UnicodeError):  # a NUL, bytes os cannot take: not a folder
+            pass
+    return None
+
+
+def _config_args(config: Any, name_or_path: Any, args: "_core.ClusterRequest") -> None:
+    """A config as a dict, read from `name_or_path` (a Hub id, a folder, or nothing): its name
+    and its JSON. Where `name_or_path` is a folder that exists, the model is named and sourced
+    as the CLI's --model FOLDER: the folder's name, its absolute path as ``_name_or_path``."""
+    folder = _model_source(name_or_path)
+    if folder is not None and isinstance(config, Mapping):
+        config = {**config, "_name_or_path": folder}
+        name_or_path = os.path.basename(folder)
+    model_type = config.get("model_type") if isinstance(config, Mapping) else None
+    args.model = _text("model", str(name_or_path or model_type or "model"))
+    args.model_config_json = _json_text("model", config, others_as_text=True)
+
+
 def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     if hasattr(model, "to_dict") and callable(model.to_dict):  # transformers.PretrainedConfig
-        config = model.to_dict()
-        args.model = _text("model", str(getattr(model, "name_or_path", "") or config.get("model_type", "model")))
-        args.model_config_json = json.dumps(config, default=str)
+        _config_args(model.to_dict(), getattr(model, "name_or_path", ""), args)
         return
     if isinstance(model, Mapping):
-        args.model = _text("model", str(model.get("_name_or_path") or model.get("model_type") or "model"))
-        args.model_config_json = json.dumps(dict(model), default=str)
+        _config_args(dict(model), model.get("_name_or_path"), args)
         return
     if not isinstance(model, (str, os.PathLike)):
         raise BadInput("model", f"cannot use a {type(model).__name__}; give a preset name, a config.json path or "
                                 "folder, a dict, or a transformers.PretrainedConfig")
-    path = _path("model", model)
-    if os.path.isdir(path):
-        config_path = os.path.join(path, "config.json")
-        if not os.path.isfile(config_path):
-            raise BadInput("model", f"the folder '{path}' holds no config.json; give the model's folder or its config.json")
-        path = config_path
-    args.model = path
+    # A folder is the planner's to read (model_lookup.cpp model_from_path), as the CLI's
+    # --model: a config.json that is a FIFO, a folder, a device or a link loop is named as
+    # such; only a missing one "holds no config.json".
+    args.model = _path("model", model)
 
 
 def _bytes_text(value: Union[int, str, None], name: str = "budget") -> str:
@@ -166,7 +259,7 @@ def _bytes_text(value: Union[int, str, None], name: str = "budget") -> str:
     if isinstance(value, str):
         if not _text(name, value).strip():
             raise BadInput(name, "is empty; give a size such as '80GiB', or leave it out for the preset's")
-        return value
+        return _value(name, value)
     size = _whole(name, value, "is not a size; give bytes as an int or text such as '80GiB'")
     return f"{size}B"
 
@@ -188,7 +281,7 @@ def _settings(args: "_core.ClusterRequest", given: Dict[str, Any]) -> None:
         elif not _text(keyword, value).strip():
             raise BadInput(keyword, "is empty; give one of its values, or leave it out (None) for the default")
         else:
-            setattr(args, attribute, value)
+            setattr(args, attribute, _value(keyword, value))
 
 
 def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques, gpus_per_node,
@@ -197,7 +290,7 @@ def _cluster(model: ModelSpec, gpus: int, gpu: str, budget, host_mem, techniques
     _model_args(model, args)
     args.gpus = _count("gpus", gpus)
     args.gpus_per_node = _count("gpus_per_node", gpus_per_node, optional=True)
-    args.gpu = _text("gpu", gpu)
+    args.gpu = _value("gpu", gpu)
     args.budget = _bytes_text(budget, "budget")
     args.host_mem = _bytes_text(host_mem, "host_mem")
     args.techniques = _techniques(techniques)
@@ -276,10 +369,18 @@ class Plan:
     @property
     def exports(self) -> List[Dict[str, Any]]:
         """Which stacks' files run this plan (``longctx export --stack``): one dict a stack, its
-        ``stack`` word, ``exports`` True or False, and when False the ``field`` and ``refusal``."""
+        ``stack`` word, ``exports`` True or False, and when False the ``field`` and ``refusal``.
+        A plan from :func:`plan` or :func:`max_context` holds the answer's; one read from JSON
+        asks the planner (the file's own ``exports`` are ignored, as the CLI ignores them)."""
         if "exports" not in self.data:
             return list(json.loads(_answer(_core.exports(self.to_json(None)))))
         return list(self.data["exports"])
+
+    @property
+    def positions(self) -> str:
+        """Past the model's max_position_embeddings: what those positions need (``plan
+        --json``'s ``"positions"``, :attr:`MaxContext.positions`); "" within it."""
+        return _answer(_core.positions(self.to_json(None)))
 
     @property
     def exportable_by(self) -> List[str]:
@@ -311,24 +412,45 @@ class Plan:
 
     @staticmethod
     def from_json(text: Union[str, bytes, Mapping[str, Any]]) -> "Plan":
-        """A plan from a plan file's text (or its parsed dict); checked by the planner."""
-        if not isinstance(text, (str, bytes, Mapping)):
+        """A plan from a plan file's text (or its parsed dict); checked by the planner as
+        ``longctx explain`` checks a file (a key given twice, nesting past 64 levels, more than
+        64 MiB: BadInput). Its ``exports`` and ``positions`` are worked out again."""
+        if isinstance(text, Mapping):
+            source = _json_text("plan", text)
+        elif isinstance(text, (str, bytes)):
+            source = text
+            if isinstance(source, bytes):
+                try:
+                    source = source.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise BadInput("plan", f"is not UTF-8 text ({e.reason} at byte {e.start}); give a plan file") from None
+        else:
             raise BadInput("plan", f"cannot read a plan from a {type(text).__name__}; give its text or its dict")
         try:
-            data = dict(text) if isinstance(text, Mapping) else json.loads(text)
-        except (ValueError, RecursionError) as e:
+            size = len(source.encode("utf-8"))
+        except UnicodeEncodeError:
+            raise BadInput("plan", "is not valid Unicode (a lone surrogate); give a plan file's text") from None
+        # The bound the CLI holds a plan file to (common/input_file.h, input_limits::kJsonBytes),
+        # which Plan.load meets reading the file; text given here is held to it alike.
+        if size > _core.max_json_bytes:
+            raise BadInput("plan", f"holds {size} bytes, more than longctx's limit of {_core.max_json_bytes >> 20} MiB "
+                                   "for a plan file; give a plan as `longctx plan -o` writes it")
+        # The planner reads the text itself, as `longctx explain` reads the file (plan_from_text):
+        # a key given twice, nesting past 64 and a UTF-8 byte order mark are its to judge, as a
+        # round trip through json.loads would keep one key of two and refuse the mark. It
+        # raises BadInput on a bad file and, in the same evaluation, says each recorded figure
+        # this planner no longer gives (a file edited, or written by another version), as
+        # `longctx explain` says it: .prediction reads the file's. A file without a prediction
+        # records nothing to differ.
+        notes = _answer(_core.drift(source))
+        try:
+            data = json.loads(source[1:] if source.startswith("\ufeff") else source)
+        except (ValueError, RecursionError) as e:  # what the planner read, json.loads reads too
             raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
         if not isinstance(data, dict):
             raise BadInput("plan", "must be a JSON object, as `longctx plan -o` writes it")
-        # The planner's checks (BadInput on a bad file, as explain reads it) and, in the same
-        # evaluation, each recorded figure this planner no longer gives (a file edited, or
-        # written by another version), said as `longctx explain` says it: .prediction reads the
-        # file's. A file without a prediction records nothing to differ.
-        try:
-            text = json.dumps(data)
-        except (TypeError, ValueError) as e:  # a dict holding what JSON has no word for
-            raise BadInput("plan", f"is not a plan file's JSON ({e}); give a plan as `longctx plan -o` writes it") from None
-        notes = _answer(_core.drift(text))
+        for key in _DERIVED_KEYS:
+            data.pop(key, None)
         if notes:
             warnings.warn("the plan file's prediction differs from this planner's:\n" + notes, stacklevel=2)
         return Plan(data)
@@ -336,18 +458,22 @@ class Plan:
     def explain(self, live_rows: int = 12) -> str:
         """Where the memory goes: the summary, the breakdown at the peak and the live set
         there, as ``longctx explain`` prints it."""
-        rows = _count("live_rows", live_rows, 1 << 20)
+        rows = _whole("live_rows", live_rows, "is not a count; give an int of 0 or more rows")
         if rows < 0:  # as `explain --live -1` is refused
             raise BadInput("live_rows", f"{rows} is negative; give 0 or more rows")
+        if rows > _MAX_LIVE_ROWS:  # --live is an int: CLI11 refuses 2**31 as out of its range
+            raise BadInput("live_rows", f"{rows} is outside 0..{_MAX_LIVE_ROWS}; give 0 or more rows within it")
         return _answer(_core.explain(self.to_json(None), rows))
 
     def export(self, stack: str) -> Dict[str, str]:
         """The files the training stack ``"arctic"``, ``"hf"``, ``"deepspeed"`` or ``"torchtitan"`` runs this plan
         with, file name -> text (``longctx export --stack``; docs/export.md). Each
         approximation is a ``UserWarning``; a knob the stack cannot run raises BadInput."""
-        j = json.loads(_answer(_core.export(self.to_json(None), _text("stack", stack))))
+        j = json.loads(_answer(_core.export(self.to_json(None), _value("stack", stack, required=True))))
         for line in j["approximations"]:
             warnings.warn(f"approximation: {line}", stacklevel=2)
+        if j["note"]:  # a plan that does not fit: `longctx export`'s note (and its exit 3)
+            warnings.warn(f"note: {j['note']}", stacklevel=2)
         return dict(j["files"])
 
     def __repr__(self) -> str:
@@ -398,8 +524,13 @@ class MaxContext:
                 stacks[s["stack"]] = BadInput(s["refusal"]["field"], s["refusal"]["message"])
             else:
                 stacks[s["stack"]] = MaxContext._from(s)
+        # The plan as `max-context -o` writes its file (its prediction per phase included), with
+        # the answer's keys beside it as plan() has them: which stacks export it, and what its
+        # positions need past max_position_embeddings.
         plan = dict(j["plan"])
         plan["exports"] = j.get("exports", [])
+        if j.get("positions"):
+            plan["positions"] = j["positions"]
         return MaxContext(int(j["max_tokens"]), int(j["granularity_tokens"]), j["binding"], j.get("rule", ""),
                           Plan(plan), list(j.get("ladder", [])), dict(j), j.get("layout", ""), stacks,
                           j.get("positions", ""))
@@ -430,7 +561,7 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     answer (``longctx max-context --stack all``). Raises BadInput, or NoFit when nothing fits at all."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, settings)
     if settings:
-        raise BadInput(next(iter(settings)), f"is not a setting; the settings are {', '.join(setting_keywords())}")
+        raise BadInput(_keyword(next(iter(settings))), f"is not a setting; the settings are {', '.join(setting_keywords())}")
     return MaxContext._from(json.loads(_answer(_core.max_context(args, _flag("ladder", ladder)))))
 
 
@@ -447,7 +578,7 @@ def plan(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, seq: Union[int, str] 
     prints it too, and exits 3 where it does not fit)."""
     args = _cluster(model, gpus, gpu, budget, host_mem, techniques, gpus_per_node, expandable_segments, options)
     if isinstance(seq, str):
-        _text("seq", seq)
+        _value("seq", seq)
     else:
         seq = _whole("seq", seq, "is not a length; give tokens as an int or text such as '128K'")
     return Plan(json.loads(_answer(_core.plan(args, str(seq), _fixed_knobs(options), _flag("no_search", no_search)))))
@@ -460,15 +591,20 @@ def _fixed_knobs(options: Dict[str, Any]) -> Dict[str, str]:
     fixed = {}
     for name, value in options.items():
         kind = kinds.get(name)
-        if kind == "switch":
+        if kind is None:
+            # Not a knob (a misspelling: ulyses=2, ladder=True): the name is the planner's to
+            # refuse (core.cpp knobs_from: "is neither a knob nor a setting; the knobs are ..."),
+            # before its value's type says anything.
+            fixed[_keyword(name)] = ""
+        elif kind == "switch":
             fixed[name] = "true" if _flag(name, value) else "false"
         elif kind == "int":
             value = _whole(name, value, "is not an int")
             if not 0 <= value < 1 << 62:
                 raise BadInput(name, f"{value} is outside 0..2**62; see the knob's bounds in `longctx plan --help`")
             fixed[name] = str(value)
-        else:  # text, or not a knob: the planner names it
-            fixed[name] = _text(name, value)
+        else:
+            fixed[name] = _value(name, value)
     return fixed
 
 

@@ -34,6 +34,7 @@
 #include "planner/core/model_config.h"
 #include "planner/core/plan.h"
 #include "planner/core/settings.h"
+#include "planner/io/quoted_text.h"
 #include "planner/search/request.h"
 #include "planner/search/search.h"
 #include "planner/search/stack_answers.h"
@@ -55,8 +56,14 @@ std::string kind_name(ErrorKind k) {
   return "internal";
 }
 
+// The field and message escaped as the CLI prints them (cli/common/error_report.h
+// report_error: terminal_text): a value echoed back (a path, a model's name) may hold control
+// bytes, which must not reach a terminal raw, or bytes that are not UTF-8, which dump() throws on.
 Answer failure(const Error& e) {
-  return {false, nlohmann::json{{"kind", kind_name(e.kind)}, {"field", e.field}, {"message", e.message}}.dump()};
+  return {false, nlohmann::json{{"kind", kind_name(e.kind)},
+                                {"field", terminal_text(e.field)},
+                                {"message", terminal_text(e.message)}}
+                     .dump()};
 }
 Answer success(const nlohmann::json& j) { return {true, j.dump()}; }
 
@@ -84,17 +91,31 @@ Result<Knobs> knobs_from(const std::map<std::string, std::string>& given) {
   return k;
 }
 
-// max-context's answer; with stack "all" every stack's answer under "stacks" (stack_answers.h).
+// An answer's plan as `max-context -o` writes its file (max_context_command.cpp
+// answer_plan_text): evaluated again with the prediction per phase, which the search's plan
+// (max_context_json's "plan") leaves empty.
+nlohmann::json recorded_plan_json(const MaxContextResult& r) {
+  return plan_to_json(with_phase_predictions(evaluate(r.plan)));
+}
+
+// max-context's answer; with stack "all" every stack's answer under "stacks" (stack_answers.h),
+// each plan as -o writes it beside the first (NAME.<stack>.json).
 Answer max_context_answer(const ClusterRequest& a, bool ladder) {
   if (a.stack == kEveryStack) {
     const auto all = answer_max_context_per_stack(a, ladder);
     if (!all.front().answer) return failure(*all.front().refusal);
     nlohmann::json j = max_context_answer_json(*all.front().answer);
+    j["plan"] = recorded_plan_json(*all.front().answer);
     j["stacks"] = stack_answers_json(all);
+    for (std::size_t i = 0; i < all.size(); ++i)
+      if (all[i].answer) j["stacks"][i]["plan"] = recorded_plan_json(*all[i].answer);
     return success(j);
   }
   auto r = answer_max_context(a, ladder);
-  return r ? success(max_context_answer_json(*r)) : failure(r.error());
+  if (!r) return failure(r.error());
+  nlohmann::json j = max_context_answer_json(*r);
+  j["plan"] = recorded_plan_json(*r);
+  return success(j);
 }
 
 Answer plan_answer(const ClusterRequest& a, const std::string& seq, const std::map<std::string, std::string>& knobs,
@@ -135,7 +156,19 @@ Answer export_answer(const std::string& plan_json, const std::string& stack_name
   if (!stack) return failure(stack.error());
   auto e = export_plan(*p, *stack);
   if (!e) return failure(e.error());
-  return success({{"files", e->files}, {"approximations", e->approximations}});
+  // A plan that does not fit exports as asked, with the note `longctx export` prints on stderr
+  // (export_command.cpp run_export): its run would run out of memory. "" when it fits.
+  const std::string note = does_not_fit_note(*p, evaluate(*p).plan.prediction);
+  return success({{"files", e->files}, {"approximations", e->approximations}, {"note", note}});
+}
+
+// What positions past the model's max_position_embeddings need at the plan's length, as
+// `plan --json` says it in "positions" (stack_answers.cpp plan_answer_json:
+// max_positions_note); "" within it.
+Answer positions_answer(const std::string& plan_json) {
+  auto p = plan_of(plan_json);
+  if (!p) return failure(p.error());
+  return {true, max_positions_note(p->model, p->train.seq)};
 }
 
 // Which stacks' files run the plan (io/export.h exports_json).
@@ -234,6 +267,10 @@ NB_MODULE(_core, m) {
       },
       nb::arg("path"), nb::arg("field"));
   m.def("exports", &exports_answer, nb::arg("plan_json"));
+  m.def("positions", &positions_answer, nb::arg("plan_json"));
+  // The bound on a JSON input (common/input_file.h input_limits::kJsonBytes), which
+  // Plan.from_json holds text to as read_file holds a file.
+  m.attr("max_json_bytes") = longctx::input_limits::kJsonBytes;
   m.def("compare", &compare_answer, nb::arg("plan_json"), nb::arg("trace_path"));
   m.def("model", &model_answer, nb::arg("request"));
   m.def("models", &longctx::model_preset_names);

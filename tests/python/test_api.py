@@ -451,3 +451,223 @@ def test_a_plan_without_its_prediction_predicts_as_the_planner_does():
         read = longctx.Plan.from_json(data)
         assert read.prediction.peak_device_bytes == plan.prediction.peak_device_bytes
         assert read.prediction.phases == plan.prediction.phases
+
+
+# What the CLI reads, writes and refuses, the Python API reads, writes and refuses alike.
+
+
+def cli_run(*args):
+    """The CLI's exit status, standard output and standard error for `args`."""
+    if not CLI:
+        pytest.skip("LONGCTX_CLI (the longctx binary) is not set: run through ctest")
+    done = subprocess.run([CLI, *args], capture_output=True, text=True)
+    return done.returncode, done.stdout, done.stderr
+
+
+def cli_error(*args):
+    """The message of the error the CLI refuses `args` with (after "longctx: error: FIELD: ")."""
+    status, _, err = cli_run(*args)
+    assert status == 2, err
+    return err.splitlines()[0].split(": ", 3)[-1]
+
+
+def test_max_contexts_plan_is_the_file_max_context_o_writes(tmp_path):
+    """max_context's plan records the prediction per phase, as `max-context -o` writes it (and
+    as every stack's plan file beside it with --stack all): the Trainer callback's predicted
+    peaks and Plan.save's file are not empty."""
+    answer = longctx.max_context("tiny-gqa", gpus=2, gpu="cpu", stack="all", ladder=False)
+    phases = answer.plan.prediction.phases
+    assert phases and all(p["peak_bytes"] > 0 for p in phases if p["phase"] == "forward.layers")
+    # The planner's own per-phase prediction of the same plan.
+    planned = {k: v for k, v in json.loads(answer.plan.to_json()).items() if k != "prediction"}
+    assert phases == longctx.Plan.from_json(planned).prediction.phases
+    saved = tmp_path / "saved.json"
+    answer.plan.save(saved)
+    assert json.loads(saved.read_text())["prediction"]["phases"] == phases
+    out = tmp_path / "plan.json"
+    cli_run("max-context", "--model", "tiny-gqa", "--gpus", "2", "--gpu", "cpu", "--stack", "all", "--no-ladder",
+            "-o", str(out))
+    assert json.loads(answer.plan.to_json()) == json.loads(out.read_text())
+    for stack, mine in answer.stacks.items():
+        if stack != "longctx" and isinstance(mine, longctx.MaxContext):
+            assert json.loads(mine.plan.to_json()) == json.loads((tmp_path / f"plan.{stack}.json").read_text())
+
+
+def test_what_positions_need_is_said_by_every_plan():
+    """`positions` (what positions past max_position_embeddings need) is MaxContext.positions and
+    Plan.positions, of a plan from max_context, from plan or read back from its file."""
+    short = dict(TINY, max_position_embeddings=512)
+    answer = longctx.max_context(short, gpus=1, gpu="cpu", ladder=False)
+    assert answer.max_tokens > 512 and "max_position_embeddings of 512" in answer.positions
+    assert answer.plan.positions == answer.positions == answer.plan.data["positions"]
+    assert longctx.Plan.from_json(answer.plan.to_json()).positions == answer.positions
+    past = longctx.plan(short, gpus=1, gpu="cpu", seq=1024, no_search=True)
+    assert past.positions == past.data["positions"] and "1,024 tokens" in past.positions
+    assert longctx.plan(short, gpus=1, gpu="cpu", seq=512, no_search=True).positions == ""
+
+
+def test_plan_text_is_read_by_the_planner_as_the_cli_reads_a_file(tmp_path):
+    """A key given twice is refused (json.loads kept the last), a UTF-8 byte order mark is
+    read, and text past the CLI's 64 MiB bound is refused as Plan.load refuses the file."""
+    text = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True).to_json()
+    twice = text.replace('"parallel": {', '"parallel": {\n    "sharding": "zero3",', 1)
+    path = tmp_path / "twice.json"
+    path.write_text(twice)
+    for read in (lambda: longctx.Plan.from_json(twice), lambda: longctx.Plan.from_json(twice.encode()),
+                 lambda: longctx.Plan.load(path)):
+        with pytest.raises(longctx.BadInput, match="parallel.sharding is given twice") as e:
+            read()
+        assert e.value.field == "plan"
+    if CLI:
+        assert "parallel.sharding is given twice" in cli_error("explain", str(path))
+    marked = tmp_path / "bom.json"
+    marked.write_bytes(b"\xef\xbb\xbf" + text.encode())
+    assert longctx.Plan.load(marked).to_json() == text == longctx.Plan.from_json("\ufeff" + text).to_json()
+    if CLI:
+        assert cli_run("explain", str(marked))[0] == 0
+    big = text[:text.rindex("}")] + ', "search": "' + "a" * (64 << 20) + '"}'
+    with pytest.raises(longctx.BadInput, match="64 MiB") as e:
+        longctx.Plan.from_json(big)
+    assert e.value.field == "plan"
+
+
+def test_keys_derived_from_the_plan_are_worked_out_again_when_read():
+    """`exports` and `positions` in a file or a dict were written for the plan as it was: read
+    back, they are ignored (docs/robustness.md) and worked out for the plan as it is."""
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True)
+    data = json.loads(plan.to_json())
+    data["exports"] = [{"stack": "deepspeed", "exports": False, "field": "x", "refusal": "stale"}]
+    data["positions"] = "stale"
+    for read in (longctx.Plan.from_json(data), longctx.Plan.from_json(json.dumps(data))):
+        assert read.exports == plan.exports and read.exportable_by == plan.exportable_by
+        assert read.positions == "" and "positions" not in read.data
+
+
+@pytest.mark.parametrize("keywords", [{"ulyses": 2}, {"offload_optimiser": True}, {"ladder": True},
+                                      {"\udc80": "x"}])
+def test_a_misspelt_keyword_is_named_as_the_planner_names_it(keywords):
+    with pytest.raises(longctx.BadInput) as e:
+        longctx.plan("tiny-gqa", gpus=2, gpu="cpu", seq=1024, **keywords)
+    assert e.value.field == ascii(next(iter(keywords)))[1:-1]
+    assert e.value.message.startswith("is neither a knob nor a setting; the knobs are sharding, ulysses")
+    if "ladder" not in keywords:  # max_context's own keyword
+        with pytest.raises(longctx.BadInput) as e:
+            longctx.max_context("tiny-gqa", gpus=2, gpu="cpu", **keywords)
+        assert e.value.field == ascii(next(iter(keywords)))[1:-1]
+
+
+def test_a_model_folders_config_json_that_is_no_file_is_named_as_the_cli_names_it(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    for name, make in [("fifo", os.mkfifo), ("folder", os.mkdir),
+                       ("loop", lambda p: os.symlink("config.json", p)),
+                       ("dangling", lambda p: os.symlink("nowhere.json", p)),
+                       ("device", lambda p: os.symlink("/dev/null", p))]:
+        os.mkdir(name)
+        make(os.path.join(name, "config.json"))
+        with pytest.raises(longctx.BadInput) as e:
+            longctx.model_config(name)
+        assert e.value.field == "--model" and "holds no config.json" not in e.value.message
+        if CLI:
+            assert e.value.message == cli_error("plan", "--model", name, "--gpus", "1", "--seq", "1K")
+    os.mkdir("empty")
+    with pytest.raises(longctx.BadInput, match="holds no config.json"):
+        longctx.model_config("empty")
+
+
+def test_a_config_read_from_a_relative_folder_is_sourced_as_the_cli_sources_it(tmp_path, monkeypatch):
+    """A PretrainedConfig (or a dict) from a relative folder is named after the folder and
+    sourced by its absolute path, as `--model FOLDER` is: launch.sh loads it from anywhere."""
+    transformers = pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    os.mkdir("tiny")
+    pathlib.Path("tiny/config.json").write_text(json.dumps(TINY))
+    config = transformers.AutoConfig.from_pretrained("tiny")
+    absolute = str(tmp_path / "tiny")
+    for model in (config, dict(TINY, _name_or_path="tiny")):
+        plan = longctx.plan(model, gpus=1, gpu="h100-80gb", seq=1024, stack="hf", no_search=True)
+        assert plan.data["model"]["name"] == "tiny" and plan.data["model"]["_name_or_path"] == absolute
+        assert f"MODEL_OF_PLAN='{absolute}'" in plan.export("hf")["launch.sh"]
+    if CLI:
+        cli = cli_json("plan", "--model", "tiny", "--gpus", "1", "--seq", "1K", "--stack", "hf", "--no-search")
+        assert (cli["model"]["name"], cli["model"]["_name_or_path"]) == ("tiny", absolute)
+
+
+def _nested(depth):
+    value = []
+    for _ in range(depth):
+        value = [value]
+    return value
+
+
+def test_content_json_cannot_hold_raises_bad_input_naming_the_argument():
+    """Nesting past Python's recursion limit, a dict holding itself and a key that is no text
+    raise BadInput naming the model or the plan, never json's own errors."""
+    data = json.loads(longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True).to_json())
+    for field, call in [("model", longctx.model_config), ("plan", longctx.Plan.from_json)]:
+        base = TINY if field == "model" else data
+        circular = dict(base)
+        circular["me"] = circular
+        for bad in (dict(base, junk=_nested(5000)), circular, dict(base, **{"x": {(1, 2): 1}})):
+            with pytest.raises(longctx.BadInput) as e:
+                call(bad)
+            assert e.value.field == field
+
+
+def test_numpy_numbers_in_a_config_or_a_plan_are_numbers():
+    numpy = pytest.importorskip("numpy")
+    config = dict(TINY, hidden_size=numpy.int64(64), num_hidden_layers=numpy.int32(2),
+                  rope_theta=numpy.float32(10000.0), tie_word_embeddings=numpy.bool_(False))
+    assert longctx.model_config(config) == longctx.model_config(dict(TINY, rope_theta=10000.0))
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq=512, no_search=True)
+    data = json.loads(plan.to_json())
+    data["train"]["micro_batch"] = numpy.int64(data["train"]["micro_batch"])
+    assert longctx.Plan.from_json(data).to_json() == plan.to_json()
+
+
+def test_values_are_held_to_the_clis_value_rules():
+    """Spaces around a value and control characters are refused as the CLI refuses them
+    (cli/common/parse_values.h); a message never carries a control character raw; a torch
+    bool is no count."""
+    refused = [("seq", "--seq", dict(seq="1024 ")), ("budget", "--budget", dict(budget="512MiB ")),
+               ("host_mem", "--host-mem", dict(host_mem=" 1GiB")), ("sharding", "--sharding", dict(sharding="zero3 ")),
+               ("dtype", "--dtype", dict(dtype="bf16\t")), ("gpu", "--gpu", dict(gpu="cpu\x1b[31m"))]
+    for field, flag, keywords in refused:
+        with pytest.raises(longctx.BadInput) as e:
+            longctx.plan(**{"model": "tiny-gqa", "gpus": 1, "gpu": "cpu", "seq": "1K", **keywords})
+        assert e.value.field == field and "\x1b" not in e.value.message
+        if CLI:
+            assert e.value.message == cli_error("plan", "--model", "tiny-gqa", "--gpus", "1", "--seq", "1K", "--gpu", "cpu",
+                                                flag, keywords[field])
+    with pytest.raises(longctx.BadInput) as e:  # a name the planner echoes: escaped as the CLI prints it
+        longctx.model_config("no-such-model\x1b[31m")
+    assert "\x1b" not in e.value.message and "\\x1B[31m" in e.value.message
+    torch = pytest.importorskip("torch")
+    with pytest.raises(longctx.BadInput) as e:
+        longctx.plan("tiny-gqa", gpus=torch.tensor(True), gpu="cpu", seq="1K")
+    assert e.value.field == "gpus"
+    assert longctx.plan("tiny-gqa", gpus=torch.tensor(1), gpu="cpu", seq="1K", no_search=True).data["cluster"]["gpus"] == 1
+
+
+def test_exporting_a_plan_that_does_not_fit_says_so(tmp_path):
+    """As `longctx export` prints a note on stderr (and exits 3), Plan.export warns."""
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="64K", budget="16MiB", no_search=True)
+    assert not plan.prediction.feasible
+    with pytest.warns(UserWarning, match="note: the plan does not fit: device memory binds") as caught:
+        plan.export("deepspeed")
+    if CLI:
+        path = tmp_path / "p.json"
+        plan.save(path)
+        status, _, err = cli_run("export", str(path), "--stack", "deepspeed")
+        assert status == 3 and err.splitlines()[0] in [str(w.message) for w in caught]
+    with warnings_caught() as fits:
+        longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="2K", budget="64MiB").export("deepspeed")
+    assert not [w for w in fits if "does not fit" in str(w.message)]
+
+
+def test_explain_takes_the_rows_explain_live_takes():
+    plan = longctx.plan("tiny-gqa", gpus=1, gpu="cpu", seq="1K", no_search=True)
+    assert plan.explain(0) and plan.explain((1 << 31) - 1) == plan.explain(1 << 21)
+    for rows in (-1, 1 << 31):
+        with pytest.raises(longctx.BadInput) as e:
+            plan.explain(rows)
+        assert e.value.field == "live_rows"
