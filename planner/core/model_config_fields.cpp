@@ -272,9 +272,9 @@ void write(const ModelConfig& m, json& j) {
   }
   if (m.max_positions > 0) j["max_position_embeddings"] = m.max_positions;
   if (!m.weights_dtype.empty()) j["torch_dtype"] = m.weights_dtype;
-  // Only where it is off: a model section without it reads as on, as every plan file before
-  // the key was read holds it.
-  if (!m.use_cache) j["use_cache"] = false;
+  // Not use_cache: a run setting, which a plan keeps as train.stack.use_cache (where the hf
+  // stack reads it); written here it would change the model's fingerprint, which traces and
+  // training checkpoints name, for stacks that never read it.
 }
 
 }  // namespace longctx::model_fields

@@ -154,11 +154,13 @@ struct Reader {
 TraceIdentity trace_identity(const Plan& plan) {
   const auto j = plan_to_json(plan);
   // The fingerprint keeps its sections (traces and training checkpoints already written name
-  // it); the cluster is said beside it.
+  // it); the cluster is said beside it, as what the step's allocated figures per rank depend
+  // on: the ranks and how they sit on nodes, and the device's allocator (CUDA's caching
+  // allocator or the CPU's). Not the preset's name: a calibrated preset of the same device
+  // (calibrate -o) plans the same bytes under another name.
   const ClusterSpec& c = plan.cluster;
   return {plan.model.name, fnv1a_64_hex(j.at("model").dump() + j.at("parallel").dump() + j.at("train").dump()),
-          fmt::format("{} x {} {}{}", c.shape.nodes, c.shape.gpus_per_node, c.hardware.name,
-                      c.expandable_segments ? ", expandable segments" : "")};
+          fmt::format("{} x {} {}", c.shape.nodes, c.shape.gpus_per_node, c.hardware.backend == Backend::Cpu ? "cpu" : "cuda")};
 }
 
 Result<MeasuredTrace> trace_from_json_text(const std::string& text, const std::string& what) {
@@ -254,7 +256,7 @@ Result<bool> check_trace_matches(const MeasuredTrace& trace, const Plan& plan, c
                                                    trace_path, mine.model, trace.identity.plan_fingerprint,
                                                    mine.plan_fingerprint));
   if (!trace.identity.cluster.empty() && trace.identity.cluster != mine.cluster)
-    return Error::bad_input("--trace", fmt::format("{} is a trace of a run on {} (nodes x GPUs a node, device), the plan is "
+    return Error::bad_input("--trace", fmt::format("{} is a trace of a run on {} (nodes x GPUs a node, backend), the plan is "
                                                    "for {}: its per-rank figures are another cluster's; pass the trace of a "
                                                    "run of this plan on its cluster",
                                                    trace_path, terminal_line(trace.identity.cluster), mine.cluster));

@@ -14,8 +14,8 @@ namespace longctx {
 
 // Which plan a longctx trace measured, in its otherData: the model's name, a fingerprint of
 // the plan's model, parallel and train sections (what decides the step's memory), and the
-// cluster it ran on (nodes x GPUs a node, the device preset, expandable segments: what the same
-// step's per-rank figures depend on beside them). `compare` refuses a trace of another plan,
+// cluster it ran on (nodes x GPUs a node and the backend, "1 x 8 cuda": what the same step's
+// per-rank figures depend on beside them). `compare` refuses a trace of another plan,
 // or of a run on another cluster (traces written before the cluster was recorded name none).
 struct TraceIdentity {
   std::string model;

@@ -416,7 +416,7 @@ class Plan:
         ``longctx explain`` checks a file (a key given twice, nesting past 64 levels, more than
         64 MiB: BadInput). Its ``exports`` and ``positions`` are worked out again."""
         if isinstance(text, Mapping):
-            source = _json_text("plan", text)
+            source = _json_text("plan", dict(text))  # any Mapping (a MappingProxyType, a DictConfig)
         elif isinstance(text, (str, bytes)):
             source = text
             if isinstance(source, bytes):
@@ -546,8 +546,8 @@ def max_context(model: ModelSpec = "llama-3.1-8b", gpus: int = 8, gpu: str = "h1
     transformers' modeling code with torch AdamW (``attention``: "sdpa", "eager" or, on GPUs,
     "flash_attention_2"; ``hf_checkpointing``: "non-reentrant" or "reentrant";
     ``hf_attention_mask``: whether batches carry an attention_mask, as the Trainer's do;
-    ``hf_use_cache``: the model's use_cache, True as its config has it, False as training
-    scripts often set it;
+    ``hf_use_cache``: False runs the model with use_cache=False, as training scripts often set
+    it; True (the default) leaves the config's use_cache, which a config saying false keeps off;
     ``hf_optimizer``: "adamw_torch_fused", the Trainer's default, or "adamw_torch"; ``hf_loss``:
     "transformers", the model's own loss over the full logits, or "trl-chunked-nll", TRL
     SFTTrainer's chunked loss). ``stack="arctic"`` predicts ArcticTraining (transformers under

@@ -3,6 +3,7 @@ import json
 import os
 import pathlib
 import subprocess
+import types
 
 import pytest
 
@@ -477,7 +478,10 @@ def test_max_contexts_plan_is_the_file_max_context_o_writes(tmp_path):
     peaks and Plan.save's file are not empty."""
     answer = longctx.max_context("tiny-gqa", gpus=2, gpu="cpu", stack="all", ladder=False)
     phases = answer.plan.prediction.phases
-    assert phases and all(p["peak_bytes"] > 0 for p in phases if p["phase"] == "forward.layers")
+    assert phases
+    # What the Trainer callback holds each phase to: the plan's, not 0.
+    hf = pytest.importorskip("longctx.hf")
+    assert all(peak > 0 for peak in hf.predicted_phase_peaks(answer.plan).values())
     # The planner's own per-phase prediction of the same plan.
     planned = {k: v for k, v in json.loads(answer.plan.to_json()).items() if k != "prediction"}
     assert phases == longctx.Plan.from_json(planned).prediction.phases
@@ -525,6 +529,8 @@ def test_plan_text_is_read_by_the_planner_as_the_cli_reads_a_file(tmp_path):
     assert longctx.Plan.load(marked).to_json() == text == longctx.Plan.from_json("\ufeff" + text).to_json()
     if CLI:
         assert cli_run("explain", str(marked))[0] == 0
+    # Any Mapping reads as its dict does.
+    assert longctx.Plan.from_json(types.MappingProxyType(json.loads(text))).to_json() == text
     big = text[:text.rindex("}")] + ', "search": "' + "a" * (64 << 20) + '"}'
     with pytest.raises(longctx.BadInput, match="64 MiB") as e:
         longctx.Plan.from_json(big)

@@ -128,6 +128,16 @@ TEST_F(RunCommand, TheTraceNamesItsPlan) {
   const auto t = nlohmann::json::parse(testing::slurp(trace));
   EXPECT_EQ(t["otherData"]["model"], "tiny-gqa");
   EXPECT_EQ(t["otherData"]["plan_fingerprint"], trace_identity(plan).plan_fingerprint);
+  // And the cluster it ran on: compare takes the trace for its plan, and refuses it for the
+  // same step planned for two ranks (whose fingerprint is this one's).
+  EXPECT_EQ(t["otherData"]["cluster"], trace_identity(plan).cluster);
+  EXPECT_EQ(run_cli("compare --plan " + path("plan.json") + " --trace " + trace).status, 0);
+  Plan two = plan;
+  two.cluster.shape.gpus_per_node = 2;
+  ASSERT_EQ(trace_identity(two).plan_fingerprint, trace_identity(plan).plan_fingerprint);
+  const auto other = run_cli("compare --plan " + write(two, "two.json") + " --trace " + trace);
+  EXPECT_EQ(other.status, 2) << other.err;
+  EXPECT_NE(other.err.find("another cluster's"), std::string::npos) << other.err;
 }
 
 // Numbers out of range say so and say the fix; they are never clamped or wrapped.

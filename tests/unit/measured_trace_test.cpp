@@ -118,11 +118,15 @@ TEST(MeasuredTrace, ATraceOfAnotherPlanIsRefused) {
   ASSERT_FALSE(r.ok());
   EXPECT_NE(r.error().message.find("model llama-3.1-8b"), std::string::npos) << r.error().message;
 
-  // The same plan's step on another cluster (another device, or more ranks) measured other
-  // per-rank figures; a trace from before the cluster was recorded names none.
-  EXPECT_FALSE(id.cluster.empty());
+  // The same plan's step on another cluster (another device's allocator, or more ranks)
+  // measured other per-rank figures; a trace from before the cluster was recorded names none.
+  // A calibrated preset of the same device (another name, the same bytes) is the same cluster.
+  EXPECT_EQ(id.cluster, "1 x 1 cpu");
+  Plan calibrated = plan;
+  calibrated.cluster.hardware.name = "cpu-calibrated";
+  EXPECT_EQ(trace_identity(calibrated).cluster, id.cluster);
   Plan on_a_gpu = plan, wider = plan;
-  on_a_gpu.cluster.hardware.name = "h100-80gb";
+  on_a_gpu.cluster.hardware.backend = Backend::Cuda;
   wider.cluster.shape.gpus_per_node *= 2;
   for (const Plan* elsewhere : {&on_a_gpu, &wider}) {
     MeasuredTrace there;

@@ -222,8 +222,13 @@ TEST(HfStack, TheConfigsUseCacheIsTheDefault) {
   }
   r.cluster.model = path;
   const auto answered = answer_plan(r);
+  // Another stack, which reads no use_cache, plans the same model as before.
+  PlanRequest own = r;
+  own.cluster.stack = "longctx";
+  const auto own_answer = answer_plan(own);
   std::remove(path.c_str());
   ASSERT_TRUE(answered.ok()) << answered.error().what();
+  ASSERT_TRUE(own_answer.ok()) << own_answer.error().what();
   const Plan& from_config = answered->recorded;
   EXPECT_FALSE(from_config.model.use_cache);
   EXPECT_FALSE(from_config.train.stack.use_cache);
@@ -240,17 +245,15 @@ TEST(HfStack, TheConfigsUseCacheIsTheDefault) {
   EXPECT_GT(cache_bytes(cached), 0);
   EXPECT_EQ(cache_bytes(by_option), 0);
   EXPECT_EQ(cache_bytes(from_config), 0);
-  nlohmann::json j = plan_to_json(from_config);
-  EXPECT_EQ(j["model"]["use_cache"], false);
-  // A plan file saying the option's default beside that model still runs the config's.
-  j["train"]["stack"]["use_cache"] = true;
-  j.erase("prediction");
-  const auto edited = plan_from_json(j);
-  ASSERT_TRUE(edited.ok()) << edited.error().what();
-  EXPECT_FALSE(edited->model.use_cache);
-  EXPECT_EQ(cache_bytes(*edited), 0);
-  // Every other model's section is as before: no key where the cache is on.
-  EXPECT_FALSE(plan_to_json(cached)["model"].contains("use_cache"));
+  // The plan file keeps it as the setting, not in the model's section (whose fingerprint traces
+  // and training checkpoints name, for every stack), and reads back without the cache.
+  const nlohmann::json j = plan_to_json(from_config);
+  EXPECT_FALSE(j["model"].contains("use_cache"));
+  const auto back = plan_from_json(j);
+  ASSERT_TRUE(back.ok()) << back.error().what();
+  EXPECT_FALSE(back->train.stack.use_cache);
+  EXPECT_EQ(cache_bytes(*back), 0);
+  EXPECT_FALSE(plan_to_json(own_answer->recorded)["model"].contains("use_cache"));
 }
 
 // transformers' checkpoint offload pins host memory: refused on the CPU virtual device; on a

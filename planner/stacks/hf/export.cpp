@@ -39,13 +39,15 @@ constexpr ExportRefusal kRefusals[] = {
     // accelerate launches a CPU run (use_cpu) as one process of its own (commands/launch.py
     // launch_command: DeepSpeed, FSDP and several processes are launched only where the run is
     // not on the CPU; several CPU processes need an MPI launcher these files do not set up), and
-    // starts no DeepSpeed engine on the CPU (state.py AcceleratorState's distributed type).
+    // there shards nothing (state.py AcceleratorState: DeepSpeed and FSDP are distributed types
+    // of several devices).
     {"cluster.hardware",
      [](const Plan& p) {
-       return p.cluster.hardware.backend == Backend::Cpu && (p.cluster.shape.world() > 1 || writes_deepspeed_config(p));
+       return p.cluster.hardware.backend == Backend::Cpu &&
+              (p.cluster.shape.world() > 1 || writes_deepspeed_config(p) || hf_uses_fsdp2(p));
      },
-     "run a plan of the CPU virtual device as more than one process or under DeepSpeed: accelerate runs a CPU plan as "
-     "one process on its own",
+     "run a plan of the CPU virtual device as more than one process, under DeepSpeed or under FSDP: accelerate runs a "
+     "CPU plan as one process on its own, its model unsharded",
      "plan for one CPU rank (--gpus 1) with --stack hf, or plan with a GPU preset (--gpu h100-80gb)"},
 };
 
