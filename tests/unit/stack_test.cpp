@@ -238,7 +238,8 @@ TEST(HfStack, TheConfigsUseCacheIsTheDefault) {
   // The cache's copies of every layer's k and v: the config's false drops them as the option does.
   auto cache_bytes = [](const Plan& p) {
     std::int64_t sum = 0;
-    for (const auto& t : build_step(step_inputs(p)).tensors())
+    const StepGraph g = build_step(step_inputs(p));  // held: a range-for over a temporary's list dangles
+    for (const auto& t : g.tensors())
       if (format(t.name).find("attn.cache.") != std::string::npos) sum += t.bytes;
     return sum;
   };
