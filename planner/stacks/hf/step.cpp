@@ -26,8 +26,9 @@ using namespace footprint::hf;
 bool trl_chunked_loss(const HfStep& sb) { return sb.in.train.stack.loss == HfLoss::TrlChunkedNll; }
 
 bool keeps_kv_cache(const HfStep& sb) {
-  // The model's own use_cache too: a plan file may say the option's default beside a model whose
-  // config turns the cache off, and transformers runs the config's.
+  // The model's own use_cache too: request.cpp turns the setting off for such a model, and a
+  // plan file's model section may still say `"use_cache": false` itself (a hand-written one;
+  // longctx writes the setting only), which transformers would run.
   return sb.in.train.stack.use_cache && sb.in.model.use_cache && !trl_chunked_loss(sb) && !sb.parallel.checkpoint.any();
 }
 
