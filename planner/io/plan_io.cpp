@@ -1,3 +1,5 @@
+#include <algorithm>
+#include <array>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -21,11 +23,29 @@ namespace longctx {
 
 namespace {
 
+// A predicted phase's figures as the plan file holds them, one row each: what phases_to_json
+// writes is what phases_from_json accepts (a key only one of them knew was read as absent).
+// An optional figure is written where it is set.
+struct PhaseFigure {
+  const char* key;
+  std::int64_t PredictedPhase::*required;                 // null for an optional figure
+  std::optional<std::int64_t> PredictedPhase::*optional;  // null for a required one
+};
+constexpr std::array<PhaseFigure, 3> kPhaseFigures = {{
+    {"peak_device_bytes", &PredictedPhase::peak_device_bytes, nullptr},
+    {"peak_host_bytes", &PredictedPhase::peak_host_bytes, nullptr},
+    {"peak_device_reserved_bytes", nullptr, &PredictedPhase::peak_device_reserved_bytes},
+}};
+constexpr const char* kPhaseNameKey = "phase";
+
 nlohmann::json phases_to_json(const std::vector<PredictedPhase>& phases) {
   nlohmann::json out = nlohmann::json::array();
   for (const auto& ph : phases) {
-    nlohmann::json j = {{"phase", ph.phase}, {"peak_device_bytes", ph.peak_device_bytes}, {"peak_host_bytes", ph.peak_host_bytes}};
-    if (ph.peak_device_reserved_bytes) j["peak_device_reserved_bytes"] = *ph.peak_device_reserved_bytes;
+    nlohmann::json j = {{kPhaseNameKey, ph.phase}};
+    for (const PhaseFigure& f : kPhaseFigures) {
+      if (f.required != nullptr) j[f.key] = ph.*f.required;
+      else if (const auto& value = ph.*f.optional) j[f.key] = *value;
+    }
     out.push_back(j);
   }
   return out;
@@ -38,22 +58,29 @@ Result<std::vector<PredictedPhase>> phases_from_json(const nlohmann::json& predi
   auto it = prediction.find("phases");
   if (it == prediction.end()) return out;
   if (!it->is_array()) return Error::bad_input("prediction.phases", "must be an array of {phase, peak_device_bytes, peak_host_bytes}");
+  const auto is_key = [](const std::string& key) {
+    return key == kPhaseNameKey ||
+           std::any_of(kPhaseFigures.begin(), kPhaseFigures.end(), [&](const PhaseFigure& f) { return key == f.key; });
+  };
   for (std::size_t i = 0; i < it->size(); ++i) {
     const auto& j = (*it)[i];
     const std::string field = fmt::format("prediction.phases[{}]", i);
     if (!j.is_object()) return Error::bad_input(field, "must be an object");
-    // phases_to_json's keys only: a misspelt one was read as absent and said nothing.
     for (const auto& [key, value] : j.items())
-      if (key != "phase" && key != "peak_device_bytes" && key != "peak_host_bytes" && key != "peak_device_reserved_bytes")
-        return Error::bad_input(field + "." + key, "is not a key of a predicted phase (phase, peak_device_bytes, "
-                                                   "peak_host_bytes, peak_device_reserved_bytes); check its spelling or "
-                                                   "remove it");
+      if (!is_key(key)) {
+        std::string keys = kPhaseNameKey;
+        for (const PhaseFigure& f : kPhaseFigures) keys += fmt::format(", {}", f.key);
+        return Error::bad_input(field + "." + key,
+                                fmt::format("is not a key of a predicted phase ({}); check its spelling or remove it", keys));
+      }
     PredictedPhase ph;
-    LONGCTX_TRY(ph.phase, get_string(j, field, "phase"));
-    LONGCTX_TRY(ph.peak_device_bytes, get_int(j, field, "peak_device_bytes", 0));
-    LONGCTX_TRY(ph.peak_host_bytes, get_int(j, field, "peak_host_bytes", 0));
-    if (j.contains("peak_device_reserved_bytes")) {
-      LONGCTX_TRY(ph.peak_device_reserved_bytes, get_int(j, field, "peak_device_reserved_bytes", 0));
+    LONGCTX_TRY(ph.phase, get_string(j, field, kPhaseNameKey));
+    for (const PhaseFigure& f : kPhaseFigures) {
+      if (f.required != nullptr) {
+        LONGCTX_TRY(ph.*f.required, get_int(j, field, f.key, 0));
+      } else if (j.contains(f.key)) {
+        LONGCTX_TRY(ph.*f.optional, get_int(j, field, f.key, 0));
+      }
     }
     out.push_back(std::move(ph));
   }

@@ -137,6 +137,14 @@ TEST(PlanReader, APredictionOtherThanPlanWritesItIsRefused) {
   EXPECT_TRUE(plan_from_text(j.dump(), "p").ok());
   j["prediction"]["phases"][0]["peak_device_reserved_byte"] = 5;
   expect_refused(plan_from_text(j.dump(), "p"), "prediction.phases[0].peak_device_reserved_byte", "check its spelling");
+  // Every figure the writer knows is read, and written back as it was read.
+  j["prediction"]["phases"][0].erase("peak_device_reserved_byte");
+  j["prediction"]["phases"][0]["peak_device_reserved_bytes"] = 7;
+  const auto read = plan_from_text(j.dump(), "p");
+  ASSERT_TRUE(read.ok()) << read.error().what();
+  ASSERT_EQ(read.value().prediction.phases.size(), 1u);
+  EXPECT_EQ(read.value().prediction.phases[0].peak_device_reserved_bytes, 7);
+  EXPECT_EQ(plan_to_json(read.value())["prediction"]["phases"], j["prediction"]["phases"]);
   j = plan_json();
   j.erase("prediction");
   EXPECT_TRUE(plan_from_text(j.dump(), "p").ok()) << "a plan without a prediction is predicted afresh";
