@@ -239,7 +239,12 @@ def _config_args(config: Any, name_or_path: Any, args: "_core.ClusterRequest") -
 
 def _model_args(model: ModelSpec, args: "_core.ClusterRequest") -> None:
     if hasattr(model, "to_dict") and callable(model.to_dict):  # transformers.PretrainedConfig
-        _config_args(model.to_dict(), getattr(model, "name_or_path", ""), args)
+        try:
+            config = model.to_dict()
+        except Exception as e:  # the object's own error, named as an input the planner cannot read
+            raise BadInput("model", f"its to_dict() raised {type(e).__name__}: {e}; give a config that converts, "
+                                    "or its dict or config.json") from e
+        _config_args(config, getattr(model, "name_or_path", ""), args)
         return
     if isinstance(model, Mapping):
         _config_args(dict(model), model.get("_name_or_path"), args)

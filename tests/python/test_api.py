@@ -97,6 +97,17 @@ def test_a_transformers_config_is_a_model():
     assert longctx.model_config(config)["num_attention_heads"] == 4
 
 
+def test_a_config_that_cannot_convert_itself_is_bad_input():
+    """A config object whose to_dict() raises is refused as the model argument, naming what
+    it raised, not passed through as an error of the planner's own."""
+    class Broken:
+        def to_dict(self):
+            raise KeyError("rope_scaling")
+
+    with pytest.raises(longctx.BadInput, match=r"model.*to_dict\(\) raised KeyError"):
+        longctx.model_config(Broken())
+
+
 @pytest.mark.parametrize("model_type, extra", [("llama", {}), ("mistral", {}), ("qwen2", {}), ("qwen3", {}),
                                                ("qwen3", {"use_sliding_window": True, "max_window_layers": 0}),
                                                ("qwen2", {"use_sliding_window": True, "max_window_layers": 0})])
