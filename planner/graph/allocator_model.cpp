@@ -108,6 +108,25 @@ int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
   return b;
 }
 
+std::int64_t CachingAllocatorModel::hold_transient(std::int64_t bytes) {
+  // best_fit() and take() without their changes: the block found, and what the request holds
+  // of it.
+  const std::int64_t size = round_size(bytes);
+  const bool small = size <= kSmallSize;
+  const FreeBlocks& free_blocks = small ? small_free_ : large_free_;
+  const std::size_t fit = free_blocks.lower_bound(size);
+  if (fit == free_blocks.size()) return 0;
+  const std::int64_t max_split = settings_.max_split_size, found = free_blocks.at(fit).size;
+  if (size < max_split && found >= max_split) return 0;
+  if (size >= max_split && found >= size + kLargeSegment) return 0;
+  const std::int64_t remaining = found - size;
+  const bool split = small ? remaining >= kMinBlock : size < max_split && remaining > kSmallSize;
+  const std::int64_t held = split ? size : found;
+  allocated_ += held;
+  peak_allocated_ = std::max(peak_allocated_, allocated_);
+  return held;
+}
+
 void CachingAllocatorModel::note_whole_free(int b) {
   block(b).whole_at = static_cast<int>(whole_free_.size());
   whole_free_.push_back(b);

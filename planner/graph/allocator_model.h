@@ -84,6 +84,14 @@ class CachingAllocatorModel {
   int allocate(std::int64_t bytes);
   // REQUIRES: `handle` came from allocate() and was not freed since.
   void free(int handle);
+  // A request returned before this model sees another request or return (an op's workspace,
+  // freed once the op ran), where a cached block serves it: taking that block (split or whole)
+  // and returning it leaves every block, segment and counter as it was, but the bytes it
+  // counts as allocated while it is held. Books those and returns them (> 0); 0 where no cached
+  // block serves it, without changing anything (allocate() and free() must then run).
+  std::int64_t hold_transient(std::int64_t bytes);
+  // REQUIRES: `booked` came from hold_transient(), and nothing was asked of the model since.
+  void return_transient(std::int64_t booked) { allocated_ -= booked; }
   // What torch.cuda.empty_cache() and rule 6 do: releases every cached segment (or, with
   // expandable segments, every whole page) that holds no block in use.
   void release_cached();

@@ -148,10 +148,39 @@ class Replayer {
   // Replays the items from where it stands up to `end`; false once stopped.
   bool replay_until(int end) {
     for (; next_ < end && !stopped_; ++next_) {
+      if (options_.skip_transients && script_.items[static_cast<std::size_t>(next_)].kind == Kind::Allocate &&
+          replay_transient(end))
+        continue;
       replay(next_);
       ++r_.replayed_items;
     }
     return !stopped_;
+  }
+
+  // Where the request at next_ is returned by the next item that is not a note, before `end`,
+  // and a cached block serves it: the request, the notes and the return, with the model's
+  // blocks left as they are (CachingAllocatorModel::hold_transient). Leaves next_ at the
+  // return; false, with nothing replayed, otherwise.
+  bool replay_transient(int end) {
+    const int request = next_;
+    int back = request + 1;
+    while (back < end && script_.items[static_cast<std::size_t>(back)].kind == Kind::Note) ++back;
+    if (back >= end) return false;
+    const ScriptItem& returned = script_.items[static_cast<std::size_t>(back)];
+    if (returned.kind != Kind::Free || returned.request != request) return false;
+    const ScriptItem& item = script_.items[static_cast<std::size_t>(request)];
+    CachingAllocatorModel& m = models_[static_cast<std::size_t>(item.stream)];
+    const std::int64_t booked = m.hold_transient(item.bytes);
+    if (booked == 0) return false;
+    for (int i = request + 1; i < back; ++i) {
+      const ScriptItem& n = script_.items[static_cast<std::size_t>(i)];
+      note(n.op, n.step);
+    }
+    m.return_transient(booked);
+    ++r_.transient_requests;
+    r_.replayed_items += back - request + 1;
+    next_ = back;
+    return true;
   }
 
   // Replays a repeated stretch period by period, comparing the state at each boundary with

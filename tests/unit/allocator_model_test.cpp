@@ -6,6 +6,10 @@
 #include <iterator>
 #include <random>
 #include <set>
+#include <string>
+#include <vector>
+
+#include <fmt/format.h>
 
 #include "planner/graph/allocator_model.h"
 #include "planner/graph/free_blocks.h"
@@ -286,6 +290,73 @@ TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
 // The free-block list against an ordered set, through thousands of entries (past the size at
 // which it splits into chunks) and back to none: the same order, best fit and largest after
 // every change.
+// hold_transient: a request returned before anything else is asked of the model leaves it as
+// allocate() then free() leave it, and books what allocate() would hold. Two models run the
+// same drawn requests and returns (drawn afresh each run, under each allocator setting, with
+// a capacity that makes requests fail and release the cache), one taking every request its
+// next step returns as a transient where hold_transient serves it; their states, described
+// block by block with each holder named by its request, stay equal throughout.
+TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
+  const unsigned seed = std::random_device{}();
+  std::mt19937_64 draw(seed);
+  int served = 0, not_served = 0;
+  for (int setting = 0; setting < 3; ++setting) {
+    AllocatorSettings settings;
+    settings.capacity = 600 * MiB;
+    if (setting == 1) settings.expandable_segments = true;
+    if (setting == 2) settings.max_split_size = 40 * MiB;
+    CachingAllocatorModel plain(settings), quick(settings);
+    std::vector<int> request_of_plain, request_of_quick;  // handle -> the request that made it
+    std::vector<std::pair<int, int>> held;                 // (plain's handle, quick's handle)
+    auto describe = [](const CachingAllocatorModel& m, const std::vector<int>& request_of) {
+      std::vector<std::int64_t> words;
+      m.describe(words, [&](int handle) { return std::int64_t{request_of[static_cast<std::size_t>(handle)]}; });
+      return words;
+    };
+    for (int step = 0; step < 3000; ++step) {
+      const std::string what = fmt::format("seed {}, setting {}, step {}", seed, setting, step);
+      // Sizes from a few hundred bytes (small pool) to tens of MiB, some equal to earlier ones.
+      const std::int64_t bytes = std::int64_t{1} << (9 + draw() % 17);
+      const std::int64_t request = bytes + static_cast<std::int64_t>(draw() % 3) * static_cast<std::int64_t>(draw() % bytes);
+      const int kind = static_cast<int>(draw() % 4);
+      if (kind == 0 && !held.empty()) {  // a return of something held
+        const std::size_t k = draw() % held.size();
+        plain.free(held[k].first);
+        quick.free(held[k].second);
+        held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
+      } else if (kind == 1) {  // a transient
+        const std::int64_t before = quick.allocated();
+        const std::int64_t booked = quick.hold_transient(request);
+        const int h = plain.allocate(request);
+        request_of_plain.resize(static_cast<std::size_t>(h) + 1, step);
+        if (booked > 0) {
+          ++served;
+          EXPECT_EQ(quick.allocated(), before + booked) << what;
+          EXPECT_EQ(plain.block_size(h), booked) << what;
+          quick.return_transient(booked);
+        } else {
+          ++not_served;
+          const int q = quick.allocate(request);
+          request_of_quick.resize(static_cast<std::size_t>(q) + 1, step);
+          quick.free(q);
+        }
+        plain.free(h);
+      } else {  // a request held on
+        const int h = plain.allocate(request), q = quick.allocate(request);
+        request_of_plain.resize(static_cast<std::size_t>(h) + 1, step);
+        request_of_quick.resize(static_cast<std::size_t>(q) + 1, step);
+        held.emplace_back(h, q);
+      }
+      ASSERT_EQ(describe(quick, request_of_quick), describe(plain, request_of_plain)) << what;
+      ASSERT_EQ(quick.allocated(), plain.allocated()) << what;
+      ASSERT_EQ(quick.peak_reserved(), plain.peak_reserved()) << what;
+    }
+  }
+  // The draws exercise both branches.
+  EXPECT_GT(served, 100) << "seed " << seed;
+  EXPECT_GT(not_served, 10) << "seed " << seed;
+}
+
 TEST(FreeBlocks, KeepsBestFitOrderThroughThousandsOfEntries) {
   auto less = [](const FreeBlocks::Entry& a, const FreeBlocks::Entry& b) {
     return a.size != b.size ? a.size < b.size : a.address < b.address;

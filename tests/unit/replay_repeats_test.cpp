@@ -1,5 +1,7 @@
 // The reserved replay skips repeated layers where the allocator's state repeats
-// (replay_repeats.h): held here to replaying every request, figure for figure, over the step
+// (replay_repeats.h), and takes a request returned right after it as a transient
+// (CachingAllocatorModel::hold_transient): held here to replaying every request and return,
+// figure for figure, over the step
 // graphs of a grid of the answers' models, stacks and clusters with every configuration kind
 // the search considers, at the device's capacity, with expandable segments, and at
 // capacities tight enough that requests fail.
@@ -30,7 +32,7 @@ void expect_same(const ReservedReplay& skipping, const ReservedReplay& whole, co
 }
 
 struct Totals {
-  std::int64_t items = 0, skipped = 0, graphs = 0;
+  std::int64_t items = 0, skipped = 0, graphs = 0, transients = 0;
 };
 
 // The search's space for a preset model on `gpus` H100s under `stack` at `seq` tokens.
@@ -54,7 +56,7 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
     const Plan& p = plans[i];
     const StepGraph g = build_step(step_inputs(p));
     AllocatorSettings settings = allocator_settings(p);
-    const ReservedReplay whole = replay_reserved(g, settings, {.skip_repeats = false});
+    const ReservedReplay whole = replay_reserved(g, settings, {.skip_repeats = false, .skip_transients = false});
     const std::string what = fmt::format("{} {} GPUs {} at {}: {}", model, gpus, stack, seq, describe_knobs(p));
     ++totals.graphs;
     totals.items += whole.replayed_items;
@@ -62,12 +64,15 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
     expandable.expandable_segments = !settings.expandable_segments;
     tight.capacity = whole.peak_reserved * 9 / 10;
     for (const AllocatorSettings& s : {settings, expandable, tight}) {
-      const ReservedReplay a = replay_reserved(g, s, {.skip_repeats = false}), b = replay_reserved(g, s);
+      const ReservedReplay a = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false}), b = replay_reserved(g, s);
       expect_same(b, a, what);
-      if (s.capacity == settings.capacity && s.expandable_segments == settings.expandable_segments)
+      if (s.capacity == settings.capacity && s.expandable_segments == settings.expandable_segments) {
         totals.skipped += b.skipped_items;
+        totals.transients += b.transient_requests;
+      }
+      EXPECT_EQ(a.transient_requests, 0) << what;
       // Stopping at the first failure stops at the same request either way.
-      const ReservedReplay c = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false}),
+      const ReservedReplay c = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false, .skip_transients = false}),
                            d = replay_reserved(g, s, {.stop_at_failure = true});
       expect_same(d, c, what + " (stopping at the first failure)");
       EXPECT_EQ(c.failed_requests, std::min(a.failed_requests, 1)) << what;
@@ -95,6 +100,7 @@ TEST(ReservedReplay, SkippingRepeatsGivesTheWholeReplaysFigures) {
   // The grid exercises the skipping.
   EXPECT_GT(totals.graphs, 100);
   EXPECT_GT(totals.skipped, totals.items / 20) << totals.skipped << " of " << totals.items;
+  EXPECT_GT(totals.transients, totals.graphs * 10) << totals.transients << " transients in " << totals.graphs << " graphs";
 }
 
 // Shapes drawn at random (a fixed seed): a preset model, a cluster, a stack, a length between
@@ -124,14 +130,14 @@ TEST(ReservedReplay, SkippingRepeatsHoldsOverDrawnShapes) {
     const StepGraph g = build_step(step_inputs(p));
     AllocatorSettings s = allocator_settings(p);
     s.expandable_segments = pick(2) == 1;
-    const ReservedReplay unbounded = replay_reserved(g, s, {.skip_repeats = false});
+    const ReservedReplay unbounded = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false});
     s.capacity = std::max<std::int64_t>(1, unbounded.peak_reserved / 10 * static_cast<std::int64_t>(1 + pick(12)));
     const std::string what = fmt::format("draw {}: {} {} GPUs {} at {}, capacity {}{}: {}", i, request.model,
                                          request.gpus, request.stack, base.train.seq, s.capacity,
                                          s.expandable_segments ? " expandable" : "", describe_knobs(p));
-    const ReservedReplay whole = replay_reserved(g, s, {.skip_repeats = false}), skipping = replay_reserved(g, s);
+    const ReservedReplay whole = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false}), skipping = replay_reserved(g, s);
     expect_same(skipping, whole, what);
-    const ReservedReplay stopped = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false}),
+    const ReservedReplay stopped = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false, .skip_transients = false}),
                          stopped_skipping = replay_reserved(g, s, {.stop_at_failure = true});
     expect_same(stopped_skipping, stopped, what + " (stopping at the first failure)");
     const int first = static_cast<int>(pick(g.ops().size() + 1));
