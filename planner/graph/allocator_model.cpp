@@ -96,32 +96,38 @@ int CachingAllocatorModel::merge(int b) {
   return b;
 }
 
-int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
-  FreeBlocks& free_blocks = pool(small);
+std::optional<std::size_t> CachingAllocatorModel::fit_of(std::int64_t size, bool small) const {
+  const FreeBlocks& free_blocks = small ? small_free_ : large_free_;
   const std::size_t fit = free_blocks.lower_bound(size);
-  if (fit == free_blocks.size()) return -1;
+  if (fit == free_blocks.size()) return std::nullopt;
   const std::int64_t max_split = settings_.max_split_size, found = free_blocks.at(fit).size;
-  if (size < max_split && found >= max_split) return -1;
-  if (size >= max_split && found >= size + kLargeSegment) return -1;
-  const int b = free_blocks.at(fit).block;
-  free_blocks.erase_at(fit);
+  if (size < max_split && found >= max_split) return std::nullopt;
+  if (size >= max_split && found >= size + kLargeSegment) return std::nullopt;
+  return fit;
+}
+
+bool CachingAllocatorModel::splits(std::int64_t size, std::int64_t remaining, bool small) const {
+  return small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize;
+}
+
+int CachingAllocatorModel::best_fit(std::int64_t size, bool small) {
+  const std::optional<std::size_t> fit = fit_of(size, small);
+  if (!fit) return -1;
+  FreeBlocks& free_blocks = pool(small);
+  const int b = free_blocks.at(*fit).block;
+  free_blocks.erase_at(*fit);
   return b;
 }
 
 std::int64_t CachingAllocatorModel::hold_transient(std::int64_t bytes) {
-  // best_fit() and take() without their changes: the block found, and what the request holds
-  // of it.
+  // best_fit() and take() without their changes (fit_of, splits): the block found, and what
+  // the request holds of it.
   const std::int64_t size = round_size(bytes);
   const bool small = size <= kSmallSize;
-  const FreeBlocks& free_blocks = small ? small_free_ : large_free_;
-  const std::size_t fit = free_blocks.lower_bound(size);
-  if (fit == free_blocks.size()) return 0;
-  const std::int64_t max_split = settings_.max_split_size, found = free_blocks.at(fit).size;
-  if (size < max_split && found >= max_split) return 0;
-  if (size >= max_split && found >= size + kLargeSegment) return 0;
-  const std::int64_t remaining = found - size;
-  const bool split = small ? remaining >= kMinBlock : size < max_split && remaining > kSmallSize;
-  const std::int64_t held = split ? size : found;
+  const std::optional<std::size_t> fit = fit_of(size, small);
+  if (!fit) return 0;
+  const std::int64_t found = (small ? small_free_ : large_free_).at(*fit).size;
+  const std::int64_t held = splits(size, found - size, small) ? size : found;
   allocated_ += held;
   peak_allocated_ = std::max(peak_allocated_, allocated_);
   return held;
@@ -257,7 +263,7 @@ void CachingAllocatorModel::release_cached() {
 void CachingAllocatorModel::take(int b, std::int64_t size, bool small) {
   note_not_whole_free(b);
   const std::int64_t remaining = block(b).size - size;
-  if (small ? remaining >= kMinBlock : size < settings_.max_split_size && remaining > kSmallSize) {
+  if (splits(size, remaining, small)) {
     const Block& k = block(b);
     const int rest = add_block(Block{k.address + size, remaining, k.segment, -1, -1, -1, small, true, true}, b);
     pool(small).insert({remaining, block(rest).address, rest});

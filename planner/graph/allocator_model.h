@@ -49,6 +49,7 @@
 // reserved_replay.h replays a step's requests through this model for the reserved figure.
 #include <cstdint>
 #include <limits>
+#include <optional>
 #include <vector>
 
 #include "planner/core/hardware.h"
@@ -164,6 +165,11 @@ class CachingAllocatorModel {
   void take(int b, std::int64_t size, bool small);
   // Rule 3 with rule 9: the free block a request takes (out of its pool), or -1.
   int best_fit(std::int64_t size, bool small);
+  // Rule 3 with rule 9 without the taking: where that block lies in its pool's list, if any.
+  std::optional<std::size_t> fit_of(std::int64_t size, bool small) const;
+  // Rule 4 (with rule 9): whether a request of `size` splits the block it takes, `remaining`
+  // bytes past it.
+  bool splits(std::int64_t size, std::int64_t remaining, bool small) const;
   // Rule 9's first release: true if it freed a block.
   bool release_oversize(std::int64_t size);
   void release_segment(int b);

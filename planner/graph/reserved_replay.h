@@ -29,8 +29,9 @@ struct ReservedReplay {
   int peak_op = -1;                    // the op during which reserved peaked first
   int failed_requests = 0;             // requests that did not fit the capacity even after releasing the cache
   int first_failed_op = -1;
-  // The replay's own work: script items replayed one by one, and skipped as repeats; of the
-  // requests replayed, those taken as transients (ReplayOptions::skip_transients).
+  // The replay's own work: script items replayed (one by one, or a request, its notes and its
+  // return together as a transient: ReplayOptions::skip_transients) and skipped as repeats; of
+  // the requests replayed, those taken as transients.
   int replayed_items = 0, skipped_items = 0, transient_requests = 0;
 };
 
@@ -41,9 +42,10 @@ struct ReplayOptions {
   // Skip repeated stretches where the allocator's state repeats (off: every item replayed,
   // which tests compare with).
   bool skip_repeats = true;
-  // Replay a request returned by the next item but notes (an op's workspace) as a look for the
-  // cached block that serves it, without taking it (CachingAllocatorModel::hold_transient);
-  // the figures are the same (off: every request and return replayed, which tests compare with).
+  // Replay a request returned by the next item but notes (an op's workspace of one block) as
+  // a look for the cached block that serves it, without taking it
+  // (CachingAllocatorModel::hold_transient); the figures are the same (off: every request and
+  // return replayed, which tests compare with).
   bool skip_transients = true;
   // The op at which the step peaks as allocated, where the caller knows it (-1: not known).
   // A replay that stops at its first failure writes its script up to there first: a request

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <climits>
+#include <cstdlib>
 #include <iterator>
 #include <random>
 #include <set>
@@ -287,9 +288,6 @@ TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
   EXPECT_EQ(d.block_size(d.allocate(36 * MiB)), 36 * MiB);
 }
 
-// The free-block list against an ordered set, through thousands of entries (past the size at
-// which it splits into chunks) and back to none: the same order, best fit and largest after
-// every change.
 // hold_transient: a request returned before anything else is asked of the model leaves it as
 // allocate() then free() leave it, and books what allocate() would hold. Two models run the
 // same drawn requests and returns (drawn afresh each run, under each allocator setting, with
@@ -297,7 +295,9 @@ TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
 // next step returns as a transient where hold_transient serves it; their states, described
 // block by block with each holder named by its request, stay equal throughout.
 TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
-  const unsigned seed = std::random_device{}();
+  // A fresh seed, or LONGCTX_PROPERTIES_SEED's, to replay a printed one.
+  const char* given = std::getenv("LONGCTX_PROPERTIES_SEED");
+  const std::uint64_t seed = given != nullptr && *given ? std::strtoull(given, nullptr, 10) : std::random_device{}();
   std::mt19937_64 draw(seed);
   int served = 0, not_served = 0;
   for (int setting = 0; setting < 3; ++setting) {
@@ -317,7 +317,8 @@ TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
       const std::string what = fmt::format("seed {}, setting {}, step {}", seed, setting, step);
       // Sizes from a few hundred bytes (small pool) to tens of MiB, some equal to earlier ones.
       const std::int64_t bytes = std::int64_t{1} << (9 + draw() % 17);
-      const std::int64_t request = bytes + static_cast<std::int64_t>(draw() % 3) * static_cast<std::int64_t>(draw() % bytes);
+      const auto times = static_cast<std::int64_t>(draw() % 3);  // one draw a statement: a seed replays alike
+      const std::int64_t request = bytes + times * static_cast<std::int64_t>(draw() % static_cast<std::uint64_t>(bytes));
       const int kind = static_cast<int>(draw() % 4);
       if (kind == 0 && !held.empty()) {  // a return of something held
         const std::size_t k = draw() % held.size();
@@ -350,6 +351,7 @@ TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
       ASSERT_EQ(describe(quick, request_of_quick), describe(plain, request_of_plain)) << what;
       ASSERT_EQ(quick.allocated(), plain.allocated()) << what;
       ASSERT_EQ(quick.peak_reserved(), plain.peak_reserved()) << what;
+      ASSERT_EQ(quick.peak_allocated(), plain.peak_allocated()) << what;
     }
   }
   // The draws exercise both branches.
@@ -357,6 +359,9 @@ TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
   EXPECT_GT(not_served, 10) << "seed " << seed;
 }
 
+// The free-block list against an ordered set, through thousands of entries (past the size at
+// which it splits into chunks) and back to none: the same order, best fit and largest after
+// every change.
 TEST(FreeBlocks, KeepsBestFitOrderThroughThousandsOfEntries) {
   auto less = [](const FreeBlocks::Entry& a, const FreeBlocks::Entry& b) {
     return a.size != b.size ? a.size < b.size : a.address < b.address;
