@@ -97,7 +97,7 @@ int CachingAllocatorModel::merge(int b) {
 }
 
 std::optional<std::size_t> CachingAllocatorModel::fit_of(std::int64_t size, bool small) const {
-  const FreeBlocks& free_blocks = small ? small_free_ : large_free_;
+  const FreeBlocks& free_blocks = pool(small);
   const std::size_t fit = free_blocks.lower_bound(size);
   if (fit == free_blocks.size()) return std::nullopt;
   const std::int64_t max_split = settings_.max_split_size, found = free_blocks.at(fit).size;
@@ -126,7 +126,7 @@ std::int64_t CachingAllocatorModel::hold_transient(std::int64_t bytes) {
   const bool small = size <= kSmallSize;
   const std::optional<std::size_t> fit = fit_of(size, small);
   if (!fit) return 0;
-  const std::int64_t found = (small ? small_free_ : large_free_).at(*fit).size;
+  const std::int64_t found = pool(small).at(*fit).size;
   const std::int64_t held = splits(size, found - size, small) ? size : found;
   allocated_ += held;
   peak_allocated_ = std::max(peak_allocated_, allocated_);

@@ -155,6 +155,7 @@ class CachingAllocatorModel {
     int whole_at = -1;   // its place in whole_free_ while whole_free_segment() holds, else -1
   };
   FreeBlocks& pool(bool small) { return small ? small_free_ : large_free_; }
+  const FreeBlocks& pool(bool small) const { return small ? small_free_ : large_free_; }
   Block& block(int b) { return blocks_[static_cast<std::size_t>(b)]; }
   const Block& block(int b) const { return blocks_[static_cast<std::size_t>(b)]; }
 

@@ -31,6 +31,10 @@ void expect_same(const ReservedReplay& skipping, const ReservedReplay& whole, co
   EXPECT_EQ(skipping.replayed_items + skipping.skipped_items, whole.replayed_items) << what;
 }
 
+// The replay these tests hold the skipping one to: every request and return, one by one.
+constexpr ReplayOptions kEveryItem{.skip_repeats = false, .skip_transients = false};
+constexpr ReplayOptions kEveryItemToTheFirstFailure{.stop_at_failure = true, .skip_repeats = false, .skip_transients = false};
+
 struct Totals {
   std::int64_t items = 0, skipped = 0, graphs = 0, transients = 0;
 };
@@ -56,7 +60,7 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
     const Plan& p = plans[i];
     const StepGraph g = build_step(step_inputs(p));
     AllocatorSettings settings = allocator_settings(p);
-    const ReservedReplay whole = replay_reserved(g, settings, {.skip_repeats = false, .skip_transients = false});
+    const ReservedReplay whole = replay_reserved(g, settings, kEveryItem);
     const std::string what = fmt::format("{} {} GPUs {} at {}: {}", model, gpus, stack, seq, describe_knobs(p));
     ++totals.graphs;
     totals.items += whole.replayed_items;
@@ -64,7 +68,7 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
     expandable.expandable_segments = !settings.expandable_segments;
     tight.capacity = whole.peak_reserved * 9 / 10;
     for (const AllocatorSettings& s : {settings, expandable, tight}) {
-      const ReservedReplay a = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false}), b = replay_reserved(g, s);
+      const ReservedReplay a = replay_reserved(g, s, kEveryItem), b = replay_reserved(g, s);
       expect_same(b, a, what);
       if (s.capacity == settings.capacity && s.expandable_segments == settings.expandable_segments) {
         totals.skipped += b.skipped_items;
@@ -72,7 +76,7 @@ void hold_grid(const char* model, std::int64_t gpus, const char* stack, std::int
       }
       EXPECT_EQ(a.transient_requests, 0) << what;
       // Stopping at the first failure stops at the same request either way.
-      const ReservedReplay c = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false, .skip_transients = false}),
+      const ReservedReplay c = replay_reserved(g, s, kEveryItemToTheFirstFailure),
                            d = replay_reserved(g, s, {.stop_at_failure = true});
       expect_same(d, c, what + " (stopping at the first failure)");
       EXPECT_EQ(c.failed_requests, std::min(a.failed_requests, 1)) << what;
@@ -130,14 +134,14 @@ TEST(ReservedReplay, SkippingRepeatsHoldsOverDrawnShapes) {
     const StepGraph g = build_step(step_inputs(p));
     AllocatorSettings s = allocator_settings(p);
     s.expandable_segments = pick(2) == 1;
-    const ReservedReplay unbounded = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false});
+    const ReservedReplay unbounded = replay_reserved(g, s, kEveryItem);
     s.capacity = std::max<std::int64_t>(1, unbounded.peak_reserved / 10 * static_cast<std::int64_t>(1 + pick(12)));
     const std::string what = fmt::format("draw {}: {} {} GPUs {} at {}, capacity {}{}: {}", i, request.model,
                                          request.gpus, request.stack, base.train.seq, s.capacity,
                                          s.expandable_segments ? " expandable" : "", describe_knobs(p));
-    const ReservedReplay whole = replay_reserved(g, s, {.skip_repeats = false, .skip_transients = false}), skipping = replay_reserved(g, s);
+    const ReservedReplay whole = replay_reserved(g, s, kEveryItem), skipping = replay_reserved(g, s);
     expect_same(skipping, whole, what);
-    const ReservedReplay stopped = replay_reserved(g, s, {.stop_at_failure = true, .skip_repeats = false, .skip_transients = false}),
+    const ReservedReplay stopped = replay_reserved(g, s, kEveryItemToTheFirstFailure),
                          stopped_skipping = replay_reserved(g, s, {.stop_at_failure = true});
     expect_same(stopped_skipping, stopped, what + " (stopping at the first failure)");
     const int first = static_cast<int>(pick(g.ops().size() + 1));
