@@ -133,6 +133,11 @@ std::int64_t CachingAllocatorModel::hold_transient(std::int64_t bytes) {
   return held;
 }
 
+bool CachingAllocatorModel::serves_from_cache(std::int64_t bytes) const {
+  const std::int64_t size = round_size(bytes);
+  return fit_of(size, size <= kSmallSize).has_value();
+}
+
 void CachingAllocatorModel::note_whole_free(int b) {
   block(b).whole_at = static_cast<int>(whole_free_.size());
   whole_free_.push_back(b);

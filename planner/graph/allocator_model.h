@@ -68,6 +68,7 @@ struct AllocatorSettings {
   std::int64_t capacity = std::numeric_limits<std::int64_t>::max();
   // PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N as bytes; the default splits every block.
   std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max();
+  bool operator==(const AllocatorSettings&) const = default;
 };
 
 class CachingAllocatorModel {
@@ -93,6 +94,24 @@ class CachingAllocatorModel {
   std::int64_t hold_transient(std::int64_t bytes);
   // REQUIRES: `booked` came from hold_transient(), and nothing was asked of the model since.
   void return_transient(std::int64_t booked) { allocated_ -= booked; }
+  // Whether a cached block serves a request of `bytes` (> 0): whether hold_transient() would
+  // book it, asked without booking anything.
+  bool serves_from_cache(std::int64_t bytes) const;
+  // The largest cached block of each pool (0: none). Where max_split_size is unset, a cached
+  // block serves a request exactly where its rounded size is at most its pool's largest
+  // (fit_of: best fit refuses nothing then), so a look taken before a request tells, later,
+  // whether any other size would have been served there (reserved_replay.h, variants_alike).
+  struct CacheLook {
+    std::int64_t largest_small = 0, largest_large = 0;
+    // serves_from_cache() at the look's moment. REQUIRES: max_split_size unset.
+    bool serves(std::int64_t bytes) const {
+      const std::int64_t size = round_size(bytes);
+      return size <= (size <= kSmallSize ? largest_small : largest_large);
+    }
+  };
+  CacheLook look() const {
+    return {small_free_.size() > 0 ? small_free_.largest().size : 0, large_free_.size() > 0 ? large_free_.largest().size : 0};
+  }
   // What torch.cuda.empty_cache() and rule 6 do: releases every cached segment (or, with
   // expandable segments, every whole page) that holds no block in use.
   void release_cached();

@@ -104,8 +104,14 @@ class Replayer {
     return m;
   }
 
+  // Before a request of `bytes` is made of `m`: its look at the cache, where asked for.
+  void look_before(const CachingAllocatorModel& m, std::int64_t bytes) {
+    if (options_.look_at_requests) r_.looks.push_back({bytes, m.look()});
+  }
+
   void allocate(int i, const ScriptItem& item) {
     CachingAllocatorModel& m = on(item.stream);
+    look_before(m, item.bytes);
     const int failed = m.failures();
     const int handle = m.allocate(item.bytes);
     handle_[static_cast<std::size_t>(item.block)] = handle;
@@ -170,6 +176,7 @@ class Replayer {
     if (returned.kind != Kind::Free || returned.request != request) return false;
     const ScriptItem& item = script_.items[static_cast<std::size_t>(request)];
     CachingAllocatorModel& m = models_[static_cast<std::size_t>(item.stream)];
+    look_before(m, item.bytes);
     const std::int64_t booked = m.hold_transient(item.bytes);
     if (booked == 0) return false;
     for (int i = request + 1; i < back; ++i) {
@@ -270,6 +277,23 @@ ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& s
 }
 
 }  // namespace
+
+std::uint64_t variants_alike(const std::vector<RequestLook>& looks, std::span<const ResizedWorkspaces> variants,
+                             const AllocatorSettings& settings) {
+  if (settings.max_split_size != AllocatorSettings{}.max_split_size) return 0;
+  std::uint64_t alike = 0;
+  for (std::size_t v = 0; v < variants.size() && v < 64; ++v) {
+    bool served = true;
+    for (const RequestLook& look : looks)
+      if (const std::optional<std::int64_t> resized = variants[v].resized(look.bytes))
+        if (!(look.cache.serves(look.bytes) && look.cache.serves(*resized))) {
+          served = false;
+          break;
+        }
+    if (served) alike |= std::uint64_t{1} << v;
+  }
+  return alike;
+}
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options) {
   return counted_replay(graph, settings, options, nullptr);

@@ -16,12 +16,21 @@
 // exact), so a replay costs about as much for 80 layers as for 8.
 #include <cstdint>
 #include <functional>
+#include <span>
+#include <vector>
 
 #include "planner/graph/allocator_events.h"
 #include "planner/graph/allocator_model.h"
+#include "planner/graph/resized_workspaces.h"
 #include "planner/graph/step_graph.h"
 
 namespace longctx {
+
+// The cache as a request found it (ReplayOptions::look_at_requests).
+struct RequestLook {
+  std::int64_t bytes = 0;
+  CachingAllocatorModel::CacheLook cache;
+};
 
 struct ReservedReplay {
   std::int64_t peak_reserved = 0;      // bytes, max over the replayed steps
@@ -33,6 +42,9 @@ struct ReservedReplay {
   // return together as a transient: ReplayOptions::skip_transients) and skipped as repeats; of
   // the requests replayed, those taken as transients.
   int replayed_items = 0, skipped_items = 0, transient_requests = 0;
+  // With ReplayOptions::look_at_requests: each request replayed, in order, with the cache it
+  // found (a request may appear twice, with the same look).
+  std::vector<RequestLook> looks;
 };
 
 struct ReplayOptions {
@@ -52,9 +64,26 @@ struct ReplayOptions {
   // that fails is mostly there or before it, and the rest of the script is then never
   // written. Nothing the replay reports depends on it.
   int allocated_peak_op = -1;
+  // Keep a look at the cache before each request (ReservedReplay::looks), to judge variants of
+  // the graph after the replay (variants_alike below).
+  bool look_at_requests = false;
 };
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options = {});
+
+// Of plans whose graphs resize the workspaces of a graph so (resized_workspaces.h: the same step
+// at other MLP tile counts), those whose replay under `settings` goes request for request as
+// the graph's did, read off the looks at the cache that replay kept: bit v for variants[v]
+// (at most 64), whose peak_reserved, peak_op, failed_requests and first_failed_op (under the
+// same options) are then that replay's. A variant is alike where each request it resizes found
+// a cache that serves it at both sizes: taking and returning such a block leaves every block as
+// it was (CachingAllocatorModel::hold_transient), so the two replays' states stay equal request
+// for request. The requests a skipped repeat would make are those of the period replayed
+// before it, from the same states; a variant resizes alike requests alike (its sizes are a
+// function of the graph's), so what held in that period holds in the skipped ones. 0 where
+// max_split_size is set (best fit may refuse a block then, which a look does not tell).
+std::uint64_t variants_alike(const std::vector<RequestLook>& looks, std::span<const ResizedWorkspaces> variants,
+                             const AllocatorSettings& settings);
 
 // Every stream's reserved bytes as the replay notes them while op `op` (-1: before the first
 // op) of step `step` runs: once its outputs and workspace are allocated, and again where it

@@ -58,18 +58,9 @@ struct BuiltStep {
   OpTotals totals;
 };
 
-// How a plan stands as the device sees it: as allocated, then on CUDA as the caching allocator
-// reserves it (memory_model.h, device_fits), from its step graph and that graph's totals. What
-// every answer is confirmed with.
-enum class Fit { Fits, OverAsReserved, OverAsAllocated };
-Fit reserved_fit(const Plan& p, const StepGraph& g, const OpTotals& t) {
-  if (!fits_as_allocated(p, t)) return Fit::OverAsAllocated;
-  const auto peak = std::max_element(t.device_during.begin(), t.device_during.end());
-  return device_fits(p, g, *peak, static_cast<int>(peak - t.device_during.begin())) ? Fit::Fits : Fit::OverAsReserved;
-}
-Fit reserved_fit(const Plan& p) {
-  const StepGraph g = build_step(step_inputs(p));
-  return reserved_fit(p, g, simulate_totals(g, p.cluster.hardware.backend));
+// The op at which a step peaks as allocated, first.
+int peak_op(const OpTotals& t) {
+  return static_cast<int>(std::max_element(t.device_during.begin(), t.device_during.end()) - t.device_during.begin());
 }
 
 // `known`: the totals at s2 when the caller has them already (s2 >= 4 grids).
@@ -263,22 +254,60 @@ constexpr std::int64_t kUnderFloor = -1;
 bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int64_t seq, const BuiltStep* built) {
   const Plan at = saving_plan(m.coarse, a, seq, m.chunk);
   if (!valid(at)) return false;
-  const bool known = built != nullptr && built->seq == seq;
-  if ((known ? reserved_fit(at, built->graph, built->totals) : reserved_fit(at)) == Fit::Fits) return true;
+  std::optional<BuiltStep> own;
+  if (built == nullptr || built->seq != seq) {
+    own = BuiltStep{seq, build_step(step_inputs(at)), {}};
+    own->totals = simulate_totals(own->graph, at.cluster.hardware.backend);
+    built = &*own;
+  }
   // The reserved figure is not monotone in the tiles (finer tiles leave smaller cached
   // segments a later large request cannot use): coarser MLP tiles, finest first, each
   // with the finest loss tiles, until one fits (what the search's staircase then finds).
-  // The step as allocated only grows as the tiles coarsen (fits_as_allocated): once over
-  // the budget so, every coarser count is too.
+  // The step as allocated only grows as the tiles coarsen (fits_as_allocated): once over the
+  // budget so, every coarser count is too.
+  //
+  // Most counts fail at the request a finer one failed at: the step at another count differs
+  // only in the tiled MLP's workspace (WorkspaceFamily checks it), which cached blocks serve
+  // alike at each count. Each replay keeps its looks at the cache, and a count that goes as a
+  // failed one did, request for request (variants_alike), fails as it did, unreplayed.
+  std::optional<WorkspaceFamily> family;  // from the first coarser count on
+  struct Failed {
+    int member;  // in `family`, or WorkspaceFamily::kBase
+    std::vector<RequestLook> looks;
+  };
+  std::vector<Failed> failed;
+  const AllocatorSettings settings = allocator_settings(at);
+  constexpr int kNoMember = WorkspaceFamily::kBase - 1;
+  // Whether plan p, its step s, fits as reserved; a family member (`member`) that does not is
+  // remembered with its looks.
+  auto replay = [&](const Plan& p, const BuiltStep& s, int member) {
+    const int op = peak_op(s.totals);
+    const bool look = member != kNoMember;
+    DeviceFit r = device_fits(p, s.graph, s.totals.device_during[static_cast<std::size_t>(op)], op, look);
+    if (!r.fits && look) failed.push_back({member, std::move(r.looks)});
+    return r.fits;
+  };
+  auto fails_as_one_before = [&](int member) {
+    for (const Failed& f : failed)
+      if (const std::optional<ResizedWorkspaces> v = family->resized(f.member, member))
+        if (variants_alike(f.looks, std::span(&*v, 1), settings) != 0) return true;
+    return false;
+  };
+  if (fits_as_allocated(at, built->totals) && replay(at, *built, WorkspaceFamily::kBase)) return true;
   const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
   for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
     if (*it == at.parallel.mlp_tiles) continue;
     Plan coarser = at;
     set_knob(coarser, KnobId::mlp_tiles, *it);
     if (!valid(coarser)) continue;
-    const Fit fit = reserved_fit(coarser);
-    if (fit == Fit::Fits) return true;
-    if (fit == Fit::OverAsAllocated) return false;
+    BuiltStep step{seq, build_step(step_inputs(coarser)), {}};
+    step.totals = simulate_totals(step.graph, coarser.cluster.hardware.backend);
+    if (!fits_as_allocated(coarser, step.totals)) return false;
+    if (!family) family.emplace(built->graph);
+    const int member =
+        allocator_settings(coarser) == settings ? family->add(step.graph).value_or(kNoMember) : kNoMember;
+    if (member != kNoMember && fails_as_one_before(member)) continue;
+    if (replay(coarser, step, member)) return true;
   }
   return false;
 }

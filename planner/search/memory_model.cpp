@@ -22,23 +22,33 @@ struct ReservedFigure {
   bool exact = true;
 };
 
+// What device_fits() asks of a replay beyond its verdict, and where the replay goes.
+struct ReplayWatch {
+  bool look = false;
+  ReservedReplay* replay = nullptr;  // the replay, where one runs
+};
+
 // `allocated_peak_op`: the op where the step peaks as allocated (-1: not known). `host_over`:
 // the step is over the host's budget, so a verdict needs no replay: it does not fit whatever
 // the device holds, and its figure, a bound, is settled only where the smallest peak of a
 // search that finds no plan is named (search_order.h); `fits` then says only that the device
 // is not known to be over.
 ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
-                               bool verdict_only, bool host_over = false) {
+                               bool verdict_only, bool host_over = false, const ReplayWatch& watch = {}) {
   ReservedFigure f{allocated_peak, -1, true, true};
   if (p.cluster.hardware.backend == Backend::Cuda) {
     // Over budget as allocated is over as reserved, which is never less.
     if (verdict_only && over_device_budget(p, allocated_peak)) return {allocated_peak, -1, false, false};
     if (verdict_only && host_over) return {allocated_peak, -1, true, false};
-    const ReservedReplay r = replay_reserved(
-        g, allocator_settings(p), ReplayOptions{.stop_at_failure = verdict_only, .allocated_peak_op = allocated_peak_op});
+    ReservedReplay r = replay_reserved(
+        g, allocator_settings(p),
+        ReplayOptions{.stop_at_failure = verdict_only,
+                      .allocated_peak_op = allocated_peak_op,
+                      .look_at_requests = watch.look});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
     f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
          !verdict_only || r.failed_requests == 0};
+    if (watch.replay != nullptr) *watch.replay = std::move(r);
   }
   f.fits = f.fits && !over_device_budget(p, f.peak_reserved);
   return f;
@@ -166,8 +176,10 @@ bool fits_as_allocated(const Plan& p) {
   return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
 }
 
-bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op) {
-  return reserved_figure(p, g, allocated_peak, allocated_peak_op, /*verdict_only=*/true).fits;
+DeviceFit device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op, bool look) {
+  ReservedReplay replay;
+  const bool fits = reserved_figure(p, g, allocated_peak, allocated_peak_op, /*verdict_only=*/true, false, {look, &replay}).fits;
+  return {fits, std::move(replay.looks)};
 }
 
 Evaluation evaluate(const Plan& inputs) {

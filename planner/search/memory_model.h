@@ -6,6 +6,7 @@
 
 #include "planner/footprint/communication.h"
 #include "planner/graph/allocator_model.h"
+#include "planner/graph/reserved_replay.h"
 #include "planner/core/plan.h"
 #include "planner/graph/simulator.h"
 #include "planner/stacks/step_builder.h"
@@ -98,6 +99,14 @@ bool allocator_binds(const Plan& p, const Prediction& pr);
 // Whether the step fits the device budget: allocated_peak (the simulation's) + context, then
 // on CUDA the reserved replay of `g`. The check max-context confirms lengths with.
 // `allocated_peak_op`: the op where it is reached (-1: not known), where the replay looks first.
-bool device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op);
+// `look`: keep the replay's looks at the cache, which tell the verdicts of the same step at
+// other MLP tile counts where they are this one's (variants_alike, reserved_replay.h: for plans
+// that fit as allocated, with p's allocator_settings(), a verdict is its replay's).
+struct DeviceFit {
+  bool fits = false;
+  std::vector<RequestLook> looks;  // empty where no replay ran
+};
+DeviceFit device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
+                      bool look = false);
 
 }  // namespace longctx

@@ -289,7 +289,8 @@ TEST(AllocatorModel, MaxSplitSizeKeepsOversizeBlocksWholeAndReleasesThemFirst) {
 }
 
 // hold_transient: a request returned before anything else is asked of the model leaves it as
-// allocate() then free() leave it, and books what allocate() would hold. Two models run the
+// allocate() then free() leave it, and books what allocate() would hold; serves_from_cache and
+// a look at the cache (CachingAllocatorModel::look) say beforehand whether it will. Two models run the
 // same drawn requests and returns (drawn afresh each run, under each allocator setting, with
 // a capacity that makes requests fail and release the cache), one taking every request its
 // next step returns as a transient where hold_transient serves it; their states, described
@@ -327,7 +328,12 @@ TEST(AllocatorModel, ATransientRequestLeavesTheModelAsTakingAndReturningIt) {
         held.erase(held.begin() + static_cast<std::ptrdiff_t>(k));
       } else if (kind == 1) {  // a transient
         const std::int64_t before = quick.allocated();
+        // A look at the cache tells, where best fit refuses nothing, what serves_from_cache and
+        // hold_transient find.
+        const bool serves = quick.serves_from_cache(request);
+        if (settings.max_split_size == AllocatorSettings{}.max_split_size) EXPECT_EQ(quick.look().serves(request), serves) << what;
         const std::int64_t booked = quick.hold_transient(request);
+        EXPECT_EQ(booked > 0, serves) << what;
         const int h = plain.allocate(request);
         request_of_plain.resize(static_cast<std::size_t>(h) + 1, step);
         if (booked > 0) {
