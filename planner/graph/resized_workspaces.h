@@ -1,9 +1,10 @@
 #pragma once
 // Step graphs that ask the caching allocator for the same blocks in the same order but for the
 // size of some ops' workspaces: what one plan is at several MLP tile counts (a tiled MLP is
-// one op whose scratch is a tile's buffers). The reserved replay of one of them can say which
-// of the others would go request for request as its own (ReplayOptions::variants), so that
-// each need not be replayed.
+// one op whose scratch is a tile's buffers). The looks at the cache a reserved replay of one of
+// them keeps say which of the others would go request for request as it did
+// (ReplayOptions::look_at_requests, variants_alike in reserved_replay.h), so that each need not
+// be replayed.
 #include <cstdint>
 #include <optional>
 #include <utility>

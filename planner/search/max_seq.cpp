@@ -270,6 +270,7 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // only in the tiled MLP's workspace (WorkspaceFamily checks it), which cached blocks serve
   // alike at each count. Each replay keeps its looks at the cache, and a count that goes as a
   // failed one did, request for request (variants_alike), fails as it did, unreplayed.
+  const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
   std::optional<WorkspaceFamily> family;  // from the first coarser count on
   struct Failed {
     int member;  // in `family`, or WorkspaceFamily::kBase
@@ -280,13 +281,17 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   constexpr int kNoMember = WorkspaceFamily::kBase - 1;
   // Whether plan p, its step s, fits as reserved; a family member (`member`) that does not is
   // remembered with its looks.
+  // (Looks say nothing where max_split_size is set: variants_alike.)
+  const bool looks_tell = settings.max_split_size == AllocatorSettings{}.max_split_size;
   auto replay = [&](const Plan& p, const BuiltStep& s, int member) {
     const int op = peak_op(s.totals);
-    const bool look = member != kNoMember;
+    const bool look = looks_tell && member != kNoMember && (member != WorkspaceFamily::kBase || mlps.size() > 1);
     DeviceFit r = device_fits(p, s.graph, s.totals.device_during[static_cast<std::size_t>(op)], op, look);
     if (!r.fits && look) failed.push_back({member, std::move(r.looks)});
     return r.fits;
   };
+  // Whether count `member` goes as a count replayed before it that failed (one judged so
+  // without its replay adds nothing: it goes as that one).
   auto fails_as_one_before = [&](int member) {
     for (const Failed& f : failed)
       if (const std::optional<ResizedWorkspaces> v = family->resized(f.member, member))
@@ -294,7 +299,6 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
     return false;
   };
   if (fits_as_allocated(at, built->totals) && replay(at, *built, WorkspaceFamily::kBase)) return true;
-  const std::vector<KnobValue> mlps = knob_candidates(KnobId::mlp_tiles, at, a, {});
   for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
     if (*it == at.parallel.mlp_tiles) continue;
     Plan coarser = at;

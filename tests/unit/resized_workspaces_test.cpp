@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <functional>
 #include <random>
 
 #include <fmt/format.h>
@@ -22,16 +23,20 @@ namespace {
 constexpr std::int64_t MiB = 1024 * 1024;
 
 // a (8 MiB) made by op0 and read by op1; op0 and op1 each with a workspace of their own.
-StepGraph two_ops(std::int64_t workspace0, std::int64_t workspace1, std::int64_t a_bytes = 8 * MiB) {
+// `change`: applied to each op (by index) before it is added.
+StepGraph two_ops(std::int64_t workspace0, std::int64_t workspace1, std::int64_t a_bytes = 8 * MiB,
+                  const std::function<void(int, OpSpec&)>& change = {}) {
   StepGraph g;
   const int a = g.add_tensor({{Name::kNone, "a"}, a_bytes, Category::Activations});
   OpSpec op0{{Name::kNone, "op0"}};
   op0.outputs = {a};
   op0.workspace_bytes = workspace0;
+  if (change) change(0, op0);
   g.add_op(op0);
   OpSpec op1{{Name::kNone, "op1"}};
   op1.inputs = {a};
   op1.workspace_bytes = workspace1;
+  if (change) change(1, op1);
   g.add_op(op1);
   g.finalize();
   return g;
@@ -43,7 +48,9 @@ TEST(WorkspaceFamily, ResizesWhatDiffersAndNothingElse) {
   const StepGraph same = two_ops(4 * MiB, 6 * MiB), resized = two_ops(4 * MiB, 10 * MiB);
   const std::optional<int> s = family.add(same), r = family.add(resized);
   ASSERT_TRUE(s && r);
-  EXPECT_TRUE(family.resized(WorkspaceFamily::kBase, *s)->sizes.empty());
+  const std::optional<ResizedWorkspaces> to_s = family.resized(WorkspaceFamily::kBase, *s);
+  ASSERT_TRUE(to_s);
+  EXPECT_TRUE(to_s->sizes.empty());
   const std::optional<ResizedWorkspaces> to_r = family.resized(WorkspaceFamily::kBase, *r);
   ASSERT_TRUE(to_r);
   EXPECT_EQ(to_r->sizes, (std::vector<std::pair<std::int64_t, std::int64_t>>{{6 * MiB, 10 * MiB}}));
@@ -53,6 +60,9 @@ TEST(WorkspaceFamily, ResizesWhatDiffersAndNothingElse) {
   const std::optional<ResizedWorkspaces> back = family.resized(*r, *s);
   ASSERT_TRUE(back);
   EXPECT_EQ(back->sizes, (std::vector<std::pair<std::int64_t, std::int64_t>>{{10 * MiB, 6 * MiB}}));
+  const std::optional<ResizedWorkspaces> to_base = family.resized(*r, WorkspaceFamily::kBase);
+  ASSERT_TRUE(to_base);
+  EXPECT_EQ(to_base->sizes, back->sizes);
 }
 
 TEST(WorkspaceFamily, RefusesGraphsThatAskOtherwise) {
@@ -60,11 +70,30 @@ TEST(WorkspaceFamily, RefusesGraphsThatAskOtherwise) {
   WorkspaceFamily family(base);
   EXPECT_FALSE(family.add(two_ops(4 * MiB, 6 * MiB, 9 * MiB)));  // a tensor's bytes
   EXPECT_FALSE(family.add(two_ops(0, 6 * MiB)));                 // a workspace gone
-  StepGraph sequenced = two_ops(4 * MiB, 6 * MiB);
+  StepGraph longer = two_ops(4 * MiB, 6 * MiB);
   OpSpec op2{{Name::kNone, "op2"}};
-  sequenced.add_op(op2);
-  sequenced.finalize();
-  EXPECT_FALSE(family.add(sequenced));  // an op more
+  longer.add_op(op2);
+  longer.finalize();
+  EXPECT_FALSE(family.add(longer));  // an op more
+  // Each thing the allocator's requests read of an op or a tensor (allocator_events.cpp),
+  // changed alone.
+  const std::vector<std::pair<const char*, std::function<void(int, OpSpec&)>>> op_changes = {
+      {"an op's stream", [](int k, OpSpec& op) { op.stream = k; }},
+      {"an op's workspace sequence", [](int k, OpSpec& op) { if (k == 1) op.workspace_sequence = {6 * MiB, -1}; }},
+      {"an op's inputs", [](int k, OpSpec& op) { if (k == 1) op.inputs = {0, 0}; }},
+  };
+  for (const auto& [what, change] : op_changes) EXPECT_FALSE(family.add(two_ops(4 * MiB, 6 * MiB, 8 * MiB, change))) << what;
+  const std::vector<std::pair<const char*, std::function<void(TensorSpec&)>>> tensor_changes = {
+      {"a tensor's place", [](TensorSpec& t) { t.place = Place::Host; }},
+      {"a tensor's persistence", [](TensorSpec& t) { t.persistent = true; }},
+      {"a tensor's first step op", [](TensorSpec& t) { t.first_step_op = 1; }},
+      {"a tensor's last reader", [](TensorSpec& t) { t.last_reader = 0; }},
+  };
+  for (const auto& [what, change] : tensor_changes) {
+    StepGraph changed = two_ops(4 * MiB, 6 * MiB);
+    change(changed.tensor(0));
+    EXPECT_FALSE(family.add(changed)) << what;
+  }
 }
 
 TEST(WorkspaceFamily, RefusesSizesThatAreNoFunctionOfTheBases) {
@@ -87,6 +116,23 @@ TEST(WorkspaceFamily, RefusesSizesThatAreNoFunctionOfTheBases) {
   EXPECT_TRUE(merging.resized(*other, *one));
 }
 
+// The looks of a replay of two_ops: op1's 6 MiB workspace finds the 12 MiB left of a's 20 MiB
+// segment in both steps, so a variant asking 5 MiB there goes alike and one asking 13 MiB (14
+// rounded) does not. Where best fit may refuse a block (max_split_size set) a look tells
+// nothing: no variant is called alike.
+TEST(ReservedReplay, LooksCallAlikeWhatTheCacheServesAtBothSizes) {
+  const StepGraph base = two_ops(4 * MiB, 6 * MiB);
+  AllocatorSettings settings;
+  const ReservedReplay r = replay_reserved(base, settings, {.look_at_requests = true});
+  const ResizedWorkspaces smaller{{{6 * MiB, 5 * MiB}}}, larger{{{6 * MiB, 13 * MiB}}};
+  EXPECT_EQ(variants_alike(r.looks, std::span(&smaller, 1), settings), 1u);
+  EXPECT_EQ(variants_alike(r.looks, std::span(&larger, 1), settings), 0u);
+  const std::vector<ResizedWorkspaces> both = {larger, smaller};
+  EXPECT_EQ(variants_alike(r.looks, both, settings), 2u);
+  settings.max_split_size = 20 * MiB;
+  EXPECT_EQ(variants_alike(r.looks, std::span(&smaller, 1), settings), 0u);
+}
+
 // A fresh seed, or LONGCTX_PROPERTIES_SEED's, to replay a printed one.
 std::uint64_t seed() {
   if (const char* given = std::getenv("LONGCTX_PROPERTIES_SEED"); given && *given) return std::strtoull(given, nullptr, 10);
@@ -105,11 +151,13 @@ struct Counts {
   int replays = 0, alike = 0, apart = 0, alike_skipping = 0;
 };
 
-// Plan p built at every MLP tile count its knob offers, as max-context retries them; the
-// count `from` (an index into them, taken modulo their number) replays under `settings`,
-// keeping its looks at the cache, stopping at the first failure or not, skipping repeats or
-// not, and each other count its looks call alike is replayed on its own. Returns false where p offers fewer
-// than two counts the family takes.
+// Plan p built at every MLP tile count its knob offers, as max-context retries them, those
+// whose steps differ from the finest count's only in workspace sizes (the family kept on the
+// finest, as max-context keeps it; an untiled MLP is no member). The count `from` (an index
+// into those, taken modulo their number) replays under `settings`, keeping its looks at the
+// cache, stopping at the first failure or not, skipping repeats or not, and each other count
+// its looks call alike (member to member where `from` is not the finest) is replayed on its
+// own. Returns false where there are fewer than two such counts.
 bool hold_counts(const Plan& p, AllocatorSettings settings, std::size_t from, Counts& counts, const std::string& what) {
   std::vector<Plan> plans;
   std::vector<StepGraph> graphs;
@@ -121,17 +169,25 @@ bool hold_counts(const Plan& p, AllocatorSettings settings, std::size_t from, Co
     graphs.push_back(build_step(step_inputs(at)));
   }
   if (graphs.size() < 2) return false;
-  from %= graphs.size();
-  WorkspaceFamily family(graphs[from]);
+  const std::size_t finest = graphs.size() - 1;
+  WorkspaceFamily family(graphs[finest]);
+  std::vector<int> member(graphs.size(), WorkspaceFamily::kBase);
+  std::vector<std::size_t> in_family = {finest};
+  for (std::size_t g = 0; g < finest; ++g)
+    if (const std::optional<int> m = family.add(graphs[g])) {
+      member[g] = *m;
+      in_family.push_back(g);
+    }
+  if (in_family.size() < 2) return false;
+  from = in_family[from % in_family.size()];
   std::vector<ResizedWorkspaces> variants;
   std::vector<std::size_t> of;  // variants[v] is graphs[of[v]]
-  for (std::size_t g = 0; g < graphs.size(); ++g)
+  for (const std::size_t g : in_family)
     if (g != from)
-      if (const std::optional<int> member = family.add(graphs[g]))
-        if (auto v = family.resized(WorkspaceFamily::kBase, *member)) {
-          variants.push_back(std::move(*v));
-          of.push_back(g);
-        }
+      if (auto v = family.resized(member[from], member[g])) {
+        variants.push_back(std::move(*v));
+        of.push_back(g);
+      }
   if (variants.empty()) return false;
   for (const bool stop : {true, false})
     for (const bool skip : {true, false}) {
@@ -211,8 +267,8 @@ TEST(ReservedReplay, AVariantCalledAlikeReplaysAlikeWhereMaxContextAsks) {
   for (std::size_t i = 0; i < plans.size(); i += stride) {
     const Plan& p = plans[i];
     // The finest count is the last its knob offers.
-    hold_counts(p, allocator_settings(p), knob_candidates(KnobId::mlp_tiles, p, all_techniques(), {}).size() - 1, counts,
-                "llama-3.1-8b on 8 GPUs at 4M tokens: " + describe_knobs(p));
+    EXPECT_TRUE(hold_counts(p, allocator_settings(p), knob_candidates(KnobId::mlp_tiles, p, all_techniques(), {}).size() - 1,
+                            counts, "llama-3.1-8b on 8 GPUs at 4M tokens: " + describe_knobs(p)));
   }
   EXPECT_GT(counts.alike_skipping, 0) << counts.alike << " alike, " << counts.apart << " apart";
 }
