@@ -283,10 +283,10 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // remembered with its looks.
   // (Looks say nothing where max_split_size is set: variants_alike.)
   const bool looks_tell = settings.max_split_size == AllocatorSettings{}.max_split_size;
-  auto replay = [&](const Plan& p, const BuiltStep& s, int member) {
-    const int op = peak_op(s.totals);
+  auto replay = [&](const Plan& p, const StepGraph& graph, const OpTotals& totals, int member) {
+    const int op = peak_op(totals);
     const bool look = looks_tell && member != kNoMember && (member != WorkspaceFamily::kBase || mlps.size() > 1);
-    DeviceFit r = device_fits(p, s.graph, s.totals.device_during[static_cast<std::size_t>(op)], op, look);
+    DeviceFit r = device_fits(p, graph, totals.device_during[static_cast<std::size_t>(op)], op, look);
     if (!r.fits && look) failed.push_back({member, std::move(r.looks)});
     return r.fits;
   };
@@ -298,20 +298,27 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
         if (variants_alike(f.looks, std::span(&*v, 1), settings) != 0) return true;
     return false;
   };
-  if (fits_as_allocated(at, built->totals) && replay(at, *built, WorkspaceFamily::kBase)) return true;
+  if (fits_as_allocated(at, built->totals) && replay(at, built->graph, built->totals, WorkspaceFamily::kBase)) return true;
+  // A coarser count's step is the finest's retiled where the stack can say how the count
+  // changes it (StackProfile::retile_mlp: the tiled MLP's workspaces), a copy amended count by
+  // count instead of a step built for each; else built.
+  const auto retile = stack_profile(at.train.stack.kind).retile_mlp;
+  std::optional<StepGraph> retiled;  // the finest's step, at the count last retiled to
   for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
     if (*it == at.parallel.mlp_tiles) continue;
     Plan coarser = at;
     set_knob(coarser, KnobId::mlp_tiles, *it);
     if (!valid(coarser)) continue;
-    BuiltStep step{seq, build_step(step_inputs(coarser)), {}};
-    step.totals = simulate_totals(step.graph, coarser.cluster.hardware.backend);
-    if (!fits_as_allocated(coarser, step.totals)) return false;
+    const StepInputs in = step_inputs(coarser);
+    if (retile != nullptr && !retiled) retiled.emplace(built->graph);
+    std::optional<StepGraph> own;
+    const StepGraph& graph = retile != nullptr && retile(*retiled, in) ? *retiled : own.emplace(build_step(in));
+    const OpTotals totals = simulate_totals(graph, coarser.cluster.hardware.backend);
+    if (!fits_as_allocated(coarser, totals)) return false;
     if (!family) family.emplace(built->graph);
-    const int member =
-        allocator_settings(coarser) == settings ? family->add(step.graph).value_or(kNoMember) : kNoMember;
+    const int member = allocator_settings(coarser) == settings ? family->add(graph).value_or(kNoMember) : kNoMember;
     if (member != kNoMember && fails_as_one_before(member)) continue;
-    if (replay(coarser, step, member)) return true;
+    if (replay(coarser, graph, totals, member)) return true;
   }
   return false;
 }

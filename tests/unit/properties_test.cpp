@@ -18,6 +18,7 @@
 #include "planner/search/search.h"
 #include "planner/search/search_order.h"
 #include "planner/search/search_space.h"
+#include "planner/stacks/profile.h"
 #include "test_plans.h"
 
 namespace longctx {
@@ -463,6 +464,74 @@ TEST(Properties, LiveBytesAreAffineInSequenceLength) {
 
 namespace longctx {
 namespace {
+
+// Every field of two graphs, tensor by tensor and op by op: the first difference named.
+void expect_same_graph(const StepGraph& got, const StepGraph& want, const std::string& what) {
+  ASSERT_EQ(got.tensors().size(), want.tensors().size()) << what;
+  ASSERT_EQ(got.ops().size(), want.ops().size()) << what;
+  for (std::size_t t = 0; t < want.tensors().size(); ++t) {
+    const TensorSpec &a = got.tensors()[t], &b = want.tensors()[t];
+    ASSERT_TRUE(format(a.name) == format(b.name) && a.bytes == b.bytes && a.category == b.category &&
+                a.place == b.place && a.producer == b.producer && a.last_reader == b.last_reader &&
+                a.persistent == b.persistent && a.first_step_op == b.first_step_op)
+        << what << ": tensor " << t << " " << format(b.name);
+  }
+  for (std::size_t k = 0; k < want.ops().size(); ++k) {
+    const OpSpec &a = got.ops()[k], &b = want.ops()[k];
+    const bool same_ids = std::vector<int>(a.inputs.begin(), a.inputs.end()) == std::vector<int>(b.inputs.begin(), b.inputs.end()) &&
+                          std::vector<int>(a.outputs.begin(), a.outputs.end()) == std::vector<int>(b.outputs.begin(), b.outputs.end());
+    ASSERT_TRUE(format(a.name) == format(b.name) && a.phase == b.phase && a.layer == b.layer && a.kind == b.kind &&
+                a.launches == b.launches && same_ids && a.workspace_bytes == b.workspace_bytes &&
+                a.workspace_sequence == b.workspace_sequence && a.host_workspace_bytes == b.host_workspace_bytes &&
+                a.flops == b.flops && a.kernel_flops == b.kernel_flops && a.memory_bytes == b.memory_bytes &&
+                a.transcendentals == b.transcendentals && a.comm == b.comm && a.comm_bytes == b.comm_bytes &&
+                a.overlapped_comm_bytes == b.overlapped_comm_bytes && a.comm_group == b.comm_group &&
+                a.comm_async == b.comm_async && a.stream == b.stream && a.host_compute == b.host_compute &&
+                a.calls_cublas == b.calls_cublas)
+        << what << ": op " << k << " " << format(b.name) << " (workspace " << a.workspace_bytes << " against "
+        << b.workspace_bytes << ", launches " << a.launches << " against " << b.launches << ")";
+  }
+}
+
+// What max-context's reserved walk retries coarser MLP tile counts with
+// (StackProfile::retile_mlp): the step at the finest count, retiled count by count, coarsest
+// last, as the walk retiles one copy, is at every count the graph build_step writes there; a
+// count it cannot retile to (an untiled MLP) leaves the graph as it was. Drawn fresh each run on
+// every stack that retiles, CPU and H100, at every MLP tile count the search offers.
+TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
+  int retiled = 0, refused = 0;
+  const int held = hold_on_drawn_plans(600, 40, [&](const Plan& p) {
+    const auto retile = stack_profile(p.train.stack.kind).retile_mlp;
+    if (retile == nullptr) return;
+    const std::vector<KnobValue> counts = knob_candidates(KnobId::mlp_tiles, p, all_techniques(), {});
+    std::optional<StepGraph> graph, last;  // retiled; built at the count last retiled to
+    for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
+      Plan at = p;
+      set_knob(at, KnobId::mlp_tiles, *it);
+      if (!valid(at)) continue;
+      StepGraph built = build_step(step_inputs(at));
+      const std::string what = fmt::format("{} at {} MLP tiles", describe(at), *it);
+      if (!graph) {
+        if (*it > 1) graph.emplace(built), last.emplace(std::move(built));
+        continue;
+      }
+      if (!retile(*graph, step_inputs(at))) {
+        ASSERT_EQ(*it, 1) << what;
+        expect_same_graph(*graph, *last, what + ", refused");
+        ++refused;
+        continue;
+      }
+      expect_same_graph(*graph, built, what);
+      if (::testing::Test::HasFatalFailure()) return;
+      last.emplace(std::move(built));
+      ++retiled;
+    }
+  });
+  EXPECT_GE(held, 30);
+  EXPECT_GE(retiled, 20);
+  EXPECT_GE(refused, 1);
+  std::printf("retiled %d counts, refused %d\n", retiled, refused);
+}
 
 // What the max-context search rejects with: the step built only up to the last layer's
 // backward has the same first ops, and none of them holds more than in the whole step.

@@ -118,6 +118,14 @@ void untied_attention_backward(LongctxStep& sb, int l, const LayerActs& a, Tenso
 // ---- mlp.cpp: SwiGLU MLP, plain or tiled ----------------------------------------------------
 TensorId mlp_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc);  // returns down's output
 TensorId mlp_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out, Ids& grad);  // returns d_xn2
+// The tiled MLP's ops, by their names' bases (one object each: a retile finds them by address).
+inline constexpr char kTiledMlpForward[] = "mlp.tiled";
+inline constexpr char kTiledMlpBackward[] = "mlp.tiled.bwd";
+// `graph`, built with MLP tiles for `in` but at another count of them, made the step build_step
+// writes for `in` (StackProfile::retile_mlp): each tiled MLP op's workspace and launches, the
+// only things the count changes (its traffic is counted apart from the workspace). False, `graph` untouched, where `in` does not
+// tile the MLP. REQUIRES: `graph` is build_step of `in` at another mlp_tiles > 1.
+bool retile_mlp(StepGraph& graph, const StepInputs& in);
 
 // ---- layer.cpp: one decoder layer ---------------------------------------------------------
 void rope_tables(StepBuild& sb);

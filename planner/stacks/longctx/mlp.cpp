@@ -10,6 +10,12 @@ namespace longctx::step {
 
 using namespace footprint;
 
+namespace {
+// Kernels per tile (runtime/src/mlp.cpp, TiledMlpFn): forward gate/up, SiLU, product, down;
+// backward the recompute, down's and SwiGLU's gradients and the three projections' two each.
+constexpr int kTiledMlpForwardLaunches = 4, kTiledMlpBackwardLaunches = 10;
+}  // namespace
+
 TensorId mlp_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc) {
   const StepShapes& s = sb.shapes;
   const int tiles = sb.parallel.mlp_tiles;
@@ -17,9 +23,9 @@ TensorId mlp_forward(LongctxStep& sb, int l, LayerActs& a, Phase phase, bool rc)
   const Category act = Category::Activations;
   const TensorId down = sb.graph.tensor(layer_name(l, "mlp.down.out", rc), s.n * s.h * s.e, Category::Transient);  // [n, h] e
   if (tiles > 1) {
-    sb.graph.op(layer_name(l, "mlp.tiled", rc), phase, l, {a.xn2}, {down},
+    sb.graph.op(layer_name(l, kTiledMlpForward, rc), phase, l, {a.xn2}, {down},
                 {.workspace = tiled_mlp_forward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 3,
-                 .kind = OpKind::Matmul, .launches = 4 * runs, .repeats = runs, .traffic = tiled_mlp_forward_traffic(s),
+                 .kind = OpKind::Matmul, .launches = kTiledMlpForwardLaunches * runs, .repeats = runs, .traffic = tiled_mlp_forward_traffic(s),
                  .transcendentals = swiglu_transcendentals(s, 1)});
     return down;
   }
@@ -45,9 +51,9 @@ TensorId mlp_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out
     // gate, up, down's gradients [3 * h * I (+ 2I + h biases)] g
     const std::int64_t elems = 3 * s.h * s.I + footprint::bias_params(s, {ParamRole::BGate, ParamRole::BUp, ParamRole::BDown});
     const TensorId g_mlp = grad_piece(sb, l, "grad.full.mlp", "grad.mlp", elems, grad);
-    const int o = sb.graph.op(layer_name(l, "mlp.tiled.bwd"), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
+    const int o = sb.graph.op(layer_name(l, kTiledMlpBackward), B, l, {d_out, a.xn2}, {d_xn2, g_mlp},
                               {.workspace = tiled_mlp_backward_workspace(s, tiles), .flops = matmul_flops(s.n, s.h, s.I) * 9,
-                               .kind = OpKind::Matmul, .launches = 10 * runs, .repeats = runs,
+                               .kind = OpKind::Matmul, .launches = kTiledMlpBackwardLaunches * runs, .repeats = runs,
                                .traffic = tiled_mlp_backward_traffic(s), .transcendentals = swiglu_transcendentals(s, 4)});
     // TiledMlpFn saves the three weights and the gate's and up's biases.
     frees_param_copies(sb, l, o, {ParamRole::Gate, ParamRole::Up, ParamRole::Down, ParamRole::BGate, ParamRole::BUp});
@@ -71,6 +77,23 @@ TensorId mlp_backward(LongctxStep& sb, int l, const LayerActs& a, TensorId d_out
                                   {.flops = matmul_flops(s.n, s.h, s.I) * 4});
   frees_param_copies(sb, l, gate_up, {ParamRole::Gate, ParamRole::Up});  // ProjectFn saves the weights only
   return d_xn2;
+}
+
+bool retile_mlp(StepGraph& graph, const StepInputs& in) {
+  const int tiles = in.parallel.mlp_tiles;
+  if (tiles < 2) return false;  // a plain MLP is other ops
+  const StepShapes s = step_shapes(in);
+  const int runs = static_cast<int>(tile_split(s.n, tiles).count);
+  const std::int64_t forward = tiled_mlp_forward_workspace(s, tiles), backward = tiled_mlp_backward_workspace(s, tiles);
+  for (int i = 0; i < static_cast<int>(graph.ops().size()); ++i) {
+    const char* base = graph.op(i).name.base;
+    if (base != kTiledMlpForward && base != kTiledMlpBackward) continue;
+    OpSpec& op = amend_finished_op(graph, i);
+    const bool is_forward = base == kTiledMlpForward;
+    op.workspace_bytes = is_forward ? forward : backward;
+    op.launches = (is_forward ? kTiledMlpForwardLaunches : kTiledMlpBackwardLaunches) * runs;
+  }
+  return true;
 }
 
 }  // namespace longctx::step

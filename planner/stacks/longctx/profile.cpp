@@ -21,6 +21,7 @@ const StackProfile kLongctxProfile = {
     .techniques = [](const Plan&) { return all_techniques(); },
     .describe = [](const StackSpec&) { return std::string("longctx"); },
     .build_step = step::build_step,
+    .retile_mlp = step::retile_mlp,
     .exporter = &kDeepSpeedExporter,
     .communicators = footprint::nccl::runtime_communicators,
 };

@@ -136,6 +136,11 @@ inline int GraphWriter::op(Name name, Phase phase, int layer, Ids inputs, Ids ou
 // StepGraph hands out ops read-only once appended; only the writer amends the ones it wrote.
 inline OpSpec& GraphWriter::mutable_op(int op) { return const_cast<OpSpec&>(graph_.op(op)); }
 
+// An op of a finished graph, amended where it stays what a build writes (a stack's retile_mlp,
+// profile.h): as the writer amends its ops, never their inputs or outputs, from which the graph
+// noted producers and last readers.
+inline OpSpec& amend_finished_op(StepGraph& graph, int op) { return const_cast<OpSpec&>(graph.op(op)); }
+
 inline void GraphWriter::set_comm(int op, CommKind kind, double bytes, int group, double overlapped) {
   OpSpec& o = mutable_op(op);
   o.comm = kind;
