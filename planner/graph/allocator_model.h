@@ -69,6 +69,9 @@ struct AllocatorSettings {
   // PYTORCH_CUDA_ALLOC_CONF=max_split_size_mb:N as bytes; the default splits every block.
   std::int64_t max_split_size = std::numeric_limits<std::int64_t>::max();
   bool operator==(const AllocatorSettings&) const = default;
+  // Whether every cached block may be split (max_split_size unset): then a block serves a
+  // request exactly where it is large enough (CachingAllocatorModel::CacheLook).
+  bool splits_every_block() const { return max_split_size == std::numeric_limits<std::int64_t>::max(); }
 };
 
 class CachingAllocatorModel {
@@ -103,7 +106,7 @@ class CachingAllocatorModel {
   // whether any other size would have been served there (reserved_replay.h, variants_alike).
   struct CacheLook {
     std::int64_t largest_small = 0, largest_large = 0;
-    // serves_from_cache() at the look's moment. REQUIRES: max_split_size unset.
+    // serves_from_cache() at the look's moment. REQUIRES: the settings split every block.
     bool serves(std::int64_t bytes) const {
       const std::int64_t size = round_size(bytes);
       return size <= (size <= kSmallSize ? largest_small : largest_large);

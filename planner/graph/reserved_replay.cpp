@@ -280,7 +280,7 @@ ReservedReplay counted_replay(const StepGraph& graph, const AllocatorSettings& s
 
 std::uint64_t variants_alike(const std::vector<RequestLook>& looks, std::span<const ResizedWorkspaces> variants,
                              const AllocatorSettings& settings) {
-  if (settings.max_split_size != AllocatorSettings{}.max_split_size) return 0;
+  if (!settings.splits_every_block()) return 0;
   std::uint64_t alike = 0;
   for (std::size_t v = 0; v < variants.size() && v < 64; ++v) {
     bool served = true;
