@@ -57,13 +57,23 @@ std::optional<int> WorkspaceFamily::add(const StepGraph& graph) {
   if (tensors.size() != graph_tensors.size() || ops.size() != graph_ops.size()) return std::nullopt;
   for (std::size_t i = 0; i < tensors.size(); ++i)
     if (!same_requests(tensors[i], graph_tensors[i])) return std::nullopt;
-  constexpr std::int64_t kUnseen = -1;
-  std::vector<std::int64_t> sizes(base_sizes_.size(), kUnseen);
   for (std::size_t k = 0; k < ops.size(); ++k) {
     const OpSpec &a = ops[k], &b = graph_ops[k];
     if (a.stream != b.stream || !same_ids(a.inputs, b.inputs) || !same_ids(a.outputs, b.outputs) ||
         !same_sequence(a.workspace_sequence, b.workspace_sequence))
       return std::nullopt;
+  }
+  return add_sizes(graph);
+}
+
+std::optional<int> WorkspaceFamily::add_resized(const StepGraph& graph) { return add_sizes(graph); }
+
+std::optional<int> WorkspaceFamily::add_sizes(const StepGraph& graph) {
+  const auto &ops = base_.ops(), &graph_ops = graph.ops();
+  constexpr std::int64_t kUnseen = -1;
+  std::vector<std::int64_t> sizes(base_sizes_.size(), kUnseen);
+  for (std::size_t k = 0; k < ops.size(); ++k) {
+    const OpSpec &a = ops[k], &b = graph_ops[k];
     // A workspace that appears or goes away adds or drops a request.
     if ((a.workspace_bytes > 0) != (b.workspace_bytes > 0)) return std::nullopt;
     if (!single_block(a)) continue;

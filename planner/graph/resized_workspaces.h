@@ -40,6 +40,10 @@ class WorkspaceFamily {
   // Adds `graph` where it is such a variant of the base: its member number (from 0); nullopt
   // otherwise, nothing added.
   std::optional<int> add(const StepGraph& graph);
+  // The same for a graph known to be the base with some single-block workspaces resized and
+  // nothing else changed (a stack's retile_mlp, profile.h), comparing only the ops' workspaces:
+  // what add() answers for it. REQUIRES: `graph` is such a graph.
+  std::optional<int> add_resized(const StepGraph& graph);
   // How member `to` resizes member `from`'s workspaces (kBase: the base graph); nullopt where
   // the sizes are no function of `from`'s, or a resized size is one `from` asks for otherwise.
   static constexpr int kBase = -1;
@@ -47,6 +51,8 @@ class WorkspaceFamily {
 
  private:
   const std::vector<std::int64_t>& sizes_of(int member) const;
+  // add()'s last part: the member `graph` is where its workspaces are a function of the base's.
+  std::optional<int> add_sizes(const StepGraph& graph);
 
   const StepGraph& base_;
   std::vector<std::int64_t> base_sizes_;    // the base's single-block workspace sizes, sorted, each once

@@ -184,4 +184,15 @@ OpTotals simulate_totals(const StepGraph& graph, Backend backend) {
   return r;
 }
 
+OpTotals totals_with_workspaces_of(const StepGraph& variant, const StepGraph& base, const OpTotals& base_totals,
+                                   Backend backend) {
+  OpTotals r = base_totals;
+  const auto &ops = variant.ops(), &base_ops = base.ops();
+  for (std::size_t i = 0; i < ops.size(); ++i)
+    if (ops[i].workspace_bytes != base_ops[i].workspace_bytes)  // walk_totals: counted at its op alone
+      r.device_during[i] +=
+          allocated_bytes(backend, ops[i].workspace_bytes) - allocated_bytes(backend, base_ops[i].workspace_bytes);
+  return r;
+}
+
 }  // namespace longctx

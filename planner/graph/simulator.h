@@ -43,6 +43,11 @@ struct OpTotals {
   std::vector<std::int64_t> device_during, host_during;
 };
 OpTotals simulate_totals(const StepGraph& graph, Backend backend);
+// simulate_totals of `variant`, a graph that is `base` with some ops' workspace_bytes changed
+// and nothing else (a stack's retile_mlp, profile.h), from `base_totals`, base's: an op's
+// workspace counts while that op runs, and only then. REQUIRES: variant is such a graph.
+OpTotals totals_with_workspaces_of(const StepGraph& variant, const StepGraph& base, const OpTotals& base_totals,
+                                   Backend backend);
 
 // What every op of a step holds at least: the tensors made before it and never freed
 // (persistent, without a producer), on the device as allocated and on the host per rank. Of

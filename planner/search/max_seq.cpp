@@ -282,7 +282,7 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // Whether plan p, its step s, fits as reserved; a family member (`member`) that does not is
   // remembered with its looks.
   // (Looks say nothing where max_split_size is set: variants_alike.)
-  const bool looks_tell = settings.max_split_size == AllocatorSettings{}.max_split_size;
+  const bool looks_tell = settings.splits_every_block();
   auto replay = [&](const Plan& p, const StepGraph& graph, const OpTotals& totals, int member) {
     const int op = peak_op(totals);
     const bool look = looks_tell && member != kNoMember && (member != WorkspaceFamily::kBase || mlps.size() > 1);
@@ -311,12 +311,20 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
     if (!valid(coarser)) continue;
     const StepInputs in = step_inputs(coarser);
     if (retile != nullptr && !retiled) retiled.emplace(built->graph);
+    const bool is_retiled = retile != nullptr && retile(*retiled, in);
     std::optional<StepGraph> own;
-    const StepGraph& graph = retile != nullptr && retile(*retiled, in) ? *retiled : own.emplace(build_step(in));
-    const OpTotals totals = simulate_totals(graph, coarser.cluster.hardware.backend);
+    const StepGraph& graph = is_retiled ? *retiled : own.emplace(build_step(in));
+    const Backend backend = coarser.cluster.hardware.backend;
+    // A retiled step is the finest's but for some workspaces: its totals and its membership
+    // read those alone.
+    const OpTotals totals = is_retiled ? totals_with_workspaces_of(graph, built->graph, built->totals, backend)
+                                       : simulate_totals(graph, backend);
     if (!fits_as_allocated(coarser, totals)) return false;
     if (!family) family.emplace(built->graph);
-    const int member = allocator_settings(coarser) == settings ? family->add(graph).value_or(kNoMember) : kNoMember;
+    const std::optional<int> added = !(allocator_settings(coarser) == settings) ? std::nullopt
+                                     : is_retiled                               ? family->add_resized(graph)
+                                                                                : family->add(graph);
+    const int member = added.value_or(kNoMember);
     if (member != kNoMember && fails_as_one_before(member)) continue;
     if (replay(coarser, graph, totals, member)) return true;
   }

@@ -12,6 +12,7 @@
 
 #include "planner/footprint/embedding.h"
 #include "planner/footprint/step_shapes.h"
+#include "planner/graph/resized_workspaces.h"
 #include "planner/graph/simulator.h"
 #include "planner/search/memory_model.h"
 #include "planner/core/row_chunk.h"
@@ -499,12 +500,12 @@ void expect_same_graph(const StepGraph& got, const StepGraph& want, const std::s
 // count it cannot retile to (an untiled MLP) leaves the graph as it was. Drawn fresh each run on
 // every stack that retiles, CPU and H100, at every MLP tile count the search offers.
 TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
-  int retiled = 0, refused = 0;
+  int retiled = 0, refused = 0, members = 0;
   const int held = hold_on_drawn_plans(600, 40, [&](const Plan& p) {
     const auto retile = stack_profile(p.train.stack.kind).retile_mlp;
     if (retile == nullptr) return;
     const std::vector<KnobValue> counts = knob_candidates(KnobId::mlp_tiles, p, all_techniques(), {});
-    std::optional<StepGraph> graph, last;  // retiled; built at the count last retiled to
+    std::optional<StepGraph> graph, last, finest;  // retiled; built at the count last retiled to; at the finest
     for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
       Plan at = p;
       set_knob(at, KnobId::mlp_tiles, *it);
@@ -512,7 +513,7 @@ TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
       StepGraph built = build_step(step_inputs(at));
       const std::string what = fmt::format("{} at {} MLP tiles", describe(at), *it);
       if (!graph) {
-        if (*it > 1) graph.emplace(built), last.emplace(std::move(built));
+        if (*it > 1) graph.emplace(built), last.emplace(built), finest.emplace(std::move(built));
         continue;
       }
       if (!retile(*graph, step_inputs(at))) {
@@ -523,6 +524,22 @@ TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
       }
       expect_same_graph(*graph, built, what);
       if (::testing::Test::HasFatalFailure()) return;
+      // What the walk reads of it without a walk of its own: its totals, and how it resizes
+      // the finest's workspaces.
+      const Backend backend = p.cluster.hardware.backend;
+      const OpTotals want = simulate_totals(built, backend);
+      const OpTotals got = totals_with_workspaces_of(*graph, *finest, simulate_totals(*finest, backend), backend);
+      EXPECT_EQ(got.device_during, want.device_during) << what;
+      EXPECT_EQ(got.host_during, want.host_during) << what;
+      WorkspaceFamily family(*finest);
+      const std::optional<int> compared = family.add(built), resized = family.add_resized(*graph);
+      ASSERT_EQ(compared.has_value(), resized.has_value()) << what;
+      if (compared) {
+        const auto a = family.resized(WorkspaceFamily::kBase, *compared), b = family.resized(WorkspaceFamily::kBase, *resized);
+        ASSERT_EQ(a.has_value(), b.has_value()) << what;
+        if (a) EXPECT_EQ(a->sizes, b->sizes) << what;
+        ++members;
+      }
       last.emplace(std::move(built));
       ++retiled;
     }
@@ -530,7 +547,8 @@ TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
   EXPECT_GE(held, 30);
   EXPECT_GE(retiled, 20);
   EXPECT_GE(refused, 1);
-  std::printf("retiled %d counts, refused %d\n", retiled, refused);
+  EXPECT_GE(members, 20);
+  std::printf("retiled %d counts (%d family members), refused %d\n", retiled, members, refused);
 }
 
 // What the max-context search rejects with: the step built only up to the last layer's
