@@ -240,6 +240,22 @@ ReplayScriptWriter::ReplayScriptWriter(const StepGraph& graph) : impl_(std::make
 ReplayScriptWriter::~ReplayScriptWriter() = default;
 bool ReplayScriptWriter::append(ReplayScript& script, int end_op) { return impl_->append(script, end_op); }
 
+bool SharedScript::append(ReplayScript& copy, int end_op, const ResizedWorkspaces& resized) {
+  if (copy.items.size() == script_.items.size() && !writer_.append(script_, end_op)) return false;
+  copy.items.reserve(script_.items.size());
+  for (std::size_t i = copy.items.size(); i < script_.items.size(); ++i) {
+    ScriptItem item = script_.items[i];
+    if (item.kind == Kind::Allocate)
+      if (const std::optional<std::int64_t> bytes = resized.resized(item.bytes)) item.bytes = *bytes;
+    copy.items.push_back(item);
+  }
+  copy.repeats.insert(copy.repeats.end(), script_.repeats.begin() + static_cast<std::ptrdiff_t>(copy.repeats.size()),
+                      script_.repeats.end());
+  copy.blocks = script_.blocks;
+  copy.streams = script_.streams;
+  return true;
+}
+
 ReplayScript replay_script(const StepGraph& graph) {
   ReplayScript s;
   ReplayScriptWriter writer(graph);

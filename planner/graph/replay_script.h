@@ -8,6 +8,7 @@
 #include <memory>
 #include <vector>
 
+#include "planner/graph/resized_workspaces.h"
 #include "planner/graph/step_graph.h"
 
 namespace longctx {
@@ -56,6 +57,27 @@ class ReplayScriptWriter {
  private:
   class Impl;
   std::unique_ptr<Impl> impl_;
+};
+
+// One graph's script, written once for the replays of the graph and of the variants of it that
+// resize its workspaces (resized_workspaces.h: the same step at other MLP tile counts), whose
+// scripts are its items with the resized sizes asked: each replay reads what the replays before
+// it had written and writes further only past that. The repeats found in the graph's items are
+// repeats of a variant's too (alike() reads sizes only through their equality, which a function
+// of the sizes keeps), if not every one its own script would find: a replay skips less at most.
+class SharedScript {
+ public:
+  // REQUIRES: `graph` outlives it.
+  explicit SharedScript(const StepGraph& graph) : writer_(graph) {}
+  // Appends to `copy`, a replay's script holding the first copy.items.size() items read from
+  // this one, every item written here since, resized by `resized`, with their repeats; where
+  // there are none, first writes up to op `end_op` as ReplayScriptWriter::append does. False
+  // when both steps are written and read.
+  bool append(ReplayScript& copy, int end_op, const ResizedWorkspaces& resized);
+
+ private:
+  ReplayScriptWriter writer_;
+  ReplayScript script_;
 };
 
 // Both steps' script.

@@ -3,6 +3,7 @@
 #include <array>
 #include <functional>
 #include <limits>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -21,7 +22,9 @@ class Replayer {
  public:
   Replayer(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options,
            const std::function<void(const ReservedAtOp&)>* at_op = nullptr)
-      : graph_(graph), writer_(graph), settings_(settings), options_(options), at_op_(at_op) {}
+      : graph_(graph), settings_(settings), options_(options), at_op_(at_op) {
+    if (options.script_from == nullptr) writer_.emplace(graph);
+  }
 
   ReservedReplay run() {
     std::size_t repeats_done = 0;
@@ -67,7 +70,9 @@ class Replayer {
   // model for every stream and a slot for every block they name; false when both steps are
   // written.
   bool append(int end_op = kAllOps) {
-    if (!writer_.append(script_, end_op)) return false;
+    const ReplayOptions::ScriptFrom* from = options_.script_from;
+    if (!(from != nullptr ? from->shared->append(script_, end_op, from->resized) : writer_->append(script_, end_op)))
+      return false;
     models_.resize(static_cast<std::size_t>(script_.streams), CachingAllocatorModel(settings_));
     holder_.resize(static_cast<std::size_t>(script_.streams));
     handle_.resize(static_cast<std::size_t>(script_.blocks), -1);
@@ -200,7 +205,7 @@ class Replayer {
   void jump(int period, int skipped);
 
   const StepGraph& graph_;
-  ReplayScriptWriter writer_;
+  std::optional<ReplayScriptWriter> writer_;  // the script's, where it is not read from options_.script_from
   ReplayScript script_;
   AllocatorSettings settings_;
   ReplayOptions options_;

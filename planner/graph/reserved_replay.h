@@ -26,6 +26,8 @@
 
 namespace longctx {
 
+class SharedScript;  // replay_script.h
+
 // The cache as a request found it (ReplayOptions::look_at_requests).
 struct RequestLook {
   std::int64_t bytes = 0;
@@ -67,6 +69,15 @@ struct ReplayOptions {
   // Keep a look at the cache before each request (ReservedReplay::looks), to judge variants of
   // the graph after the replay (variants_alike below).
   bool look_at_requests = false;
+  // Where the script comes from: read from `shared`, written for a graph this one resizes the
+  // workspaces of as `resized` says (WorkspaceFamily::resized; empty for that graph itself),
+  // instead of written for this one. Null: written for this one. The figures are the same
+  // (SharedScript). REQUIRES: the replayed graph is that graph so resized.
+  struct ScriptFrom {
+    SharedScript* shared = nullptr;
+    ResizedWorkspaces resized;
+  };
+  const ScriptFrom* script_from = nullptr;
 };
 
 ReservedReplay replay_reserved(const StepGraph& graph, const AllocatorSettings& settings, const ReplayOptions& options = {});

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "planner/core/limits.h"
+#include "planner/graph/replay_script.h"
 #include "planner/search/memory_model.h"
 #include "planner/search/search.h"
 #include "planner/search/search_order.h"
@@ -283,10 +284,19 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // remembered with its looks.
   // (Looks say nothing where max_split_size is set: variants_alike.)
   const bool looks_tell = settings.splits_every_block();
+  // The finest's replay script, shared with the counts of its family: theirs is its items at
+  // their sizes (SharedScript), read where a replay before wrote it, not written again.
+  std::optional<SharedScript> shared;
+  if (mlps.size() > 1) shared.emplace(built->graph);
   auto replay = [&](const Plan& p, const StepGraph& graph, const OpTotals& totals, int member) {
     const int op = peak_op(totals);
     const bool look = looks_tell && member != kNoMember && (member != WorkspaceFamily::kBase || mlps.size() > 1);
-    DeviceFit r = device_fits(p, graph, totals.device_during[static_cast<std::size_t>(op)], op, look);
+    std::optional<ReplayOptions::ScriptFrom> from;
+    if (shared && member == WorkspaceFamily::kBase) from = ReplayOptions::ScriptFrom{&*shared, {}};
+    else if (shared && member != kNoMember)
+      if (std::optional<ResizedWorkspaces> v = family->resized(WorkspaceFamily::kBase, member))
+        from = ReplayOptions::ScriptFrom{&*shared, std::move(*v)};
+    DeviceFit r = device_fits(p, graph, totals.device_during[static_cast<std::size_t>(op)], op, look, from ? &*from : nullptr);
     if (!r.fits && look) failed.push_back({member, std::move(r.looks)});
     return r.fits;
   };

@@ -26,6 +26,7 @@ struct ReservedFigure {
 struct ReplayWatch {
   bool look = false;
   ReservedReplay* replay = nullptr;  // the replay, where one runs
+  const ReplayOptions::ScriptFrom* script_from = nullptr;
 };
 
 // `allocated_peak_op`: the op where the step peaks as allocated (-1: not known). `host_over`:
@@ -44,7 +45,8 @@ ReservedFigure reserved_figure(const Plan& p, const StepGraph& g, std::int64_t a
         g, allocator_settings(p),
         ReplayOptions{.stop_at_failure = verdict_only,
                       .allocated_peak_op = allocated_peak_op,
-                      .look_at_requests = watch.look});
+                      .look_at_requests = watch.look,
+                      .script_from = watch.script_from});
     // Never under allocated: the replay's blocks include the simulation's rounded requests.
     f = {std::max(r.peak_reserved, allocated_peak), r.peak_op, r.failed_requests == 0,
          !verdict_only || r.failed_requests == 0};
@@ -176,9 +178,11 @@ bool fits_as_allocated(const Plan& p) {
   return fits_as_allocated(p, p.prediction.peak_device_bytes, p.prediction.peak_host_bytes);
 }
 
-DeviceFit device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op, bool look) {
+DeviceFit device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op, bool look,
+                      const ReplayOptions::ScriptFrom* script_from) {
   ReservedReplay replay;
-  const bool fits = reserved_figure(p, g, allocated_peak, allocated_peak_op, /*verdict_only=*/true, false, {look, &replay}).fits;
+  const bool fits =
+      reserved_figure(p, g, allocated_peak, allocated_peak_op, /*verdict_only=*/true, false, {look, &replay, script_from}).fits;
   return {fits, std::move(replay.looks)};
 }
 

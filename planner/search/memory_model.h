@@ -106,7 +106,8 @@ struct DeviceFit {
   bool fits = false;
   std::vector<RequestLook> looks;  // empty where no replay ran
 };
+// `script_from`: where the replay reads its script (ReplayOptions::script_from), null: written for g.
 DeviceFit device_fits(const Plan& p, const StepGraph& g, std::int64_t allocated_peak, int allocated_peak_op,
-                      bool look = false);
+                      bool look = false, const ReplayOptions::ScriptFrom* script_from = nullptr);
 
 }  // namespace longctx

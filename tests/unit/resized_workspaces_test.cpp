@@ -2,15 +2,18 @@
 // says of them (variants_alike, from its looks at the cache): a variant it calls alike has,
 // replayed on its own, the same peak reserved, peak op, failed requests and first failed op. Held over plans
 // drawn afresh each run at their search's MLP tile counts, under capacities from a tenth of the
-// step's reserved peak to past it; and the family's refusals over graphs written by hand.
+// step's reserved peak to past it, as is a variant's replay from the script of the graph it
+// resizes (SharedScript, replay_script.h); and the family's refusals over graphs written by hand.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <functional>
 #include <random>
 
 #include <fmt/format.h>
 
+#include "planner/graph/replay_script.h"
 #include "planner/graph/reserved_replay.h"
 #include "planner/graph/resized_workspaces.h"
 #include "planner/search/memory_model.h"
@@ -148,7 +151,7 @@ void expect_alike(const ReservedReplay& looking, const ReservedReplay& own, cons
 }
 
 struct Counts {
-  int replays = 0, alike = 0, apart = 0, alike_skipping = 0;
+  int replays = 0, alike = 0, apart = 0, alike_skipping = 0, shared = 0;
 };
 
 // Plan p built at every MLP tile count its knob offers, as max-context retries them, those
@@ -189,6 +192,40 @@ bool hold_counts(const Plan& p, AllocatorSettings settings, std::size_t from, Co
         of.push_back(g);
       }
   if (variants.empty()) return false;
+  // Every count of the family replayed from one script written for the finest (SharedScript),
+  // the finest first as max-context replays them, each stretch cut where the count's own
+  // allocated peak would be (a count's replay may read items another wrote past its own cuts),
+  // held to its replay from a script of its own: the same figures, and without skipping, the
+  // same looks at the cache before every request.
+  for (const bool skip : {true, false}) {
+    SharedScript shared(graphs[finest]);
+    for (const std::size_t g : in_family) {
+      const std::optional<ResizedWorkspaces> v = family.resized(WorkspaceFamily::kBase, member[g]);
+      if (!v) continue;
+      const ReplayOptions::ScriptFrom script{&shared, *v};
+      const int peak_op = static_cast<int>((from * 7919 + g * 104729) % graphs[g].ops().size());
+      const ReplayOptions own{.stop_at_failure = skip, .skip_repeats = skip, .allocated_peak_op = peak_op, .look_at_requests = true};
+      ReplayOptions read = own;
+      read.script_from = &script;
+      const ReservedReplay a = replay_reserved(graphs[g], settings, read), b = replay_reserved(graphs[g], settings, own);
+      const std::string at = what + fmt::format(", capacity {}{}, {} tiles from the {}'s script{}", settings.capacity,
+                                                settings.expandable_segments ? " expandable" : "",
+                                                plans[g].parallel.mlp_tiles, plans[finest].parallel.mlp_tiles,
+                                                skip ? ", stopping and skipping" : "");
+      expect_alike(a, b, at);
+      EXPECT_EQ(a.peak_reserved, b.peak_reserved) << at;
+      if (!skip) {
+        EXPECT_EQ(a.looks.size(), b.looks.size()) << at;
+        std::size_t k = 0;
+        while (k < std::min(a.looks.size(), b.looks.size()) && a.looks[k].bytes == b.looks[k].bytes &&
+               a.looks[k].cache.largest_small == b.looks[k].cache.largest_small &&
+               a.looks[k].cache.largest_large == b.looks[k].cache.largest_large)
+          ++k;
+        EXPECT_EQ(k, std::min(a.looks.size(), b.looks.size())) << at << ": the first look that differs";
+      }
+      ++counts.shared;
+    }
+  }
   for (const bool stop : {true, false})
     for (const bool skip : {true, false}) {
       const ReservedReplay r =
@@ -248,6 +285,7 @@ TEST(ReservedReplay, AVariantCalledAlikeReplaysAlike) {
   // Both answers come up (a count's workspace too large for the cache it finds parts).
   EXPECT_GT(counts.alike, 0);
   EXPECT_GT(counts.apart, 0);
+  EXPECT_GE(counts.shared, 2 * 2 * drawn);  // every count at least twice: the finest and one other
 }
 
 // Where max-context retries counts: Llama-3.1-8B on 8 H100s at 4M tokens, the finest count
