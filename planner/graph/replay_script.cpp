@@ -242,13 +242,12 @@ bool ReplayScriptWriter::append(ReplayScript& script, int end_op) { return impl_
 
 bool SharedScript::append(ReplayScript& copy, int end_op, const ResizedWorkspaces& resized) {
   if (copy.items.size() == script_.items.size() && !writer_.append(script_, end_op)) return false;
-  copy.items.reserve(script_.items.size());
-  for (std::size_t i = copy.items.size(); i < script_.items.size(); ++i) {
-    ScriptItem item = script_.items[i];
-    if (item.kind == Kind::Allocate)
-      if (const std::optional<std::int64_t> bytes = resized.resized(item.bytes)) item.bytes = *bytes;
-    copy.items.push_back(item);
-  }
+  const std::size_t from = copy.items.size();
+  copy.items.insert(copy.items.end(), script_.items.begin() + static_cast<std::ptrdiff_t>(from), script_.items.end());
+  if (!resized.sizes.empty())
+    for (std::size_t i = from; i < copy.items.size(); ++i)
+      if (ScriptItem& item = copy.items[i]; item.kind == Kind::Allocate)
+        if (const std::optional<std::int64_t> bytes = resized.resized(item.bytes)) item.bytes = *bytes;
   copy.repeats.insert(copy.repeats.end(), script_.repeats.begin() + static_cast<std::ptrdiff_t>(copy.repeats.size()),
                       script_.repeats.end());
   copy.blocks = script_.blocks;

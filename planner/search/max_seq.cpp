@@ -285,9 +285,12 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // (Looks say nothing where max_split_size is set: variants_alike.)
   const bool looks_tell = settings.splits_every_block();
   // The finest's replay script, shared with the counts of its family: theirs is its items at
-  // their sizes (SharedScript), read where a replay before wrote it, not written again.
+  // their sizes (SharedScript), read where a replay before wrote it, not written again. Kept
+  // where the stack retiles: elsewhere the coarser counts are other steps (an untiled MLP) or
+  // none, and the finest's replay would copy its script for nothing.
+  const auto retile = stack_profile(at.train.stack.kind).retile_mlp;
   std::optional<SharedScript> shared;
-  if (mlps.size() > 1) shared.emplace(built->graph);
+  if (retile != nullptr && mlps.size() > 1) shared.emplace(built->graph);
   auto replay = [&](const Plan& p, const StepGraph& graph, const OpTotals& totals, int member) {
     const int op = peak_op(totals);
     const bool look = looks_tell && member != kNoMember && (member != WorkspaceFamily::kBase || mlps.size() > 1);
@@ -312,7 +315,6 @@ bool reserved_fits_at(const MaxSeqCandidate& m, const TechniqueSet& a, std::int6
   // A coarser count's step is the finest's retiled where the stack can say how the count
   // changes it (StackProfile::retile_mlp: the tiled MLP's workspaces), a copy amended count by
   // count instead of a step built for each; else built.
-  const auto retile = stack_profile(at.train.stack.kind).retile_mlp;
   std::optional<StepGraph> retiled;  // the finest's step, at the count last retiled to
   for (auto it = mlps.rbegin(); it != mlps.rend(); ++it) {
     if (*it == at.parallel.mlp_tiles) continue;
