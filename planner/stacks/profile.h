@@ -73,8 +73,9 @@ struct StackProfile {
   StepGraph (*build_step)(const StepInputs& in);
   // Where its MLP tile count changes only the sizes of its tiled MLP's workspaces (and its
   // launches): `graph`, built for `in` but at another count, made the graph build_step writes
-  // for `in`, and true (max-context retries counts so, tests/unit/retile_test.cpp holds it to
-  // build_step); false, `graph` untouched, where it cannot (`in` does not tile the MLP).
+  // for `in`, and true (max-context retries counts so; tests/unit/properties_test.cpp,
+  // Properties.ARetiledStepIsTheStepBuiltAtItsCount, holds it to build_step); false, `graph`
+  // untouched, where it cannot (`in` or `graph` does not tile the MLP).
   // nullptr: the stack cannot. REQUIRES: `graph` is build_step of `in` at another mlp_tiles > 1.
   bool (*retile_mlp)(StepGraph& graph, const StepInputs& in) = nullptr;
   // Its `longctx export --stack` word, writer and refusals (planner/stacks/<name>/export.h;

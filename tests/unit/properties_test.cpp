@@ -497,7 +497,8 @@ void expect_same_graph(const StepGraph& got, const StepGraph& want, const std::s
 // What max-context's reserved walk retries coarser MLP tile counts with
 // (StackProfile::retile_mlp): the step at the finest count, retiled count by count, coarsest
 // last, as the walk retiles one copy, is at every count the graph build_step writes there; a
-// count it cannot retile to (an untiled MLP) leaves the graph as it was. Drawn fresh each run on
+// count it cannot retile to (an untiled MLP) leaves the graph as it was, as does an untiled step
+// asked for a tiled count. Drawn fresh each run on
 // every stack that retiles, CPU and H100, at every MLP tile count the search offers.
 TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
   int retiled = 0, refused = 0, members = 0;
@@ -506,6 +507,7 @@ TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
     if (retile == nullptr) return;
     const std::vector<KnobValue> counts = knob_candidates(KnobId::mlp_tiles, p, all_techniques(), {});
     std::optional<StepGraph> graph, last, finest;  // retiled; built at the count last retiled to; at the finest
+    std::optional<Plan> finest_plan;
     for (auto it = counts.rbegin(); it != counts.rend(); ++it) {
       Plan at = p;
       set_knob(at, KnobId::mlp_tiles, *it);
@@ -513,12 +515,16 @@ TEST(Properties, ARetiledStepIsTheStepBuiltAtItsCount) {
       StepGraph built = build_step(step_inputs(at));
       const std::string what = fmt::format("{} at {} MLP tiles", describe(at), *it);
       if (!graph) {
-        if (*it > 1) graph.emplace(built), last.emplace(built), finest.emplace(std::move(built));
+        if (*it > 1) graph.emplace(built), last.emplace(built), finest.emplace(std::move(built)), finest_plan.emplace(at);
         continue;
       }
       if (!retile(*graph, step_inputs(at))) {
         ASSERT_EQ(*it, 1) << what;
         expect_same_graph(*graph, *last, what + ", refused");
+        // Nor is the untiled step retiled to the finest count: it has no tiled op to amend.
+        StepGraph untiled = built;
+        EXPECT_FALSE(retile(untiled, step_inputs(*finest_plan))) << what;
+        expect_same_graph(untiled, built, what + ", untiled, refused");
         ++refused;
         continue;
       }

@@ -123,8 +123,9 @@ inline constexpr char kTiledMlpForward[] = "mlp.tiled";
 inline constexpr char kTiledMlpBackward[] = "mlp.tiled.bwd";
 // `graph`, built with MLP tiles for `in` but at another count of them, made the step build_step
 // writes for `in` (StackProfile::retile_mlp): each tiled MLP op's workspace and launches, the
-// only things the count changes (its traffic is counted apart from the workspace). False, `graph` untouched, where `in` does not
-// tile the MLP. REQUIRES: `graph` is build_step of `in` at another mlp_tiles > 1.
+// only things the count changes (its traffic is counted apart from the workspace). False,
+// `graph` untouched, where `in` or `graph` does not tile the MLP. REQUIRES: `graph` is
+// build_step of `in` at another mlp_tiles.
 bool retile_mlp(StepGraph& graph, const StepInputs& in);
 
 // ---- layer.cpp: one decoder layer ---------------------------------------------------------

@@ -85,6 +85,7 @@ bool retile_mlp(StepGraph& graph, const StepInputs& in) {
   const StepShapes s = step_shapes(in);
   const int runs = static_cast<int>(tile_split(s.n, tiles).count);
   const std::int64_t forward = tiled_mlp_forward_workspace(s, tiles), backward = tiled_mlp_backward_workspace(s, tiles);
+  int amended = 0;  // none: a graph of an untiled MLP, which no count's workspaces make tiled
   for (int i = 0; i < static_cast<int>(graph.ops().size()); ++i) {
     const char* base = graph.op(i).name.base;
     if (base != kTiledMlpForward && base != kTiledMlpBackward) continue;
@@ -92,8 +93,9 @@ bool retile_mlp(StepGraph& graph, const StepInputs& in) {
     const bool is_forward = base == kTiledMlpForward;
     op.workspace_bytes = is_forward ? forward : backward;
     op.launches = (is_forward ? kTiledMlpForwardLaunches : kTiledMlpBackwardLaunches) * runs;
+    ++amended;
   }
-  return true;
+  return amended > 0;
 }
 
 }  // namespace longctx::step
